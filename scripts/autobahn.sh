@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# Runs the Autobahn|Testsuite fuzzingclient (Autobahn is the client) against
+# `wsload-server --profile echo` on loopback, prints a per-behavior summary and exits
+# non-zero if any case is FAILED, if a case did not run, or if the suite did not finish.
+#
+# Cases 1.* to 10.*; 12.* and 13.* (permessage-deflate) are excluded because tungstenite
+# does not implement compression, so they could only report UNIMPLEMENTED.
+#
+# Environment:
+#   WSLOAD_SERVER_BIN           server binary to test; unset: `cargo build --release -p wsload-server`
+#   WSLOAD_AUTOBAHN_REPORT_DIR  report directory (default: target/autobahn in the repository)
+#   WSLOAD_CACHE                cache root for the suite's virtualenv (default: ~/.cache/wsload)
+#   WSLOAD_PYTHON2              Python 2.7 interpreter (default: python2.7 on PATH, then pyenv's)
+#   WSLOAD_AUTOBAHN_CASES       comma-separated case patterns (default: 1.* ... 10.*)
+#   WSLOAD_AUTOBAHN_TIMEOUT     seconds the whole suite may take (default: 900)
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+req_file=$repo_root/scripts/autobahn-requirements.txt
+cache_root=${WSLOAD_CACHE:-$HOME/.cache/wsload}
+report_dir=${WSLOAD_AUTOBAHN_REPORT_DIR:-$repo_root/target/autobahn}
+cases=${WSLOAD_AUTOBAHN_CASES:-1.*,2.*,3.*,4.*,5.*,6.*,7.*,8.*,9.*,10.*}
+suite_timeout=${WSLOAD_AUTOBAHN_TIMEOUT:-900}
+agent=wsload-server
+# The last virtualenv that itself runs on Python 2.7 and needs no other package; its
+# bundled pip 20.3.4 / setuptools 44 are the last to support 2.7, so nothing is downloaded
+# to seed the environment.
+virtualenv_version=16.7.12
+
+server_pid=
+wstest_pid=
+bootstrap_dir=
+started_at=$SECONDS
+
+log() { printf 'autobahn: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+cleanup() {
+    local rc=$?
+    if [[ -n $wstest_pid ]]; then
+        kill -TERM "$wstest_pid" 2>/dev/null || true
+        wait "$wstest_pid" 2>/dev/null || true
+    fi
+    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        # The server drains on SIGTERM; give it its drain bound, then stop waiting.
+        for _ in $(seq 1 150); do
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    if [[ -n $bootstrap_dir ]]; then
+        rm -rf "$bootstrap_dir"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+# Without these, Ctrl-C or a CI cancel would kill bash before the EXIT trap stops the server.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+command -v python3 >/dev/null || die "python3 is required (it parses the report)"
+
+find_python2() {
+    local candidate
+    # A pyenv shim named python2.7 exists even when 2.7 is not the selected version and then
+    # fails when run, so each candidate is tried, not just looked up.
+    for candidate in "${WSLOAD_PYTHON2:-}" python2.7 python2 \
+        "${PYENV_ROOT:-$HOME/.pyenv}"/versions/2.7*/bin/python2.7 /usr/bin/python2.7; do
+        [[ -n $candidate ]] || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (2, 7))' >/dev/null 2>&1; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Installs the suite into a virtualenv under the cache, named by a hash of everything that
+# decides its contents, so changed pins get a fresh environment and an unchanged one is
+# reused. A `.complete` marker is written last: an interrupted install is redone.
+ensure_venv() {
+    local py2 key lock_fd old out
+    py2=$(find_python2) || die "no working Python 2.7 found (the Autobahn suite is Python 2 only); set WSLOAD_PYTHON2"
+    key=$({
+        cat "$req_file"
+        echo "virtualenv==$virtualenv_version"
+        # The environment links to this interpreter's installation, not just its version.
+        "$py2" -c 'import sys; print(sys.version); print(sys.prefix)'
+    } | sha256sum | cut -c1-16)
+    venv=$cache_root/autobahn-venv-$key
+    [[ -f $venv/.complete ]] && return 0
+
+    mkdir -p "$cache_root"
+    # Two runs sharing a cache (parallel CI jobs) must not build the same directory at once.
+    exec {lock_fd}>"$cache_root/autobahn-venv.lock"
+    if command -v flock >/dev/null; then
+        flock "$lock_fd"
+    fi
+    if [[ ! -f $venv/.complete ]]; then
+        log "installing the Autobahn testsuite into $venv (Python: $py2)"
+        rm -rf "$venv"
+        bootstrap_dir=$(mktemp -d)
+        # Output kept for failures only: an old pip prints a Python 2 end-of-life banner.
+        if ! out=$("$py2" -m pip install --quiet --disable-pip-version-check \
+            --target "$bootstrap_dir" "virtualenv==$virtualenv_version" 2>&1); then
+            printf '%s\n' "$out" >&2
+            die "could not install virtualenv for $py2 (does it have pip?)"
+        fi
+        PYTHONPATH=$bootstrap_dir "$py2" -m virtualenv --quiet --no-download "$venv" >/dev/null
+        # Through `python -m` rather than bin/ scripts: their shebangs hold the venv's full
+        # path, which breaks past the kernel's shebang length limit in a deep cache dir.
+        PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-deps -r "$req_file"
+        PYTHONWARNINGS=ignore "$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null \
+            || die "$req_file is not a complete dependency set: $("$venv/bin/python" -m pip check 2>&1)"
+        PYTHONWARNINGS=ignore "$venv/bin/python" -m autobahntestsuite.wstest --autobahnversion >/dev/null \
+            || die "the installed testsuite does not start"
+        touch "$venv/.complete"
+        rm -rf "$bootstrap_dir"
+        bootstrap_dir=
+        # Environments of earlier pins would otherwise pile up in the cache.
+        for old in "$cache_root"/autobahn-venv-*; do
+            if [[ -d $old && $old != "$venv" ]]; then
+                rm -rf "$old"
+            fi
+        done
+    fi
+    exec {lock_fd}>&-
+}
+
+# Two distinct free loopback ports: both sockets are held open while the kernel picks.
+free_ports() {
+    python3 - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+http_ok() {
+    python3 - "$1" <<'EOF'
+import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=1).status == 200 else 1)
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+venv=
+ensure_venv
+install_done=$SECONDS
+
+# Paths given by the caller are relative to where they ran the script, not to the repository.
+mkdir -p "$report_dir"
+report_dir=$(cd "$report_dir" && pwd)
+server_bin=${WSLOAD_SERVER_BIN:-}
+if [[ -n $server_bin && $server_bin != /* ]]; then
+    if [[ $server_bin == */* ]]; then
+        server_bin=$PWD/$server_bin
+    else
+        server_bin=$(command -v "$server_bin") || die "WSLOAD_SERVER_BIN=$WSLOAD_SERVER_BIN not found"
+    fi
+fi
+
+cd "$repo_root"
+if [[ -z $server_bin ]]; then
+    log "building wsload-server"
+    cargo build --release --quiet -p wsload-server
+    server_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload-server
+fi
+[[ -x $server_bin ]] || die "server binary $server_bin is not executable"
+
+# Only wstest's own outputs are removed: the directory may be one the caller chose.
+rm -f "$report_dir"/index.json "$report_dir"/index.html "$report_dir"/wsload_server_case_*.json \
+    "$report_dir"/wsload_server_case_*.html "$report_dir"/wstest.log "$report_dir"/server.log
+
+read -r ws_port metrics_port < <(free_ports)
+
+# WSLOAD_SERVER_* variables are the server's own configuration; one left in the caller's
+# environment (a cap, a route, a profile) would change what is being tested.
+server_env=()
+while IFS= read -r name; do
+    if [[ $name == WSLOAD_SERVER_* ]]; then
+        server_env+=(-u "$name")
+    fi
+done < <(compgen -e)
+
+# Server pings are disabled: one landing mid-case would be recorded by Autobahn as an
+# unexpected frame, making results depend on how long a case happens to take.
+env "${server_env[@]}" "$server_bin" \
+    --profile echo \
+    --listen "127.0.0.1:$ws_port" \
+    --metrics-listen "127.0.0.1:$metrics_port" \
+    --max-message-size 16777216 \
+    --ping-interval 0 \
+    >"$report_dir/server.log" 2>&1 &
+server_pid=$!
+
+for _ in $(seq 1 300); do
+    http_ok "http://127.0.0.1:$metrics_port/readyz" && break
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        tail -n 20 "$report_dir/server.log" >&2 || true
+        die "wsload-server exited before becoming ready (log: $report_dir/server.log)"
+    fi
+    sleep 0.1
+done
+http_ok "http://127.0.0.1:$metrics_port/readyz" \
+    || die "wsload-server not ready after 30s (log: $report_dir/server.log)"
+
+python3 - "$report_dir/fuzzingclient.json" "$report_dir" "$agent" "ws://127.0.0.1:$ws_port" "$cases" <<'EOF'
+import json, sys
+path, outdir, agent, url, cases = sys.argv[1:]
+spec = {
+    "outdir": outdir,
+    "servers": [{"agent": agent, "url": url}],
+    "cases": [c.strip() for c in cases.split(",") if c.strip()],
+    "exclude-cases": ["12.*", "13.*"],
+    "exclude-agent-cases": {},
+}
+with open(path, "w") as f:
+    json.dump(spec, f, indent=2)
+EOF
+
+log "running cases $cases against $server_bin on 127.0.0.1:$ws_port"
+suite_started=$SECONDS
+wstest_rc=0
+# From the report directory because wstest may drop files in its working directory. In the
+# background and waited for, because bash runs a signal trap only once a foreground child
+# has exited: a cancelled run would otherwise go on for the whole suite.
+(cd "$report_dir" && PYTHONWARNINGS=ignore exec timeout "$suite_timeout" \
+    "$venv/bin/python" -m autobahntestsuite.wstest -m fuzzingclient -s fuzzingclient.json) \
+    >"$report_dir/wstest.log" 2>&1 &
+wstest_pid=$!
+wait "$wstest_pid" || wstest_rc=$?
+wstest_pid=
+suite_seconds=$((SECONDS - suite_started))
+
+run_ok=true
+if ! kill -0 "$server_pid" 2>/dev/null; then
+    run_ok=false
+    log "wsload-server exited during the run; last lines of $report_dir/server.log:"
+    tail -n 20 "$report_dir/server.log" >&2 || true
+fi
+if [[ $wstest_rc -ne 0 ]]; then
+    run_ok=false
+    if [[ $wstest_rc -eq 124 ]]; then
+        log "wstest timed out after ${suite_timeout}s; last lines of $report_dir/wstest.log:"
+    else
+        log "wstest exited with status $wstest_rc; last lines of $report_dir/wstest.log:"
+    fi
+    tail -n 20 "$report_dir/wstest.log" >&2 || true
+fi
+
+summary_rc=0
+python3 - "$report_dir" "$agent" "$suite_seconds" <<'EOF' || summary_rc=$?
+import json, os, re, sys
+
+report_dir, agent, suite_seconds = sys.argv[1:]
+BEHAVIORS = ["OK", "NON-STRICT", "INFORMATIONAL", "UNIMPLEMENTED", "FAILED"]
+
+def case_key(case_id):
+    return tuple(int(p) for p in case_id.split("."))
+
+# wstest announces the cases it resolved from the patterns before running any; comparing
+# with the report catches a run that ended early (server crash, refused connection).
+expected = []
+with open(os.path.join(report_dir, "wstest.log"), errors="replace") as f:
+    for line in f:
+        if line.startswith("Cases = "):
+            expected = re.findall(r"'(\d+(?:\.\d+)+)'", line)
+            break
+
+index_path = os.path.join(report_dir, "index.json")
+try:
+    with open(index_path) as f:
+        results = json.load(f).get(agent, {})
+except (OSError, ValueError) as e:
+    print("autobahn: no usable report at %s (%s)" % (index_path, e))
+    sys.exit(1)
+
+counts = {b: 0 for b in BEHAVIORS}
+for r in results.values():
+    counts[r["behavior"]] = counts.get(r["behavior"], 0) + 1
+missing = sorted(set(expected) - set(results), key=case_key)
+
+print("autobahn: %d cases against %s in %ss; report: %s"
+      % (len(results), agent, suite_seconds, os.path.join(report_dir, "index.html")))
+print("  " + "  ".join("%s %d" % (b, n) for b, n in counts.items()))
+for case_id in sorted(results, key=case_key):
+    r = results[case_id]
+    if r["behavior"] != "OK":
+        code = r.get("remoteCloseCode")
+        print("  %-8s %-13s (close: %s%s)" % (case_id, r["behavior"], r.get("behaviorClose"),
+                                           "" if code is None else ", code %s" % code))
+if missing:
+    print("  did not run: %d of %d cases: %s" % (len(missing), len(expected), " ".join(missing)))
+if not expected:
+    print("  could not read the planned case list from wstest.log")
+
+sys.exit(1 if counts["FAILED"] or missing or not expected or not results else 0)
+EOF
+
+log "install ${install_done}s, suite ${suite_seconds}s, total $((SECONDS - started_at))s"
+if [[ $summary_rc -ne 0 || $run_ok != true ]]; then
+    exit 1
+fi

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Check the image tarball that scripts/build-image.sh NAME wrote, without a
+# container runtime (none runs on CI): read it as `docker load` would, hold its
+# config to the Dockerfile (so the docker and crane builders cannot drift),
+# unpack its layers, and run the entrypoint from them.
+#
+# Where this runs as root, the binary runs inside the unpacked image (chroot)
+# as the image's user, with only the image's Env, and as PID 1 of its own PID
+# namespace for the signal test, which is how a pod runs it. Elsewhere it runs
+# directly on the host as the calling user, which still proves it is static.
+#
+# usage: scripts/check-image.sh NAME [TARBALL]
+# env:   WSLOAD_IMAGE_MAX_MB (size bound, default 30), WSLOAD_IMAGE_VERSION (tag)
+set -euo pipefail
+
+# shellcheck source=scripts/lib/images.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/images.sh"
+
+if [[ $# -lt 1 || $# -gt 2 || "$1" == -* ]]; then
+	{
+		image_usage "$0"
+		echo "       optional second argument: the tarball (default <target>/images/<binary>.tar)"
+	} >&2
+	exit 2
+fi
+image_spec "$1"
+cargo_facts
+TARBALL="${2:-$IMAGE_TAR}"
+[[ -f "$TARBALL" ]] || die "$TARBALL not found; build it with scripts/build-image.sh $IMAGE_NAME"
+MAX_MB="${WSLOAD_IMAGE_MAX_MB:-30}"
+[[ "$MAX_MB" =~ ^[0-9]+$ ]] || die "WSLOAD_IMAGE_MAX_MB must be a whole number of MiB"
+ENTRY="/usr/local/bin/$IMAGE_BINARY"
+LIB="$WSLOAD_ROOT/scripts/lib"
+
+WORK=""
+SERVER_PID=""
+cleanup() {
+	if [[ -n "$SERVER_PID" ]]; then
+		kill -KILL "$SERVER_PID" 2>/dev/null || true
+		wait "$SERVER_PID" 2>/dev/null || true
+	fi
+	if [[ -n "$WORK" ]]; then
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+WORK="$(mktemp -d)"
+
+PASSED=0
+FAILED=0
+pass() {
+	PASSED=$((PASSED + 1))
+	printf 'ok: %s\n' "$*"
+}
+fail() {
+	FAILED=$((FAILED + 1))
+	printf 'FAIL: %s\n' "$*"
+}
+
+echo "checking $TARBALL as $IMAGE_TAG"
+
+# The expected config is the Dockerfile's with the build args build-image.sh
+# passes; a different revision label therefore means a stale tarball.
+REVISION="$(git -C "$WSLOAD_ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
+python3 "$LIB/dockerfile.py" config "$IMAGE_DIR/Dockerfile" \
+	--build-arg "VERSION=$IMAGE_VERSION" --build-arg "REVISION=$REVISION" >"$WORK/expect.json"
+
+ROOTFS="$WORK/rootfs"
+python3 "$LIB/image_tar.py" "$TARBALL" --expect "$WORK/expect.json" --tag "$IMAGE_TAG" \
+	--binary "$ENTRY" --rootfs "$ROOTFS" --max-bytes $((MAX_MB * 1024 * 1024)) \
+	--runtime "$WORK/runtime" >"$WORK/inspect.out" ||
+	die "could not read the image: $(cat "$WORK/inspect.out")"
+while IFS= read -r line; do
+	case "$line" in
+	ok:\ *) pass "${line#ok: }" ;;
+	FAIL:\ *) fail "${line#FAIL: }" ;;
+	*) echo "$line" ;;
+	esac
+done <"$WORK/inspect.out"
+
+BIN="$ROOTFS$ENTRY"
+if [[ ! -f "$BIN" ]]; then
+	fail "nothing to run: $ENTRY is not in the image"
+	echo "check-image: $PASSED passed, $FAILED failed"
+	exit 1
+fi
+
+if msg="$( (assert_static "$BIN") 2>&1)"; then
+	pass "$ENTRY is statically linked ($(file -b "$BIN" 2>/dev/null | cut -d, -f1-5 || echo 'no interpreter, no NEEDED'))"
+else
+	msg="${msg#error: }"
+	fail "${msg//"$BIN"/"$ENTRY"}"
+fi
+
+mapfile -t RUNTIME <"$WORK/runtime"
+IMAGE_USER="${RUNTIME[0]}"
+IMAGE_ENV=("${RUNTIME[@]:2}")
+# chroot into the unpacked image as its user; the directory mktemp made is
+# 0700, which that user could not even enter.
+chmod 0755 "$ROOTFS"
+IN_IMAGE=0
+if [[ $EUID -eq 0 ]] && command -v chroot >/dev/null && chroot / true 2>/dev/null; then
+	IN_IMAGE=1
+fi
+PIDNS=()
+if ((IN_IMAGE)) && unshare --pid --fork --kill-child true 2>/dev/null; then
+	PIDNS=(unshare --pid --fork --kill-child --)
+fi
+if ((IN_IMAGE)); then
+	WHERE="inside the image as $IMAGE_USER"
+else
+	WHERE="on the host as uid $(id -u), outside the image (chroot needs root)"
+fi
+
+# image_cmd [--pid1] ARGS...: sets CMD to the entrypoint with ARGS, run as the
+# container would run it.
+image_cmd() {
+	local -a prefix=()
+	if [[ "${1:-}" == --pid1 ]]; then
+		shift
+		prefix=("${PIDNS[@]}")
+	fi
+	if ((IN_IMAGE)); then
+		CMD=(env -i "${IMAGE_ENV[@]}" "${prefix[@]}" chroot --userspec="$IMAGE_USER" "$ROOTFS" "$ENTRY" "$@")
+	else
+		CMD=(env -i "${IMAGE_ENV[@]}" "$BIN" "$@")
+	fi
+}
+
+image_cmd --help
+set +e
+timeout 20 "${CMD[@]}" >"$WORK/help.out" 2>&1
+rc=$?
+set -e
+HELP_OK=0
+if [[ $rc -eq 0 && -s "$WORK/help.out" ]]; then
+	HELP_OK=1
+	pass "$ENTRY --help exits 0 $WHERE: \"$(head -n1 "$WORK/help.out")\""
+else
+	fail "$ENTRY --help $WHERE: exit $rc, output: $(head -c 600 "$WORK/help.out")"
+fi
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# The server must serve in an otherwise empty filesystem as a non-root user,
+# and, as PID 1 (where signals without a handler are ignored), stop on SIGTERM:
+# otherwise every pod deletion waits out the grace period and is killed.
+smoke_server() {
+	local ws metrics code child deadline rc
+	ws="$(free_port)"
+	metrics="$(free_port)"
+	image_cmd --pid1 --listen "127.0.0.1:$ws" --metrics-listen "127.0.0.1:$metrics" --drain-timeout 2s
+	"${CMD[@]}" >"$WORK/server.log" 2>&1 &
+	SERVER_PID=$!
+	code="$(python3 - "$metrics" <<'EOF'
+import sys, time, urllib.request
+deadline = time.monotonic() + 15
+code = "no answer"
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%s/healthz" % sys.argv[1], timeout=2) as r:
+            code = str(r.status)
+            break
+    except Exception as e:  # not listening yet, or an HTTP error
+        code = getattr(e, "code", None) and str(e.code) or "no answer"
+        time.sleep(0.2)
+print(code)
+EOF
+)"
+	if [[ "$code" == 200 ]]; then
+		pass "server answers /healthz 200 $WHERE"
+	else
+		fail "server /healthz: $code; log: $(head -c 800 "$WORK/server.log")"
+	fi
+
+	# With a PID namespace, $SERVER_PID is unshare and the server is its child.
+	child="$SERVER_PID"
+	if ((${#PIDNS[@]})) && ((IN_IMAGE)); then
+		child="$(ps -o pid= --ppid "$SERVER_PID" | tr -d ' ' | head -n1 || true)"
+	fi
+	if [[ -z "$child" ]]; then
+		fail "server exited before SIGTERM; log: $(head -c 800 "$WORK/server.log")"
+		return
+	fi
+	kill -TERM "$child" 2>/dev/null || true
+	deadline=$((SECONDS + 15))
+	while kill -0 "$SERVER_PID" 2>/dev/null && ((SECONDS < deadline)); do
+		sleep 0.2
+	done
+	if kill -0 "$SERVER_PID" 2>/dev/null; then
+		fail "server still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
+		return
+	fi
+	set +e
+	wait "$SERVER_PID"
+	rc=$?
+	set -e
+	SERVER_PID=""
+	if [[ $rc -eq 0 ]]; then
+		pass "server exits 0 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
+	else
+		fail "server exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/server.log")"
+	fi
+}
+
+if ! declare -F "smoke_$IMAGE_NAME" >/dev/null; then
+	: # no run-time smoke test for this image yet
+elif ((HELP_OK)); then
+	"smoke_$IMAGE_NAME"
+else
+	fail "smoke test not run: the binary does not start"
+fi
+
+echo "check-image: $PASSED passed, $FAILED failed"
+((FAILED == 0))

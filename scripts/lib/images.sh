@@ -1,0 +1,97 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables set here are for the scripts that source this
+# Shared by scripts/build-image.sh and scripts/check-image.sh; sourced, never run.
+# Both scripts must agree on the image table, the tag and the tarball path, so
+# they live here once.
+
+WSLOAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+WSLOAD_CACHE="${WSLOAD_CACHE:-$HOME/.cache/wsload}"
+MUSL_TARGET="x86_64-unknown-linux-musl"
+IMAGE_PLATFORM="linux/amd64"
+# Pinned so that every machine builds with the same crane; bump deliberately
+# (`go list -m -versions github.com/google/go-containerregistry` lists them).
+CRANE_VERSION="v0.22.1"
+CRANE_MODULE="github.com/google/go-containerregistry/cmd/crane"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() {
+	printf 'error: %s\n' "$*" >&2
+	exit 1
+}
+
+# The image table. Each image is one static binary of one workspace package,
+# staged into a FROM-scratch image by the Dockerfile in its directory; that
+# Dockerfile declares ARG VERSION and ARG REVISION, which both scripts pass,
+# and keeps to what scripts/lib/dockerfile.py understands.
+#   name      cargo package     binary            Dockerfile dir   repository
+IMAGE_TABLE="
+server    wsload-server     wsload-server     server-image     wsload/server
+loadgen   wsload-loadgen    wsload-loadgen    loadgen-image    wsload/loadgen
+operator  wsload-operator   wsload-operator   operator         wsload/operator
+"
+
+# image_spec NAME: sets IMAGE_NAME, IMAGE_PACKAGE, IMAGE_BINARY, IMAGE_DIR, IMAGE_REPO.
+image_spec() {
+	local want="$1" name package binary dir repo
+	while read -r name package binary dir repo; do
+		[[ -n "$name" && "$name" == "$want" ]] || continue
+		IMAGE_NAME="$name"
+		IMAGE_PACKAGE="$package"
+		IMAGE_BINARY="$binary"
+		IMAGE_DIR="$WSLOAD_ROOT/$dir"
+		IMAGE_REPO="$repo"
+		[[ -f "$IMAGE_DIR/Dockerfile" ]] || die "image '$want': $dir/Dockerfile does not exist yet"
+		return 0
+	done <<<"$IMAGE_TABLE"
+	die "unknown image '$want'; known: $(awk 'NF {printf "%s ", $1}' <<<"$IMAGE_TABLE")"
+}
+
+# image_usage PROG: the usage line, with the names from the table.
+image_usage() {
+	printf 'usage: %s NAME    (NAME: %s)\n' "$1" "$(awk 'NF {printf "%s%s", sep, $1; sep="|"}' <<<"$IMAGE_TABLE")"
+}
+
+# cargo_facts: sets IMAGE_VERSION (WSLOAD_IMAGE_VERSION overrides the package's
+# own, which is the workspace version), TARGET_DIR (honours CARGO_TARGET_DIR),
+# IMAGE_TAG, IMAGES_DIR and IMAGE_TAR. Needs image_spec first.
+cargo_facts() {
+	local facts
+	# --no-deps keeps this offline and fast; the package check catches a table
+	# row whose crate has not been added to the workspace yet.
+	facts="$(cd "$WSLOAD_ROOT" && cargo metadata --format-version 1 --no-deps |
+		python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+pkg = [p for p in meta["packages"] if p["name"] == sys.argv[1]]
+if not pkg:
+    sys.exit("package %s is not a member of the cargo workspace" % sys.argv[1])
+print(pkg[0]["version"])
+print(meta["target_directory"])
+' "$IMAGE_PACKAGE")" || die "cargo metadata failed for package $IMAGE_PACKAGE"
+	{
+		read -r IMAGE_VERSION
+		read -r TARGET_DIR
+	} <<<"$facts"
+	IMAGE_VERSION="${WSLOAD_IMAGE_VERSION:-$IMAGE_VERSION}"
+	[[ "$IMAGE_VERSION" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] ||
+		die "'$IMAGE_VERSION' is not a valid image tag (WSLOAD_IMAGE_VERSION?)"
+	IMAGE_TAG="$IMAGE_REPO:$IMAGE_VERSION"
+	IMAGES_DIR="$TARGET_DIR/images"
+	IMAGE_TAR="$IMAGES_DIR/$IMAGE_BINARY.tar"
+}
+
+# assert_static FILE: a static binary has no program interpreter and needs no
+# shared library; anything else would not start in a FROM-scratch image.
+assert_static() {
+	local bin="$1" headers dynamic
+	[[ -f "$bin" ]] || die "$bin does not exist"
+	headers="$(readelf -lW "$bin" 2>&1)" || die "$bin is not an ELF file: $headers"
+	if grep -q 'Requesting program interpreter' <<<"$headers"; then
+		die "$bin is dynamically linked ($(grep -o 'interpreter: [^]]*' <<<"$headers")); it cannot run FROM scratch"
+	fi
+	# A static-pie binary still has a dynamic section, but no NEEDED entry.
+	dynamic="$(readelf -dW "$bin" 2>&1)" || true
+	if grep -q '(NEEDED)' <<<"$dynamic"; then
+		die "$bin needs shared libraries: $(grep '(NEEDED)' <<<"$dynamic" | grep -o '\[.*\]' | tr '\n' ' ')"
+	fi
+}

@@ -1,0 +1,383 @@
+//! Command line and environment: every flag has a `WSLOAD_SERVER_*` variable because the pod
+//! configures the server through env.
+
+use crate::{Error, Result};
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What a connection gets served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Profile {
+    /// Every data frame sent back with the same type.
+    Echo,
+    /// The WSE protocol: JWT, server_ready, hello, ping/PONG, M:/C: frames.
+    Wse,
+    /// Reads and counts, never answers.
+    Sink,
+    /// A timestamped message to every connection each interval.
+    Broadcast,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 4] = [
+        Profile::Echo,
+        Profile::Wse,
+        Profile::Sink,
+        Profile::Broadcast,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Profile::Echo => "echo",
+            Profile::Wse => "wse",
+            Profile::Sink => "sink",
+            Profile::Broadcast => "broadcast",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        Profile::from_str(s, true).map_err(|_| {
+            Error::Config(format!(
+                "unknown profile {s:?}: use one of echo, wse, sink, broadcast"
+            ))
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// wsload-server: the reference WebSocket server of wsload.
+///
+/// Serves echo, WSE, sink and broadcast profiles with exact Prometheus counters on a separate
+/// port. Every flag can also be set through the environment variable shown.
+#[derive(Debug, Parser)]
+#[command(name = "wsload-server", version, about, long_about)]
+pub struct Cli {
+    /// WebSocket listener, ADDR:PORT or ADDR:PORT=PROFILE to pin that listener to a profile.
+    /// Repeat the flag (or separate with commas in the variable) for several listeners.
+    #[arg(
+        long,
+        env = "WSLOAD_SERVER_LISTEN",
+        value_delimiter = ',',
+        default_value = "0.0.0.0:8080"
+    )]
+    pub listen: Vec<String>,
+
+    /// Profile for listeners and paths not routed otherwise.
+    #[arg(
+        long,
+        env = "WSLOAD_SERVER_PROFILE",
+        value_enum,
+        default_value = "echo"
+    )]
+    pub profile: Profile,
+
+    /// PATH=PROFILE: serve a request path with a profile, e.g. /wse=wse. Repeatable.
+    #[arg(long = "route", env = "WSLOAD_SERVER_ROUTES", value_delimiter = ',')]
+    pub routes: Vec<String>,
+
+    /// Address of /metrics (Prometheus), /healthz and /readyz.
+    #[arg(
+        long,
+        env = "WSLOAD_SERVER_METRICS_LISTEN",
+        default_value = "0.0.0.0:9090"
+    )]
+    pub metrics_listen: SocketAddr,
+
+    /// Connections admitted at once; beyond it the server closes with 1013 (try again later).
+    /// 0 means no cap.
+    #[arg(long, env = "WSLOAD_SERVER_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: u64,
+
+    /// Largest message or frame accepted, in bytes; larger ones close the connection with 1009.
+    #[arg(long, env = "WSLOAD_SERVER_MAX_MESSAGE_SIZE", default_value_t = 16 << 20)]
+    pub max_message_size: usize,
+
+    /// Time from TCP accept to the HTTP 101 answer before the connection is dropped.
+    #[arg(long, env = "WSLOAD_SERVER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Close (1000) a connection that sent no frame for this long. 0 disables.
+    #[arg(long, env = "WSLOAD_SERVER_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Send a WebSocket ping to every client this often. 0 disables.
+    #[arg(long, env = "WSLOAD_SERVER_PING_INTERVAL", default_value = "25s", value_parser = parse_duration)]
+    pub ping_interval: Duration,
+
+    /// On SIGTERM/SIGINT: stop accepting, close every connection with 1001 and exit within
+    /// this bound.
+    #[arg(long, env = "WSLOAD_SERVER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// HS256 secret for WSE tokens; required by the wse profile unless --wse-allow-anonymous.
+    #[arg(long, env = "WSLOAD_SERVER_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+
+    /// Demand this `iss` claim in WSE tokens.
+    #[arg(long, env = "WSLOAD_SERVER_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// Demand this `aud` claim in WSE tokens.
+    #[arg(long, env = "WSLOAD_SERVER_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// Serve the wse profile without a token.
+    #[arg(long, env = "WSLOAD_SERVER_WSE_ALLOW_ANONYMOUS")]
+    pub wse_allow_anonymous: bool,
+
+    /// Tick period of the broadcast profile.
+    #[arg(long, env = "WSLOAD_SERVER_BROADCAST_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    pub broadcast_interval: Duration,
+
+    /// Padding, in bytes, of each broadcast message.
+    #[arg(
+        long,
+        env = "WSLOAD_SERVER_BROADCAST_PAYLOAD_SIZE",
+        default_value_t = 64
+    )]
+    pub broadcast_payload_size: usize,
+
+    /// Read buffer per connection in bytes: small saves memory with many idle connections.
+    #[arg(long, env = "WSLOAD_SERVER_READ_BUFFER_SIZE", default_value_t = 4096)]
+    pub read_buffer_size: usize,
+
+    /// Runtime worker threads (default: one per core).
+    #[arg(long, env = "WSLOAD_SERVER_THREADS")]
+    pub threads: Option<usize>,
+
+    /// Log format on stderr; the level comes from RUST_LOG (default info).
+    #[arg(
+        long,
+        env = "WSLOAD_SERVER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// `500ms`, `10s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (write e.g. 500ms, 10s, 2m)"))
+}
+
+/// A listener and the profile it is pinned to, if any.
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub profile: Option<Profile>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listeners: Vec<Listener>,
+    pub default_profile: Profile,
+    pub routes: Vec<(String, Profile)>,
+    pub metrics_listen: SocketAddr,
+    pub max_connections: u64,
+    pub max_message_size: usize,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
+    pub ping_interval: Option<Duration>,
+    pub drain_timeout: Duration,
+    pub jwt_secret: Option<Vec<u8>>,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    pub wse_allow_anonymous: bool,
+    pub broadcast_interval: Duration,
+    pub broadcast_payload_size: usize,
+    pub read_buffer_size: usize,
+}
+
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+impl Config {
+    pub fn from_cli(cli: &Cli) -> Result<Self> {
+        let listeners = cli
+            .listen
+            .iter()
+            .map(|l| {
+                let (addr, profile) = match l.split_once('=') {
+                    Some((a, p)) => (a, Some(Profile::parse(p)?)),
+                    None => (l.as_str(), None),
+                };
+                let addr = addr.trim().parse().map_err(|e| {
+                    Error::Config(format!(
+                        "--listen {l:?}: {e}; write ADDR:PORT or ADDR:PORT=PROFILE"
+                    ))
+                })?;
+                Ok(Listener { addr, profile })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if listeners.is_empty() {
+            return Err(Error::Config(
+                "--listen: at least one listener is needed".into(),
+            ));
+        }
+        let routes = cli
+            .routes
+            .iter()
+            .map(|r| {
+                let (path, p) = r.split_once('=').ok_or_else(|| {
+                    Error::Config(format!("--route {r:?}: write PATH=PROFILE, e.g. /wse=wse"))
+                })?;
+                if !path.starts_with('/') {
+                    return Err(Error::Config(format!(
+                        "--route {r:?}: the path must start with '/'"
+                    )));
+                }
+                Ok((path.to_string(), Profile::parse(p)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if cli.max_message_size < 16 {
+            return Err(Error::Config(
+                "--max-message-size: must be at least 16 bytes".into(),
+            ));
+        }
+        if cli.read_buffer_size < 256 {
+            return Err(Error::Config(
+                "--read-buffer-size: must be at least 256 bytes".into(),
+            ));
+        }
+        if cli.broadcast_interval.is_zero() {
+            return Err(Error::Config(
+                "--broadcast-interval: must be above zero".into(),
+            ));
+        }
+        if cli.handshake_timeout.is_zero() {
+            return Err(Error::Config(
+                "--handshake-timeout: must be above zero".into(),
+            ));
+        }
+        let config = Config {
+            listeners,
+            default_profile: cli.profile,
+            routes,
+            metrics_listen: cli.metrics_listen,
+            max_connections: cli.max_connections,
+            max_message_size: cli.max_message_size,
+            handshake_timeout: cli.handshake_timeout,
+            idle_timeout: nonzero(cli.idle_timeout),
+            ping_interval: nonzero(cli.ping_interval),
+            drain_timeout: cli.drain_timeout,
+            jwt_secret: cli.jwt_secret.as_ref().map(|s| s.as_bytes().to_vec()),
+            jwt_issuer: cli.jwt_issuer.clone(),
+            jwt_audience: cli.jwt_audience.clone(),
+            wse_allow_anonymous: cli.wse_allow_anonymous,
+            broadcast_interval: cli.broadcast_interval,
+            broadcast_payload_size: cli.broadcast_payload_size,
+            read_buffer_size: cli.read_buffer_size,
+        };
+        if config.serves(Profile::Wse) && config.jwt_secret.is_none() && !config.wse_allow_anonymous
+        {
+            return Err(Error::Config(
+                "the wse profile needs --jwt-secret (WSLOAD_SERVER_JWT_SECRET), or --wse-allow-anonymous".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// Every profile some listener or path can reach.
+    pub fn profiles(&self) -> Vec<Profile> {
+        Profile::ALL
+            .into_iter()
+            .filter(|p| self.serves(*p))
+            .collect()
+    }
+
+    pub fn serves(&self, profile: Profile) -> bool {
+        let unpinned = self.listeners.iter().any(|l| l.profile.is_none());
+        (unpinned && self.default_profile == profile)
+            || self.listeners.iter().any(|l| l.profile == Some(profile))
+            || (unpinned && self.routes.iter().any(|(_, p)| *p == profile))
+    }
+
+    /// The profile for a request `path` on a listener pinned to `pinned`, if any.
+    /// A pinned listener serves its profile on every path.
+    pub fn route(&self, pinned: Option<Profile>, path: &str) -> Profile {
+        if let Some(p) = pinned {
+            return p;
+        }
+        self.routes
+            .iter()
+            .find(|(prefix, _)| path == prefix)
+            .map(|(_, p)| *p)
+            .unwrap_or(self.default_profile)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config> {
+        let mut argv = vec!["wsload-server"];
+        argv.extend_from_slice(args);
+        Config::from_cli(&Cli::try_parse_from(argv).map_err(|e| Error::Config(e.to_string()))?)
+    }
+
+    #[test]
+    fn routes_and_pinned_listeners() {
+        let c = config(&[
+            "--listen",
+            "127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:2=sink",
+            "--route",
+            "/wse=wse",
+            "--jwt-secret",
+            "s",
+        ])
+        .expect("valid");
+        assert_eq!(c.route(None, "/wse"), Profile::Wse);
+        assert_eq!(c.route(None, "/other"), Profile::Echo);
+        assert_eq!(c.route(Some(Profile::Sink), "/wse"), Profile::Sink);
+        assert_eq!(
+            c.profiles(),
+            vec![Profile::Echo, Profile::Wse, Profile::Sink]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_flag_and_the_fix() {
+        let err = |args: &[&str]| {
+            config(args)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(&["--profile", "wse"]).contains("--jwt-secret"));
+        assert!(err(&["--listen", "nowhere"]).contains("--listen \"nowhere\""));
+        assert!(err(&["--listen", "127.0.0.1:1=nope"]).contains("unknown profile \"nope\""));
+        assert!(err(&["--route", "wse"]).contains("PATH=PROFILE"));
+        assert!(err(&["--route", "wse=wse"]).contains("must start with '/'"));
+        assert!(err(&["--idle-timeout", "soon"]).contains("500ms"));
+        assert!(config(&["--profile", "wse", "--wse-allow-anonymous"]).is_ok());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        let c = config(&["--idle-timeout", "0", "--ping-interval", "0"]).expect("valid");
+        assert_eq!((c.idle_timeout, c.ping_interval), (None, None));
+    }
+}

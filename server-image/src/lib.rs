@@ -1,0 +1,26 @@
+//! wsload-server: the reference WebSocket server of wsload. See `docs/server.md`.
+
+pub mod config;
+mod metrics_http;
+mod server;
+mod session;
+pub mod stats;
+mod wse;
+
+pub use server::run;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot bind the {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

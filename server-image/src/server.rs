@@ -1,0 +1,295 @@
+//! Binding, accepting, the HTTP upgrade, admission, dispatch to a profile, and the drain.
+
+use crate::config::{Config, Profile};
+use crate::session::{self, Discard, Echo};
+use crate::stats::{AcceptError, Rejected, Stats};
+use crate::{Error, Result, metrics_http, wse};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use wsload_proto::jwt::Validation;
+
+/// Pending connections the kernel queues per listener (capped by `net.core.somaxconn`);
+/// connection storms overflow the default of 128 at once.
+const LISTEN_BACKLOG: u32 = 65_535;
+
+/// Broadcast messages a slow connection may fall behind before it skips some.
+const BROADCAST_BACKLOG: usize = 1024;
+
+/// errno values of accept(2) when this process or the system is out of file descriptors.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+
+/// State shared by every task of the server.
+pub struct Shared {
+    pub config: Config,
+    pub stats: Stats,
+    pub shutdown: CancellationToken,
+    pub validation: Validation,
+    ws_config: WebSocketConfig,
+    broadcast: Option<broadcast::Sender<Message>>,
+    admitted: AtomicU64,
+}
+
+impl Shared {
+    /// Takes one of `--max-connections` places; the guard gives it back.
+    fn admit(&self) -> Option<Admission<'_>> {
+        let before = self.admitted.fetch_add(1, Ordering::AcqRel);
+        let cap = self.config.max_connections;
+        if cap > 0 && before >= cap {
+            self.admitted.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Admission(&self.admitted))
+    }
+}
+
+struct Admission<'a>(&'a AtomicU64);
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the upgrade request said that a profile needs later.
+#[derive(Debug, Default)]
+pub struct HandshakeInfo {
+    pub path: String,
+    /// From the `access_token` cookie, else `Authorization: Bearer`.
+    pub token: Option<String>,
+    /// `format=msgpack` in the query string.
+    pub msgpack: bool,
+}
+
+impl HandshakeInfo {
+    fn from_request(req: &Request) -> Self {
+        let cookie_token = req
+            .headers()
+            .get_all("cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|kv| kv.trim().strip_prefix("access_token=").map(str::to_string));
+        let bearer = || {
+            req.headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| {
+                    v.strip_prefix("Bearer ")
+                        .or_else(|| v.strip_prefix("bearer "))
+                })
+                .map(|t| t.trim().to_string())
+        };
+        let msgpack = req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv.eq_ignore_ascii_case("format=msgpack"))
+        });
+        HandshakeInfo {
+            path: req.uri().path().to_string(),
+            token: cookie_token.or_else(bearer),
+            msgpack,
+        }
+    }
+}
+
+fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    let err = |source| Error::Bind {
+        what: "WebSocket listener",
+        addr,
+        source,
+    };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    socket.set_reuseaddr(true).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(LISTEN_BACKLOG).map_err(err)
+}
+
+/// Runs the server until `shutdown_signal` resolves, then drains within `--drain-timeout`.
+/// Prints one `listening` line per socket on stdout once every socket is bound.
+pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> Result<()> {
+    let listeners = config
+        .listeners
+        .iter()
+        .map(|l| Ok((bind(l.addr)?, l.profile)))
+        .collect::<Result<Vec<_>>>()?;
+    let metrics = TcpListener::bind(config.metrics_listen)
+        .await
+        .map_err(|source| Error::Bind {
+            what: "metrics listener",
+            addr: config.metrics_listen,
+            source,
+        })?;
+
+    let ws_config = WebSocketConfig::default()
+        .read_buffer_size(config.read_buffer_size)
+        .write_buffer_size(64 * 1024)
+        .max_write_buffer_size(64 * 1024 + 2 * config.max_message_size)
+        .max_message_size(Some(config.max_message_size))
+        .max_frame_size(Some(config.max_message_size));
+    let broadcast = config
+        .serves(Profile::Broadcast)
+        .then(|| broadcast::channel(BROADCAST_BACKLOG).0);
+    let shared = Arc::new(Shared {
+        stats: Stats::new(config.profiles()),
+        validation: Validation {
+            issuer: config.jwt_issuer.clone(),
+            audience: config.jwt_audience.clone(),
+        },
+        shutdown: CancellationToken::new(),
+        ws_config,
+        broadcast,
+        admitted: AtomicU64::new(0),
+        config,
+    });
+
+    let metrics_addr = metrics.local_addr()?;
+    tokio::spawn(metrics_http::serve(metrics, shared.clone()));
+    if let Some(tx) = &shared.broadcast {
+        tokio::spawn(publish(tx.clone(), shared.clone()));
+    }
+    let tracker = TaskTracker::new();
+    for (listener, pinned) in listeners {
+        let addr = listener.local_addr()?;
+        let profile = pinned.map_or("by path", Profile::label);
+        println!("wsload-server listening on ws://{addr} (profile {profile})");
+        tracing::info!(%addr, profile, "listening");
+        tracker.spawn(accept_loop(
+            listener,
+            pinned,
+            shared.clone(),
+            tracker.clone(),
+        ));
+    }
+    println!("wsload-server metrics on http://{metrics_addr}/metrics");
+    shared.stats.set_ready(true);
+
+    shutdown_signal.await;
+    let open = shared.admitted.load(Ordering::Relaxed);
+    tracing::info!(
+        open,
+        "draining: no new connections, closing open ones with 1001"
+    );
+    shared.stats.set_ready(false);
+    shared.shutdown.cancel();
+    tracker.close();
+    match tokio::time::timeout(shared.config.drain_timeout, tracker.wait()).await {
+        Ok(()) => tracing::info!("drained"),
+        Err(_) => tracing::warn!(
+            still_open = shared.admitted.load(Ordering::Relaxed),
+            timeout = ?shared.config.drain_timeout,
+            "drain timeout; exiting with connections open"
+        ),
+    }
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    pinned: Option<Profile>,
+    shared: Arc<Shared>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tracker.spawn(connection(stream, pinned, shared.clone()));
+            }
+            Err(e) => {
+                let out_of_files = matches!(e.raw_os_error(), Some(EMFILE | ENFILE));
+                let kind = if out_of_files {
+                    AcceptError::FileLimit
+                } else {
+                    AcceptError::Other
+                };
+                shared.stats.accept_error(kind);
+                tracing::warn!(error = %e, "accept failed");
+                // Out of descriptors the listener stays readable; back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(if out_of_files { 100 } else { 5 })).await;
+            }
+        }
+    }
+}
+
+async fn connection(stream: TcpStream, pinned: Option<Profile>, shared: Arc<Shared>) {
+    let started = Instant::now();
+    // Latency tests measure the server, not Nagle's algorithm.
+    let _ = stream.set_nodelay(true);
+    let mut info = HandshakeInfo::default();
+    // The error type is fixed by tungstenite's `Callback` signature.
+    #[allow(clippy::result_large_err)]
+    let callback = |req: &Request, resp: Response| {
+        info = HandshakeInfo::from_request(req);
+        Ok(resp)
+    };
+    let upgrade =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(shared.ws_config));
+    let mut ws = match tokio::time::timeout(shared.config.handshake_timeout, upgrade).await {
+        Err(_) => return shared.stats.rejected(Rejected::HandshakeTimeout),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "handshake failed");
+            return shared.stats.rejected(Rejected::HandshakeError);
+        }
+        Ok(Ok(ws)) => ws,
+    };
+    let profile = shared.config.route(pinned, &info.path);
+    if shared.shutdown.is_cancelled() {
+        shared.stats.rejected(Rejected::Draining);
+        return session::close(&mut ws, CloseCode::Away, "server shutting down").await;
+    }
+    let Some(_admission) = shared.admit() else {
+        shared.stats.rejected(Rejected::Capacity);
+        return session::close(&mut ws, CloseCode::Again, "try again later").await;
+    };
+    shared.stats.accepted(profile, started.elapsed());
+    let why = match profile {
+        Profile::Echo => session::run(&mut ws, &shared, profile, &mut Echo, None).await,
+        Profile::Sink => session::run(&mut ws, &shared, profile, &mut Discard, None).await,
+        Profile::Broadcast => {
+            let rx = shared.broadcast.as_ref().map(broadcast::Sender::subscribe);
+            session::run(&mut ws, &shared, profile, &mut Discard, rx).await
+        }
+        Profile::Wse => wse::serve(&mut ws, &shared, info).await,
+    };
+    shared.stats.closed(profile, why);
+}
+
+/// The broadcast feed: one timestamped message per tick, shared by every subscriber.
+async fn publish(tx: broadcast::Sender<Message>, shared: Arc<Shared>) {
+    let pad = "x".repeat(shared.config.broadcast_payload_size);
+    let mut ticker = tokio::time::interval(shared.config.broadcast_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut seq: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        seq += 1;
+        let ts_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        let text = format!(r#"{{"t":"tick","seq":{seq},"ts_us":{ts_us},"pad":"{pad}"}}"#);
+        // No subscribers is not an error: the feed runs whether or not anyone listens.
+        let _ = tx.send(Message::Text(text.into()));
+    }
+}

@@ -1,0 +1,589 @@
+//! Exact, lock-free server counters.
+//!
+//! Message counters sit on the hot path of every frame, so each runtime thread increments its
+//! own cache-line-aligned slot (uncontended atomics) and a scrape sums the slots. Sums are exact
+//! at every scrape: nothing is buffered per connection. Connection-level counters change once
+//! per connection and use plain shared atomics.
+
+use crate::config::Profile;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+use wsload_proto::frame::Format;
+
+/// Slots for per-thread message counters; threads beyond this share slots (still exact).
+const SLOTS: usize = 32;
+
+/// What a message counter counts.
+#[derive(Clone, Copy)]
+enum Kind {
+    MessagesIn = 0,
+    BytesIn,
+    MessagesOut,
+    BytesOut,
+    Malformed,
+}
+const KINDS: usize = 5;
+const PER_SLOT: usize = KINDS * Profile::COUNT * Format::COUNT;
+
+#[repr(align(128))]
+struct Slot([AtomicU64; PER_SLOT]);
+
+impl Slot {
+    fn new() -> Self {
+        Slot(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+fn counter_index(kind: Kind, profile: Profile, format: Format) -> usize {
+    ((kind as usize * Profile::COUNT) + profile.index()) * Format::COUNT + format.index()
+}
+
+fn my_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Relaxed) % SLOTS;
+    }
+    SLOT.with(|s| *s)
+}
+
+/// Why a connection that reached the handshake was never admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    Capacity,
+    Draining,
+    HandshakeTimeout,
+    HandshakeError,
+}
+
+impl Rejected {
+    const ALL: [Rejected; 4] = [
+        Rejected::Capacity,
+        Rejected::Draining,
+        Rejected::HandshakeTimeout,
+        Rejected::HandshakeError,
+    ];
+    fn label(self) -> &'static str {
+        match self {
+            Rejected::Capacity => "capacity",
+            Rejected::Draining => "draining",
+            Rejected::HandshakeTimeout => "handshake_timeout",
+            Rejected::HandshakeError => "handshake_error",
+        }
+    }
+}
+
+/// Why an admitted connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// The client closed, with a close frame or by ending the stream.
+    Client,
+    /// The client dropped TCP without a closing handshake.
+    Reset,
+    IdleTimeout,
+    MessageTooBig,
+    ProtocolError,
+    IoError,
+    Shutdown,
+    AuthFailed,
+}
+
+impl Closed {
+    const ALL: [Closed; 8] = [
+        Closed::Client,
+        Closed::Reset,
+        Closed::IdleTimeout,
+        Closed::MessageTooBig,
+        Closed::ProtocolError,
+        Closed::IoError,
+        Closed::Shutdown,
+        Closed::AuthFailed,
+    ];
+    const COUNT: usize = Self::ALL.len();
+    pub fn label(self) -> &'static str {
+        match self {
+            Closed::Client => "client",
+            Closed::Reset => "reset",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::MessageTooBig => "message_too_big",
+            Closed::ProtocolError => "protocol_error",
+            Closed::IoError => "io_error",
+            Closed::Shutdown => "shutdown",
+            Closed::AuthFailed => "auth_failed",
+        }
+    }
+}
+
+/// Labels of `wsload_server_auth_failures_total`, as `JwtError::reason` and `missing`.
+const AUTH_REASONS: [&str; 6] = [
+    "missing",
+    "malformed",
+    "bad_signature",
+    "expired",
+    "not_yet_valid",
+    "claims",
+];
+
+/// Kinds of accept(2) failures worth telling apart.
+#[derive(Debug, Clone, Copy)]
+pub enum AcceptError {
+    FileLimit,
+    Other,
+}
+
+/// Upper bounds (seconds) of the handshake histogram: 50 us to 10 s.
+const HANDSHAKE_BUCKETS: [f64; 17] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
+
+struct Histogram {
+    buckets: [AtomicU64; HANDSHAKE_BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Histogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        // Non-cumulative per bucket; the exposition accumulates.
+        if let Some(i) = HANDSHAKE_BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+    }
+}
+
+/// All server counters. One instance per process, shared by reference.
+pub struct Stats {
+    slots: Box<[Slot]>,
+    active: AtomicU64,
+    accepted: [AtomicU64; Profile::COUNT],
+    rejected: [AtomicU64; Rejected::ALL.len()],
+    closed: [AtomicU64; Profile::COUNT * Closed::COUNT],
+    auth_failures: [AtomicU64; AUTH_REASONS.len()],
+    handshake: [Histogram; Profile::COUNT],
+    broadcast_lagged: AtomicU64,
+    accept_errors: [AtomicU64; 2],
+    ready: AtomicBool,
+    /// Profiles this process serves; only these appear in the exposition.
+    profiles: Vec<Profile>,
+}
+
+impl Stats {
+    pub fn new(profiles: Vec<Profile>) -> Self {
+        Stats {
+            slots: (0..SLOTS).map(|_| Slot::new()).collect(),
+            active: AtomicU64::new(0),
+            accepted: std::array::from_fn(|_| AtomicU64::new(0)),
+            rejected: std::array::from_fn(|_| AtomicU64::new(0)),
+            closed: std::array::from_fn(|_| AtomicU64::new(0)),
+            auth_failures: std::array::from_fn(|_| AtomicU64::new(0)),
+            handshake: std::array::from_fn(|_| Histogram::new()),
+            broadcast_lagged: AtomicU64::new(0),
+            accept_errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            ready: AtomicBool::new(false),
+            profiles,
+        }
+    }
+
+    #[inline]
+    fn add(&self, kind: Kind, profile: Profile, format: Format, n: u64) {
+        self.slots[my_slot()].0[counter_index(kind, profile, format)].fetch_add(n, Relaxed);
+    }
+
+    #[inline]
+    pub fn received(&self, profile: Profile, format: Format, bytes: usize) {
+        self.add(Kind::MessagesIn, profile, format, 1);
+        self.add(Kind::BytesIn, profile, format, bytes as u64);
+    }
+
+    #[inline]
+    pub fn sent(&self, profile: Profile, format: Format, bytes: usize) {
+        self.add(Kind::MessagesOut, profile, format, 1);
+        self.add(Kind::BytesOut, profile, format, bytes as u64);
+    }
+
+    pub fn malformed(&self, profile: Profile, format: Format) {
+        self.add(Kind::Malformed, profile, format, 1);
+    }
+
+    pub fn accepted(&self, profile: Profile, handshake: Duration) {
+        self.accepted[profile.index()].fetch_add(1, Relaxed);
+        self.active.fetch_add(1, Relaxed);
+        self.handshake[profile.index()].observe(handshake);
+    }
+
+    pub fn rejected(&self, why: Rejected) {
+        if let Some(i) = Rejected::ALL.iter().position(|r| *r == why) {
+            self.rejected[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn closed(&self, profile: Profile, why: Closed) {
+        if let Some(i) = Closed::ALL.iter().position(|c| *c == why) {
+            self.closed[profile.index() * Closed::COUNT + i].fetch_add(1, Relaxed);
+        }
+        self.active.fetch_sub(1, Relaxed);
+    }
+
+    pub fn auth_failure(&self, reason: &str) {
+        if let Some(i) = AUTH_REASONS.iter().position(|r| *r == reason) {
+            self.auth_failures[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn broadcast_lagged(&self, n: u64) {
+        self.broadcast_lagged.fetch_add(n, Relaxed);
+    }
+
+    pub fn accept_error(&self, kind: AcceptError) {
+        self.accept_errors[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Relaxed);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Relaxed)
+    }
+
+    fn sum(&self, kind: Kind, profile: Profile, format: Format) -> u64 {
+        let i = counter_index(kind, profile, format);
+        self.slots.iter().map(|s| s.0[i].load(Relaxed)).sum()
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut o = String::with_capacity(16 * 1024);
+        header(
+            &mut o,
+            "wsload_server_build_info",
+            "gauge",
+            "Build of this server.",
+        );
+        let _ = writeln!(
+            o,
+            "wsload_server_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+
+        header(
+            &mut o,
+            "wsload_server_connections_active",
+            "gauge",
+            "Admitted connections now open.",
+        );
+        let _ = writeln!(
+            o,
+            "wsload_server_connections_active {}",
+            self.active.load(Relaxed)
+        );
+
+        header(
+            &mut o,
+            "wsload_server_connections_accepted_total",
+            "counter",
+            "Connections admitted after the WebSocket handshake.",
+        );
+        for p in &self.profiles {
+            let v = self.accepted[p.index()].load(Relaxed);
+            let _ = writeln!(
+                o,
+                "wsload_server_connections_accepted_total{{profile=\"{}\"}} {v}",
+                p.label()
+            );
+        }
+
+        header(
+            &mut o,
+            "wsload_server_connections_rejected_total",
+            "counter",
+            "Connections refused before admission, by reason.",
+        );
+        for (i, r) in Rejected::ALL.iter().enumerate() {
+            let v = self.rejected[i].load(Relaxed);
+            let _ = writeln!(
+                o,
+                "wsload_server_connections_rejected_total{{reason=\"{}\"}} {v}",
+                r.label()
+            );
+        }
+
+        header(
+            &mut o,
+            "wsload_server_connections_closed_total",
+            "counter",
+            "Admitted connections that ended, by reason.",
+        );
+        for p in &self.profiles {
+            for (i, c) in Closed::ALL.iter().enumerate() {
+                let v = self.closed[p.index() * Closed::COUNT + i].load(Relaxed);
+                let _ = writeln!(
+                    o,
+                    "wsload_server_connections_closed_total{{profile=\"{}\",reason=\"{}\"}} {v}",
+                    p.label(),
+                    c.label()
+                );
+            }
+        }
+
+        let name = "wsload_server_handshake_duration_seconds";
+        header(
+            &mut o,
+            name,
+            "histogram",
+            "TCP accept to HTTP 101, admitted connections.",
+        );
+        for p in &self.profiles {
+            let h = &self.handshake[p.index()];
+            let mut cumulative = 0;
+            for (i, le) in HANDSHAKE_BUCKETS.iter().enumerate() {
+                cumulative += h.buckets[i].load(Relaxed);
+                let _ = writeln!(
+                    o,
+                    "{name}_bucket{{profile=\"{}\",le=\"{le}\"}} {cumulative}",
+                    p.label()
+                );
+            }
+            let count = h.count.load(Relaxed);
+            let sum = h.sum_nanos.load(Relaxed) as f64 / 1e9;
+            let _ = writeln!(
+                o,
+                "{name}_bucket{{profile=\"{}\",le=\"+Inf\"}} {count}",
+                p.label()
+            );
+            let _ = writeln!(o, "{name}_sum{{profile=\"{}\"}} {sum}", p.label());
+            let _ = writeln!(o, "{name}_count{{profile=\"{}\"}} {count}", p.label());
+        }
+
+        for (kind, name, help) in [
+            (
+                Kind::MessagesIn,
+                "wsload_server_messages_received_total",
+                "Data frames received.",
+            ),
+            (
+                Kind::BytesIn,
+                "wsload_server_bytes_received_total",
+                "Payload bytes of data frames received.",
+            ),
+            (
+                Kind::MessagesOut,
+                "wsload_server_messages_sent_total",
+                "Data frames sent.",
+            ),
+            (
+                Kind::BytesOut,
+                "wsload_server_bytes_sent_total",
+                "Payload bytes of data frames sent.",
+            ),
+            (
+                Kind::Malformed,
+                "wsload_server_malformed_frames_total",
+                "Data frames that did not decode.",
+            ),
+        ] {
+            header(&mut o, name, "counter", help);
+            for p in &self.profiles {
+                for f in Format::ALL {
+                    let v = self.sum(kind, *p, f);
+                    let _ = writeln!(
+                        o,
+                        "{name}{{profile=\"{}\",format=\"{}\"}} {v}",
+                        p.label(),
+                        f.label()
+                    );
+                }
+            }
+        }
+
+        header(
+            &mut o,
+            "wsload_server_auth_failures_total",
+            "counter",
+            "Refused WSE tokens, by reason.",
+        );
+        for (i, r) in AUTH_REASONS.iter().enumerate() {
+            let v = self.auth_failures[i].load(Relaxed);
+            let _ = writeln!(o, "wsload_server_auth_failures_total{{reason=\"{r}\"}} {v}");
+        }
+
+        header(
+            &mut o,
+            "wsload_server_broadcast_lagged_total",
+            "counter",
+            "Broadcast messages skipped by clients that fell behind.",
+        );
+        let _ = writeln!(
+            o,
+            "wsload_server_broadcast_lagged_total {}",
+            self.broadcast_lagged.load(Relaxed)
+        );
+
+        header(
+            &mut o,
+            "wsload_server_accept_errors_total",
+            "counter",
+            "Failed accept(2) calls.",
+        );
+        for (kind, label) in [
+            (AcceptError::FileLimit, "file_limit"),
+            (AcceptError::Other, "other"),
+        ] {
+            let v = self.accept_errors[kind as usize].load(Relaxed);
+            let _ = writeln!(
+                o,
+                "wsload_server_accept_errors_total{{kind=\"{label}\"}} {v}"
+            );
+        }
+        o
+    }
+}
+
+fn header(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, series: &str) -> u64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in\n{text}"))
+    }
+
+    #[test]
+    fn counts_from_many_threads_sum_exactly() {
+        let stats = std::sync::Arc::new(Stats::new(vec![Profile::Echo, Profile::Wse]));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let s = stats.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        s.received(Profile::Echo, Format::Text, 64);
+                        s.sent(Profile::Wse, Format::Msgpack, 10);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let text = stats.render();
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_messages_received_total{profile="echo",format="text"}"#
+            ),
+            80_000
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_bytes_received_total{profile="echo",format="text"}"#
+            ),
+            80_000 * 64
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_messages_sent_total{profile="wse",format="msgpack"}"#
+            ),
+            80_000
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_messages_sent_total{profile="echo",format="msgpack"}"#
+            ),
+            0
+        );
+        assert!(
+            !text.contains("profile=\"sink\""),
+            "unused profiles are not exposed"
+        );
+    }
+
+    #[test]
+    fn connection_accounting_and_histogram() {
+        let stats = Stats::new(vec![Profile::Echo]);
+        stats.accepted(Profile::Echo, Duration::from_micros(30));
+        stats.accepted(Profile::Echo, Duration::from_millis(3));
+        stats.accepted(Profile::Echo, Duration::from_secs(60));
+        stats.closed(Profile::Echo, Closed::IdleTimeout);
+        stats.rejected(Rejected::Capacity);
+        stats.auth_failure("expired");
+        let text = stats.render();
+        assert_eq!(value(&text, "wsload_server_connections_active"), 2);
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_connections_accepted_total{profile="echo"}"#
+            ),
+            3
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_connections_closed_total{profile="echo",reason="idle_timeout"}"#
+            ),
+            1
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_connections_rejected_total{reason="capacity"}"#
+            ),
+            1
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_auth_failures_total{reason="expired"}"#
+            ),
+            1
+        );
+        let b = "wsload_server_handshake_duration_seconds_bucket";
+        assert_eq!(
+            value(&text, &format!(r#"{b}{{profile="echo",le="0.00005"}}"#)),
+            1
+        );
+        assert_eq!(
+            value(&text, &format!(r#"{b}{{profile="echo",le="0.005"}}"#)),
+            2
+        );
+        assert_eq!(
+            value(&text, &format!(r#"{b}{{profile="echo",le="10"}}"#)),
+            2
+        );
+        assert_eq!(
+            value(&text, &format!(r#"{b}{{profile="echo",le="+Inf"}}"#)),
+            3
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"wsload_server_handshake_duration_seconds_count{profile="echo"}"#
+            ),
+            3
+        );
+    }
+}
