@@ -1,7 +1,6 @@
 //! wsload-server: the reference WebSocket server of wsload. See `docs/server.md`.
 
 pub mod config;
-mod metrics_http;
 mod server;
 mod session;
 pub mod stats;

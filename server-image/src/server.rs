@@ -3,7 +3,7 @@
 use crate::config::{Config, Profile};
 use crate::session::{self, Discard, Echo};
 use crate::stats::{AcceptError, Rejected, Stats};
-use crate::{Error, Result, metrics_http, wse};
+use crate::{Error, Result, wse};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +58,15 @@ struct Admission<'a>(&'a AtomicU64);
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl wsload_metrics::Exposition for Shared {
+    fn render(&self) -> String {
+        self.stats.render()
+    }
+    fn ready(&self) -> bool {
+        self.stats.is_ready()
     }
 }
 
@@ -158,7 +167,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     });
 
     let metrics_addr = metrics.local_addr()?;
-    tokio::spawn(metrics_http::serve(metrics, shared.clone()));
+    tokio::spawn(wsload_metrics::serve(metrics, shared.clone()));
     if let Some(tx) = &shared.broadcast {
         tokio::spawn(publish(tx.clone(), shared.clone()));
     }

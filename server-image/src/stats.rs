@@ -9,6 +9,7 @@ use crate::config::Profile;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
+use wsload_metrics::header;
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
@@ -450,10 +451,6 @@ impl Stats {
         }
         o
     }
-}
-
-fn header(o: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! A few GET paths answered with `Connection: close` need no HTTP framework: Prometheus and
 //! kubelet probes speak plain HTTP/1.1 and read to the end of the body.
 
-use crate::server::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,13 +10,23 @@ use tokio::net::{TcpListener, TcpStream};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+/// What the endpoint exposes.
+pub trait Exposition: Send + Sync + 'static {
+    /// The Prometheus text exposition (format 0.0.4).
+    fn render(&self) -> String;
+    /// Whether `/readyz` answers 200.
+    fn ready(&self) -> bool;
+}
+
+/// Serves the endpoint on `listener` until the task is dropped.
+pub async fn serve<E: Exposition>(listener: TcpListener, exposition: Arc<E>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let shared = shared.clone();
+                let exposition = exposition.clone();
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, respond(stream, &shared)).await;
+                    let _ =
+                        tokio::time::timeout(REQUEST_TIMEOUT, respond(stream, &*exposition)).await;
                 });
             }
             Err(e) => {
@@ -28,7 +37,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn respond<E: Exposition>(mut stream: TcpStream, exposition: &E) -> std::io::Result<()> {
     let mut buf = [0u8; 4096];
     let mut n = 0;
     while n < buf.len() {
@@ -45,7 +54,7 @@ async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
     let mut words = request.split_whitespace();
     let method = words.next().unwrap_or("");
     let path = words.next().unwrap_or("/").split('?').next().unwrap_or("/");
-    let (status, content_type, body) = route(method, path, shared);
+    let (status, content_type, body) = route(method, path, exposition);
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -57,7 +66,11 @@ async fn respond(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
     stream.shutdown().await
 }
 
-fn route(method: &str, path: &str, shared: &Shared) -> (&'static str, &'static str, String) {
+fn route<E: Exposition>(
+    method: &str,
+    path: &str,
+    exposition: &E,
+) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != "GET" && method != "HEAD" {
         return ("405 Method Not Allowed", TEXT, "only GET and HEAD\n".into());
@@ -66,10 +79,10 @@ fn route(method: &str, path: &str, shared: &Shared) -> (&'static str, &'static s
         "/metrics" => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            shared.stats.render(),
+            exposition.render(),
         ),
         "/healthz" => ("200 OK", TEXT, "ok\n".into()),
-        "/readyz" if shared.stats.is_ready() => ("200 OK", TEXT, "ready\n".into()),
+        "/readyz" if exposition.ready() => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => (
             "503 Service Unavailable",
             TEXT,
@@ -81,4 +94,10 @@ fn route(method: &str, path: &str, shared: &Shared) -> (&'static str, &'static s
             "try /metrics, /healthz or /readyz\n".into(),
         ),
     }
+}
+
+/// Writes `# HELP` and `# TYPE` lines.
+pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

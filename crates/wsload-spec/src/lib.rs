@@ -1,0 +1,127 @@
+//! The `LoadTest` resource, `wsload.dev/v1alpha1`: one definition for the load generator
+//! (which reads it from a file) and the operator (which reads it from the API server).
+
+pub mod shares;
+pub mod spec;
+pub mod threshold;
+pub mod units;
+pub mod validate;
+
+pub use spec::*;
+pub use threshold::Threshold;
+pub use units::{Dur, Percent};
+pub use validate::FieldError;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const GROUP: &str = "wsload.dev";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "wsload.dev/v1alpha1";
+pub const KIND: &str = "LoadTest";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {field}: {message}")]
+    Parse {
+        path: String,
+        field: String,
+        message: String,
+    },
+    #[error(
+        "{path}: apiVersion {found:?} / kind {kind:?}: this file is not a LoadTest (want apiVersion: {API_VERSION}, kind: {KIND})"
+    )]
+    NotALoadTest {
+        path: String,
+        found: String,
+        kind: String,
+    },
+    #[error("{path}: invalid LoadTest:\n{}", .errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        path: String,
+        errors: Vec<FieldError>,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A LoadTest as written in a file: exactly what `kubectl apply -f` takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadTest {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: Metadata,
+    pub spec: LoadTestSpec,
+}
+
+impl LoadTest {
+    /// Parses and validates a LoadTest document; `path` names it in errors.
+    pub fn from_yaml(text: &str, path: &str) -> Result<LoadTest> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let lt: LoadTest = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            Error::Parse {
+                path: path.to_string(),
+                field: if field == "." {
+                    "document".into()
+                } else {
+                    field
+                },
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        if lt.api_version != API_VERSION || lt.kind != KIND {
+            return Err(Error::NotALoadTest {
+                path: path.to_string(),
+                found: lt.api_version,
+                kind: lt.kind,
+            });
+        }
+        validate::validate(&lt.spec).map_err(|errors| Error::Invalid {
+            path: path.to_string(),
+            errors,
+        })?;
+        Ok(lt)
+    }
+
+    /// Reads, parses and validates a LoadTest file.
+    pub fn from_file(path: &str) -> Result<LoadTest> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text, path)
+    }
+
+    /// The test's name, or `loadtest` when the file has none.
+    pub fn name(&self) -> &str {
+        if self.metadata.name.is_empty() {
+            "loadtest"
+        } else {
+            &self.metadata.name
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,552 @@
+//! The `spec` of a LoadTest. Field names are camelCase as in every Kubernetes API; every field
+//! but `target` and `scenario` has a default, so a small file runs.
+
+use crate::threshold::Threshold;
+use crate::units::{Dur, Percent};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadTestSpec {
+    /// The server under test: an external `url` or a managed `server`.
+    pub target: Target,
+    /// The application protocol spoken over WebSocket.
+    #[serde(default)]
+    pub protocol: Protocol,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
+    /// What the test does; see the scenario list in the README.
+    pub scenario: Scenario,
+    /// Connection tiers: each count is one row of the report, run one after another.
+    #[serde(default = "default_connections")]
+    pub connections: Vec<u32>,
+    /// Measured time of each tier (or cell) for timed scenarios.
+    #[serde(default = "default_duration")]
+    pub duration: Dur,
+    /// Load before measuring starts, per tier; its figures are discarded.
+    #[serde(default)]
+    pub warmup: Dur,
+    #[serde(default)]
+    pub message: MessageSpec,
+    /// Payload sizes of the payloadMatrix scenario, in bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<u32>,
+    /// Formats of the formatComparison scenario.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub formats: Vec<Format>,
+    #[serde(default)]
+    pub connect: ConnectSpec,
+    #[serde(default)]
+    pub ping: PingSpec,
+    /// Open-loop sending rate (constantRate; echo mode's pacing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateSpec>,
+    #[serde(default)]
+    pub limit: LimitSpec,
+    /// Messages in flight per connection in throughput-type scenarios against echoing servers.
+    #[serde(default = "default_window")]
+    pub window: u32,
+    /// `batch`: queue a burst, then one write; `perMessage`: one write per message (to mimic
+    /// clients that flush every send).
+    #[serde(default)]
+    pub flush: FlushMode,
+    #[serde(default)]
+    pub sources: SourcesSpec,
+    /// Load-generator pods sharing the load; `wsload run` runs them all in one process.
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<Threshold>,
+    /// Where to read the server's own received-message counter, to reconcile with what
+    /// clients sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerMetrics>,
+}
+
+fn default_connections() -> Vec<u32> {
+    vec![100]
+}
+fn default_duration() -> Dur {
+    Dur::secs(10)
+}
+fn default_window() -> u32 {
+    64
+}
+fn default_shards() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Target {
+    /// `ws://` or `wss://` URL of an external server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A server wsload starts: a pod in a cluster, the `wsload-server` binary locally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ManagedServer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagedServer {
+    /// Container image (cluster only); locally the `wsload-server` binary of this build runs.
+    #[serde(default = "default_server_image")]
+    pub image: String,
+    /// The reference server's profile (`WSLOAD_SERVER_PROFILE`).
+    #[serde(default)]
+    pub profile: ServerProfile,
+    #[serde(default = "default_server_port")]
+    pub port: u16,
+    #[serde(default = "default_metrics_port")]
+    pub metrics_port: u16,
+    /// Request path the clients connect to.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Extra arguments to the server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment of the server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+pub const DEFAULT_SERVER_IMAGE: &str = concat!("wsload/server:", env!("CARGO_PKG_VERSION"));
+
+fn default_server_image() -> String {
+    DEFAULT_SERVER_IMAGE.to_string()
+}
+fn default_server_port() -> u16 {
+    8080
+}
+fn default_metrics_port() -> u16 {
+    9090
+}
+fn default_path() -> String {
+    "/".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ServerProfile {
+    #[default]
+    Echo,
+    Wse,
+    Sink,
+    Broadcast,
+}
+
+impl ServerProfile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerProfile::Echo => "echo",
+            ServerProfile::Wse => "wse",
+            ServerProfile::Sink => "sink",
+            ServerProfile::Broadcast => "broadcast",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Protocol {
+    /// Any RFC 6455 server that echoes data frames (or, for sends only, any server).
+    #[default]
+    Echo,
+    /// The WSE protocol: token, server_ready, client_hello, ping/PONG, prefixed frames.
+    Wse,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Auth {
+    /// Sign an HS256 token per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtAuth>,
+    /// Send this token as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<SecretValue>,
+    /// How the token travels: the `access_token` cookie or an `Authorization: Bearer` header.
+    #[serde(default)]
+    pub send_as: TokenPlacement,
+    /// Extra headers on the upgrade request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JwtAuth {
+    pub secret: SecretValue,
+    /// `sub` claim; `{i}` is replaced by the connection number.
+    #[serde(default = "default_subject")]
+    pub subject: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    #[serde(default = "default_ttl")]
+    pub ttl: Dur,
+    /// More claims, merged over the standard ones.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub claims: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_subject() -> String {
+    "wsload-{i}".to_string()
+}
+fn default_ttl() -> Dur {
+    Dur::secs(3600)
+}
+
+/// A secret given inline, from an environment variable, or (in a cluster) from a Secret.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretValue {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretKeyRef {
+    pub name: String,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TokenPlacement {
+    #[default]
+    Cookie,
+    Bearer,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tls {
+    /// PEM file of CA certificates to trust besides the system roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Accept any server certificate (testing only).
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Scenario {
+    /// Open N connections in batches; accept rate and handshake latency.
+    ConnectionStorm,
+    /// N connections ping concurrently; round-trip percentiles, lost pings.
+    PingLatency,
+    /// N connections send as fast as possible; msg/s, bytes/s, server receipt.
+    Throughput,
+    /// Throughput for each payload size x connection tier.
+    PayloadMatrix,
+    /// Throughput of the same message as JSON, MsgPack and zlib.
+    FormatComparison,
+    /// Hold N connections with periodic pings; survival and ping percentiles.
+    SustainedHold,
+    /// Largest N held with errors under a bound: exponential probe, then binary search.
+    ConnectionLimit,
+    /// Echo perftest: one message in flight per connection (closed loop).
+    Pingpong,
+    /// Echo perftest: paced sender and separate reader; loss.
+    Echo,
+    /// Echo perftest: send only, never read.
+    Blast,
+    /// Open-loop constant rate with ramp stages; coordinated-omission-corrected latency.
+    ConstantRate,
+}
+
+impl Scenario {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::ConnectionStorm => "connectionStorm",
+            Scenario::PingLatency => "pingLatency",
+            Scenario::Throughput => "throughput",
+            Scenario::PayloadMatrix => "payloadMatrix",
+            Scenario::FormatComparison => "formatComparison",
+            Scenario::SustainedHold => "sustainedHold",
+            Scenario::ConnectionLimit => "connectionLimit",
+            Scenario::Pingpong => "pingpong",
+            Scenario::Echo => "echo",
+            Scenario::Blast => "blast",
+            Scenario::ConstantRate => "constantRate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Format {
+    /// JSON text frames.
+    #[default]
+    Json,
+    /// `M:` + MsgPack binary frames.
+    Msgpack,
+    /// `C:` + zlib-compressed JSON binary frames.
+    Zlib,
+    /// Raw binary frames.
+    Binary,
+}
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Msgpack => "msgpack",
+            Format::Zlib => "zlib",
+            Format::Binary => "binary",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MessageSpec {
+    /// Payload bytes of each message (the envelope is padded up to it).
+    #[serde(default = "default_size")]
+    pub size: u32,
+    #[serde(default)]
+    pub format: Format,
+    /// zlib level 0-9 for the `zlib` format (the WSE benchmark uses 6).
+    #[serde(default = "default_level")]
+    pub compression_level: u32,
+}
+
+impl Default for MessageSpec {
+    fn default() -> Self {
+        MessageSpec {
+            size: default_size(),
+            format: Format::Json,
+            compression_level: default_level(),
+        }
+    }
+}
+
+fn default_size() -> u32 {
+    64
+}
+fn default_level() -> u32 {
+    6
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConnectSpec {
+    /// Connections opened together.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: u32,
+    /// Pause between batches.
+    #[serde(default = "default_batch_interval")]
+    pub batch_interval: Dur,
+    /// Limit on TCP connect + upgrade + ready for one connection.
+    #[serde(default = "default_connect_timeout")]
+    pub timeout: Dur,
+}
+
+impl Default for ConnectSpec {
+    fn default() -> Self {
+        ConnectSpec {
+            batch_size: default_batch_size(),
+            batch_interval: default_batch_interval(),
+            timeout: default_connect_timeout(),
+        }
+    }
+}
+
+fn default_batch_size() -> u32 {
+    500
+}
+fn default_batch_interval() -> Dur {
+    Dur::millis(10)
+}
+fn default_connect_timeout() -> Dur {
+    Dur::secs(10)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PingSpec {
+    /// Pings per connection (pingLatency).
+    #[serde(default = "default_ping_count")]
+    pub count: u32,
+    /// Pause between one connection's pings; defaults to none (pingLatency) or 5s
+    /// (sustainedHold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Dur>,
+    /// A ping unanswered this long is lost.
+    #[serde(default = "default_ping_timeout")]
+    pub timeout: Dur,
+    /// `app`: the protocol's ping (WSE PING/PONG, a timestamped echo); `frame`: WebSocket
+    /// ping/pong control frames.
+    #[serde(default)]
+    pub kind: PingKind,
+}
+
+impl Default for PingSpec {
+    fn default() -> Self {
+        PingSpec {
+            count: default_ping_count(),
+            interval: None,
+            timeout: default_ping_timeout(),
+            kind: PingKind::App,
+        }
+    }
+}
+
+fn default_ping_count() -> u32 {
+    50
+}
+fn default_ping_timeout() -> Dur {
+    Dur::secs(5)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PingKind {
+    #[default]
+    App,
+    Frame,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateSpec {
+    /// Messages per second over all connections (and all shards).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_per_second: Option<f64>,
+    /// Ramp: each stage moves the rate linearly from the previous stage's target (or
+    /// `messagesPerSecond`, else 0) to its own over its duration. Replaces `duration`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<Stage>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Stage {
+    pub duration: Dur,
+    /// Messages per second at the end of the stage.
+    pub target: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitSpec {
+    /// First probe.
+    #[serde(default = "default_limit_start")]
+    pub start: u32,
+    /// Never probe above this.
+    #[serde(default = "default_limit_max")]
+    pub max: u32,
+    /// A probe passes while failed connections stay under this share.
+    #[serde(default = "default_limit_errors")]
+    pub max_error_rate: Percent,
+    /// How long each probe holds its connections.
+    #[serde(default = "default_limit_hold")]
+    pub hold: Dur,
+    /// The binary search stops when the gap is at most this many connections.
+    #[serde(default = "default_limit_resolution")]
+    pub resolution: u32,
+}
+
+impl Default for LimitSpec {
+    fn default() -> Self {
+        LimitSpec {
+            start: default_limit_start(),
+            max: default_limit_max(),
+            max_error_rate: default_limit_errors(),
+            hold: default_limit_hold(),
+            resolution: default_limit_resolution(),
+        }
+    }
+}
+
+fn default_limit_start() -> u32 {
+    1000
+}
+fn default_limit_max() -> u32 {
+    1_000_000
+}
+fn default_limit_errors() -> Percent {
+    Percent(0.05)
+}
+fn default_limit_hold() -> Dur {
+    Dur::secs(3)
+}
+fn default_limit_resolution() -> u32 {
+    1000
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FlushMode {
+    #[default]
+    Batch,
+    PerMessage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SourcesSpec {
+    /// Local addresses connections bind to, in turn. Empty: 127.0.0.1, 127.0.0.2, ... as
+    /// needed for a loopback target; the system's choice otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<IpAddr>,
+    /// Connections one source address may carry to one target (the ephemeral port range).
+    #[serde(default = "default_per_address")]
+    pub per_address: u32,
+}
+
+impl Default for SourcesSpec {
+    fn default() -> Self {
+        SourcesSpec {
+            addresses: Vec::new(),
+            per_address: DEFAULT_PER_ADDRESS,
+        }
+    }
+}
+
+/// Ports in Linux's default ephemeral range (32768-60999), less a margin for other sockets.
+pub const DEFAULT_PER_ADDRESS: u32 = 28_000;
+
+fn default_per_address() -> u32 {
+    DEFAULT_PER_ADDRESS
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerMetrics {
+    /// The server's Prometheus endpoint; defaults to the managed server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Counter of messages the server received (summed over matching series).
+    #[serde(default = "default_received_metric")]
+    pub received: String,
+    /// Only series with these labels count.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+pub const DEFAULT_RECEIVED_METRIC: &str = "wsload_server_messages_received_total";
+
+fn default_received_metric() -> String {
+    DEFAULT_RECEIVED_METRIC.to_string()
+}

@@ -1,0 +1,131 @@
+//! Durations (`10s`) and percentages (`5%`) as they are written in a LoadTest.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::time::Duration;
+
+/// A duration written as `500ms`, `10s`, `2m`, `1h` (or a bare number of seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub const fn secs(s: u64) -> Self {
+        Dur(Duration::from_secs(s))
+    }
+    pub const fn millis(ms: u64) -> Self {
+        Dur(Duration::from_millis(ms))
+    }
+    pub fn get(self) -> Duration {
+        self.0
+    }
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Ok(secs) = s.parse::<f64>() {
+            return Duration::try_from_secs_f64(secs)
+                .map(Dur)
+                .map_err(|e| format!("{s:?}: {e}"));
+        }
+        humantime::parse_duration(s)
+            .map(Dur)
+            .map_err(|e| format!("{s:?} is not a duration ({e}); write e.g. 500ms, 10s, 2m"))
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(f64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => Dur::parse(&s).map_err(serde::de::Error::custom),
+            Raw::Number(n) => Duration::try_from_secs_f64(n)
+                .map(Dur)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A fraction written as `5%` or `0.05`; held as the fraction (0.05).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
+pub struct Percent(pub f64);
+
+impl Percent {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (num, scale) = match s.strip_suffix('%') {
+            Some(n) => (n.trim(), 100.0),
+            None => (s, 1.0),
+        };
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5% or 0.05"))?;
+        let v = v / scale;
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{s:?} is outside 0%..100%"));
+        }
+        Ok(Percent(v))
+    }
+}
+
+impl fmt::Display for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}%", self.0 * 100.0)
+    }
+}
+
+impl Serialize for Percent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(f64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(s) => Percent::parse(&s).map_err(serde::de::Error::custom),
+            Raw::Number(n) => Percent::parse(&n.to_string()).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_percentages_round_trip() {
+        assert_eq!(Dur::parse("250ms"), Ok(Dur::millis(250)));
+        assert_eq!(Dur::parse("2"), Ok(Dur::secs(2)));
+        assert!(Dur::parse("soon").unwrap_err().contains("500ms"));
+        let d: Dur = serde_json::from_str("\"1m 30s\"").expect("dur");
+        assert_eq!(d, Dur::secs(90));
+        assert_eq!(serde_json::to_string(&d).expect("ser"), "\"1m 30s\"");
+
+        assert_eq!(Percent::parse("5%"), Ok(Percent(0.05)));
+        assert_eq!(Percent::parse("0.1"), Ok(Percent(0.1)));
+        assert!(Percent::parse("150%").is_err());
+        let p: Percent = serde_json::from_str("0.5").expect("number");
+        assert_eq!(p, Percent(0.5));
+    }
+}

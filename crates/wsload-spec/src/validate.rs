@@ -1,0 +1,348 @@
+//! Checks a spec beyond what its types enforce. Every problem is reported (not just the
+//! first), each with the field's path and what to write instead.
+
+use crate::spec::*;
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path from the document root, e.g. `spec.target.url`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: format!("spec.{}", field.into()),
+            message: message.into(),
+        });
+    }
+}
+
+/// Connections one process can hold: this VM (and many containers) cap open files at 20,000
+/// per process, and a few descriptors go to the runtime itself.
+pub const MAX_CONNECTIONS_PER_SHARD: u32 = 19_500;
+
+/// The largest tier (or limit probe) of the spec.
+pub fn peak_connections(spec: &LoadTestSpec) -> u32 {
+    match spec.scenario {
+        Scenario::ConnectionLimit => spec.limit.max,
+        _ => spec.connections.iter().copied().max().unwrap_or(0),
+    }
+}
+
+pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
+    let mut e = Errors(Vec::new());
+    target(spec, &mut e);
+    auth(spec, &mut e);
+    shape(spec, &mut e);
+    thresholds(spec, &mut e);
+    if e.0.is_empty() { Ok(()) } else { Err(e.0) }
+}
+
+fn target(spec: &LoadTestSpec, e: &mut Errors) {
+    match (&spec.target.url, &spec.target.server) {
+        (Some(_), Some(_)) => e.add(
+            "target",
+            "set either url (an external server) or server (a managed one), not both",
+        ),
+        (None, None) => e.add(
+            "target",
+            "set url (e.g. ws://host:8080/) or server: {} for the reference server",
+        ),
+        (Some(url), None) => {
+            if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+                e.add(
+                    "target.url",
+                    format!("{url:?} must start with ws:// or wss://"),
+                );
+            } else if url
+                .split("://")
+                .nth(1)
+                .is_none_or(|rest| rest.is_empty() || rest.starts_with('/'))
+            {
+                e.add("target.url", format!("{url:?} has no host"));
+            }
+        }
+        (None, Some(server)) => {
+            if server.image.trim().is_empty() {
+                e.add("target.server.image", "must not be empty");
+            }
+            if !server.path.starts_with('/') {
+                e.add(
+                    "target.server.path",
+                    format!("{:?} must start with '/'", server.path),
+                );
+            }
+            if server.port == server.metrics_port {
+                e.add("target.server.metricsPort", "must differ from port");
+            }
+            let wse = server.profile == ServerProfile::Wse;
+            if wse != (spec.protocol == Protocol::Wse) {
+                e.add(
+                    "protocol",
+                    format!(
+                        "protocol {:?} does not match the managed server's profile {:?}; set both to wse, or neither",
+                        spec.protocol,
+                        server.profile.as_str()
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(tls) = &spec.tls
+        && spec
+            .target
+            .url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("ws://"))
+        && (tls.ca_file.is_some() || tls.insecure_skip_verify)
+    {
+        e.add("tls", "TLS settings need a wss:// target url");
+    }
+}
+
+fn secret(field: &str, s: &SecretValue, e: &mut Errors) {
+    let set = [
+        s.value.is_some(),
+        s.from_env.is_some(),
+        s.secret_ref.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if set != 1 {
+        e.add(field, "set exactly one of value, fromEnv or secretRef");
+    }
+}
+
+fn auth(spec: &LoadTestSpec, e: &mut Errors) {
+    let Some(auth) = &spec.auth else { return };
+    match (&auth.jwt, &auth.token) {
+        (Some(_), Some(_)) => e.add(
+            "auth",
+            "set either jwt (signed per connection) or token (sent as is), not both",
+        ),
+        (Some(jwt), None) => {
+            secret("auth.jwt.secret", &jwt.secret, e);
+            if jwt.ttl.get().is_zero() {
+                e.add("auth.jwt.ttl", "must be above zero");
+            }
+        }
+        (None, Some(token)) => secret("auth.token", token, e),
+        (None, None) => {}
+    }
+    for name in auth.headers.keys() {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            e.add(
+                format!("auth.headers.{name}"),
+                "is not a valid HTTP header name",
+            );
+        }
+    }
+}
+
+fn shape(spec: &LoadTestSpec, e: &mut Errors) {
+    let scenario = spec.scenario;
+    if spec.shards == 0 {
+        e.add("shards", "must be at least 1");
+    }
+    if scenario != Scenario::ConnectionLimit {
+        if spec.connections.is_empty() {
+            e.add(
+                "connections",
+                "list at least one connection count, e.g. [100]",
+            );
+        }
+        for (i, &n) in spec.connections.iter().enumerate() {
+            if n == 0 {
+                e.add(format!("connections[{i}]"), "must be at least 1");
+            } else if n < spec.shards {
+                e.add(
+                    format!("connections[{i}]"),
+                    format!(
+                        "{n} connections cannot be split over {} shards",
+                        spec.shards
+                    ),
+                );
+            }
+        }
+    }
+    let timed = !matches!(
+        scenario,
+        Scenario::ConnectionStorm | Scenario::PingLatency | Scenario::ConnectionLimit
+    );
+    let staged = spec.rate.as_ref().is_some_and(|r| !r.stages.is_empty());
+    if timed && !staged && spec.duration.get().is_zero() {
+        e.add("duration", "must be above zero for this scenario");
+    }
+    if spec.message.size == 0 {
+        e.add("message.size", "must be at least 1 byte");
+    }
+    if spec.message.compression_level > 9 {
+        e.add("message.compressionLevel", "must be 0-9");
+    }
+    if spec.window == 0 {
+        e.add("window", "must be at least 1");
+    }
+    if spec.connect.batch_size == 0 {
+        e.add("connect.batchSize", "must be at least 1");
+    }
+    if spec.connect.timeout.get().is_zero() {
+        e.add("connect.timeout", "must be above zero");
+    }
+    if spec.ping.timeout.get().is_zero() {
+        e.add("ping.timeout", "must be above zero");
+    }
+    if scenario == Scenario::PingLatency && spec.ping.count == 0 {
+        e.add("ping.count", "must be at least 1");
+    }
+    if spec.protocol == Protocol::Wse
+        && spec.ping.kind == PingKind::App
+        && spec.message.format == Format::Binary
+    {
+        e.add(
+            "message.format",
+            "the wse protocol has no raw binary messages; use json, msgpack or zlib",
+        );
+    }
+    for (i, &s) in spec.sizes.iter().enumerate() {
+        if s == 0 {
+            e.add(format!("sizes[{i}]"), "must be at least 1 byte");
+        }
+    }
+    if let Some(rate) = &spec.rate {
+        if rate
+            .messages_per_second
+            .is_some_and(|r| !(r > 0.0 && r.is_finite()))
+        {
+            e.add("rate.messagesPerSecond", "must be a positive number");
+        }
+        for (i, st) in rate.stages.iter().enumerate() {
+            if st.duration.get().is_zero() {
+                e.add(format!("rate.stages[{i}].duration"), "must be above zero");
+            }
+            if !(st.target >= 0.0 && st.target.is_finite()) {
+                e.add(
+                    format!("rate.stages[{i}].target"),
+                    "must be zero or more messages per second",
+                );
+            }
+        }
+    }
+    match scenario {
+        Scenario::ConstantRate => {
+            let ok = spec
+                .rate
+                .as_ref()
+                .is_some_and(|r| r.messages_per_second.is_some() || !r.stages.is_empty());
+            if !ok {
+                e.add(
+                    "rate",
+                    "constantRate needs rate.messagesPerSecond or rate.stages",
+                );
+            }
+        }
+        Scenario::ConnectionLimit => {
+            let l = &spec.limit;
+            if l.start == 0 {
+                e.add("limit.start", "must be at least 1");
+            }
+            if l.max < l.start {
+                e.add(
+                    "limit.max",
+                    format!("must be at least limit.start ({})", l.start),
+                );
+            }
+            if l.resolution == 0 {
+                e.add("limit.resolution", "must be at least 1");
+            }
+            if l.hold.get().is_zero() {
+                e.add("limit.hold", "must be above zero");
+            }
+        }
+        _ => {}
+    }
+    // Open files: one process holds fewer than ~20K sockets here and in many containers.
+    let shards = spec.shards.max(1);
+    let peak = peak_connections(spec);
+    let per_shard = peak.div_ceil(shards);
+    if per_shard > MAX_CONNECTIONS_PER_SHARD && scenario != Scenario::ConnectionLimit {
+        let need = peak.div_ceil(MAX_CONNECTIONS_PER_SHARD);
+        e.add(
+            "shards",
+            format!(
+                "{peak} connections over {shards} shard(s) is {per_shard} per shard, above the {MAX_CONNECTIONS_PER_SHARD} one process can open; use shards: {need} or more"
+            ),
+        );
+    }
+    if !spec.sources.addresses.is_empty() {
+        let capacity = spec.sources.addresses.len() as u64 * u64::from(spec.sources.per_address);
+        if u64::from(per_shard) > capacity {
+            e.add(
+                "sources.addresses",
+                format!(
+                    "{} address(es) x {} connections each cannot carry {per_shard} connections per shard; add addresses",
+                    spec.sources.addresses.len(),
+                    spec.sources.per_address
+                ),
+            );
+        }
+    }
+    if spec.sources.per_address == 0 {
+        e.add("sources.perAddress", "must be at least 1");
+    }
+}
+
+fn thresholds(spec: &LoadTestSpec, e: &mut Errors) {
+    use crate::threshold::{Latency, Metric};
+    use Scenario::*;
+    let s = spec.scenario;
+    let has_rtt = matches!(
+        s,
+        PingLatency
+            | Throughput
+            | PayloadMatrix
+            | FormatComparison
+            | SustainedHold
+            | Pingpong
+            | Echo
+            | ConstantRate
+    );
+    for (i, t) in spec.thresholds.iter().enumerate() {
+        let ok = match t.metric {
+            Metric::Latency(Latency::Connect, _) | Metric::Errors | Metric::ConnectRate => true,
+            Metric::Latency(_, _) => has_rtt,
+            Metric::Throughput | Metric::ReceivedRate => {
+                !matches!(s, ConnectionStorm | ConnectionLimit)
+            }
+            Metric::Loss => matches!(
+                s,
+                PingLatency | SustainedHold | Pingpong | Echo | ConstantRate | Throughput
+            ),
+            Metric::Survival => matches!(s, SustainedHold),
+            Metric::Delivery => spec.server_metrics.is_some() || spec.target.server.is_some(),
+            Metric::Limit => s == ConnectionLimit,
+        };
+        if !ok {
+            let why = match t.metric {
+                Metric::Delivery => "delivery needs the server's counter: set serverMetrics (or use a managed server)".to_string(),
+                _ => format!("the {} scenario does not measure {}", s.as_str(), t.metric),
+            };
+            e.add(format!("thresholds[{i}]"), format!("{:?}: {why}", t.text));
+        }
+    }
+}

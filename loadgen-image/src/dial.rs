@@ -1,0 +1,386 @@
+//! Opening one connection: source address, TCP connect, TLS + HTTP upgrade, and (WSE) the
+//! wait for `server_ready`, each phase timed; failures classified by reason.
+
+use crate::measure::ConnectError;
+use crate::message;
+use crate::{Error, Result};
+use futures_util::{SinkExt, StreamExt};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, Request};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
+
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Per-connection read buffer: small, because 100K idle connections each hold one.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// How a dial went.
+pub struct Dialed {
+    pub ws: Ws,
+    pub tcp: Duration,
+    pub upgrade: Duration,
+    /// Upgrade to ready (`None` when the protocol has no ready message).
+    pub ready: Option<Duration>,
+}
+
+/// Everything needed to open connections to one target, prepared once per cell.
+pub struct Dialer {
+    url: String,
+    addr: SocketAddr,
+    protocol: Protocol,
+    timeout: Duration,
+    sources: Vec<IpAddr>,
+    per_address: u32,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    token: Token,
+    connector: Option<Connector>,
+    ws_config: WebSocketConfig,
+}
+
+enum Token {
+    None,
+    Fixed(String, TokenPlacement),
+    Jwt {
+        secret: Vec<u8>,
+        claims: serde_json::Map<String, serde_json::Value>,
+        subject: String,
+        ttl: i64,
+        placement: TokenPlacement,
+    },
+}
+
+fn resolve_secret(s: &wsload_spec::SecretValue, field: &str) -> Result<String> {
+    if let Some(v) = &s.value {
+        return Ok(v.clone());
+    }
+    if let Some(var) = &s.from_env {
+        return std::env::var(var).map_err(|_| {
+            Error::Spec(format!(
+                "{field}.fromEnv: environment variable {var} is not set"
+            ))
+        });
+    }
+    // In a cluster the operator turns secretRef into an environment variable of the pod.
+    if let Some(r) = &s.secret_ref {
+        let var = secret_env_name(&r.name, &r.key);
+        return std::env::var(&var).map_err(|_| {
+            Error::Spec(format!(
+                "{field}.secretRef {}/{}: not available outside a cluster; set {var} or use value/fromEnv",
+                r.name, r.key
+            ))
+        });
+    }
+    Err(Error::Spec(format!("{field}: no value")))
+}
+
+/// The environment variable a `secretRef` is delivered in (the operator sets it on shard pods).
+pub fn secret_env_name(name: &str, key: &str) -> String {
+    let clean = |s: &str| {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
+    format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
+}
+
+impl Dialer {
+    pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
+        let request = url
+            .into_client_request()
+            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+        let uri = request.uri();
+        let tls = uri.scheme_str() == Some("wss");
+        let host = uri
+            .host()
+            .ok_or_else(|| Error::Spec(format!("spec.target.url {url:?} has no host")))?
+            .to_string();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let host_for_lookup = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let addr = (host_for_lookup.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| Error::Target(format!("cannot resolve {host}:{port}: {e}")))?
+            .next()
+            .ok_or_else(|| Error::Target(format!("{host}:{port} resolves to no address")))?;
+
+        let mut headers = Vec::new();
+        let mut token = Token::None;
+        if let Some(auth) = &spec.auth {
+            for (k, v) in &auth.headers {
+                let name = HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+                let value = HeaderValue::from_str(v)
+                    .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+                headers.push((name, value));
+            }
+            if let Some(t) = &auth.token {
+                token = Token::Fixed(resolve_secret(t, "spec.auth.token")?, auth.send_as);
+            }
+            if let Some(jwt) = &auth.jwt {
+                let secret = resolve_secret(&jwt.secret, "spec.auth.jwt.secret")?.into_bytes();
+                let mut claims = serde_json::Map::new();
+                if let Some(iss) = &jwt.issuer {
+                    claims.insert("iss".into(), iss.clone().into());
+                }
+                if let Some(aud) = &jwt.audience {
+                    claims.insert("aud".into(), aud.clone().into());
+                }
+                claims.extend(jwt.claims.clone());
+                token = Token::Jwt {
+                    secret,
+                    claims,
+                    subject: jwt.subject.clone(),
+                    ttl: jwt.ttl.get().as_secs() as i64,
+                    placement: auth.send_as,
+                };
+            }
+        }
+        let connector = if tls {
+            Some(Connector::Rustls(Arc::new(crate::tls::client_config(
+                spec.tls.as_ref(),
+            )?)))
+        } else {
+            None
+        };
+        let sources = if !spec.sources.addresses.is_empty() {
+            spec.sources.addresses.clone()
+        } else if addr.ip().is_loopback() && addr.is_ipv4() {
+            // 127.0.0.0/8 is all loopback: each address adds a full ephemeral port range.
+            (1..=254)
+                .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Dialer {
+            url: url.to_string(),
+            addr,
+            protocol: spec.protocol,
+            timeout: spec.connect.timeout.get(),
+            sources,
+            per_address: spec.sources.per_address.max(1),
+            headers,
+            token,
+            connector,
+            ws_config: WebSocketConfig::default()
+                .read_buffer_size(READ_BUFFER)
+                .write_buffer_size(64 * 1024)
+                .max_write_buffer_size(64 * 1024 + (64 << 20)),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The source address for connection number `n` (global across shards).
+    fn source(&self, n: u64) -> Option<IpAddr> {
+        if self.sources.is_empty() {
+            return None;
+        }
+        let i = (n / u64::from(self.per_address)) as usize % self.sources.len();
+        Some(self.sources[i])
+    }
+
+    fn request(&self, n: u64) -> Result<Request<()>, ConnectError> {
+        let mut req = self
+            .url
+            .as_str()
+            .into_client_request()
+            .map_err(|_| ConnectError::Other)?;
+        let h = req.headers_mut();
+        for (k, v) in &self.headers {
+            h.insert(k.clone(), v.clone());
+        }
+        let (token, placement) = match &self.token {
+            Token::None => return Ok(req),
+            Token::Fixed(t, p) => (t.clone(), *p),
+            Token::Jwt {
+                secret,
+                claims,
+                subject,
+                ttl,
+                placement,
+            } => {
+                let sub = subject.replace("{i}", &n.to_string());
+                let now = wsload_proto::jwt::now_secs();
+                let mut c = claims.clone();
+                c.insert("sub".into(), sub.into());
+                c.insert("iat".into(), now.into());
+                c.insert("exp".into(), (now + ttl).into());
+                (wsload_proto::jwt::sign(&c, secret), *placement)
+            }
+        };
+        let (name, value) = match placement {
+            TokenPlacement::Cookie => ("cookie", format!("access_token={token}")),
+            TokenPlacement::Bearer => ("authorization", format!("Bearer {token}")),
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.append(name, v);
+        }
+        Ok(req)
+    }
+
+    /// Opens connection number `n`, within `connect.timeout`.
+    pub async fn dial(&self, n: u64) -> Result<Dialed, ConnectError> {
+        match tokio::time::timeout(self.timeout, self.dial_inner(n)).await {
+            Ok(r) => r,
+            Err(_) => Err(ConnectError::Timeout),
+        }
+    }
+
+    async fn dial_inner(&self, n: u64) -> Result<Dialed, ConnectError> {
+        let start = Instant::now();
+        let socket = if self.addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .map_err(|e| io_error(&e))?;
+        if let Some(src) = self.source(n) {
+            socket
+                .bind(SocketAddr::new(src, 0))
+                .map_err(|e| io_error(&e))?;
+        }
+        let tcp = socket.connect(self.addr).await.map_err(|e| io_error(&e))?;
+        let _ = tcp.set_nodelay(true);
+        let tcp_done = Instant::now();
+        let request = self.request(n)?;
+        let (mut ws, _) = tokio_tungstenite::client_async_tls_with_config(
+            request,
+            tcp,
+            Some(self.ws_config),
+            self.connector.clone(),
+        )
+        .await
+        .map_err(|e| ws_error(&e))?;
+        let upgraded = Instant::now();
+        let ready = match self.protocol {
+            Protocol::Echo => None,
+            Protocol::Wse => {
+                wait_ready(&mut ws).await?;
+                // The greeting is part of the protocol; its answer is skipped by readers.
+                ws.send(message::wse_client_hello())
+                    .await
+                    .map_err(|e| ws_error(&e))?;
+                Some(upgraded.elapsed())
+            }
+        };
+        Ok(Dialed {
+            ws,
+            tcp: tcp_done - start,
+            upgrade: upgraded - tcp_done,
+            ready,
+        })
+    }
+}
+
+/// Waits for WSE `server_ready`; an `error` message or a close is a refusal.
+async fn wait_ready(ws: &mut Ws) -> Result<(), ConnectError> {
+    loop {
+        match ws.next().await {
+            None => return Err(ConnectError::ClosedEarly),
+            Some(Err(e)) => return Err(ws_error(&e)),
+            Some(Ok(Message::Close(frame))) => {
+                return Err(
+                    if frame.is_some_and(|f| {
+                        u16::from(f.code) == wsload_proto::envelope::CLOSE_AUTH_FAILED
+                    }) {
+                        ConnectError::AuthFailed
+                    } else {
+                        ConnectError::ClosedEarly
+                    },
+                );
+            }
+            Some(Ok(msg)) if msg.is_text() || msg.is_binary() => {
+                return match message::wse_type(&msg).as_deref() {
+                    Some("server_ready") => Ok(()),
+                    Some("error") => Err(ConnectError::AuthFailed),
+                    _ => Err(ConnectError::ClosedEarly),
+                };
+            }
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// errno values that name a reason of their own.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+const EADDRNOTAVAIL: i32 = 99;
+const EADDRINUSE: i32 = 98;
+
+pub fn io_error(e: &std::io::Error) -> ConnectError {
+    match e.raw_os_error() {
+        Some(EMFILE | ENFILE) => ConnectError::FileLimit,
+        Some(EADDRNOTAVAIL | EADDRINUSE) => ConnectError::NoPorts,
+        _ => match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => ConnectError::Refused,
+            std::io::ErrorKind::TimedOut => ConnectError::Timeout,
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof => {
+                ConnectError::ClosedEarly
+            }
+            _ => ConnectError::Other,
+        },
+    }
+}
+
+fn ws_error(e: &WsError) -> ConnectError {
+    match e {
+        WsError::Io(io) => io_error(io),
+        WsError::Http(resp) if resp.status().as_u16() == 401 || resp.status().as_u16() == 403 => {
+            ConnectError::AuthFailed
+        }
+        WsError::Http(_) | WsError::HttpFormat(_) => ConnectError::UpgradeRejected,
+        WsError::Tls(_) => ConnectError::Tls,
+        WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Protocol(_) => {
+            ConnectError::ClosedEarly
+        }
+        _ => ConnectError::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_env_names_are_shell_safe() {
+        assert_eq!(
+            secret_env_name("wse-jwt", "secret.key"),
+            "WSLOAD_SECRET_WSE_JWT_SECRET_KEY"
+        );
+    }
+
+    #[test]
+    fn io_errors_are_classified() {
+        assert_eq!(
+            io_error(&std::io::Error::from_raw_os_error(EMFILE)),
+            ConnectError::FileLimit
+        );
+        assert_eq!(
+            io_error(&std::io::Error::from_raw_os_error(EADDRNOTAVAIL)),
+            ConnectError::NoPorts
+        );
+        assert_eq!(
+            io_error(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+            ConnectError::Refused
+        );
+    }
+}

@@ -1,0 +1,577 @@
+//! What one connection does in the measured phase, per behavior.
+//!
+//! Every driver owns its stream (no `split`, which locks per poll), writes with `feed` and one
+//! `flush` per burst unless per-message flushing is asked for, and records into its worker's
+//! statistics (or into a discard bin during warm-up).
+
+use crate::dial::Ws;
+use crate::live::Live;
+use crate::measure::{Drop, Measure};
+use crate::message::{self, Template};
+use crate::schedule::Schedule;
+use bytes::BytesMut;
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_spec::{Format, PingKind, Protocol};
+
+/// How the connection pings (pingLatency, sustainedHold, pingpong, paced loads).
+#[derive(Debug, Clone, Copy)]
+pub struct PingCfg {
+    pub kind: PingKind,
+    pub protocol: Protocol,
+    pub format: Format,
+    pub level: u32,
+    pub timeout: Duration,
+}
+
+#[derive(Clone)]
+pub enum Behavior {
+    /// Connect, then close (connectionStorm).
+    Close,
+    /// Stay open until the deadline, pinging every `every` (sustainedHold, limit probes).
+    Hold {
+        every: Option<Duration>,
+        ping: PingCfg,
+    },
+    /// `count` pings one after another, `interval` apart (pingLatency).
+    Ping {
+        count: u32,
+        interval: Duration,
+        ping: PingCfg,
+    },
+    /// Write as fast as possible until the deadline. With `window`, the server answers every
+    /// message and at most `window` are in flight; without, nothing is awaited.
+    Saturate {
+        window: Option<u32>,
+        per_message_flush: bool,
+    },
+    /// Write only, never read (blast).
+    Blast { per_message_flush: bool },
+    /// One message in flight, closed loop (pingpong).
+    PingPong { ping: PingCfg },
+    /// Open loop on a schedule (echo mode, constantRate); latency from the intended send time.
+    Paced {
+        schedule: Arc<Schedule>,
+        ping: PingCfg,
+        per_message_flush: bool,
+    },
+}
+
+impl Behavior {
+    /// Whether the cell lasts `duration` (else it ends when the work is done).
+    pub fn is_timed(&self) -> bool {
+        !matches!(self, Behavior::Close | Behavior::Ping { .. })
+    }
+}
+
+pub struct ConnCtx {
+    pub template: Template,
+    /// When the phase (warm-up included) started: the origin of schedules.
+    pub start: Instant,
+    /// Connections of this process in the cell (phase offsets of schedules).
+    pub connections: u32,
+    pub measure_from: Instant,
+    pub deadline: Instant,
+    pub stats: Rc<RefCell<Measure>>,
+    pub discard: Rc<RefCell<Measure>>,
+    pub slot_index: usize,
+    pub live: Arc<Live>,
+}
+
+impl ConnCtx {
+    /// Where a figure observed at `now` goes: warm-up figures are discarded.
+    fn bin(&self, now: Instant) -> &RefCell<Measure> {
+        if now >= self.measure_from {
+            &self.stats
+        } else {
+            &self.discard
+        }
+    }
+    fn sent(&self, now: Instant, n: u64, bytes: u64) {
+        {
+            let mut m = self.bin(now).borrow_mut();
+            m.counts.sent += n;
+            m.counts.bytes_sent += bytes;
+        }
+        self.stats.borrow_mut().counts.sent_with_warmup += n;
+        self.live.slot(self.slot_index).sent(n, bytes);
+    }
+    fn received(&self, now: Instant, n: u64, bytes: u64) {
+        let mut m = self.bin(now).borrow_mut();
+        m.counts.received += n;
+        m.counts.bytes_received += bytes;
+        self.live.slot(self.slot_index).received(n, bytes);
+    }
+    fn rtt(&self, now: Instant, corrected: Duration, raw: Duration) {
+        let mut m = self.bin(now).borrow_mut();
+        m.hists.rtt.record(corrected);
+        m.hists.rtt_raw.record(raw);
+        self.live.slot(self.slot_index).rtt(corrected);
+    }
+    fn expected(&self, now: Instant, n: u64) {
+        self.bin(now).borrow_mut().counts.expected += n;
+    }
+    fn lost(&self, now: Instant, n: u64) {
+        if n > 0 {
+            self.bin(now).borrow_mut().counts.lost += n;
+            self.live.slot(self.slot_index).lost(n);
+        }
+    }
+    fn dropped(&self, why: Drop) {
+        self.stats.borrow_mut().counts.drop(why);
+        self.live.slot(self.slot_index).dropped(why);
+    }
+}
+
+/// How a connection ended its measured phase.
+enum End {
+    /// Healthy at the deadline: close it ourselves.
+    Done,
+    /// The server or the network ended it.
+    Dropped(Drop),
+}
+
+fn data_len(msg: &Message) -> Option<u64> {
+    match msg {
+        Message::Text(t) => Some(t.len() as u64),
+        Message::Binary(b) => Some(b.len() as u64),
+        _ => None,
+    }
+}
+
+fn drop_of(ctx: &ConnCtx, err: &WsError) -> Drop {
+    let _ = ctx;
+    match err {
+        WsError::ConnectionClosed | WsError::AlreadyClosed => Drop::ServerClose,
+        WsError::Protocol(_) => Drop::Reset,
+        WsError::Io(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            Drop::Reset
+        }
+        _ => Drop::Error,
+    }
+}
+
+/// Reads one frame; data frames are counted. `Err` ends the connection.
+async fn read(ws: &mut Ws, ctx: &ConnCtx) -> Result<Message, Drop> {
+    match ws.next().await {
+        None => Err(Drop::Reset),
+        Some(Err(e)) => Err(drop_of(ctx, &e)),
+        Some(Ok(Message::Close(frame))) => {
+            if let Some(f) = frame {
+                *ctx.stats
+                    .borrow_mut()
+                    .counts
+                    .close_codes
+                    .entry(u16::from(f.code).to_string())
+                    .or_default() += 1;
+            }
+            Err(Drop::ServerClose)
+        }
+        Some(Ok(msg)) => {
+            if let Some(len) = data_len(&msg) {
+                ctx.received(Instant::now(), 1, len);
+            }
+            Ok(msg)
+        }
+    }
+}
+
+/// The message read now if one is already buffered; `None` if none is.
+fn read_ready(ws: &mut Ws, ctx: &ConnCtx) -> Option<Result<Message, Drop>> {
+    let polled = ws.next().now_or_never()?;
+    Some(match polled {
+        None => Err(Drop::Reset),
+        Some(Err(e)) => Err(drop_of(ctx, &e)),
+        Some(Ok(Message::Close(_))) => Err(Drop::ServerClose),
+        Some(Ok(msg)) => {
+            if let Some(len) = data_len(&msg) {
+                ctx.received(Instant::now(), 1, len);
+            }
+            Ok(msg)
+        }
+    })
+}
+
+/// Builds pings and recognizes their answers.
+struct Pinger {
+    cfg: PingCfg,
+    arena: BytesMut,
+    seq: u64,
+}
+
+impl Pinger {
+    fn new(cfg: PingCfg) -> Self {
+        Pinger {
+            cfg,
+            arena: BytesMut::new(),
+            seq: 0,
+        }
+    }
+
+    /// The next ping and its id.
+    fn next(&mut self, template: &Template) -> (Message, u64) {
+        self.seq += 1;
+        let id = self.seq;
+        let msg = match (self.cfg.kind, self.cfg.protocol) {
+            (PingKind::Frame, _) => Message::Ping(bytes::Bytes::copy_from_slice(&id.to_le_bytes())),
+            (PingKind::App, Protocol::Echo) => template.with_id(&mut self.arena, id),
+            (PingKind::App, Protocol::Wse) => message::wse_ping(self.cfg.format, self.cfg.level),
+        };
+        (msg, id)
+    }
+
+    /// `Some(id)` if `msg` answers a ping (id `None`: answers match by order).
+    fn answer(&self, msg: &Message, template: &Template) -> Option<Option<u64>> {
+        match (self.cfg.kind, self.cfg.protocol) {
+            (PingKind::Frame, _) => match msg {
+                Message::Pong(p) if p.len() == 8 => {
+                    Some(p[..8].try_into().ok().map(u64::from_le_bytes))
+                }
+                _ => None,
+            },
+            (PingKind::App, Protocol::Echo) => {
+                if msg.is_text() || msg.is_binary() {
+                    Some(template.id_of(msg))
+                } else {
+                    None
+                }
+            }
+            (PingKind::App, Protocol::Wse) => {
+                (message::wse_type(msg).as_deref() == Some("PONG")).then_some(None)
+            }
+        }
+    }
+}
+
+async fn write(ws: &mut Ws, msg: Message, flush: bool) -> Result<(), Drop> {
+    let r = if flush {
+        ws.send(msg).await
+    } else {
+        ws.feed(msg).await
+    };
+    r.map_err(|e| {
+        if matches!(e, WsError::Io(_)) {
+            Drop::Reset
+        } else {
+            Drop::Error
+        }
+    })
+}
+
+async fn flush(ws: &mut Ws) -> Result<(), Drop> {
+    ws.flush().await.map_err(|_| Drop::Reset)
+}
+
+pub async fn run(mut ws: Ws, n: u64, ctx: &ConnCtx, behavior: &Behavior) {
+    let end = match behavior {
+        Behavior::Close => Ok(End::Done),
+        Behavior::Hold { every, ping } => hold(&mut ws, ctx, *every, *ping).await,
+        Behavior::Ping {
+            count,
+            interval,
+            ping,
+        } => pings(&mut ws, ctx, *count, *interval, *ping).await,
+        Behavior::Saturate {
+            window,
+            per_message_flush,
+        } => saturate(&mut ws, ctx, *window, *per_message_flush).await,
+        Behavior::Blast { per_message_flush } => blast(&mut ws, ctx, *per_message_flush).await,
+        Behavior::PingPong { ping } => pingpong(&mut ws, ctx, *ping).await,
+        Behavior::Paced {
+            schedule,
+            ping,
+            per_message_flush,
+        } => paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush).await,
+    };
+    let slot = ctx.live.slot(ctx.slot_index);
+    match end {
+        Ok(End::Done) | Err(End::Done) => {
+            ctx.stats.borrow_mut().counts.survived += 1;
+            // A bounded goodbye: a server that never answers the close must not stall the cell.
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                if ws.close(None).await.is_ok() {
+                    while let Some(Ok(_)) = ws.next().await {}
+                }
+            })
+            .await;
+        }
+        Ok(End::Dropped(why)) | Err(End::Dropped(why)) => ctx.dropped(why),
+    }
+    slot.closed();
+}
+
+type Outcome = Result<End, End>;
+
+fn dropped(why: Drop) -> End {
+    End::Dropped(why)
+}
+
+async fn hold(ws: &mut Ws, ctx: &ConnCtx, every: Option<Duration>, cfg: PingCfg) -> Outcome {
+    let mut pinger = Pinger::new(cfg);
+    let mut next_ping = every.map(|e| Instant::now() + e);
+    loop {
+        let wake = next_ping.map_or(ctx.deadline, |p| p.min(ctx.deadline));
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {
+                if Instant::now() >= ctx.deadline {
+                    return Ok(End::Done);
+                }
+                ping_once(ws, ctx, &mut pinger).await?;
+                next_ping = every.map(|e| Instant::now() + e);
+            }
+            r = read(ws, ctx) => { r.map_err(dropped)?; }
+        }
+    }
+}
+
+/// Sends one ping and waits for its answer; a timeout counts as lost and, in a hold, ends
+/// the connection's survival.
+async fn ping_once(ws: &mut Ws, ctx: &ConnCtx, pinger: &mut Pinger) -> Outcome {
+    let (msg, id) = pinger.next(&ctx.template);
+    let len = data_len(&msg);
+    let sent_at = Instant::now();
+    write(ws, msg, true).await.map_err(dropped)?;
+    if let Some(len) = len {
+        ctx.sent(sent_at, 1, len);
+    }
+    ctx.expected(sent_at, 1);
+    match await_answer(ws, ctx, pinger, Some(id), sent_at + pinger.cfg.timeout).await? {
+        true => Ok(End::Done),
+        false => {
+            ctx.lost(sent_at, 1);
+            Err(End::Dropped(Drop::PingTimeout))
+        }
+    }
+}
+
+/// Reads until the answer to ping `id` (or any answer, when answers carry no id) arrives:
+/// `Ok(true)`; `Ok(false)` at `until`.
+async fn await_answer(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    pinger: &Pinger,
+    id: Option<u64>,
+    until: Instant,
+) -> Result<bool, End> {
+    let sent_at = until - pinger.cfg.timeout;
+    loop {
+        let msg = match tokio::time::timeout_at(until, read(ws, ctx)).await {
+            Err(_) => return Ok(false),
+            Ok(r) => r.map_err(dropped)?,
+        };
+        match pinger.answer(&msg, &ctx.template) {
+            Some(got) if got.is_none() || got == id => {
+                let now = Instant::now();
+                let rtt = now - sent_at;
+                ctx.rtt(now, rtt, rtt);
+                return Ok(true);
+            }
+            Some(_) => ctx.bin(Instant::now()).borrow_mut().counts.mismatched += 1,
+            None => {}
+        }
+    }
+}
+
+async fn pings(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    count: u32,
+    interval: Duration,
+    cfg: PingCfg,
+) -> Outcome {
+    let mut pinger = Pinger::new(cfg);
+    for i in 0..count {
+        if i > 0 && !interval.is_zero() {
+            tokio::time::sleep(interval).await;
+        }
+        match ping_once(ws, ctx, &mut pinger).await {
+            // A lost ping is counted and the next one goes out: the connection is still open.
+            Err(End::Dropped(Drop::PingTimeout)) => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(End::Done)
+}
+
+async fn pingpong(ws: &mut Ws, ctx: &ConnCtx, cfg: PingCfg) -> Outcome {
+    let mut pinger = Pinger::new(cfg);
+    while Instant::now() < ctx.deadline {
+        match ping_once(ws, ctx, &mut pinger).await {
+            Err(End::Dropped(Drop::PingTimeout)) => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(End::Done)
+}
+
+async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: bool) -> Outcome {
+    let msg = ctx.template.constant();
+    let len = ctx.template.len() as u64;
+    let mut in_flight: u32 = 0;
+    // Without echoes, bursts are sized to fill the write buffer without waiting on it.
+    let burst = window.unwrap_or(64);
+    loop {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            break;
+        }
+        let n = burst.saturating_sub(in_flight);
+        for _ in 0..n {
+            write(ws, msg.clone(), per_message).await.map_err(dropped)?;
+        }
+        if !per_message {
+            flush(ws).await.map_err(dropped)?;
+        }
+        ctx.sent(now, u64::from(n), u64::from(n) * len);
+        if window.is_some() {
+            in_flight += n;
+            // Wait for at least one echo, then take whatever else is already here.
+            let first = tokio::time::timeout_at(ctx.deadline, read(ws, ctx)).await;
+            match first {
+                Err(_) => break,
+                Ok(r) => {
+                    if data_len(&r.map_err(dropped)?).is_some() {
+                        in_flight = in_flight.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        while let Some(r) = read_ready(ws, ctx) {
+            if data_len(&r.map_err(dropped)?).is_some() {
+                in_flight = in_flight.saturating_sub(1);
+            }
+        }
+    }
+    Ok(End::Done)
+}
+
+async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
+    let msg = ctx.template.constant();
+    let len = ctx.template.len() as u64;
+    const BURST: u64 = 64;
+    loop {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            return Ok(End::Done);
+        }
+        for _ in 0..BURST {
+            write(ws, msg.clone(), per_message).await.map_err(dropped)?;
+        }
+        if !per_message {
+            flush(ws).await.map_err(dropped)?;
+        }
+        ctx.sent(now, BURST, BURST * len);
+    }
+}
+
+/// Open loop: messages leave at their scheduled instants whatever the answers do. When the
+/// sender falls behind (a stalled server, a full socket), the late messages go out at once
+/// and their latency still counts from the instant they were due, so a stall shows in the
+/// percentiles instead of being omitted (coordinated omission).
+async fn paced(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    n: u64,
+    schedule: &Schedule,
+    cfg: PingCfg,
+    per_message: bool,
+) -> Outcome {
+    let mut pinger = Pinger::new(cfg);
+    // (id, intended, actual) of every message awaiting its answer, in send order.
+    let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
+    let schedule = schedule.for_connection(n, ctx.connections);
+    let origin = ctx.start;
+    let mut due = schedule.first(origin);
+    loop {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            break;
+        }
+        // Everything due by now goes out in one burst.
+        let mut burst = 0u64;
+        while let Some(t) = due
+            && t <= now
+            && burst < 1024
+        {
+            let (msg, id) = pinger.next(&ctx.template);
+            let len = data_len(&msg).unwrap_or(0);
+            write(ws, msg, per_message).await.map_err(dropped)?;
+            ctx.sent(t, 1, len);
+            ctx.expected(t, 1);
+            pending.push_back((id, t, now));
+            burst += 1;
+            due = schedule.next(origin, t, ctx.deadline);
+        }
+        if burst > 0 && !per_message {
+            flush(ws).await.map_err(dropped)?;
+        }
+        let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            r = read(ws, ctx) => {
+                let msg = r.map_err(dropped)?;
+                settle(ctx, &pinger, &msg, &mut pending);
+                while let Some(r) = read_ready(ws, ctx) {
+                    settle(ctx, &pinger, &r.map_err(dropped)?, &mut pending);
+                }
+            }
+        }
+    }
+    // Answers to the last messages may still be on their way.
+    let until = Instant::now() + cfg.timeout;
+    while !pending.is_empty() {
+        match tokio::time::timeout_at(until, read(ws, ctx)).await {
+            Err(_) => break,
+            Ok(r) => settle(ctx, &pinger, &r.map_err(dropped)?, &mut pending),
+        }
+    }
+    for (_, intended, _) in pending.drain(..) {
+        ctx.lost(intended, 1);
+    }
+    Ok(End::Done)
+}
+
+/// Matches an answer to the oldest outstanding message with its id; older ones it skipped
+/// were lost.
+fn settle(
+    ctx: &ConnCtx,
+    pinger: &Pinger,
+    msg: &Message,
+    pending: &mut VecDeque<(u64, Instant, Instant)>,
+) {
+    let Some(id) = pinger.answer(msg, &ctx.template) else {
+        return;
+    };
+    let now = Instant::now();
+    while let Some((pid, intended, actual)) = pending.pop_front() {
+        if id.is_none() || id == Some(pid) {
+            ctx.rtt(intended, now - intended, now - actual);
+            return;
+        }
+        if id.is_some_and(|i| i < pid) {
+            // An answer to something already given up on: put the head back.
+            pending.push_front((pid, intended, actual));
+            ctx.bin(now).borrow_mut().counts.mismatched += 1;
+            return;
+        }
+        ctx.lost(intended, 1);
+    }
+    ctx.bin(now).borrow_mut().counts.mismatched += 1;
+}

@@ -1,0 +1,215 @@
+//! Runs one cell (a tier, a matrix cell, a limit probe) of this process's share.
+//!
+//! One OS thread per worker, each with a current-thread runtime (the oha model): a
+//! connection's task never leaves its thread, statistics live in the worker (`Rc<RefCell>`,
+//! no locks, no atomics) and are merged once at the end. Workers connect their part of each
+//! batch, meet at a barrier, and all start the measured phase at one instant.
+
+use crate::dial::{Dialer, Ws};
+use crate::drive::{self, Behavior, ConnCtx};
+use crate::live::Live;
+use crate::measure::Measure;
+use crate::message::Template;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::sync::Barrier;
+use tokio::time::Instant;
+
+/// What every connection of a cell does, and for how long.
+#[derive(Clone)]
+pub struct Cell {
+    pub label: String,
+    /// This process's connections.
+    pub connections: u32,
+    /// Global number of this process's first connection (shard offset), for source addresses
+    /// and JWT subjects.
+    pub first: u64,
+    pub batch_size: u32,
+    pub batch_interval: Duration,
+    pub template: Template,
+    pub behavior: Behavior,
+    pub warmup: Duration,
+    pub duration: Duration,
+}
+
+/// The outcome of one cell in this process.
+pub struct CellRun {
+    pub measure: Measure,
+    /// First dial to last connection established (or failed).
+    pub connect_secs: f64,
+    /// The measured window (after warm-up), as it actually lasted.
+    pub measured_secs: f64,
+    /// Spread of the workers' start instants (microseconds): the in-process start skew.
+    pub start_skew_us: u64,
+}
+
+struct WorkerOut {
+    measure: Measure,
+    first_dial: Instant,
+    last_connected: Instant,
+    measured: Duration,
+    started: Instant,
+}
+
+pub struct Engine {
+    pub threads: usize,
+    pub live: Arc<Live>,
+}
+
+struct Gate {
+    barrier: Barrier,
+    start: OnceLock<Instant>,
+    connect_start: Instant,
+}
+
+impl Engine {
+    pub fn run_cell(&self, cell: &Cell, dialer: &Arc<Dialer>) -> CellRun {
+        let workers = self.threads.clamp(1, cell.connections.max(1) as usize);
+        let gate = Arc::new(Gate {
+            barrier: Barrier::new(workers),
+            start: OnceLock::new(),
+            connect_start: Instant::now() + Duration::from_millis(5),
+        });
+        let outs: Vec<WorkerOut> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    let gate = gate.clone();
+                    let dialer = dialer.clone();
+                    let live = self.live.clone();
+                    s.spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("a current-thread runtime builds");
+                        let local = tokio::task::LocalSet::new();
+                        local.block_on(&rt, worker(w, workers, cell, dialer, gate, live))
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut measure = Measure::default();
+        for o in &outs {
+            measure.add(&o.measure);
+        }
+        let first = outs.iter().map(|o| o.first_dial).min();
+        let last = outs.iter().map(|o| o.last_connected).max();
+        let connect_secs = first
+            .zip(last)
+            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
+        let measured_secs = outs
+            .iter()
+            .map(|o| o.measured)
+            .max()
+            .unwrap_or_default()
+            .as_secs_f64();
+        let starts: Vec<Instant> = outs.iter().map(|o| o.started).collect();
+        let skew = starts
+            .iter()
+            .max()
+            .zip(starts.iter().min())
+            .map_or(0, |(a, b)| a.duration_since(*b).as_micros() as u64);
+        CellRun {
+            measure,
+            connect_secs,
+            measured_secs,
+            start_skew_us: skew,
+        }
+    }
+}
+
+async fn worker(
+    w: usize,
+    workers: usize,
+    cell: &Cell,
+    dialer: Arc<Dialer>,
+    gate: Arc<Gate>,
+    live: Arc<Live>,
+) -> WorkerOut {
+    let stats = Rc::new(RefCell::new(Measure::default()));
+    let opened: Rc<RefCell<Vec<(u64, Ws)>>> = Rc::new(RefCell::new(Vec::new()));
+
+    // Phase 1: connect this worker's part of each batch, batches on a common clock.
+    let first_dial = Instant::now();
+    let batch = cell.batch_size.max(1);
+    let mut dials = tokio::task::JoinSet::new();
+    let mut b = 0u32;
+    while b * batch < cell.connections {
+        tokio::time::sleep_until(gate.connect_start + cell.batch_interval * b).await;
+        let end = ((b + 1) * batch).min(cell.connections);
+        for i in (b * batch..end).filter(|i| *i as usize % workers == w) {
+            let n = cell.first + u64::from(i);
+            let (dialer, stats, opened) = (dialer.clone(), stats.clone(), opened.clone());
+            let live = live.clone();
+            dials.spawn_local(async move {
+                let slot = live.slot(w);
+                stats.borrow_mut().counts.attempted += 1;
+                match dialer.dial(n).await {
+                    Ok(d) => {
+                        let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
+                        let mut m = stats.borrow_mut();
+                        m.counts.connected += 1;
+                        m.hists.tcp.record(d.tcp);
+                        m.hists.upgrade.record(d.upgrade);
+                        if let Some(r) = d.ready {
+                            m.hists.ready.record(r);
+                        }
+                        m.hists.connect.record(total);
+                        slot.opened(total);
+                        opened.borrow_mut().push((n, d.ws));
+                    }
+                    Err(why) => {
+                        stats.borrow_mut().counts.fail(why);
+                        slot.failed(why);
+                        tracing::debug!(connection = n, reason = why.label(), "connect failed");
+                    }
+                }
+            });
+        }
+        b += 1;
+    }
+    while dials.join_next().await.is_some() {}
+    let last_connected = Instant::now();
+
+    // Phase 2: everyone starts together.
+    gate.barrier.wait().await;
+    let start = *gate.start.get_or_init(Instant::now);
+    let started = Instant::now();
+    let measure_from = start + cell.warmup;
+    let deadline = measure_from + cell.duration;
+    let ctx = Rc::new(ConnCtx {
+        template: cell.template.clone(),
+        start,
+        connections: cell.connections,
+        measure_from,
+        deadline,
+        stats: stats.clone(),
+        discard: Rc::new(RefCell::new(Measure::default())),
+        slot_index: w,
+        live: live.clone(),
+    });
+    let conns = std::mem::take(&mut *opened.borrow_mut());
+    let mut tasks = tokio::task::JoinSet::new();
+    for (n, ws) in conns {
+        let ctx = ctx.clone();
+        let behavior = cell.behavior.clone();
+        tasks.spawn_local(async move { drive::run(ws, n, &ctx, &behavior).await });
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = Instant::now().saturating_duration_since(measure_from);
+    let measured = if cell.behavior.is_timed() {
+        elapsed.min(cell.duration)
+    } else {
+        elapsed
+    };
+    let measure = stats.borrow().clone();
+    WorkerOut {
+        measure,
+        first_dial,
+        last_connected,
+        measured,
+        started,
+    }
+}

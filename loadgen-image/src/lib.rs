@@ -1,0 +1,33 @@
+//! wsload: the load generator. `wsload run FILE` runs a LoadTest on this machine;
+//! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
+
+pub mod dial;
+pub mod drive;
+pub mod engine;
+pub mod hist;
+pub mod live;
+pub mod local_server;
+pub mod measure;
+pub mod message;
+pub mod plan;
+pub mod report;
+pub mod runner;
+pub mod schedule;
+pub mod server_metrics;
+pub mod tls;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The LoadTest asks for something impossible here (names the field).
+    #[error("{0}")]
+    Spec(String),
+    /// The target cannot be reached or started.
+    #[error("target: {0}")]
+    Target(String),
+    #[error("{0}")]
+    Io(String),
+    #[error(transparent)]
+    LoadTest(#[from] wsload_spec::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,404 @@
+//! Live Prometheus metrics of a running shard (`/metrics`).
+//!
+//! Each worker thread owns one cache-line-aligned slot of atomics, so updates never contend;
+//! a scrape sums the slots. The exact figures of the report come from the per-worker HDR
+//! histograms; these exist for dashboards while the test runs.
+
+use crate::measure::{ConnectError, Drop};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use wsload_metrics::header;
+
+/// Bucket bounds (seconds) fine enough for `histogram_quantile` from 50 us to 10 s.
+pub const BUCKETS: [f64; 33] = [
+    0.000_05, 0.000_075, 0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_5, 0.000_75, 0.001, 0.001_5,
+    0.002, 0.003, 0.005, 0.007_5, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
+    0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+];
+
+const FAIL_REASONS: [ConnectError; 9] = [
+    ConnectError::Refused,
+    ConnectError::Timeout,
+    ConnectError::FileLimit,
+    ConnectError::NoPorts,
+    ConnectError::UpgradeRejected,
+    ConnectError::ClosedEarly,
+    ConnectError::AuthFailed,
+    ConnectError::Tls,
+    ConnectError::Other,
+];
+const DROP_REASONS: [Drop; 4] = [
+    Drop::ServerClose,
+    Drop::Reset,
+    Drop::Error,
+    Drop::PingTimeout,
+];
+
+struct LiveHist {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl LiveHist {
+    fn new() -> Self {
+        LiveHist {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+    #[inline]
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS.partition_point(|b| *b < s);
+        if let Some(b) = self.buckets.get(i) {
+            b.fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_micros.fetch_add(d.as_micros() as u64, Relaxed);
+    }
+}
+
+#[repr(align(128))]
+pub struct Slot {
+    sent: AtomicU64,
+    received: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+    opened: AtomicU64,
+    failed: [AtomicU64; FAIL_REASONS.len()],
+    dropped: [AtomicU64; DROP_REASONS.len()],
+    closed: AtomicU64,
+    lost: AtomicU64,
+    rtt: LiveHist,
+    connect: LiveHist,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Slot {
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            failed: std::array::from_fn(|_| AtomicU64::new(0)),
+            dropped: std::array::from_fn(|_| AtomicU64::new(0)),
+            closed: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            rtt: LiveHist::new(),
+            connect: LiveHist::new(),
+        }
+    }
+    #[inline]
+    pub fn sent(&self, n: u64, bytes: u64) {
+        self.sent.fetch_add(n, Relaxed);
+        self.bytes_sent.fetch_add(bytes, Relaxed);
+    }
+    #[inline]
+    pub fn received(&self, n: u64, bytes: u64) {
+        self.received.fetch_add(n, Relaxed);
+        self.bytes_received.fetch_add(bytes, Relaxed);
+    }
+    pub fn opened(&self, connect: Duration) {
+        self.opened.fetch_add(1, Relaxed);
+        self.connect.observe(connect);
+    }
+    pub fn failed(&self, why: ConnectError) {
+        if let Some(i) = FAIL_REASONS.iter().position(|r| *r == why) {
+            self.failed[i].fetch_add(1, Relaxed);
+        }
+    }
+    pub fn dropped(&self, why: Drop) {
+        if let Some(i) = DROP_REASONS.iter().position(|r| *r == why) {
+            self.dropped[i].fetch_add(1, Relaxed);
+        }
+    }
+    pub fn closed(&self) {
+        self.closed.fetch_add(1, Relaxed);
+    }
+    pub fn lost(&self, n: u64) {
+        self.lost.fetch_add(n, Relaxed);
+    }
+    #[inline]
+    pub fn rtt(&self, d: Duration) {
+        self.rtt.observe(d);
+    }
+}
+
+/// Identity labels of every series.
+#[derive(Debug, Clone)]
+pub struct Labels {
+    pub test: String,
+    pub shard: u32,
+    pub scenario: &'static str,
+}
+
+pub struct Live {
+    slots: Box<[Slot]>,
+    labels: Labels,
+    /// Current cell label and target rate (msg/s, 0 when closed-loop).
+    phase: Mutex<(String, f64)>,
+    /// Achieved send rate over the last second, updated by `tick`.
+    achieved: AtomicU64,
+    last_sent: AtomicU64,
+    ready: AtomicBool,
+}
+
+impl Live {
+    pub fn new(workers: usize, labels: Labels) -> Live {
+        Live {
+            slots: (0..workers.max(1)).map(|_| Slot::new()).collect(),
+            labels,
+            phase: Mutex::new((String::new(), 0.0)),
+            achieved: AtomicU64::new(0),
+            last_sent: AtomicU64::new(0),
+            ready: AtomicBool::new(true),
+        }
+    }
+
+    pub fn slot(&self, worker: usize) -> &Slot {
+        &self.slots[worker % self.slots.len()]
+    }
+
+    pub fn set_phase(&self, cell: &str, target_rate: f64) {
+        *self.phase.lock().unwrap_or_else(PoisonError::into_inner) =
+            (cell.to_string(), target_rate);
+    }
+
+    fn sum(&self, f: impl Fn(&Slot) -> u64) -> u64 {
+        self.slots.iter().map(f).sum()
+    }
+
+    /// Called once a second: turns the sent counter into the achieved-rate gauge.
+    pub fn tick(&self, interval: Duration) {
+        let sent = self.sum(|s| s.sent.load(Relaxed));
+        let before = self.last_sent.swap(sent, Relaxed);
+        let rate = (sent.saturating_sub(before)) as f64 / interval.as_secs_f64();
+        self.achieved.store(rate.to_bits(), Relaxed);
+    }
+
+    /// One line for a terminal: the cell, the rate, the connections.
+    pub fn progress_line(&self) -> String {
+        let (cell, _) = self
+            .phase
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let opened = self.sum(|s| s.opened.load(Relaxed));
+        let closed = self.sum(|s| s.closed.load(Relaxed));
+        let failed: u64 = self
+            .slots
+            .iter()
+            .map(|s| s.failed.iter().map(|f| f.load(Relaxed)).sum::<u64>())
+            .sum();
+        format!(
+            "[{cell}] {:.0} msg/s sent, {} received, {} open, {failed} failed",
+            f64::from_bits(self.achieved.load(Relaxed)),
+            self.sum(|s| s.received.load(Relaxed)),
+            opened.saturating_sub(closed)
+        )
+    }
+
+    pub fn render(&self) -> String {
+        let l = &self.labels;
+        let (cell, target) = self
+            .phase
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let base = format!(
+            "test=\"{}\",shard=\"{}\",scenario=\"{}\"",
+            l.test, l.shard, l.scenario
+        );
+        let mut o = String::with_capacity(16 * 1024);
+        let counter = |o: &mut String, name: &str, help: &str, v: u64| {
+            header(o, name, "counter", help);
+            let _ = writeln!(o, "{name}{{{base}}} {v}");
+        };
+        counter(
+            &mut o,
+            "wsload_messages_sent_total",
+            "Data messages the clients wrote.",
+            self.sum(|s| s.sent.load(Relaxed)),
+        );
+        counter(
+            &mut o,
+            "wsload_messages_received_total",
+            "Data messages the clients read.",
+            self.sum(|s| s.received.load(Relaxed)),
+        );
+        counter(
+            &mut o,
+            "wsload_bytes_sent_total",
+            "Payload bytes written.",
+            self.sum(|s| s.bytes_sent.load(Relaxed)),
+        );
+        counter(
+            &mut o,
+            "wsload_bytes_received_total",
+            "Payload bytes read.",
+            self.sum(|s| s.bytes_received.load(Relaxed)),
+        );
+        counter(
+            &mut o,
+            "wsload_connections_opened_total",
+            "Connections established.",
+            self.sum(|s| s.opened.load(Relaxed)),
+        );
+        counter(
+            &mut o,
+            "wsload_messages_lost_total",
+            "Pings or echoes never answered.",
+            self.sum(|s| s.lost.load(Relaxed)),
+        );
+
+        header(
+            &mut o,
+            "wsload_connections_failed_total",
+            "counter",
+            "Connection attempts that failed, by reason.",
+        );
+        for (i, r) in FAIL_REASONS.iter().enumerate() {
+            let v = self.sum(|s| s.failed[i].load(Relaxed));
+            let _ = writeln!(
+                o,
+                "wsload_connections_failed_total{{{base},reason=\"{}\"}} {v}",
+                r.label()
+            );
+        }
+        header(
+            &mut o,
+            "wsload_connections_closed_total",
+            "counter",
+            "Connections that ended, by reason (client = closed by wsload).",
+        );
+        let closed = self.sum(|s| s.closed.load(Relaxed));
+        let mut dropped_total = 0;
+        for (i, r) in DROP_REASONS.iter().enumerate() {
+            let v = self.sum(|s| s.dropped[i].load(Relaxed));
+            dropped_total += v;
+            let _ = writeln!(
+                o,
+                "wsload_connections_closed_total{{{base},reason=\"{}\"}} {v}",
+                r.label()
+            );
+        }
+        let _ = writeln!(
+            o,
+            "wsload_connections_closed_total{{{base},reason=\"client\"}} {}",
+            closed.saturating_sub(dropped_total)
+        );
+
+        let opened = self.sum(|s| s.opened.load(Relaxed));
+        header(
+            &mut o,
+            "wsload_connections_active",
+            "gauge",
+            "Connections open now.",
+        );
+        let _ = writeln!(
+            o,
+            "wsload_connections_active{{{base}}} {}",
+            opened.saturating_sub(closed)
+        );
+        header(
+            &mut o,
+            "wsload_target_rate",
+            "gauge",
+            "Messages per second the load model asks for (0: closed loop).",
+        );
+        let _ = writeln!(o, "wsload_target_rate{{{base},cell=\"{cell}\"}} {target}");
+        header(
+            &mut o,
+            "wsload_achieved_rate",
+            "gauge",
+            "Messages per second written over the last second.",
+        );
+        let _ = writeln!(
+            o,
+            "wsload_achieved_rate{{{base},cell=\"{cell}\"}} {}",
+            f64::from_bits(self.achieved.load(Relaxed))
+        );
+
+        for (name, help, pick) in [
+            (
+                "wsload_rtt_seconds",
+                "Round-trip time of pings and echoes (from the intended send time when open-loop).",
+                0,
+            ),
+            (
+                "wsload_connect_seconds",
+                "TCP connect to ready, per connection.",
+                1,
+            ),
+        ] {
+            header(&mut o, name, "histogram", help);
+            fn h(s: &Slot, pick: u8) -> &LiveHist {
+                if pick == 0 { &s.rtt } else { &s.connect }
+            }
+            let mut cumulative = 0;
+            for (i, le) in BUCKETS.iter().enumerate() {
+                cumulative += self.sum(|s| h(s, pick).buckets[i].load(Relaxed));
+                let _ = writeln!(o, "{name}_bucket{{{base},le=\"{le}\"}} {cumulative}");
+            }
+            let count = self.sum(|s| h(s, pick).count.load(Relaxed));
+            let sum = self.sum(|s| h(s, pick).sum_micros.load(Relaxed)) as f64 / 1e6;
+            let _ = writeln!(o, "{name}_bucket{{{base},le=\"+Inf\"}} {count}");
+            let _ = writeln!(o, "{name}_sum{{{base}}} {sum}");
+            let _ = writeln!(o, "{name}_count{{{base}}} {count}");
+        }
+        o
+    }
+}
+
+impl wsload_metrics::Exposition for Live {
+    fn render(&self) -> String {
+        Live::render(self)
+    }
+    fn ready(&self) -> bool {
+        self.ready.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_sum_and_histograms_accumulate() {
+        let live = Live::new(
+            2,
+            Labels {
+                test: "t".into(),
+                shard: 0,
+                scenario: "throughput",
+            },
+        );
+        live.slot(0).sent(10, 640);
+        live.slot(1).sent(5, 320);
+        live.slot(0).opened(Duration::from_micros(60));
+        live.slot(1).rtt(Duration::from_millis(2));
+        live.slot(1).failed(ConnectError::Refused);
+        let text = live.render();
+        assert!(
+            text.contains(
+                "wsload_messages_sent_total{test=\"t\",shard=\"0\",scenario=\"throughput\"} 15"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("wsload_rtt_seconds_bucket{test=\"t\",shard=\"0\",scenario=\"throughput\",le=\"0.002\"} 1"));
+        assert!(text.contains("wsload_rtt_seconds_bucket{test=\"t\",shard=\"0\",scenario=\"throughput\",le=\"0.0015\"} 0"));
+        assert!(text.contains("reason=\"refused\"} 1"));
+        assert!(text.contains(
+            "wsload_connections_active{test=\"t\",shard=\"0\",scenario=\"throughput\"} 1"
+        ));
+        live.tick(Duration::from_secs(1));
+        assert!(live.render().contains(
+            "wsload_achieved_rate{test=\"t\",shard=\"0\",scenario=\"throughput\",cell=\"\"} 15"
+        ));
+    }
+}

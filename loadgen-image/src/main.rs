@@ -1,0 +1,202 @@
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use wsload::plan::Shard;
+use wsload::report::RunResult;
+use wsload::runner::{self, Options};
+use wsload::{Error, Result};
+use wsload_spec::LoadTest;
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// wsload: WebSocket load generator.
+///
+/// Runs a LoadTest file (apiVersion wsload.dev/v1alpha1, the same file `kubectl apply` takes)
+/// on this machine and prints seed-style tables and a verdict. Exit codes: 0 passed (or no
+/// thresholds), 1 a threshold failed, 2 invalid input, 3 the run could not be done.
+#[derive(Parser)]
+#[command(name = "wsload", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// Write the JSON result (every count and histogram) here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Worker threads, one runtime each (default: one per core).
+    #[arg(long, env = "WSLOAD_THREADS")]
+    threads: Option<usize>,
+    /// Serve Prometheus metrics of the run on this address.
+    #[arg(long, env = "WSLOAD_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a whole LoadTest here (all shards in this process).
+    Run {
+        file: String,
+        #[command(flatten)]
+        common: Common,
+        /// The wsload-server binary for a managed server (default: beside this binary).
+        #[arg(long, env = "WSLOAD_SERVER_BIN")]
+        server_bin: Option<PathBuf>,
+    },
+    /// Run one shard's share (what a load-generator pod runs).
+    Shard {
+        file: String,
+        #[arg(long, env = "WSLOAD_SHARD_INDEX")]
+        index: u32,
+        #[arg(long, env = "WSLOAD_SHARD_COUNT")]
+        count: u32,
+        #[command(flatten)]
+        common: Common,
+        /// Start the load at this Unix time in milliseconds (the shards' common start).
+        #[arg(long, env = "WSLOAD_START_AT")]
+        start_at: Option<u64>,
+        /// Target URL, overriding the spec (the managed server's Service in a cluster).
+        #[arg(long, env = "WSLOAD_TARGET_URL")]
+        target_url: Option<String>,
+        /// The server's metrics URL, for reconciling received messages.
+        #[arg(long, env = "WSLOAD_SERVER_METRICS_URL")]
+        server_metrics_url: Option<String>,
+        #[arg(long, env = "WSLOAD_SERVER_BIN")]
+        server_bin: Option<PathBuf>,
+    },
+    /// Merge shard results into one report (histograms add exactly).
+    Merge {
+        results: Vec<PathBuf>,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Check a LoadTest file and print what it would run.
+    Validate { file: String },
+}
+
+fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
+    if let Some(p) = path {
+        let json = serde_json::to_string_pretty(result).map_err(|e| Error::Io(e.to_string()))?;
+        std::fs::write(p, json)
+            .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!("result written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn finish(result: &RunResult, out: &Option<PathBuf>) -> Result<ExitCode> {
+    print!("{}", result.render());
+    write_out(out, result)?;
+    Ok(match &result.verdict {
+        Some(v) if !v.passed => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn main_result(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            file,
+            common,
+            server_bin,
+        } => {
+            let lt = LoadTest::from_file(&file)?;
+            let opts = Options {
+                threads: common.threads,
+                server_bin,
+                metrics_listen: common.metrics_listen,
+                progress: true,
+                ..Default::default()
+            };
+            finish(&runner::run(&lt, &opts)?, &common.out)
+        }
+        Command::Shard {
+            file,
+            index,
+            count,
+            common,
+            start_at,
+            target_url,
+            server_metrics_url,
+            server_bin,
+        } => {
+            if count == 0 || index >= count {
+                return Err(Error::Spec(format!(
+                    "--index {index} --count {count}: the index must be below the count"
+                )));
+            }
+            let lt = LoadTest::from_file(&file)?;
+            let opts = Options {
+                threads: common.threads,
+                shard: Some(Shard { index, count }),
+                server_bin,
+                metrics_listen: common.metrics_listen,
+                start_at_unix_ms: start_at,
+                target_url,
+                server_metrics_url,
+                progress: false,
+            };
+            finish(&runner::run(&lt, &opts)?, &common.out)
+        }
+        Command::Merge { results, out } => {
+            let mut merged: Option<RunResult> = None;
+            for p in &results {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
+                let r: RunResult = serde_json::from_str(&text).map_err(|e| {
+                    Error::Spec(format!("{}: not a wsload result: {e}", p.display()))
+                })?;
+                match &mut merged {
+                    None => merged = Some(r),
+                    Some(m) => m
+                        .merge(&r)
+                        .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?,
+                }
+            }
+            let merged =
+                merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
+            finish(&merged, &out)
+        }
+        Command::Validate { file } => {
+            let lt = LoadTest::from_file(&file)?;
+            let cells = wsload::plan::cells(&lt.spec, Shard::WHOLE);
+            println!(
+                "{file}: valid LoadTest {:?}, scenario {}, {} cell(s): {}",
+                lt.name(),
+                lt.spec.scenario.as_str(),
+                cells.len(),
+                cells
+                    .iter()
+                    .map(|c| c.cell.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match main_result(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wsload: {e}");
+            match e {
+                Error::Spec(_) | Error::LoadTest(_) => ExitCode::from(2),
+                _ => ExitCode::from(3),
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! What one worker measures for one cell, merged across workers and shards at the end.
+
+use crate::hist::Hist;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Why a connection attempt failed; also the `reason` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectError {
+    /// TCP connect refused (nothing listening, or the accept queue overflowed).
+    Refused,
+    /// No answer within `connect.timeout`.
+    Timeout,
+    /// This process ran out of file descriptors (EMFILE): more shards are needed.
+    FileLimit,
+    /// No free local port for the source address.
+    NoPorts,
+    /// The HTTP upgrade was answered with something other than 101.
+    UpgradeRejected,
+    /// The server closed before `server_ready` (WSE) or sent an error instead.
+    ClosedEarly,
+    /// The server refused the token (close 4401 / AUTH_FAILED).
+    AuthFailed,
+    /// TLS failed.
+    Tls,
+    /// Anything else (see the log).
+    Other,
+}
+
+impl ConnectError {
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectError::Refused => "refused",
+            ConnectError::Timeout => "timeout",
+            ConnectError::FileLimit => "file_limit",
+            ConnectError::NoPorts => "no_ports",
+            ConnectError::UpgradeRejected => "upgrade_rejected",
+            ConnectError::ClosedEarly => "closed_early",
+            ConnectError::AuthFailed => "auth_failed",
+            ConnectError::Tls => "tls",
+            ConnectError::Other => "other",
+        }
+    }
+}
+
+/// Why an established connection ended before the client closed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drop {
+    /// The server sent a close frame; the code is kept separately.
+    ServerClose,
+    /// TCP reset or end of stream without a closing handshake.
+    Reset,
+    /// A read or write failed otherwise.
+    Error,
+    /// No answer to a ping within `ping.timeout` (sustainedHold).
+    PingTimeout,
+}
+
+impl Drop {
+    pub fn label(self) -> &'static str {
+        match self {
+            Drop::ServerClose => "server_close",
+            Drop::Reset => "reset",
+            Drop::Error => "error",
+            Drop::PingTimeout => "ping_timeout",
+        }
+    }
+}
+
+/// Counters of one cell. All are totals over the measured window unless named otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub attempted: u64,
+    pub connected: u64,
+    pub failed: BTreeMap<ConnectError, u64>,
+    pub dropped: BTreeMap<Drop, u64>,
+    /// Close codes servers sent, as text (`1001`, `4401`).
+    pub close_codes: BTreeMap<String, u64>,
+    pub sent: u64,
+    /// Sent including the warm-up: what the server's counter is reconciled against.
+    pub sent_with_warmup: u64,
+    pub received: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Messages sent that expected an answer (pings, echoes, paced messages).
+    pub expected: u64,
+    /// Of those, never answered within `ping.timeout` (or by the end).
+    pub lost: u64,
+    /// Answers that did not match what was outstanding (wrong id or order).
+    pub mismatched: u64,
+    /// Connections that were open and healthy at the end.
+    pub survived: u64,
+}
+
+impl Counts {
+    pub fn fail(&mut self, why: ConnectError) {
+        *self.failed.entry(why).or_default() += 1;
+    }
+    pub fn drop(&mut self, why: Drop) {
+        *self.dropped.entry(why).or_default() += 1;
+    }
+    pub fn failed_total(&self) -> u64 {
+        self.failed.values().sum()
+    }
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.values().sum()
+    }
+
+    pub fn add(&mut self, o: &Counts) {
+        self.attempted += o.attempted;
+        self.connected += o.connected;
+        for (k, v) in &o.failed {
+            *self.failed.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.dropped {
+            *self.dropped.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.close_codes {
+            *self.close_codes.entry(k.clone()).or_default() += v;
+        }
+        self.sent += o.sent;
+        self.sent_with_warmup += o.sent_with_warmup;
+        self.received += o.received;
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+        self.expected += o.expected;
+        self.lost += o.lost;
+        self.mismatched += o.mismatched;
+        self.survived += o.survived;
+    }
+}
+
+/// Latency distributions of one cell.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hists {
+    /// TCP connect.
+    pub tcp: Hist,
+    /// HTTP upgrade (and TLS), after TCP.
+    pub upgrade: Hist,
+    /// Upgrade done to ready (WSE `server_ready`); empty for plain echo.
+    pub ready: Hist,
+    /// TCP connect start to ready: the seeds' "connection latency".
+    pub connect: Hist,
+    /// Round trip; from the intended send time in open-loop scenarios.
+    pub rtt: Hist,
+    /// Round trip from the actual send time.
+    pub rtt_raw: Hist,
+}
+
+impl Hists {
+    pub fn add(&mut self, o: &Hists) {
+        self.tcp.add(&o.tcp);
+        self.upgrade.add(&o.upgrade);
+        self.ready.add(&o.ready);
+        self.connect.add(&o.connect);
+        self.rtt.add(&o.rtt);
+        self.rtt_raw.add(&o.rtt_raw);
+    }
+}
+
+/// Everything a worker measured for one cell.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Measure {
+    pub counts: Counts,
+    pub hists: Hists,
+}
+
+impl Measure {
+    pub fn add(&mut self, o: &Measure) {
+        self.counts.add(&o.counts);
+        self.hists.add(&o.hists);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn merging_adds_every_counter_and_histogram() {
+        let mut a = Measure::default();
+        a.counts.sent = 10;
+        a.counts.fail(ConnectError::Refused);
+        a.counts.close_codes.insert("1001".into(), 2);
+        a.hists.rtt.record(Duration::from_millis(1));
+        let mut b = a.clone();
+        b.counts.fail(ConnectError::Timeout);
+        b.counts.drop(Drop::Reset);
+        a.add(&b);
+        assert_eq!(a.counts.sent, 20);
+        assert_eq!(a.counts.failed[&ConnectError::Refused], 2);
+        assert_eq!(a.counts.failed[&ConnectError::Timeout], 1);
+        assert_eq!(a.counts.failed_total(), 3);
+        assert_eq!(a.counts.dropped_total(), 1);
+        assert_eq!(a.counts.close_codes["1001"], 4);
+        assert_eq!(a.hists.rtt.len(), 2);
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(json.contains("\"refused\":2"), "{json}");
+    }
+}

@@ -1,0 +1,293 @@
+//! Turns a spec into the cells this process runs: one per tier, per size x tier, per
+//! format x tier, with this shard's share of connections and rate.
+
+use crate::drive::{Behavior, PingCfg};
+use crate::engine::Cell;
+use crate::message::Template;
+use crate::schedule::Schedule;
+use std::sync::Arc;
+use std::time::Duration;
+use wsload_spec::shares::{count_offset, count_share};
+use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile};
+
+/// This process's place among the shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
+}
+
+/// Payload sizes of the payloadMatrix scenario when the spec lists none (the seed's).
+pub const DEFAULT_SIZES: [u32; 6] = [64, 256, 1024, 4096, 16384, 65536];
+/// Formats of the formatComparison scenario when the spec lists none.
+pub const DEFAULT_FORMATS: [Format; 3] = [Format::Json, Format::Msgpack, Format::Zlib];
+/// Per-connection pace of the echo mode when the spec gives no rate.
+pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
+/// Ping interval of sustainedHold when the spec gives none (the seed's).
+pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
+
+/// A planned cell plus what the report says of it.
+#[derive(Clone)]
+pub struct Planned {
+    pub cell: Cell,
+    /// Connections of the whole test (all shards) in this cell.
+    pub total_connections: u32,
+    pub size: u32,
+    pub format: Format,
+    /// Messages per second asked of the whole test (open loop), else 0.
+    pub target_rate: f64,
+}
+
+/// Whether the server answers every data message (so throughput keeps a window of echoes).
+pub fn server_echoes(spec: &LoadTestSpec) -> bool {
+    match (spec.protocol, &spec.target.server) {
+        (Protocol::Wse, _) => false,
+        (Protocol::Echo, Some(s)) => s.profile == ServerProfile::Echo,
+        (Protocol::Echo, None) => true,
+    }
+}
+
+pub fn ping_cfg(spec: &LoadTestSpec, format: Format) -> PingCfg {
+    PingCfg {
+        kind: spec.ping.kind,
+        protocol: spec.protocol,
+        format,
+        level: spec.message.compression_level,
+        timeout: spec.ping.timeout.get(),
+    }
+}
+
+/// One cell of `connections` (whole test) with `size` and `format`.
+pub fn cell(
+    spec: &LoadTestSpec,
+    shard: Shard,
+    label: String,
+    connections: u32,
+    size: u32,
+    format: Format,
+) -> Planned {
+    let mine = count_share(connections, shard.index, shard.count);
+    let first = u64::from(count_offset(connections, shard.index, shard.count));
+    let per_message_flush = spec.flush == FlushMode::PerMessage;
+    let ping = ping_cfg(spec, format);
+    let mut duration = spec.duration.get();
+    let mut target_rate = 0.0;
+    let share = 1.0 / f64::from(shard.count.max(1));
+    let behavior = match spec.scenario {
+        Scenario::ConnectionStorm => {
+            duration = Duration::ZERO;
+            Behavior::Close
+        }
+        Scenario::PingLatency => Behavior::Ping {
+            count: spec.ping.count,
+            interval: spec.ping.interval.map_or(Duration::ZERO, |d| d.get()),
+            ping,
+        },
+        Scenario::Throughput | Scenario::PayloadMatrix | Scenario::FormatComparison => {
+            Behavior::Saturate {
+                window: server_echoes(spec).then_some(spec.window),
+                per_message_flush,
+            }
+        }
+        Scenario::SustainedHold => Behavior::Hold {
+            every: Some(spec.ping.interval.map_or(DEFAULT_HOLD_PING, |d| d.get())),
+            ping,
+        },
+        Scenario::ConnectionLimit => {
+            duration = spec.limit.hold.get();
+            Behavior::Hold { every: None, ping }
+        }
+        Scenario::Pingpong => Behavior::PingPong { ping },
+        Scenario::Blast => Behavior::Blast { per_message_flush },
+        Scenario::Echo | Scenario::ConstantRate => {
+            let (schedule, total) = match &spec.rate {
+                Some(rate) => Schedule::from_spec(rate, share, mine, duration),
+                None => (
+                    Schedule::constant(
+                        DEFAULT_ECHO_RATE_PER_CONN * f64::from(mine),
+                        mine,
+                        duration,
+                    ),
+                    duration,
+                ),
+            };
+            duration = total;
+            target_rate = spec
+                .rate
+                .as_ref()
+                .and_then(|r| {
+                    r.messages_per_second
+                        .or_else(|| r.stages.last().map(|s| s.target))
+                })
+                .unwrap_or(DEFAULT_ECHO_RATE_PER_CONN * f64::from(connections));
+            Behavior::Paced {
+                schedule: Arc::new(schedule),
+                ping,
+                per_message_flush,
+            }
+        }
+    };
+    Planned {
+        cell: Cell {
+            label,
+            connections: mine,
+            first,
+            batch_size: spec.connect.batch_size,
+            batch_interval: spec.connect.batch_interval.get(),
+            template: Template::data(
+                spec.protocol,
+                format,
+                size as usize,
+                spec.message.compression_level,
+            ),
+            behavior,
+            warmup: if duration.is_zero() {
+                Duration::ZERO
+            } else {
+                spec.warmup.get()
+            },
+            duration,
+        },
+        total_connections: connections,
+        size,
+        format,
+        target_rate,
+    }
+}
+
+/// Every cell of a spec, in run order (connectionLimit's probes are planned as it goes).
+pub fn cells(spec: &LoadTestSpec, shard: Shard) -> Vec<Planned> {
+    let size = spec.message.size;
+    let format = spec.message.format;
+    let tiers = &spec.connections;
+    match spec.scenario {
+        Scenario::PayloadMatrix => {
+            let sizes: Vec<u32> = if spec.sizes.is_empty() {
+                DEFAULT_SIZES.to_vec()
+            } else {
+                spec.sizes.clone()
+            };
+            sizes
+                .iter()
+                .flat_map(|&s| tiers.iter().map(move |&n| (s, n)))
+                .map(|(s, n)| {
+                    cell(
+                        spec,
+                        shard,
+                        format!("{} x {n}", human_bytes(s)),
+                        n,
+                        s,
+                        format,
+                    )
+                })
+                .collect()
+        }
+        Scenario::FormatComparison => {
+            let formats: Vec<Format> = if spec.formats.is_empty() {
+                DEFAULT_FORMATS.to_vec()
+            } else {
+                spec.formats.clone()
+            };
+            formats
+                .iter()
+                .flat_map(|&f| tiers.iter().map(move |&n| (f, n)))
+                .map(|(f, n)| cell(spec, shard, format!("{} x {n}", f.as_str()), n, size, f))
+                .collect()
+        }
+        Scenario::ConnectionLimit => Vec::new(),
+        _ => tiers
+            .iter()
+            .map(|&n| cell(spec, shard, n.to_string(), n, size, format))
+            .collect(),
+    }
+}
+
+pub fn human_bytes(b: u32) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1024 && b % 1024 == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml_spec: &str) -> LoadTestSpec {
+        let doc = format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nspec:\n{yaml_spec}");
+        wsload_spec::LoadTest::from_yaml(&doc, "t")
+            .expect("valid")
+            .spec
+    }
+
+    #[test]
+    fn shards_split_connections_and_rate() {
+        let s = spec(
+            "  target: {server: {}}\n  scenario: constantRate\n  connections: [10]\n  rate: {messagesPerSecond: 1000}\n  shards: 3\n",
+        );
+        let parts: Vec<Planned> = (0..3)
+            .map(|i| cells(&s, Shard { index: i, count: 3 }).remove(0))
+            .collect();
+        assert_eq!(
+            parts.iter().map(|p| p.cell.connections).collect::<Vec<_>>(),
+            vec![4, 3, 3]
+        );
+        assert_eq!(
+            parts.iter().map(|p| p.cell.first).collect::<Vec<_>>(),
+            vec![0, 4, 7]
+        );
+        assert!(
+            parts
+                .iter()
+                .all(|p| p.target_rate == 1000.0 && p.total_connections == 10)
+        );
+        let Behavior::Paced { schedule, .. } = &parts[0].cell.behavior else {
+            panic!("paced")
+        };
+        // 1000/s over 3 shards, 4 connections in shard 0: 83.3/s each.
+        assert!((schedule.rate_at(0.1) - 1000.0 / 3.0 / 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn matrix_and_formats_expand() {
+        let s = spec(
+            "  target: {server: {}}\n  scenario: payloadMatrix\n  connections: [10, 20]\n  sizes: [64, 1024]\n",
+        );
+        let labels: Vec<String> = cells(&s, Shard::WHOLE)
+            .into_iter()
+            .map(|p| p.cell.label)
+            .collect();
+        assert_eq!(
+            labels,
+            ["64 B x 10", "64 B x 20", "1 KiB x 10", "1 KiB x 20"]
+        );
+        let s = spec("  target: {server: {}}\n  scenario: formatComparison\n");
+        let labels: Vec<String> = cells(&s, Shard::WHOLE)
+            .into_iter()
+            .map(|p| p.cell.label)
+            .collect();
+        assert_eq!(labels, ["json x 100", "msgpack x 100", "zlib x 100"]);
+    }
+
+    #[test]
+    fn echo_window_only_against_echoing_servers() {
+        let s = spec("  target: {server: {profile: sink}}\n  scenario: throughput\n");
+        assert!(matches!(
+            cells(&s, Shard::WHOLE)[0].cell.behavior,
+            Behavior::Saturate { window: None, .. }
+        ));
+        let s = spec("  target: {server: {}}\n  scenario: throughput\n  window: 8\n");
+        assert!(matches!(
+            cells(&s, Shard::WHOLE)[0].cell.behavior,
+            Behavior::Saturate {
+                window: Some(8),
+                ..
+            }
+        ));
+    }
+}

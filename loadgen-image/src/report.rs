@@ -1,0 +1,484 @@
+//! The result of a run: JSON with every count and serialized histogram (so shards merge
+//! exactly), figures derived from them, the threshold verdict, and seed-style tables.
+
+use crate::hist::Hist;
+use crate::measure::Measure;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use wsload_spec::threshold::{Latency, Metric, Stat};
+use wsload_spec::{Scenario, Threshold};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub count: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Hist) -> Self {
+        Percentiles {
+            p50: h.percentile(50.0),
+            p90: h.percentile(90.0),
+            p95: h.percentile(95.0),
+            p99: h.percentile(99.0),
+            p999: h.percentile(99.9),
+            max: h.max(),
+            mean: h.mean(),
+            count: h.len(),
+        }
+    }
+}
+
+/// Figures of one cell, derived from its counts and histograms (seconds, fractions, per second).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figures {
+    pub sent_per_sec: f64,
+    pub received_per_sec: f64,
+    pub bytes_sent_per_sec: f64,
+    pub connect_rate: f64,
+    pub errors: f64,
+    pub loss: f64,
+    pub survival: f64,
+    pub delivery: Option<f64>,
+    pub connect: Percentiles,
+    pub rtt: Percentiles,
+    pub rtt_raw: Percentiles,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CellResult {
+    pub label: String,
+    pub connections: u32,
+    pub size: u32,
+    pub format: String,
+    pub target_rate: f64,
+    pub connect_secs: f64,
+    pub measured_secs: f64,
+    pub start_skew_us: u64,
+    #[serde(flatten)]
+    pub measure: Measure,
+    /// Messages the server counted during the cell (its own counter's increase).
+    pub server_received: Option<u64>,
+    pub figures: Figures,
+}
+
+impl CellResult {
+    pub fn compute(&mut self) {
+        let c = &self.measure.counts;
+        let h = &self.measure.hists;
+        let per = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let frac = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
+        self.figures = Figures {
+            sent_per_sec: per(c.sent, self.measured_secs),
+            received_per_sec: per(c.received, self.measured_secs),
+            bytes_sent_per_sec: per(c.bytes_sent, self.measured_secs),
+            connect_rate: per(c.connected, self.connect_secs),
+            errors: frac(c.failed_total(), c.attempted),
+            loss: frac(c.lost, c.expected),
+            survival: frac(c.survived, c.connected),
+            delivery: self.server_received.map(|s| frac(s, c.sent_with_warmup)),
+            connect: Percentiles::of(&h.connect),
+            rtt: Percentiles::of(&h.rtt),
+            rtt_raw: Percentiles::of(&h.rtt_raw),
+        };
+    }
+
+    /// The value a threshold judges, in canonical units.
+    pub fn value(&self, m: Metric) -> Option<f64> {
+        let f = &self.figures;
+        let h = &self.measure.hists;
+        Some(match m {
+            Metric::Latency(which, stat) => {
+                let hist = match which {
+                    Latency::Rtt => &h.rtt,
+                    Latency::RttRaw => &h.rtt_raw,
+                    Latency::Connect => &h.connect,
+                };
+                if hist.is_empty() {
+                    return None;
+                }
+                match stat {
+                    Stat::Min => hist.min(),
+                    Stat::Mean => hist.mean(),
+                    Stat::Max => hist.max(),
+                    Stat::P(p) => hist.percentile(p),
+                }
+            }
+            Metric::Throughput => f.sent_per_sec,
+            Metric::ReceivedRate => f.received_per_sec,
+            Metric::Errors => f.errors,
+            Metric::Loss => f.loss,
+            Metric::Survival => f.survival,
+            Metric::Delivery => f.delivery?,
+            Metric::ConnectRate => f.connect_rate,
+            Metric::Limit => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    pub threshold: String,
+    pub cell: String,
+    pub actual: Option<f64>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub passed: bool,
+    pub checks: Vec<Check>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Probe {
+    pub connections: u32,
+    pub error_rate: f64,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    pub test: String,
+    pub scenario: Scenario,
+    pub target: String,
+    /// Shards whose results are in this one.
+    pub shards: Vec<u32>,
+    pub shard_count: u32,
+    pub started_at_unix_ms: u64,
+    pub cells: Vec<CellResult>,
+    /// connectionLimit: every probe, and the largest count that passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    pub thresholds: Vec<Threshold>,
+    pub verdict: Option<Verdict>,
+    /// Problems worth a reader's attention (file limits, a failed server scrape...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl RunResult {
+    pub fn judge(&mut self) {
+        if self.thresholds.is_empty() {
+            self.verdict = None;
+            return;
+        }
+        let mut checks = Vec::new();
+        for t in &self.thresholds {
+            if t.metric == Metric::Limit {
+                let actual = self.limit.map(f64::from);
+                checks.push(Check {
+                    threshold: t.text.clone(),
+                    cell: "all".into(),
+                    actual,
+                    passed: actual.is_some_and(|a| t.holds(a)),
+                });
+                continue;
+            }
+            for c in &self.cells {
+                let actual = c.value(t.metric);
+                // A figure that was never measured cannot pass.
+                checks.push(Check {
+                    threshold: t.text.clone(),
+                    cell: c.label.clone(),
+                    actual,
+                    passed: actual.is_some_and(|a| t.holds(a)),
+                });
+            }
+        }
+        self.verdict = Some(Verdict {
+            passed: checks.iter().all(|c| c.passed),
+            checks,
+        });
+    }
+
+    /// Adds another shard's result of the same test: counts and histograms add exactly.
+    pub fn merge(&mut self, other: &RunResult) -> Result<(), String> {
+        if other.test != self.test
+            || other.scenario != self.scenario
+            || other.cells.len() != self.cells.len()
+        {
+            return Err(format!(
+                "results of different tests or plans: {} ({} cells) vs {} ({} cells)",
+                self.test,
+                self.cells.len(),
+                other.test,
+                other.cells.len()
+            ));
+        }
+        for s in &other.shards {
+            if self.shards.contains(s) {
+                return Err(format!("shard {s} is in both results"));
+            }
+        }
+        self.shards.extend(&other.shards);
+        self.shards.sort_unstable();
+        for (a, b) in self.cells.iter_mut().zip(&other.cells) {
+            if a.label != b.label {
+                return Err(format!("cell {:?} does not match {:?}", a.label, b.label));
+            }
+            a.measure.add(&b.measure);
+            a.connect_secs = a.connect_secs.max(b.connect_secs);
+            a.measured_secs = a.measured_secs.max(b.measured_secs);
+            a.start_skew_us = a.start_skew_us.max(b.start_skew_us);
+            // Every shard reads the same server counter over the same window: the largest
+            // increase seen covers them all.
+            a.server_received = a.server_received.max(b.server_received);
+            a.compute();
+        }
+        self.notes.extend(other.notes.iter().cloned());
+        self.started_at_unix_ms = self.started_at_unix_ms.min(other.started_at_unix_ms);
+        self.judge();
+        Ok(())
+    }
+
+    /// Tables in the style of the seed reports, and the verdict.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let shards = if self.shard_count > 1 {
+            format!(", shards {:?} of {}", self.shards, self.shard_count)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "\n{} — {} against {}{shards}\n",
+            self.test,
+            self.scenario.as_str(),
+            self.target
+        );
+        let table = table(self);
+        o.push_str(&table);
+        if !self.probes.is_empty() {
+            let _ = writeln!(o, "\n| Probe | Error rate | Result |\n|---|---|---|");
+            for p in &self.probes {
+                let _ = writeln!(
+                    o,
+                    "| {} | {:.2}% | {} |",
+                    num(f64::from(p.connections)),
+                    p.error_rate * 100.0,
+                    if p.passed { "held" } else { "failed" }
+                );
+            }
+            let _ = writeln!(
+                o,
+                "\nLimit: {}",
+                self.limit.map_or("none held".into(), |l| format!(
+                    "{} connections",
+                    num(f64::from(l))
+                ))
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(o, "note: {n}");
+        }
+        if let Some(v) = &self.verdict {
+            let _ = writeln!(o, "\nThresholds:");
+            for c in &v.checks {
+                let actual = c
+                    .actual
+                    .map_or("not measured".to_string(), |a| format!("{a:.6}"));
+                let _ = writeln!(
+                    o,
+                    "  {} {} [{}] actual {actual}",
+                    if c.passed { "PASS" } else { "FAIL" },
+                    c.threshold,
+                    c.cell
+                );
+            }
+            let _ = writeln!(o, "\nVerdict: {}", if v.passed { "PASS" } else { "FAIL" });
+        }
+        o
+    }
+}
+
+pub fn ms(s: f64) -> String {
+    if s == 0.0 {
+        "-".into()
+    } else if s < 0.001 {
+        format!("{:.0} us", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+pub fn num(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}K", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn table(r: &RunResult) -> String {
+    let mut o = String::new();
+    let row = |o: &mut String, cells: Vec<String>| {
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
+    };
+    let head = |o: &mut String, cols: &[&str]| {
+        let _ = writeln!(
+            o,
+            "| {} |\n|{}",
+            cols.join(" | "),
+            "---|".repeat(cols.len())
+        );
+    };
+    use Scenario::*;
+    match r.scenario {
+        ConnectionStorm | ConnectionLimit => {
+            head(
+                &mut o,
+                &[
+                    "Connections",
+                    "Accept rate",
+                    "p50",
+                    "p95",
+                    "p99",
+                    "p99.9",
+                    "Failed",
+                ],
+            );
+            for c in &r.cells {
+                let f = &c.figures;
+                let failed = c.measure.counts.failed_total();
+                row(
+                    &mut o,
+                    vec![
+                        c.label.clone(),
+                        format!("{}/s", num(f.connect_rate)),
+                        ms(f.connect.p50),
+                        ms(f.connect.p95),
+                        ms(f.connect.p99),
+                        ms(f.connect.p999),
+                        failed.to_string(),
+                    ],
+                );
+            }
+        }
+        PingLatency | SustainedHold | Pingpong => {
+            let surv = r.scenario == SustainedHold;
+            head(
+                &mut o,
+                &[
+                    "Connections",
+                    "Pings",
+                    "p50",
+                    "p95",
+                    "p99",
+                    "p99.9",
+                    "max",
+                    "Lost",
+                    if surv { "Survival" } else { "Errors" },
+                ],
+            );
+            for c in &r.cells {
+                let f = &c.figures;
+                let last = if surv {
+                    format!("{:.2}%", f.survival * 100.0)
+                } else {
+                    c.measure.counts.failed_total().to_string()
+                };
+                row(
+                    &mut o,
+                    vec![
+                        c.label.clone(),
+                        num(f.rtt.count as f64),
+                        ms(f.rtt.p50),
+                        ms(f.rtt.p95),
+                        ms(f.rtt.p99),
+                        ms(f.rtt.p999),
+                        ms(f.rtt.max),
+                        c.measure.counts.lost.to_string(),
+                        last,
+                    ],
+                );
+            }
+        }
+        Throughput | PayloadMatrix | FormatComparison | Blast => {
+            head(
+                &mut o,
+                &[
+                    "Cell",
+                    "Msg/s",
+                    "MB/s",
+                    "Per-conn msg/s",
+                    "Echoes/s",
+                    "Server received",
+                    "Errors",
+                ],
+            );
+            for c in &r.cells {
+                let f = &c.figures;
+                let server = match (c.server_received, f.delivery) {
+                    (Some(s), Some(d)) => format!("{} ({:.2}%)", num(s as f64), d * 100.0),
+                    _ => "-".into(),
+                };
+                let errors = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+                row(
+                    &mut o,
+                    vec![
+                        c.label.clone(),
+                        num(f.sent_per_sec),
+                        format!("{:.1}", f.bytes_sent_per_sec / 1e6),
+                        num(f.sent_per_sec / f64::from(c.connections.max(1))),
+                        num(f.received_per_sec),
+                        server,
+                        errors.to_string(),
+                    ],
+                );
+            }
+        }
+        Echo | ConstantRate => {
+            head(
+                &mut o,
+                &[
+                    "Connections",
+                    "Target/s",
+                    "Sent/s",
+                    "Received/s",
+                    "p50",
+                    "p99",
+                    "p99.9",
+                    "raw p99",
+                    "Loss",
+                ],
+            );
+            for c in &r.cells {
+                let f = &c.figures;
+                row(
+                    &mut o,
+                    vec![
+                        c.label.clone(),
+                        num(c.target_rate),
+                        num(f.sent_per_sec),
+                        num(f.received_per_sec),
+                        ms(f.rtt.p50),
+                        ms(f.rtt.p99),
+                        ms(f.rtt.p999),
+                        ms(f.rtt_raw.p99),
+                        format!("{:.2}%", f.loss * 100.0),
+                    ],
+                );
+            }
+        }
+    }
+    o
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Build Kubernetes binaries from the Go module proxy into the version-keyed
+# cache (versions.sh: K8S_BIN_DIR), skipping those already there.
+#
+# usage: scripts/k8s/build.sh [component...]
+#   components: kube-apiserver kubectl (the default), kube-controller-manager,
+#               kube-scheduler, kubelet, kube-proxy
+#
+# Why from source: no container image can be pulled on the project machines
+# and no release tarball can be downloaded, but the Go module proxy serves
+# k8s.io/kubernetes and its staging modules. gomod/ is a wrapper module that
+# makes k8s.io/kubernetes buildable as a dependency (see its go.mod); its
+# go.sum pins every module's hash, so the proxy cannot change what we build.
+#
+# Cold, a first build costs ~10-15 minutes for kube-apiserver on 2 cores (Go's
+# build cache makes the next components cheaper); a cached one, a second.
+#
+# Environment:
+#   WSLOAD_CACHE          cache root (default ~/.cache/wsload)
+#   WSLOAD_K8S_REBUILD=1  rebuild even when the binary is cached
+set -euo pipefail
+
+K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/k8s/versions.sh
+source "$K8S_DIR/versions.sh"
+GOMOD_DIR="$K8S_DIR/gomod"
+
+ALL_COMPONENTS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+DEFAULT_COMPONENTS=(kube-apiserver kubectl)
+
+log() { printf 'k8s/build: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+usage() {
+	printf 'usage: %s [component...]\ncomponents: %s (default: %s)\n' \
+		"$0" "${ALL_COMPONENTS[*]}" "${DEFAULT_COMPONENTS[*]}"
+}
+
+check_go() {
+	local v major minor
+	command -v go >/dev/null || die "go is needed (Go >= 1.24, e.g. /usr/local/go/bin on PATH)"
+	v="$(GOTOOLCHAIN=local go env GOVERSION)"
+	v="${v#go}"
+	major="${v%%.*}"
+	minor="${v#*.}"
+	minor="${minor%%.*}"
+	# Kubernetes 1.33 needs Go 1.24; an older go would try to download a
+	# newer toolchain, which the module proxy here may well refuse.
+	if ((major < 1 || (major == 1 && minor < 24))); then
+		die "go $v is too old to build Kubernetes $K8S_VERSION (needs >= 1.24)"
+	fi
+}
+
+# gomod/go.mod carries the version a second time (Go cannot read versions.sh);
+# a half-done bump would otherwise build one release into the other's cache.
+check_gomod_versions() {
+	local bad
+	grep -Eq "^require k8s\.io/kubernetes ${K8S_VERSION//./\\.}\$" "$GOMOD_DIR/go.mod" ||
+		die "gomod/go.mod does not require k8s.io/kubernetes $K8S_VERSION (versions.sh)"
+	bad="$(grep -E '=> k8s\.io/' "$GOMOD_DIR/go.mod" | grep -v " $K8S_STAGING_VERSION\$" || true)"
+	[[ -z "$bad" ]] || die "gomod/go.mod replaces staging modules at other versions than $K8S_STAGING_VERSION:
+$bad"
+}
+
+# Without these, binaries report v0.0.0-master and kubectl cannot parse the
+# server version. kubectl reads client-go's copy, the servers component-base's.
+version_ldflags() {
+	local build_date minor="${K8S_VERSION#v1.}" flags=() pkg
+	minor="${minor%%.*}"
+	# The release's own publication time, not now: rebuilds are then identical.
+	build_date="$(cd "$GOMOD_DIR" && GOFLAGS=-mod=readonly go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)"
+	for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+		flags+=("-X $pkg.gitVersion=$K8S_VERSION" "-X $pkg.gitMajor=1" "-X $pkg.gitMinor=$minor"
+			"-X $pkg.buildDate=$build_date")
+	done
+	# -s -w: upstream release builds strip symbols and DWARF too; it also
+	# shortens the link, the slowest single step.
+	printf '%s ' -s -w "${flags[@]}"
+}
+
+# What binary $2 (component $1) says about itself; proves the ldflags took.
+reported_version() {
+	case "$1" in
+	kubectl) "$2" version --client -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | head -n1 ;;
+	*) "$2" --version | sed -n 's/^Kubernetes \(v[^ ]*\).*/\1/p' ;;
+	esac
+}
+
+TMP_BIN=""
+cleanup() {
+	if [[ -n "$TMP_BIN" ]]; then rm -f "$TMP_BIN"; fi
+}
+trap cleanup EXIT
+
+build_one() {
+	local c="$1" target="$K8S_BIN_DIR/$1" started cgo=0 got
+	if [[ -x "$target" && "${WSLOAD_K8S_REBUILD:-0}" != 1 ]]; then
+		log "$c $K8S_VERSION: cached ($target)"
+		return
+	fi
+	# Upstream links everything statically except the kubelet, which keeps
+	# cgo (when a C compiler exists) for the host's user and DNS lookups.
+	if [[ "$c" == kubelet ]]; then cgo="$(go env CGO_ENABLED)"; fi
+	log "$c $K8S_VERSION: building (CGO_ENABLED=$cgo)"
+	started=$SECONDS
+	# A temporary name in the same directory, then a rename: an interrupted or
+	# failed build never leaves a partial binary under the real name.
+	TMP_BIN="$(mktemp "$K8S_BIN_DIR/.$c.XXXXXX")"
+	# -mod=readonly: go.mod and go.sum are reviewed files, a build must not
+	# rewrite them. -buildvcs=false: the wrapper sits inside this repository,
+	# whose git state says nothing about the Kubernetes source. Tags as
+	# upstream's hack/lib/golang.sh sets them.
+	(cd "$GOMOD_DIR" && GOTOOLCHAIN=local CGO_ENABLED="$cgo" go build \
+		-mod=readonly -buildvcs=false -trimpath -tags=selinux,notest \
+		-ldflags="$LDFLAGS" -o "$TMP_BIN" "k8s.io/kubernetes/cmd/$c")
+	got="$(reported_version "$c" "$TMP_BIN")"
+	[[ "$got" == "$K8S_VERSION" ]] || die "$c reports version '$got', not $K8S_VERSION"
+	chmod 0755 "$TMP_BIN"
+	mv -f "$TMP_BIN" "$target"
+	TMP_BIN=""
+	log "$c $K8S_VERSION: built in $((SECONDS - started))s -> $target"
+}
+
+main() {
+	local c ok known components=()
+	for c in "$@"; do
+		case "$c" in
+		-h | --help)
+			usage
+			exit 0
+			;;
+		esac
+		known=0
+		for ok in "${ALL_COMPONENTS[@]}"; do [[ "$c" == "$ok" ]] && known=1; done
+		if ((!known)); then
+			usage >&2
+			exit 2
+		fi
+		components+=("$c")
+	done
+	((${#components[@]})) || components=("${DEFAULT_COMPONENTS[@]}")
+
+	check_go
+	check_gomod_versions
+	mkdir -p "$K8S_BIN_DIR"
+	# Two concurrent runs (e.g. parallel test jobs on a cold cache) would both
+	# spend the full build; the second waits and then finds the binaries.
+	exec {lock_fd}>"$K8S_CACHE_DIR/.build.lock"
+	flock "$lock_fd"
+	LDFLAGS="$(version_ldflags)"
+	for c in "${components[@]}"; do build_one "$c"; done
+}
+
+main "$@"

@@ -1,0 +1,404 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane (etcd + kube-apiserver) on loopback, for
+# operator integration tests: CRDs, CEL validation, the status subresource,
+# RBAC and watches behave exactly as in any cluster. No kubelet: pods are
+# stored but never run.
+#
+# usage: scripts/k8s/control-plane.sh up DIR    start; prints `export KUBECONFIG=DIR/kubeconfig`
+#        scripts/k8s/control-plane.sh down DIR  stop what `up DIR` started (idempotent)
+#        scripts/k8s/control-plane.sh env DIR   print `export KUBECONFIG=DIR/kubeconfig`
+#
+# Everything lives in DIR: pki/ (made once per DIR, reused by a later `up`),
+# etcd/ (the data; also reused, so objects survive down + up), *.log, *.pid,
+# kubeconfig (admin, certificates embedded) and cluster.env (the endpoints as
+# shell variables). Ports are picked free at run time, so any number of
+# clusters can run side by side with different DIRs. ~/.kube/config is never
+# read or written.
+#
+# Environment:
+#   WSLOAD_CACHE                 binary cache root (see versions.sh)
+#   WSLOAD_K8S_START_TIMEOUT     seconds to wait for /readyz (default 120)
+#   WSLOAD_K8S_EXTRA_SANS        more serving-cert SANs, openssl syntax
+#                                ("IP:10.244.0.1,DNS:node"); read when pki/ is made
+#   WSLOAD_K8S_ADVERTISE_ADDRESS the API server's --advertise-address (default:
+#                                its own choice, the host's main address)
+set -euo pipefail
+
+K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/k8s/versions.sh
+source "$K8S_DIR/versions.sh"
+
+SERVICE_CIDR=10.96.0.0/16
+# The first address of SERVICE_CIDR: the `kubernetes` Service, which in-cluster
+# clients reach the API server through, so it must be in the serving cert.
+SERVICE_API_IP=10.96.0.1
+SA_ISSUER=https://kubernetes.default.svc.cluster.local
+START_TIMEOUT="${WSLOAD_K8S_START_TIMEOUT:-120}"
+# How often a start is retried with new ports when one was taken between our
+# pick and the daemon's bind (another cluster starting at the same moment).
+PORT_ATTEMPTS=5
+
+log() { printf 'k8s/control-plane: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+usage() {
+	printf 'usage: %s up DIR | down DIR | env DIR\n' "$0" >&2
+	exit 2
+}
+
+# --- processes ---------------------------------------------------------------
+
+# The pid in DIR/NAME.pid if that process is alive and is the one we started:
+# its command line names DIR, so a pid reused by an unrelated process after a
+# reboot or crash is never signalled. Zombies count as gone.
+running_pid() {
+	local name="$1" pid stat
+	[[ -f "$DIR/$name.pid" ]] || return 1
+	pid="$(<"$DIR/$name.pid")"
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+	# The state follows the command name, which is in parentheses.
+	stat="${stat##*) }"
+	[[ "${stat%% *}" != Z ]] || return 1
+	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" || return 1
+	printf '%s\n' "$pid"
+}
+
+stop() {
+	local name="$1" pid i
+	if pid="$(running_pid "$name")"; then
+		kill -TERM "$pid" 2>/dev/null || true
+		# Not our child (up has exited), so poll instead of `wait`.
+		for ((i = 0; i < 100; i++)); do
+			running_pid "$name" >/dev/null || break
+			sleep 0.2
+		done
+		if running_pid "$name" >/dev/null; then
+			log "$name (pid $pid) ignored SIGTERM for 20s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+			for ((i = 0; i < 50; i++)); do
+				running_pid "$name" >/dev/null || break
+				sleep 0.1
+			done
+		fi
+	fi
+	rm -f "$DIR/$name.pid"
+}
+
+# Start a daemon detached from this script: output to DIR/NAME.log, stdin from
+# /dev/null, and the DIR lock's descriptor closed, so neither a caller reading
+# our stdout (a test harness capturing output) nor the next `up` waits for it.
+spawn() {
+	local name="$1"
+	shift
+	printf '\n==== %s: %s\n' "$(date -u +%FT%TZ)" "$*" >>"$DIR/$name.log"
+	"$@" </dev/null >>"$DIR/$name.log" 2>&1 {LOCK_FD}>&- &
+	printf '%s\n' "$!" >"$DIR/$name.pid"
+}
+
+log_tail() {
+	local name="$1"
+	log "last lines of $DIR/$name.log:"
+	tail -n "${2:-30}" "$DIR/$name.log" | sed 's/^/    /' >&2
+}
+
+# --- ports -------------------------------------------------------------------
+
+# Sets PORT to a random port no socket uses now, outside the kernel's
+# ephemeral range so an outgoing connection cannot take it before the daemon
+# binds. Races with other processes choosing at the same moment are caught by
+# the daemon's bind error and retried (start_etcd, start_apiserver). Not
+# $(pick_port): PICKED_PORTS must survive between calls.
+pick_port() {
+	local eph_lo eph_hi lo hi used=" " f local_addr
+	read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range
+	if ((eph_lo > 11000)); then
+		lo=10000 hi=$((eph_lo - 1))
+	else
+		lo=$((eph_hi + 1)) hi=65535
+	fi
+	for f in /proc/net/tcp /proc/net/tcp6; do
+		[[ -r "$f" ]] || continue
+		while read -r _ local_addr _; do
+			[[ "$local_addr" == *:* ]] || continue
+			used+="$((16#${local_addr##*:})) "
+		done <"$f"
+	done
+	while :; do
+		PORT=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+		[[ "$used" == *" $PORT "* || " ${PICKED_PORTS[*]} " == *" $PORT "* ]] || break
+	done
+	PICKED_PORTS+=("$PORT")
+}
+
+# True once NAME's log, since its last start, says a port was taken.
+bind_conflict() {
+	awk '/^==== /{hit=0} /address already in use/{hit=1} END{exit !hit}' "$DIR/$1.log"
+}
+
+# --- PKI ---------------------------------------------------------------------
+
+make_pki() {
+	local pki="$DIR/pki" cnf="$K8S_DIR/openssl.cnf" started=$SECONDS
+	[[ -f "$pki/.complete" ]] && return
+	log "making PKI in $pki"
+	rm -rf "$pki"
+	mkdir -p "$pki"
+	export WSLOAD_APISERVER_SANS="DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:::1,IP:$SERVICE_API_IP${WSLOAD_K8S_EXTRA_SANS:+,$WSLOAD_K8S_EXTRA_SANS}"
+	(
+		umask 077
+		cd "$pki"
+		# RSA everywhere: every client library (kube-rs with rustls or
+		# OpenSSL, client-go, curl) verifies it, and 2048 bits cost
+		# milliseconds to make.
+		openssl req -x509 -new -nodes -newkey rsa:2048 -sha256 -days 3650 \
+			-keyout ca.key -out ca.crt -subj "/CN=wsload-k8s-ca" \
+			-config "$cnf" -extensions v3_ca 2>/dev/null
+		issue() { # name subject extensions
+			openssl req -new -nodes -newkey rsa:2048 -keyout "$1.key" -subj "$2" \
+				-config "$cnf" 2>/dev/null |
+				openssl x509 -req -sha256 -days 365 -CA ca.crt -CAkey ca.key \
+					-set_serial "0x$(openssl rand -hex 16)" \
+					-extfile "$cnf" -extensions "$3" -out "$1.crt" 2>/dev/null
+		}
+		issue apiserver "/CN=kube-apiserver" v3_srv
+		# system:masters is bound to cluster-admin and bypasses RBAC, as a
+		# kubeadm admin.conf does.
+		issue admin "/O=system:masters/CN=wsload-admin" v3_cli
+		# The API server's identity towards kubelets (logs, exec) once a node
+		# joins; kubelets authorize it through the API, hence the group.
+		issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" v3_cli
+		# Service account tokens: the API server signs with the private key
+		# and verifies with the public one (the controller manager signs too).
+		openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+		openssl pkey -in sa.key -pubout -out sa.pub
+		# Certificates and public keys are not secret; clients read them.
+		chmod 0644 ca.crt apiserver.crt admin.crt apiserver-kubelet-client.crt sa.pub
+		touch .complete
+	) || die "openssl failed making the PKI in $pki"
+	log "PKI made in $((SECONDS - started))s"
+}
+
+b64() { base64 -w0 <"$1"; }
+
+write_kubeconfig() {
+	local tmp="$DIR/.kubeconfig.tmp"
+	# Certificates embedded, so the file can be copied or mounted elsewhere.
+	cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: wsload
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority-data: $(b64 "$DIR/pki/ca.crt")
+users:
+- name: wsload-admin
+  user:
+    client-certificate-data: $(b64 "$DIR/pki/admin.crt")
+    client-key-data: $(b64 "$DIR/pki/admin.key")
+contexts:
+- name: wsload
+  context:
+    cluster: wsload
+    user: wsload-admin
+current-context: wsload
+EOF
+	chmod 0600 "$tmp"
+	mv -f "$tmp" "$DIR/kubeconfig"
+	cat >"$DIR/cluster.env" <<EOF
+KUBECONFIG=$DIR/kubeconfig
+K8S_VERSION=$K8S_VERSION
+APISERVER_URL=$APISERVER_URL
+ETCD_URL=$ETCD_URL
+EOF
+}
+
+# --- daemons -----------------------------------------------------------------
+
+wait_until() { # name deadline-seconds command...
+	local name="$1" deadline=$((SECONDS + $2))
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		running_pid "$name" >/dev/null || return 1
+		((SECONDS < deadline)) || return 2
+		sleep 0.25
+	done
+}
+
+start_etcd() {
+	local attempt client peer rc
+	for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
+		pick_port
+		client=$PORT
+		pick_port
+		peer=$PORT
+		ETCD_URL="http://127.0.0.1:$client"
+		# Plain HTTP: loopback only, and the API server is its only client.
+		# The initial-cluster flags only matter for a new data dir; a
+		# reused one keeps its single-member cluster.
+		spawn etcd "$ETCD_BIN" --name wsload --data-dir "$DIR/etcd" \
+			--listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+			--listen-peer-urls "http://127.0.0.1:$peer" \
+			--initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+			--initial-cluster "wsload=http://127.0.0.1:$peer" \
+			--initial-cluster-state new --logger zap --log-outputs stderr
+		rc=0
+		wait_until etcd "$START_TIMEOUT" curl -fsS "$ETCD_URL/health" || rc=$?
+		((rc == 0)) && return 0
+		if ((rc == 1)) && bind_conflict etcd; then
+			log "etcd: port $client or $peer was taken meanwhile; retrying"
+			continue
+		fi
+		log_tail etcd
+		die "etcd did not become healthy (see $DIR/etcd.log)"
+	done
+	die "etcd: no free port pair after $PORT_ATTEMPTS attempts"
+}
+
+# The API server's own test (utilnet.ChooseHostInterface): a default route
+# through an interface other than lo, where the kernel keeps an unreachable one.
+has_default_route() {
+	awk 'NR > 1 && $1 != "lo" && $2 == "00000000" {found = 1} END {exit !found}' /proc/net/route 2>/dev/null ||
+		awk '$1 == "00000000000000000000000000000000" && $2 == "00" && $10 != "lo" {found = 1} END {exit !found}' /proc/net/ipv6_route 2>/dev/null
+}
+
+apiserver_ready() {
+	curl -fsS --max-time 5 --cacert "$DIR/pki/ca.crt" \
+		--cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" "$APISERVER_URL/readyz"
+}
+
+start_apiserver() {
+	local attempt port rc pki="$DIR/pki" advertise=()
+	if [[ -n "${WSLOAD_K8S_ADVERTISE_ADDRESS:-}" ]]; then
+		advertise=(--advertise-address "$WSLOAD_K8S_ADVERTISE_ADDRESS")
+	elif ! has_default_route; then
+		# Left to itself the API server takes the address of the default
+		# route's interface and refuses to start without one (a sandbox with
+		# loopback only). Loopback works, at the price of a logged error
+		# each time it writes the `kubernetes` Service's endpoints.
+		advertise=(--advertise-address 127.0.0.1)
+	fi
+	for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
+		pick_port
+		port=$PORT
+		APISERVER_URL="https://127.0.0.1:$port"
+		write_kubeconfig
+		# Secure port only, loopback only. --cert-dir is never written to
+		# (the certificates are given), but it defaults to a shared
+		# relative path, so keep it in DIR.
+		spawn kube-apiserver "$APISERVER_BIN" \
+			--bind-address 127.0.0.1 --secure-port "$port" "${advertise[@]}" \
+			--cert-dir "$pki" \
+			--tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+			--client-ca-file "$pki/ca.crt" \
+			--etcd-servers "$ETCD_URL" \
+			--service-cluster-ip-range "$SERVICE_CIDR" \
+			--service-account-issuer "$SA_ISSUER" \
+			--service-account-key-file "$pki/sa.pub" \
+			--service-account-signing-key-file "$pki/sa.key" \
+			--authorization-mode Node,RBAC \
+			--allow-privileged=true \
+			--kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
+			--kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+			--kubelet-preferred-address-types InternalIP,Hostname
+		rc=0
+		wait_until kube-apiserver "$START_TIMEOUT" apiserver_ready || rc=$?
+		((rc == 0)) && return 0
+		if ((rc == 1)) && bind_conflict kube-apiserver; then
+			log "kube-apiserver: port $port was taken meanwhile; retrying"
+			continue
+		fi
+		log_tail kube-apiserver 40
+		if ((rc == 2)); then
+			log "/readyz now says:"
+			apiserver_ready 2>&1 | grep -v '^\[+\]' | sed 's/^/    /' >&2 || true
+		fi
+		if ((rc == 2)); then
+			die "kube-apiserver not ready after ${START_TIMEOUT}s (see $DIR/kube-apiserver.log)"
+		fi
+		die "kube-apiserver exited during start (see $DIR/kube-apiserver.log)"
+	done
+	die "kube-apiserver: no free port after $PORT_ATTEMPTS attempts"
+}
+
+ensure_binaries() {
+	ETCD_BIN="$(command -v etcd || true)"
+	if [[ -z "$ETCD_BIN" ]] || ! command -v openssl >/dev/null || ! command -v curl >/dev/null; then
+		"$K8S_DIR/install-deps.sh"
+		ETCD_BIN="$(command -v etcd)" || die "etcd not found after installing etcd-server"
+	fi
+	APISERVER_BIN="$K8S_BIN_DIR/kube-apiserver"
+	# Cached: a no-op costing a fraction of a second.
+	[[ -x "$APISERVER_BIN" ]] || "$K8S_DIR/build.sh" kube-apiserver
+}
+
+# --- commands ----------------------------------------------------------------
+
+# A failed or interrupted start leaves nothing running behind.
+on_up_exit() {
+	if ((!UP_DONE)); then cmd_down; fi
+}
+
+cmd_up() {
+	local started=$SECONDS name
+	UP_DONE=0
+	trap on_up_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	for name in kube-apiserver etcd; do
+		if running_pid "$name" >/dev/null; then
+			die "$name already runs for $DIR; run \`$0 down $DIR\` first"
+		fi
+	done
+	ensure_binaries
+	make_pki
+	PICKED_PORTS=()
+	start_etcd
+	start_apiserver
+	UP_DONE=1
+	log "up in $((SECONDS - started))s: $APISERVER_URL (etcd $ETCD_URL), logs in $DIR"
+	cmd_env
+}
+
+cmd_down() {
+	# The API server first: stopped after etcd it would log errors and retry
+	# for a while before exiting.
+	stop kube-apiserver
+	stop etcd
+}
+
+cmd_env() {
+	printf 'export KUBECONFIG=%q\n' "$DIR/kubeconfig"
+}
+
+main() {
+	[[ $# -eq 2 ]] || usage
+	local cmd="$1"
+	[[ -n "$2" ]] || usage
+	case "$cmd" in
+	up) mkdir -p "$2" ;;
+	down | env) [[ -d "$2" ]] || {
+		[[ "$cmd" == down ]] && exit 0
+		die "$2: no such directory"
+	} ;;
+	*) usage ;;
+	esac
+	DIR="$(cd "$2" && pwd -P)"
+	case "$cmd" in
+	env)
+		cmd_env
+		return
+		;;
+	esac
+	# One up or down at a time per DIR; different DIRs never wait for each
+	# other.
+	exec {LOCK_FD}>"$DIR/.lock"
+	flock "$LOCK_FD"
+	"cmd_$cmd"
+}
+
+main "$@"
