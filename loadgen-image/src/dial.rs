@@ -29,6 +29,8 @@ pub struct Dialed {
     pub upgrade: Duration,
     /// Upgrade to ready (`None` when the protocol has no ready message).
     pub ready: Option<Duration>,
+    /// Data messages the handshake itself sent (the WSE `client_hello`): the server counts them.
+    pub greetings_sent: u64,
 }
 
 /// Everything needed to open connections to one target, prepared once per cell.
@@ -271,15 +273,18 @@ impl Dialer {
         .await
         .map_err(|e| ws_error(&e))?;
         let upgraded = Instant::now();
+        let mut greetings_sent = 0;
         let ready = match self.protocol {
             Protocol::Echo => None,
             Protocol::Wse => {
                 wait_ready(&mut ws).await?;
+                let ready = upgraded.elapsed();
                 // The greeting is part of the protocol; its answer is skipped by readers.
                 ws.send(message::wse_client_hello())
                     .await
                     .map_err(|e| ws_error(&e))?;
-                Some(upgraded.elapsed())
+                greetings_sent = 1;
+                Some(ready)
             }
         };
         Ok(Dialed {
@@ -287,6 +292,7 @@ impl Dialer {
             tcp: tcp_done - start,
             upgrade: upgraded - tcp_done,
             ready,
+            greetings_sent,
         })
     }
 }

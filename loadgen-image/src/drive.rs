@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -123,6 +124,15 @@ impl ConnCtx {
             self.live.slot(self.slot_index).lost(n);
         }
     }
+    fn close_code(&self, code: u16) {
+        *self
+            .stats
+            .borrow_mut()
+            .counts
+            .close_codes
+            .entry(code.to_string())
+            .or_default() += 1;
+    }
     fn dropped(&self, why: Drop) {
         self.stats.borrow_mut().counts.drop(why);
         self.live.slot(self.slot_index).dropped(why);
@@ -164,19 +174,15 @@ fn drop_of(ctx: &ConnCtx, err: &WsError) -> Drop {
     }
 }
 
-/// Reads one frame; data frames are counted. `Err` ends the connection.
-async fn read(ws: &mut Ws, ctx: &ConnCtx) -> Result<Message, Drop> {
-    match ws.next().await {
+/// Counts what one read gave: data frames are received messages, a close frame's code is
+/// kept, and a close or an error ends the connection.
+fn account(ctx: &ConnCtx, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
+    match polled {
         None => Err(Drop::Reset),
         Some(Err(e)) => Err(drop_of(ctx, &e)),
         Some(Ok(Message::Close(frame))) => {
             if let Some(f) = frame {
-                *ctx.stats
-                    .borrow_mut()
-                    .counts
-                    .close_codes
-                    .entry(u16::from(f.code).to_string())
-                    .or_default() += 1;
+                ctx.close_code(u16::from(f.code));
             }
             Err(Drop::ServerClose)
         }
@@ -189,20 +195,15 @@ async fn read(ws: &mut Ws, ctx: &ConnCtx) -> Result<Message, Drop> {
     }
 }
 
+/// Reads one frame; data frames are counted. `Err` ends the connection.
+async fn read(ws: &mut Ws, ctx: &ConnCtx) -> Result<Message, Drop> {
+    account(ctx, ws.next().await)
+}
+
 /// The message read now if one is already buffered; `None` if none is.
 fn read_ready(ws: &mut Ws, ctx: &ConnCtx) -> Option<Result<Message, Drop>> {
-    let polled = ws.next().now_or_never()?;
-    Some(match polled {
-        None => Err(Drop::Reset),
-        Some(Err(e)) => Err(drop_of(ctx, &e)),
-        Some(Ok(Message::Close(_))) => Err(Drop::ServerClose),
-        Some(Ok(msg)) => {
-            if let Some(len) = data_len(&msg) {
-                ctx.received(Instant::now(), 1, len);
-            }
-            Ok(msg)
-        }
-    })
+    // Same accounting as `read`: a close seen here keeps its code too.
+    Some(account(ctx, ws.next().now_or_never()?))
 }
 
 /// Builds pings and recognizes their answers.
@@ -299,18 +300,62 @@ pub async fn run(mut ws: Ws, n: u64, ctx: &ConnCtx, behavior: &Behavior) {
     let slot = ctx.live.slot(ctx.slot_index);
     match end {
         Ok(End::Done) | Err(End::Done) => {
-            ctx.stats.borrow_mut().counts.survived += 1;
-            // A bounded goodbye: a server that never answers the close must not stall the cell.
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                if ws.close(None).await.is_ok() {
-                    while let Some(Ok(_)) = ws.next().await {}
+            let server_code = goodbye(&mut ws).await;
+            match (behavior, server_code) {
+                // A storm connection is never read before this goodbye, so a server that took
+                // the upgrade and then refused the connection (over `--max-connections` the
+                // reference server closes with 1013 at once) is only seen now: the first
+                // close frame is the server's own. Counting it as survived would report a
+                // refused connection as held.
+                (Behavior::Close, Some(code)) if code != NORMAL_CLOSE => {
+                    ctx.close_code(code);
+                    ctx.dropped(Drop::ServerClose);
                 }
-            })
-            .await;
+                _ => ctx.stats.borrow_mut().counts.survived += 1,
+            }
         }
         Ok(End::Dropped(why)) | Err(End::Dropped(why)) => ctx.dropped(why),
     }
     slot.closed();
+}
+
+/// Close code 1000. A server answering our close (sent without a code) echoes no code, or
+/// this one; any other code in the first close frame we get was the server's own decision.
+const NORMAL_CLOSE: u16 = 1000;
+
+/// The client's closing handshake, bounded (a server that never answers the close must not
+/// stall the cell). Returns the code of the first close frame the server sent, if any.
+///
+/// Reads go on while our close frame waits to be written: a server blocked writing replies
+/// nobody read (a blast against an echo server) reads our close only after we read those.
+async fn goodbye(ws: &mut Ws) -> Option<u16> {
+    let mut sent = false;
+    let mut code = None;
+    let mut seen = false;
+    let handshake = std::future::poll_fn(|cx| {
+        if !sent {
+            match ws.poll_close_unpin(cx) {
+                Poll::Ready(Ok(())) => sent = true,
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => {}
+            }
+        }
+        loop {
+            match ws.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(Message::Close(frame)))) => {
+                    if !seen {
+                        seen = true;
+                        code = frame.map(|f| u16::from(f.code));
+                    }
+                }
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(2), handshake).await;
+    code
 }
 
 type Outcome = Result<End, End>;
@@ -348,11 +393,17 @@ async fn ping_once(ws: &mut Ws, ctx: &ConnCtx, pinger: &mut Pinger) -> Outcome {
         ctx.sent(sent_at, 1, len);
     }
     ctx.expected(sent_at, 1);
-    match await_answer(ws, ctx, pinger, Some(id), sent_at + pinger.cfg.timeout).await? {
-        true => Ok(End::Done),
-        false => {
+    match await_answer(ws, ctx, pinger, Some(id), sent_at + pinger.cfg.timeout).await {
+        Ok(true) => Ok(End::Done),
+        Ok(false) => {
             ctx.lost(sent_at, 1);
             Err(End::Dropped(Drop::PingTimeout))
+        }
+        // The connection ended with this ping unanswered: it is lost too, so that every
+        // expected answer ends as a round trip or a loss.
+        Err(end) => {
+            ctx.lost(sent_at, 1);
+            Err(end)
         }
     }
 }
@@ -471,11 +522,21 @@ async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
         if now >= ctx.deadline {
             return Ok(End::Done);
         }
-        for _ in 0..BURST {
-            write(ws, msg.clone(), per_message).await.map_err(dropped)?;
-        }
-        if !per_message {
-            flush(ws).await.map_err(dropped)?;
+        // A blast never reads, so against a server that answers (an echo server) the replies
+        // fill both sockets, the server stops reading and our writes block for good: the
+        // deadline bounds them. A burst cut short is not counted (it may never have left).
+        let burst = async {
+            for _ in 0..BURST {
+                write(ws, msg.clone(), per_message).await?;
+            }
+            if !per_message {
+                flush(ws).await?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout_at(ctx.deadline, burst).await {
+            Err(_) => return Ok(End::Done),
+            Ok(r) => r.map_err(dropped)?,
         }
         ctx.sent(now, BURST, BURST * len);
     }
@@ -493,9 +554,30 @@ async fn paced(
     cfg: PingCfg,
     per_message: bool,
 ) -> Outcome {
-    let mut pinger = Pinger::new(cfg);
+    let pinger = Pinger::new(cfg);
     // (id, intended, actual) of every message awaiting its answer, in send order.
     let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
+    let outcome =
+        paced_until_answered(ws, ctx, n, schedule, pinger, per_message, &mut pending).await;
+    // Whatever is still outstanding was never answered, whether the timeout ran out or the
+    // connection dropped: a dead server's unanswered messages are loss, not silence.
+    for (_, intended, _) in pending.drain(..) {
+        ctx.lost(intended, 1);
+    }
+    outcome
+}
+
+/// The schedule, then the wait for the last answers; leaves in `pending` what was never
+/// answered.
+async fn paced_until_answered(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    n: u64,
+    schedule: &Schedule,
+    mut pinger: Pinger,
+    per_message: bool,
+    pending: &mut VecDeque<(u64, Instant, Instant)>,
+) -> Outcome {
     let schedule = schedule.for_connection(n, ctx.connections);
     let origin = ctx.start;
     let mut due = schedule.first(origin);
@@ -527,23 +609,20 @@ async fn paced(
             _ = tokio::time::sleep_until(wake) => {}
             r = read(ws, ctx) => {
                 let msg = r.map_err(dropped)?;
-                settle(ctx, &pinger, &msg, &mut pending);
+                settle(ctx, &pinger, &msg, pending);
                 while let Some(r) = read_ready(ws, ctx) {
-                    settle(ctx, &pinger, &r.map_err(dropped)?, &mut pending);
+                    settle(ctx, &pinger, &r.map_err(dropped)?, pending);
                 }
             }
         }
     }
     // Answers to the last messages may still be on their way.
-    let until = Instant::now() + cfg.timeout;
+    let until = Instant::now() + pinger.cfg.timeout;
     while !pending.is_empty() {
         match tokio::time::timeout_at(until, read(ws, ctx)).await {
             Err(_) => break,
-            Ok(r) => settle(ctx, &pinger, &r.map_err(dropped)?, &mut pending),
+            Ok(r) => settle(ctx, &pinger, &r.map_err(dropped)?, pending),
         }
-    }
-    for (_, intended, _) in pending.drain(..) {
-        ctx.lost(intended, 1);
     }
     Ok(End::Done)
 }

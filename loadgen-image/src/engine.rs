@@ -151,6 +151,7 @@ async fn worker(
                         let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
                         let mut m = stats.borrow_mut();
                         m.counts.connected += 1;
+                        m.counts.sent_with_warmup += d.greetings_sent;
                         m.hists.tcp.record(d.tcp);
                         m.hists.upgrade.record(d.upgrade);
                         if let Some(r) = d.ready {

@@ -9,14 +9,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use wsload_metrics::header;
-
-/// Bucket bounds (seconds) fine enough for `histogram_quantile` from 50 us to 10 s.
-pub const BUCKETS: [f64; 33] = [
-    0.000_05, 0.000_075, 0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_5, 0.000_75, 0.001, 0.001_5,
-    0.002, 0.003, 0.005, 0.007_5, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
-    0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
-];
+use wsload_metrics::{AtomicHistogram, header, render_histogram};
 
 const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Refused,
@@ -36,32 +29,6 @@ const DROP_REASONS: [Drop; 4] = [
     Drop::PingTimeout,
 ];
 
-struct LiveHist {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl LiveHist {
-    fn new() -> Self {
-        LiveHist {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-    #[inline]
-    fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        let i = BUCKETS.partition_point(|b| *b < s);
-        if let Some(b) = self.buckets.get(i) {
-            b.fetch_add(1, Relaxed);
-        }
-        self.count.fetch_add(1, Relaxed);
-        self.sum_micros.fetch_add(d.as_micros() as u64, Relaxed);
-    }
-}
-
 #[repr(align(128))]
 pub struct Slot {
     sent: AtomicU64,
@@ -73,8 +40,8 @@ pub struct Slot {
     dropped: [AtomicU64; DROP_REASONS.len()],
     closed: AtomicU64,
     lost: AtomicU64,
-    rtt: LiveHist,
-    connect: LiveHist,
+    rtt: AtomicHistogram,
+    connect: AtomicHistogram,
 }
 
 impl Slot {
@@ -89,8 +56,8 @@ impl Slot {
             dropped: std::array::from_fn(|_| AtomicU64::new(0)),
             closed: AtomicU64::new(0),
             lost: AtomicU64::new(0),
-            rtt: LiveHist::new(),
-            connect: LiveHist::new(),
+            rtt: AtomicHistogram::default(),
+            connect: AtomicHistogram::default(),
         }
     }
     #[inline]
@@ -337,19 +304,12 @@ impl Live {
             ),
         ] {
             header(&mut o, name, "histogram", help);
-            fn h(s: &Slot, pick: u8) -> &LiveHist {
-                if pick == 0 { &s.rtt } else { &s.connect }
-            }
-            let mut cumulative = 0;
-            for (i, le) in BUCKETS.iter().enumerate() {
-                cumulative += self.sum(|s| h(s, pick).buckets[i].load(Relaxed));
-                let _ = writeln!(o, "{name}_bucket{{{base},le=\"{le}\"}} {cumulative}");
-            }
-            let count = self.sum(|s| h(s, pick).count.load(Relaxed));
-            let sum = self.sum(|s| h(s, pick).sum_micros.load(Relaxed)) as f64 / 1e6;
-            let _ = writeln!(o, "{name}_bucket{{{base},le=\"+Inf\"}} {count}");
-            let _ = writeln!(o, "{name}_sum{{{base}}} {sum}");
-            let _ = writeln!(o, "{name}_count{{{base}}} {count}");
+            let hists: Vec<&AtomicHistogram> = self
+                .slots
+                .iter()
+                .map(|s| if pick == 0 { &s.rtt } else { &s.connect })
+                .collect();
+            render_histogram(&mut o, name, &base, &hists);
         }
         o
     }

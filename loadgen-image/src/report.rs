@@ -289,9 +289,15 @@ impl RunResult {
         if let Some(v) = &self.verdict {
             let _ = writeln!(o, "\nThresholds:");
             for c in &v.checks {
-                let actual = c
-                    .actual
-                    .map_or("not measured".to_string(), |a| format!("{a:.6}"));
+                let metric = self
+                    .thresholds
+                    .iter()
+                    .find(|t| t.text == c.threshold)
+                    .map(|t| t.metric);
+                let actual = match (c.actual, metric) {
+                    (Some(a), Some(m)) => in_units(m, a),
+                    _ => "not measured".to_string(),
+                };
                 let _ = writeln!(
                     o,
                     "  {} {} [{}] actual {actual}",
@@ -303,6 +309,19 @@ impl RunResult {
             let _ = writeln!(o, "\nVerdict: {}", if v.passed { "PASS" } else { "FAIL" });
         }
         o
+    }
+}
+
+/// A threshold's figure in the units it is written in.
+pub fn in_units(m: Metric, v: f64) -> String {
+    match m {
+        Metric::Latency(..) => ms(v),
+        Metric::Errors | Metric::Loss | Metric::Survival | Metric::Delivery => {
+            format!("{:.3}%", v * 100.0)
+        }
+        Metric::Throughput | Metric::ReceivedRate => format!("{} msg/s", num(v)),
+        Metric::ConnectRate => format!("{} conn/s", num(v)),
+        Metric::Limit => num(v),
     }
 }
 
@@ -358,7 +377,8 @@ fn table(r: &RunResult) -> String {
             );
             for c in &r.cells {
                 let f = &c.figures;
-                let failed = c.measure.counts.failed_total();
+                // Connections the server closed right after the upgrade (over its cap) failed too.
+                let failed = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
                 row(
                     &mut o,
                     vec![

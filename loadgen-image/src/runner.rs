@@ -33,8 +33,10 @@ pub struct Options {
     pub progress: bool,
 }
 
-/// How long the server's counter may take to catch up with what clients sent.
-const SETTLE: Duration = Duration::from_secs(3);
+/// The server's counter has settled when it has not moved for this long...
+const SETTLE_QUIET: Duration = Duration::from_secs(2);
+/// ...or after this long in any case.
+const SETTLE_MAX: Duration = Duration::from_secs(60);
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -203,16 +205,24 @@ fn run_planned(
     let run = engine.run_cell(&planned.cell, dialer);
     let server_received = match (counter, before) {
         (Some(c), Some(Ok(before))) => {
-            // The server may still be reading the last bursts: wait for it, within SETTLE.
-            let deadline = std::time::Instant::now() + SETTLE;
-            let mut last = None;
+            // The server may still be working through what sits in socket buffers (zlib
+            // frames decode slowly): wait while its counter still moves, until it has
+            // everything, at most SETTLE_MAX.
+            let started = std::time::Instant::now();
+            let mut last: Option<u64> = None;
+            let mut last_change = started;
             loop {
                 match c.read() {
                     Ok(after) => {
                         let delta = after.saturating_sub(before);
+                        if last != Some(delta) {
+                            last_change = std::time::Instant::now();
+                        }
                         last = Some(delta);
+                        let still = last_change.elapsed() >= SETTLE_QUIET;
                         if delta >= run.measure.counts.sent_with_warmup
-                            || std::time::Instant::now() > deadline
+                            || still
+                            || started.elapsed() >= SETTLE_MAX
                         {
                             break;
                         }

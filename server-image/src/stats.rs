@@ -9,7 +9,7 @@ use crate::config::Profile;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
-use wsload_metrics::header;
+use wsload_metrics::{AtomicHistogram, header, render_histogram};
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
@@ -132,39 +132,6 @@ pub enum AcceptError {
     Other,
 }
 
-/// Upper bounds (seconds) of the handshake histogram: 50 us to 10 s.
-const HANDSHAKE_BUCKETS: [f64; 17] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0,
-];
-
-struct Histogram {
-    buckets: [AtomicU64; HANDSHAKE_BUCKETS.len()],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
-
-impl Histogram {
-    fn new() -> Self {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-
-    fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        // Non-cumulative per bucket; the exposition accumulates.
-        if let Some(i) = HANDSHAKE_BUCKETS.iter().position(|b| secs <= *b) {
-            self.buckets[i].fetch_add(1, Relaxed);
-        }
-        self.count.fetch_add(1, Relaxed);
-        self.sum_nanos
-            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
-    }
-}
-
 /// All server counters. One instance per process, shared by reference.
 pub struct Stats {
     slots: Box<[Slot]>,
@@ -173,7 +140,7 @@ pub struct Stats {
     rejected: [AtomicU64; Rejected::ALL.len()],
     closed: [AtomicU64; Profile::COUNT * Closed::COUNT],
     auth_failures: [AtomicU64; AUTH_REASONS.len()],
-    handshake: [Histogram; Profile::COUNT],
+    handshake: [AtomicHistogram; Profile::COUNT],
     broadcast_lagged: AtomicU64,
     accept_errors: [AtomicU64; 2],
     ready: AtomicBool,
@@ -190,7 +157,7 @@ impl Stats {
             rejected: std::array::from_fn(|_| AtomicU64::new(0)),
             closed: std::array::from_fn(|_| AtomicU64::new(0)),
             auth_failures: std::array::from_fn(|_| AtomicU64::new(0)),
-            handshake: std::array::from_fn(|_| Histogram::new()),
+            handshake: std::array::from_fn(|_| AtomicHistogram::default()),
             broadcast_lagged: AtomicU64::new(0),
             accept_errors: std::array::from_fn(|_| AtomicU64::new(0)),
             ready: AtomicBool::new(false),
@@ -348,25 +315,8 @@ impl Stats {
             "TCP accept to HTTP 101, admitted connections.",
         );
         for p in &self.profiles {
-            let h = &self.handshake[p.index()];
-            let mut cumulative = 0;
-            for (i, le) in HANDSHAKE_BUCKETS.iter().enumerate() {
-                cumulative += h.buckets[i].load(Relaxed);
-                let _ = writeln!(
-                    o,
-                    "{name}_bucket{{profile=\"{}\",le=\"{le}\"}} {cumulative}",
-                    p.label()
-                );
-            }
-            let count = h.count.load(Relaxed);
-            let sum = h.sum_nanos.load(Relaxed) as f64 / 1e9;
-            let _ = writeln!(
-                o,
-                "{name}_bucket{{profile=\"{}\",le=\"+Inf\"}} {count}",
-                p.label()
-            );
-            let _ = writeln!(o, "{name}_sum{{profile=\"{}\"}} {sum}", p.label());
-            let _ = writeln!(o, "{name}_count{{profile=\"{}\"}} {count}", p.label());
+            let labels = format!("profile=\"{}\"", p.label());
+            render_histogram(&mut o, name, &labels, &[&self.handshake[p.index()]]);
         }
 
         for (kind, name, help) in [

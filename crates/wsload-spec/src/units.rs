@@ -45,17 +45,33 @@ impl Serialize for Dur {
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Number(f64),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Text(s) => Dur::parse(&s).map_err(serde::de::Error::custom),
-            Raw::Number(n) => Duration::try_from_secs_f64(n)
-                .map(Dur)
-                .map_err(serde::de::Error::custom),
+        TextOrNumber::deserialize(d)?
+            .parse(Dur::parse, |n| {
+                Duration::try_from_secs_f64(n)
+                    .map(Dur)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// YAML users write `10s` or `10`, `5%` or `0.05`: both forms are accepted.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TextOrNumber {
+    Text(String),
+    Number(f64),
+}
+
+impl TextOrNumber {
+    fn parse<T>(
+        self,
+        text: impl FnOnce(&str) -> Result<T, String>,
+        number: impl FnOnce(f64) -> Result<T, String>,
+    ) -> Result<T, String> {
+        match self {
+            TextOrNumber::Text(s) => text(&s),
+            TextOrNumber::Number(n) => number(n),
         }
     }
 }
@@ -96,16 +112,9 @@ impl Serialize for Percent {
 
 impl<'de> Deserialize<'de> for Percent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Number(f64),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Text(s) => Percent::parse(&s).map_err(serde::de::Error::custom),
-            Raw::Number(n) => Percent::parse(&n.to_string()).map_err(serde::de::Error::custom),
-        }
+        TextOrNumber::deserialize(d)?
+            .parse(Percent::parse, |n| Percent::parse(&n.to_string()))
+            .map_err(serde::de::Error::custom)
     }
 }
 
