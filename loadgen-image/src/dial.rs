@@ -19,8 +19,11 @@ use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// Per-connection read buffer: small, because 100K idle connections each hold one.
-const READ_BUFFER: usize = 8 * 1024;
+/// Per-connection read buffer for scenarios that move data: one read takes several messages.
+const READ_BUFFER: usize = 4 * 1024;
+/// ...and for scenarios that mostly hold connections and read small pongs: 100K idle
+/// connections each keep one (tungstenite grows it for a larger message).
+const IDLE_READ_BUFFER: usize = 1024;
 
 /// How a dial went.
 pub struct Dialed {
@@ -97,6 +100,14 @@ pub fn secret_env_name(name: &str, key: &str) -> String {
             .collect::<String>()
     };
     format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
+}
+
+fn idle_heavy(s: wsload_spec::Scenario) -> bool {
+    use wsload_spec::Scenario::*;
+    matches!(
+        s,
+        ConnectionStorm | SustainedHold | ConnectionLimit | PingLatency
+    )
 }
 
 impl Dialer {
@@ -181,7 +192,11 @@ impl Dialer {
             token,
             connector,
             ws_config: WebSocketConfig::default()
-                .read_buffer_size(READ_BUFFER)
+                .read_buffer_size(if idle_heavy(spec.scenario) {
+                    IDLE_READ_BUFFER
+                } else {
+                    READ_BUFFER
+                })
                 .write_buffer_size(64 * 1024)
                 .max_write_buffer_size(64 * 1024 + (64 << 20)),
         })

@@ -210,6 +210,8 @@ fn read_ready(ws: &mut Ws, ctx: &ConnCtx) -> Option<Result<Message, Drop>> {
 struct Pinger {
     cfg: PingCfg,
     arena: BytesMut,
+    /// Cut messages from `arena` (paced loads) instead of allocating each (rare pings).
+    amortize: bool,
     seq: u64,
 }
 
@@ -218,6 +220,7 @@ impl Pinger {
         Pinger {
             cfg,
             arena: BytesMut::new(),
+            amortize: false,
             seq: 0,
         }
     }
@@ -228,7 +231,12 @@ impl Pinger {
         let id = self.seq;
         let msg = match (self.cfg.kind, self.cfg.protocol) {
             (PingKind::Frame, _) => Message::Ping(bytes::Bytes::copy_from_slice(&id.to_le_bytes())),
-            (PingKind::App, Protocol::Echo) => template.with_id(&mut self.arena, id),
+            (PingKind::App, Protocol::Echo) if self.amortize => {
+                template.with_id(&mut self.arena, id)
+            }
+            // A ping every few seconds allocates exactly itself: a connection that holds
+            // between pings must not keep an arena block (1 KiB x 100K connections).
+            (PingKind::App, Protocol::Echo) => template.with_id(&mut BytesMut::new(), id),
             (PingKind::App, Protocol::Wse) => message::wse_ping(self.cfg.format, self.cfg.level),
         };
         (msg, id)
@@ -276,77 +284,154 @@ async fn flush(ws: &mut Ws) -> Result<(), Drop> {
     ws.flush().await.map_err(|_| Drop::Reset)
 }
 
-pub async fn run(mut ws: Ws, n: u64, ctx: &ConnCtx, behavior: &Behavior) {
-    let end = match behavior {
-        Behavior::Close => Ok(End::Done),
-        Behavior::Hold { every, ping } => hold(&mut ws, ctx, *every, *ping).await,
-        Behavior::Ping {
-            count,
-            interval,
-            ping,
-        } => pings(&mut ws, ctx, *count, *interval, *ping).await,
-        Behavior::Saturate {
-            window,
-            per_message_flush,
-        } => saturate(&mut ws, ctx, *window, *per_message_flush).await,
-        Behavior::Blast { per_message_flush } => blast(&mut ws, ctx, *per_message_flush).await,
-        Behavior::PingPong { ping } => pingpong(&mut ws, ctx, *ping).await,
-        Behavior::Paced {
-            schedule,
-            ping,
-            per_message_flush,
-        } => paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush).await,
+/// Writes `msg` (if any) and flushes (if `flush`), reading whenever the write has to wait;
+/// every message read is counted and handed to `on_read`.
+///
+/// A server that answers (an echo server) stops reading us once its answers fill the socket
+/// towards us; a sender that does not read while its own write waits then waits forever
+/// (seen with 64 KiB messages at a few thousand per second, or a 64-message window of
+/// 256 KiB ones). Reading while waiting lets both sides move.
+async fn write_reading(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    msg: Option<Message>,
+    flush: bool,
+    on_read: &mut dyn FnMut(&Message),
+) -> Result<(), Drop> {
+    let write_drop = |e: WsError| {
+        if matches!(e, WsError::Io(_)) {
+            Drop::Reset
+        } else {
+            Drop::Error
+        }
     };
-    let slot = ctx.live.slot(ctx.slot_index);
-    match end {
-        Ok(End::Done) | Err(End::Done) => {
-            let server_code = goodbye(&mut ws).await;
-            match (behavior, server_code) {
-                // A storm connection is never read before this goodbye, so a server that took
-                // the upgrade and then refused the connection (over `--max-connections` the
-                // reference server closes with 1013 at once) is only seen now: the first
-                // close frame is the server's own. Counting it as survived would report a
-                // refused connection as held.
-                (Behavior::Close, Some(code)) if code != NORMAL_CLOSE => {
+    let mut msg = msg;
+    std::future::poll_fn(|cx| {
+        loop {
+            let step = if msg.is_some() {
+                ws.poll_ready_unpin(cx)
+            } else if flush {
+                ws.poll_flush_unpin(cx)
+            } else {
+                return Poll::Ready(Ok(()));
+            };
+            match step {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(write_drop(e))),
+                Poll::Ready(Ok(())) => match msg.take() {
+                    Some(m) => {
+                        if let Err(e) = ws.start_send_unpin(m) {
+                            return Poll::Ready(Err(write_drop(e)));
+                        }
+                    }
+                    None => return Poll::Ready(Ok(())),
+                },
+                Poll::Pending => match ws.poll_next_unpin(cx) {
+                    Poll::Ready(item) => match account(ctx, item) {
+                        Ok(m) => on_read(&m),
+                        Err(why) => return Poll::Ready(Err(why)),
+                    },
+                    Poll::Pending => return Poll::Pending,
+                },
+            }
+        }
+    })
+    .await
+}
+
+/// The connection's measured phase and its close. A plain fn returning an `async move` block
+/// rather than an `async fn`: an async fn stores its arguments and the locals they move into
+/// separately (rust-lang/rust#62958), doubling the 1.4 KB stream in every task.
+pub fn run(
+    mut ws: Ws,
+    n: u64,
+    ctx: Rc<ConnCtx>,
+    behavior: Behavior,
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        let ctx = &*ctx;
+        // Boxed: a task's future would otherwise be as large as the largest behavior's state
+        // machine, for every one of 100K connections.
+        let end = match &behavior {
+            Behavior::Close => Ok(End::Done),
+            Behavior::Hold { every, ping } => Box::pin(hold(&mut ws, ctx, *every, *ping)).await,
+            Behavior::Ping {
+                count,
+                interval,
+                ping,
+            } => Box::pin(pings(&mut ws, ctx, *count, *interval, *ping)).await,
+            Behavior::Saturate {
+                window,
+                per_message_flush,
+            } => Box::pin(saturate(&mut ws, ctx, *window, *per_message_flush)).await,
+            Behavior::Blast { per_message_flush } => {
+                Box::pin(blast(&mut ws, ctx, *per_message_flush)).await
+            }
+            Behavior::PingPong { ping } => Box::pin(pingpong(&mut ws, ctx, *ping)).await,
+            Behavior::Paced {
+                schedule,
+                ping,
+                per_message_flush,
+            } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
+        };
+        let slot = ctx.live.slot(ctx.slot_index);
+        match end {
+            Ok(End::Done) | Err(End::Done) => match (behavior, Box::pin(goodbye(&mut ws)).await) {
+                // A storm connection is never read before this goodbye, so a server that took the
+                // upgrade and then refused the connection (over `--max-connections` the reference
+                // server closes with 1013 at once) is only seen now: the first close frame is the
+                // server's own. Counting it as survived would report a refused connection as held.
+                (Behavior::Close, Goodbye::ServerClosed(code)) => {
                     ctx.close_code(code);
                     ctx.dropped(Drop::ServerClose);
                 }
+                // The stream ended or failed with no close frame at all: the server had already
+                // dropped it (after refusing it, then giving up waiting for our close).
+                (Behavior::Close, Goodbye::Broken) => ctx.dropped(Drop::Reset),
+                // Other behaviors read until the deadline: they were healthy then, whatever the
+                // goodbye brings.
                 _ => ctx.stats.borrow_mut().counts.survived += 1,
-            }
+            },
+            Ok(End::Dropped(why)) | Err(End::Dropped(why)) => ctx.dropped(why),
         }
-        Ok(End::Dropped(why)) | Err(End::Dropped(why)) => ctx.dropped(why),
+        slot.closed();
     }
-    slot.closed();
 }
 
 /// Close code 1000. A server answering our close (sent without a code) echoes no code, or
 /// this one; any other code in the first close frame we get was the server's own decision.
 const NORMAL_CLOSE: u16 = 1000;
 
+/// How the closing handshake went.
+enum Goodbye {
+    /// The server answered our close, or never answered within the bound (still open).
+    Answered,
+    /// The first close frame from the server carried this code: it had closed on its own.
+    ServerClosed(u16),
+    /// The stream ended or failed before any close frame from the server.
+    Broken,
+}
+
 /// The client's closing handshake, bounded (a server that never answers the close must not
-/// stall the cell). Returns the code of the first close frame the server sent, if any.
+/// stall the cell).
 ///
-/// Reads go on while our close frame waits to be written: a server blocked writing replies
-/// nobody read (a blast against an echo server) reads our close only after we read those.
-async fn goodbye(ws: &mut Ws) -> Option<u16> {
+/// Reads go on while our close frame waits to be written (a server blocked writing replies
+/// nobody read, as in a blast against an echo server, reads our close only after we read
+/// those), and after the write failed (the server's own close frame may be waiting to be
+/// read even though it has gone).
+async fn goodbye(ws: &mut Ws) -> Goodbye {
     let mut sent = false;
-    let mut code = None;
-    let mut seen = false;
+    let mut first_close: Option<Option<u16>> = None;
     let handshake = std::future::poll_fn(|cx| {
         if !sent {
             match ws.poll_close_unpin(cx) {
-                Poll::Ready(Ok(())) => sent = true,
-                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Ready(_) => sent = true,
                 Poll::Pending => {}
             }
         }
         loop {
             match ws.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(Message::Close(frame)))) => {
-                    if !seen {
-                        seen = true;
-                        code = frame.map(|f| u16::from(f.code));
-                    }
+                    first_close.get_or_insert(frame.map(|f| u16::from(f.code)));
                 }
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(_) => return Poll::Ready(()),
@@ -354,8 +439,15 @@ async fn goodbye(ws: &mut Ws) -> Option<u16> {
             }
         }
     });
-    let _ = tokio::time::timeout(Duration::from_secs(2), handshake).await;
-    code
+    let finished = tokio::time::timeout(Duration::from_secs(2), handshake)
+        .await
+        .is_ok();
+    match first_close {
+        Some(Some(code)) if code != NORMAL_CLOSE => Goodbye::ServerClosed(code),
+        Some(_) => Goodbye::Answered,
+        None if finished => Goodbye::Broken,
+        None => Goodbye::Answered,
+    }
 }
 
 type Outcome = Result<End, End>;
@@ -484,15 +576,28 @@ async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: 
             break;
         }
         let n = burst.saturating_sub(in_flight);
+        // Echoes read while a write waits (see `write_reading`) count against the window.
+        let mut echoed = 0u32;
+        let mut on_read = |m: &Message| {
+            if data_len(m).is_some() {
+                echoed += 1;
+            }
+        };
         for _ in 0..n {
-            write(ws, msg.clone(), per_message).await.map_err(dropped)?;
+            write_reading(ws, ctx, Some(msg.clone()), per_message, &mut on_read)
+                .await
+                .map_err(dropped)?;
         }
         if !per_message {
-            flush(ws).await.map_err(dropped)?;
+            write_reading(ws, ctx, None, true, &mut on_read)
+                .await
+                .map_err(dropped)?;
         }
         ctx.sent(now, u64::from(n), u64::from(n) * len);
         if window.is_some() {
-            in_flight += n;
+            in_flight = (in_flight + n).saturating_sub(echoed);
+        }
+        if window.is_some() && in_flight > 0 {
             // Wait for at least one echo, then take whatever else is already here.
             let first = tokio::time::timeout_at(ctx.deadline, read(ws, ctx)).await;
             match first {
@@ -524,21 +629,28 @@ async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
         }
         // A blast never reads, so against a server that answers (an echo server) the replies
         // fill both sockets, the server stops reading and our writes block for good: the
-        // deadline bounds them. A burst cut short is not counted (it may never have left).
+        // deadline bounds them. What was handed to the socket's writer counts as sent even
+        // when the burst is cut short: the closing handshake writes it out before the close.
+        let mut fed = 0u64;
         let burst = async {
             for _ in 0..BURST {
-                write(ws, msg.clone(), per_message).await?;
+                write(ws, msg.clone(), false).await?;
+                fed += 1;
+                if per_message {
+                    flush(ws).await?;
+                }
             }
             if !per_message {
                 flush(ws).await?;
             }
             Ok(())
         };
-        match tokio::time::timeout_at(ctx.deadline, burst).await {
+        let r = tokio::time::timeout_at(ctx.deadline, burst).await;
+        ctx.sent(now, fed, fed * len);
+        match r {
             Err(_) => return Ok(End::Done),
             Ok(r) => r.map_err(dropped)?,
         }
-        ctx.sent(now, BURST, BURST * len);
     }
 }
 
@@ -554,7 +666,11 @@ async fn paced(
     cfg: PingCfg,
     per_message: bool,
 ) -> Outcome {
-    let pinger = Pinger::new(cfg);
+    // Paced messages are the hot path: cut them from an arena.
+    let pinger = Pinger {
+        amortize: true,
+        ..Pinger::new(cfg)
+    };
     // (id, intended, actual) of every message awaiting its answer, in send order.
     let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
     let outcome =
@@ -594,15 +710,26 @@ async fn paced_until_answered(
         {
             let (msg, id) = pinger.next(&ctx.template);
             let len = data_len(&msg).unwrap_or(0);
-            write(ws, msg, per_message).await.map_err(dropped)?;
+            write_reading(ws, ctx, Some(msg), per_message, &mut |m| {
+                settle(ctx, &pinger, m, pending)
+            })
+            .await
+            .map_err(dropped)?;
             ctx.sent(t, 1, len);
             ctx.expected(t, 1);
-            pending.push_back((id, t, now));
+            // The raw round trip starts when this message was written, not when the burst
+            // began: a write that waited is the sender's lateness, which only the corrected
+            // figure (from `t`) is meant to include.
+            pending.push_back((id, t, Instant::now()));
             burst += 1;
             due = schedule.next(origin, t, ctx.deadline);
         }
         if burst > 0 && !per_message {
-            flush(ws).await.map_err(dropped)?;
+            write_reading(ws, ctx, None, true, &mut |m| {
+                settle(ctx, &pinger, m, pending)
+            })
+            .await
+            .map_err(dropped)?;
         }
         let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
         tokio::select! {

@@ -135,18 +135,30 @@ async fn worker(
     let first_dial = Instant::now();
     let batch = cell.batch_size.max(1);
     let mut dials = tokio::task::JoinSet::new();
+    // At most one batch in flight: a batch starts at its time AND once the previous one has
+    // landed. Unbounded, a slow server leaves every handshake's buffers (~8 KB each) alive at
+    // once, interleaved with the connections' long-lived ones, and memory stays fragmented
+    // long after (measured: 18 KiB per idle connection instead of 7).
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(
+        (batch as usize).div_ceil(workers).max(1),
+    ));
     let mut b = 0u32;
     while b * batch < cell.connections {
         tokio::time::sleep_until(gate.connect_start + cell.batch_interval * b).await;
         let end = ((b + 1) * batch).min(cell.connections);
         for i in (b * batch..end).filter(|i| *i as usize % workers == w) {
             let n = cell.first + u64::from(i);
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                break;
+            };
             let (dialer, stats, opened) = (dialer.clone(), stats.clone(), opened.clone());
             let live = live.clone();
             dials.spawn_local(async move {
                 let slot = live.slot(w);
                 stats.borrow_mut().counts.attempted += 1;
-                match dialer.dial(n).await {
+                let dialed = dialer.dial(n).await;
+                drop(permit);
+                match dialed {
                     Ok(d) => {
                         let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
                         let mut m = stats.borrow_mut();
@@ -196,7 +208,10 @@ async fn worker(
     for (n, ws) in conns {
         let ctx = ctx.clone();
         let behavior = cell.behavior.clone();
-        tasks.spawn_local(async move { drive::run(ws, n, &ctx, &behavior).await });
+        // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
+        // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
+        let fut = drive::run(ws, n, ctx, behavior);
+        tasks.spawn_local(fut);
     }
     while tasks.join_next().await.is_some() {}
     let elapsed = Instant::now().saturating_duration_since(measure_from);

@@ -13,7 +13,10 @@ use wsload_spec::{Format, Protocol};
 
 /// Placeholder the id slot is written into; unique in every template.
 const ID_PLACEHOLDER: &str = "0000000000000000";
-const ARENA_BLOCK: usize = 64 * 1024;
+/// Messages cut from one arena block: enough to amortize the allocation, small enough that
+/// 100K connections that ping now and then do not each pin a large block.
+const ARENA_MESSAGES: usize = 16;
+const ARENA_MAX: usize = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -135,7 +138,11 @@ impl Template {
     /// A copy carrying `id`, cut from `arena`.
     pub fn with_id(&self, arena: &mut BytesMut, id: u64) -> Message {
         if arena.capacity() - arena.len() < self.bytes.len() {
-            arena.reserve(ARENA_BLOCK.max(self.bytes.len()));
+            arena.reserve(
+                (self.bytes.len() * ARENA_MESSAGES)
+                    .min(ARENA_MAX)
+                    .max(self.bytes.len()),
+            );
         }
         arena.extend_from_slice(&self.bytes);
         match self.id {

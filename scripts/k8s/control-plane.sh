@@ -113,23 +113,21 @@ log_tail() {
 # the daemon's bind error and retried (start_etcd, start_apiserver). Not
 # $(pick_port): PICKED_PORTS must survive between calls.
 pick_port() {
-	local eph_lo eph_hi lo hi used=" " f local_addr
+	local eph_lo eph_hi lo hi used
 	read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range
 	if ((eph_lo > 11000)); then
 		lo=10000 hi=$((eph_lo - 1))
 	else
 		lo=$((eph_hi + 1)) hi=65535
 	fi
-	for f in /proc/net/tcp /proc/net/tcp6; do
-		[[ -r "$f" ]] || continue
-		while read -r _ local_addr _; do
-			[[ "$local_addr" == *:* ]] || continue
-			used+="$((16#${local_addr##*:})) "
-		done <"$f"
-	done
+	# Local addresses as ADDR:PORT, port in 4 upper-case hex digits. awk,
+	# not a `read` loop: bash reads /proc byte by byte, and each read makes
+	# the kernel render the table again, minutes with 10K sockets open.
+	used="$(awk 'FNR > 1 {print $2}' /proc/net/tcp /proc/net/tcp6 2>/dev/null || true)"
+	used=$'\n'"$used"$'\n'
 	while :; do
 		PORT=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-		[[ "$used" == *" $PORT "* || " ${PICKED_PORTS[*]} " == *" $PORT "* ]] || break
+		[[ "$used" == *":$(printf '%04X' "$PORT")"$'\n'* || " ${PICKED_PORTS[*]} " == *" $PORT "* ]] || break
 	done
 	PICKED_PORTS+=("$PORT")
 }
@@ -314,10 +312,11 @@ start_apiserver() {
 		fi
 		log_tail kube-apiserver 40
 		if ((rc == 2)); then
-			log "/readyz now says:"
-			apiserver_ready 2>&1 | grep -v '^\[+\]' | sed 's/^/    /' >&2 || true
-		fi
-		if ((rc == 2)); then
+			# The checks still failing name what it waits for.
+			log "/readyz?verbose now says:"
+			curl -sS --max-time 5 --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" \
+				--key "$DIR/pki/admin.key" "$APISERVER_URL/readyz?verbose" 2>&1 |
+				grep -v '^\[+\]' | sed 's/^/    /' >&2 || true
 			die "kube-apiserver not ready after ${START_TIMEOUT}s (see $DIR/kube-apiserver.log)"
 		fi
 		die "kube-apiserver exited during start (see $DIR/kube-apiserver.log)"
@@ -345,15 +344,17 @@ on_up_exit() {
 
 cmd_up() {
 	local started=$SECONDS name
-	UP_DONE=0
-	trap on_up_exit EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
+	# Checked before the trap below is set: refusing to start must not stop
+	# the cluster that already runs.
 	for name in kube-apiserver etcd; do
 		if running_pid "$name" >/dev/null; then
 			die "$name already runs for $DIR; run \`$0 down $DIR\` first"
 		fi
 	done
+	UP_DONE=0
+	trap on_up_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 	ensure_binaries
 	make_pki
 	PICKED_PORTS=()

@@ -147,7 +147,7 @@ step "printer columns"
 table="$(kubectl get -n "$NS" widgets)"
 printf '%s\n' "$table"
 [[ "$(head -n1 <<<"$table")" =~ ^NAME\ +MIN\ +MAX\ +PHASE\ *$ ]] || fail "unexpected columns"
-[[ "$(grep '^good ' <<<"$table")" =~ ^good\ +1\ +5\ +Done\  ]] || fail "unexpected row for good"
+[[ "$(grep "^good " <<<"$table")" =~ ^good\ +1\ +5\ +Done\ *$ ]] || fail "unexpected row for good"
 
 OK=1
 printf '\n==> smoke passed in %ss\n' "$((SECONDS - started))"
