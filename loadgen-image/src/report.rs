@@ -81,7 +81,8 @@ impl CellResult {
             received_per_sec: per(c.received, self.measured_secs),
             bytes_sent_per_sec: per(c.bytes_sent, self.measured_secs),
             connect_rate: per(c.connected, self.connect_secs),
-            errors: frac(c.failed_total(), c.attempted),
+            // A connection the server refused after the upgrade, or dropped later, failed too.
+            errors: frac(c.failed_total() + c.dropped_total(), c.attempted),
             loss: frac(c.lost, c.expected),
             survival: frac(c.survived, c.connected),
             delivery: self.server_received.map(|s| frac(s, c.sent_with_warmup)),

@@ -226,6 +226,12 @@ pub async fn run<H: Handler>(
                             if let Some(format) = format_of(&msg) {
                                 shared.stats.received(profile, format, msg.len());
                                 handler.on_message(msg, format, &mut out);
+                                // Queued now, not at the end of the batch: once tungstenite
+                                // reads the client's close frame it refuses to send data, so
+                                // replies to the messages just before a close would be lost.
+                                if let Err(e) = feed_out(ws, shared, profile, &mut out).await {
+                                    return fail(ws, e).await;
+                                }
                             }
                             // Ping, pong and close are answered by tungstenite itself.
                         }
@@ -275,7 +281,7 @@ pub async fn run<H: Handler>(
     }
 }
 
-async fn flush_out(
+async fn feed_out(
     ws: &mut Ws,
     shared: &Shared,
     profile: Profile,
@@ -284,6 +290,16 @@ async fn flush_out(
     for msg in out.drain(..) {
         feed(ws, shared, profile, msg).await?;
     }
+    Ok(())
+}
+
+async fn flush_out(
+    ws: &mut Ws,
+    shared: &Shared,
+    profile: Profile,
+    out: &mut Vec<Message>,
+) -> Result<(), WsError> {
+    feed_out(ws, shared, profile, out).await?;
     // Also sends the pongs and close replies tungstenite queued while reading.
     ws.flush().await
 }

@@ -204,3 +204,26 @@ async fn routes_and_pinned_listeners_choose_the_profile() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoes_of_messages_just_before_a_close_are_not_lost() {
+    use futures_util::SinkExt;
+    let server = Server::start(&["--profile", "echo"]);
+    for _ in 0..5 {
+        let mut ws = connect(&server.url("/")).await;
+        const N: usize = 500;
+        // Messages and the close frame leave in one write, so the server reads them in one
+        // batch: the replies must be queued before tungstenite sees the close.
+        for i in 0..N {
+            ws.feed(Message::Text(format!("m{i}").into())).await.expect("feed");
+        }
+        ws.close(None).await.expect("close");
+        let mut echoed = 0;
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_text() {
+                echoed += 1;
+            }
+        }
+        assert_eq!(echoed, N, "every message before the close is echoed");
+    }
+}

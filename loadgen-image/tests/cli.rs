@@ -1,0 +1,428 @@
+//! The `wsload` binary against the real `wsload-server`: shards and their merge, exit codes,
+//! and the coordinated-omission correction when the load generator itself stalls.
+
+mod common;
+
+use common::{Server, WATCHDOG, server_bin, settle};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use wsload::measure::ConnectError;
+use wsload::report::RunResult;
+
+/// A scratch directory under cargo's target tmp dir, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("wsload-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).expect("write scratch file");
+        p
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `wsload` process; killed when dropped unfinished (a failed test).
+struct Wsload {
+    child: Child,
+    stdout: Option<std::thread::JoinHandle<Vec<u8>>>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+impl Wsload {
+    fn start(args: &[&str]) -> Wsload {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wsload"))
+            .args(args)
+            .env("WSLOAD_SERVER_BIN", server_bin())
+            .env("WSLOAD_THREADS", "2")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("wsload starts");
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        Wsload {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Sends a signal by name; the child is not reaped before `finish`, so the pid is ours.
+    fn signal(&self, sig: &str) {
+        common::signal(self.child.id(), sig);
+    }
+
+    /// Stops the process; returns once all its threads are stopped.
+    fn stop(&self) -> Instant {
+        common::stop(self.child.id())
+    }
+
+    /// Waits for the exit (at most the watchdog), prints its output, returns it.
+    fn finish(mut self) -> Output {
+        let deadline = Instant::now() + WATCHDOG;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for wsload") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "wsload exits within the watchdog"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        let out = Output {
+            status,
+            stdout: join(self.stdout.take()),
+            stderr: join(self.stderr.take()),
+        };
+        eprintln!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for Wsload {
+    fn drop(&mut self) {
+        // A no-op once the child was reaped by `finish`.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wsload(args: &[&str]) -> Output {
+    Wsload::start(args).finish()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn result(path: &Path) -> RunResult {
+    let text = std::fs::read_to_string(path).expect("the result file was written");
+    serde_json::from_str(&text).expect("a wsload result")
+}
+
+fn loadtest(name: &str, body: &str) -> String {
+    format!(
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"
+    )
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[test]
+fn shards_merge_exactly() {
+    let server = Server::start(&[]);
+    let dir = Scratch::new("shards");
+    let spec = dir.file(
+        "ping.yaml",
+        &loadtest(
+            "sharded",
+            &format!(
+                "  target: {{url: {}/}}\n  serverMetrics: {{url: {}}}\n  scenario: pingLatency\n  connections: [21]\n  ping: {{count: 5}}\n  shards: 2\n",
+                server.ws, server.metrics
+            ),
+        ),
+    );
+    let spec = spec.to_str().expect("utf-8 path");
+    let outs = [dir.path("s0.json"), dir.path("s1.json")];
+    // Both shards start together, as pods do behind the operator's barrier.
+    let start = (unix_ms() + 1500).to_string();
+    let shards: Vec<Wsload> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            Wsload::start(&[
+                "shard",
+                spec,
+                "--index",
+                &i.to_string(),
+                "--count",
+                "2",
+                "--start-at",
+                &start,
+                "--out",
+                out.to_str().expect("utf-8 path"),
+            ])
+        })
+        .collect();
+    for s in shards {
+        assert_eq!(s.finish().status.code(), Some(0));
+    }
+    let parts: Vec<RunResult> = outs.iter().map(|p| result(p)).collect();
+    // 21 connections split 11 + 10, each shard naming itself.
+    assert_eq!(parts[0].shards, [0]);
+    assert_eq!(parts[1].shards, [1]);
+    let conns: Vec<u64> = parts
+        .iter()
+        .map(|p| p.cells[0].measure.counts.connected)
+        .collect();
+    assert_eq!(conns, [11, 10]);
+
+    let merged_path = dir.path("merged.json");
+    let o = wsload(&[
+        "merge",
+        outs[0].to_str().expect("utf-8 path"),
+        outs[1].to_str().expect("utf-8 path"),
+        "--out",
+        merged_path.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let merged = result(&merged_path);
+    assert_eq!(merged.shards, [0, 1]);
+    assert_eq!(merged.shard_count, 2);
+    let m = &merged.cells[0];
+    let sum = |f: &dyn Fn(&RunResult) -> u64| parts.iter().map(f).sum::<u64>();
+    assert_eq!(m.measure.counts.connected, 21);
+    assert_eq!(
+        m.measure.counts.connected,
+        sum(&|p| p.cells[0].measure.counts.connected)
+    );
+    assert_eq!(
+        m.measure.counts.sent,
+        sum(&|p| p.cells[0].measure.counts.sent)
+    );
+    assert_eq!(m.measure.counts.sent, 105);
+    // Histograms add exactly, count for count.
+    assert_eq!(
+        m.measure.hists.rtt.len(),
+        sum(&|p| p.cells[0].measure.hists.rtt.len())
+    );
+    assert_eq!(m.figures.rtt.count, 105);
+    assert_eq!(m.measure.hists.connect.len(), 21);
+    let max_of_parts = parts
+        .iter()
+        .map(|p| p.cells[0].figures.rtt.max)
+        .fold(0.0, f64::max);
+    assert_eq!(m.figures.rtt.max, max_of_parts);
+    // The server got exactly what both shards sent.
+    let sent_all = sum(&|p| p.cells[0].measure.counts.sent_with_warmup);
+    assert_eq!(
+        server.metric("wsload_server_messages_received_total", &[]),
+        sent_all
+    );
+    assert!(m.server_received.is_some_and(|s| s <= sent_all));
+
+    // A shard merged twice is refused, naming the shard.
+    let o = wsload(&[
+        "merge",
+        outs[0].to_str().expect("utf-8 path"),
+        outs[0].to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("shard 0 is in both results"));
+    // So is a file that is not a result.
+    let junk = dir.file("junk.json", "{\"hello\": 1}");
+    let o = wsload(&["merge", junk.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not a wsload result"));
+}
+
+#[test]
+fn thresholds_decide_the_exit_code() {
+    let server = Server::start(&[]);
+    let dir = Scratch::new("thresholds");
+    let body = |thresholds: &str| {
+        loadtest(
+            "judged",
+            &format!(
+                "  target: {{url: {}/}}\n  scenario: pingLatency\n  connections: [5]\n  ping: {{count: 5}}\n  thresholds: {thresholds}\n",
+                server.ws
+            ),
+        )
+    };
+    let pass = dir.file("pass.yaml", &body("[\"loss < 1%\"]"));
+    let o = wsload(&["run", pass.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Verdict: PASS"));
+
+    // No loopback round trip takes under a microsecond.
+    let fail = dir.file("fail.yaml", &body("[\"loss < 1%\", \"rtt.p99 < 1us\"]"));
+    let out = dir.path("fail.json");
+    let o = wsload(&[
+        "run",
+        fail.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(text.contains("PASS loss < 1%"), "{text}");
+    assert!(text.contains("FAIL rtt.p99 < 1us"), "{text}");
+    assert!(text.contains("Verdict: FAIL"), "{text}");
+    // The failed run's result is still written, with its verdict.
+    let r = result(&out);
+    let verdict = r.verdict.expect("judged");
+    assert!(!verdict.passed);
+    assert_eq!(verdict.checks.iter().filter(|c| !c.passed).count(), 1);
+}
+
+#[test]
+fn invalid_files_exit_2_naming_the_field() {
+    let dir = Scratch::new("invalid");
+    let cases = [
+        // Validation: a value out of range.
+        (
+            "  target: {url: ws://127.0.0.1:9/}\n  scenario: pingLatency\n  ping: {count: 0}\n",
+            "spec.ping.count",
+        ),
+        // Parsing: a value of the wrong type.
+        (
+            "  target: {url: ws://127.0.0.1:9/}\n  scenario: throughput\n  connections: [ten]\n",
+            "spec.connections[0]",
+        ),
+        // Parsing: a misspelt field.
+        (
+            "  target: {url: ws://127.0.0.1:9/}\n  scenario: throughput\n  conections: [10]\n",
+            "conections",
+        ),
+        // A threshold the scenario does not measure.
+        (
+            "  target: {url: ws://127.0.0.1:9/}\n  scenario: connectionStorm\n  thresholds: [\"survival > 99%\"]\n",
+            "spec.thresholds[0]",
+        ),
+    ];
+    for (i, (body, field)) in cases.iter().enumerate() {
+        let f = dir.file(&format!("bad{i}.yaml"), &loadtest("bad", body));
+        for cmd in ["run", "validate"] {
+            let o = wsload(&[cmd, f.to_str().expect("utf-8 path")]);
+            assert_eq!(o.status.code(), Some(2), "{cmd} case {i}");
+            assert!(
+                stderr(&o).contains(field),
+                "{cmd} case {i}: {field} not named in {}",
+                stderr(&o)
+            );
+        }
+    }
+    let o = wsload(&[
+        "run",
+        dir.path("missing.yaml").to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot read"));
+}
+
+#[test]
+fn an_unreachable_target_is_reported_and_kept() {
+    let dir = Scratch::new("unreachable");
+    let f = dir.file(
+        "down.yaml",
+        &loadtest(
+            "down",
+            "  target: {url: \"ws://127.0.0.1:1/\"}\n  scenario: connectionStorm\n  connections: [5]\n  thresholds: [\"errors < 1%\"]\n",
+        ),
+    );
+    let out = dir.path("down.json");
+    let o = wsload(&[
+        "run",
+        f.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    // A failed threshold, not a crash: the run itself was done and reported.
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(text.contains("refused x5"), "{text}");
+    let r = result(&out);
+    let c = &r.cells[0].measure.counts;
+    assert_eq!((c.attempted, c.connected), (5, 0));
+    assert_eq!(c.failed.get(&ConnectError::Refused), Some(&5));
+    assert_eq!(r.cells[0].figures.errors, 1.0);
+    let json = std::fs::read_to_string(&out).expect("result");
+    assert!(json.contains("\"refused\": 5"), "{json}");
+}
+
+#[test]
+fn a_stalled_load_generator_is_corrected_for() {
+    // Coordinated omission from the other side: the load generator itself is stopped
+    // (SIGSTOP) for STALL. Messages due meanwhile leave late, all at once on resume, and the
+    // server answers them at once: from their actual send time (raw) they look fast; from
+    // their intended send time (corrected) they waited the stall, as a user would have.
+    const STALL: Duration = Duration::from_millis(500);
+    let server = Server::start(&[]);
+    let dir = Scratch::new("stall");
+    let f = dir.file(
+        "rate.yaml",
+        &loadtest(
+            "stalled",
+            &format!(
+                "  target: {{url: {}/}}\n  scenario: constantRate\n  connections: [10]\n  duration: 2500ms\n  rate: {{messagesPerSecond: 2000}}\n  ping: {{timeout: 5s}}\n",
+                server.ws
+            ),
+        ),
+    );
+    let out = dir.path("rate.json");
+    let run = Wsload::start(&[
+        "run",
+        f.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    let flowing = settle(1, || {
+        u64::from(server.metric("wsload_server_messages_received_total", &[]) > 0)
+    });
+    assert_eq!(flowing, 1, "the load started");
+    std::thread::sleep(Duration::from_millis(400));
+    let stopped = run.stop();
+    std::thread::sleep(STALL);
+    let stall = stopped.elapsed().as_secs_f64();
+    run.signal("CONT");
+    assert_eq!(run.finish().status.code(), Some(0));
+    let r = result(&out);
+    let c = &r.cells[0];
+    let n = &c.measure.counts;
+    let (rtt, raw) = (&c.figures.rtt, &c.figures.rtt_raw);
+    assert_eq!((n.expected, n.lost), (n.sent, 0));
+    assert_eq!(rtt.count, n.sent);
+    // A fifth of the messages were due during the stall: the corrected p99 is inside it...
+    assert!(rtt.p99 > stall / 2.0, "{rtt:?}");
+    assert!(rtt.max >= stall - 0.01, "max {} vs stall {stall}", rtt.max);
+    // ...while the raw view, timing from when they finally left, hides it.
+    assert!(raw.p99 * 2.0 < rtt.p99, "raw {raw:?} vs corrected {rtt:?}");
+    // The schedule caught up: the late messages were sent, not skipped.
+    let ratio = c.figures.sent_per_sec / c.target_rate;
+    assert!((0.9..=1.1).contains(&ratio), "sent/target {ratio}");
+}

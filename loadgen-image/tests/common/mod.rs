@@ -1,0 +1,237 @@
+//! Shared by the integration tests: the real `wsload-server` binary on loopback, started per
+//! test with explicit flags and killed when its guard drops (also on panic), LoadTest specs
+//! from YAML, and scrapes of the server's own counters.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use wsload::report::{CellResult, RunResult};
+use wsload::runner::{self, Options};
+use wsload_spec::LoadTest;
+
+/// The `wsload-server` binary of this build. Integration tests of `wsload` get no
+/// `CARGO_BIN_EXE_wsload-server` (another package), so it is built once per test binary
+/// with the cargo running the tests, in the same profile, and found beside `wsload`
+/// (`WSLOAD_SERVER_BIN` overrides both).
+pub fn server_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("WSLOAD_SERVER_BIN") {
+            return PathBuf::from(p);
+        }
+        let wsload = Path::new(env!("CARGO_BIN_EXE_wsload"));
+        let profile_dir = wsload
+            .parent()
+            .expect("the wsload binary is in a directory");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => "dev".to_string(),
+            Some(other) => other.to_string(),
+        };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("loadgen-image is inside the workspace");
+        let status = Command::new(env!("CARGO"))
+            .current_dir(workspace)
+            .args(["build", "--quiet", "-p", "wsload-server", "--profile"])
+            .arg(&profile)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo build -p wsload-server failed");
+        let bin = profile_dir.join("wsload-server");
+        assert!(bin.exists(), "{} was not built", bin.display());
+        bin
+    })
+}
+
+/// A `wsload-server` process on ephemeral loopback ports; killed on drop.
+pub struct Server {
+    child: Child,
+    /// `ws://127.0.0.1:PORT` (no path).
+    pub ws: String,
+    pub metrics: String,
+}
+
+impl Server {
+    /// Starts the server with `args` after the listeners (`--profile sink`,
+    /// `--max-connections 300`...), and waits until it prints its addresses.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(server_bin())
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("wsload-server starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            ws: String::new(),
+            metrics: String::new(),
+        };
+        while server.metrics.is_empty() {
+            let line = rx
+                .recv_timeout(Duration::from_secs(15))
+                .expect("wsload-server prints its listeners");
+            if let Some(rest) = line.strip_prefix("wsload-server listening on ") {
+                server.ws = rest.split_whitespace().next().unwrap_or("").to_string();
+            } else if let Some(rest) = line.strip_prefix("wsload-server metrics on ") {
+                server.metrics = rest.trim().to_string();
+            }
+        }
+        assert!(server.ws.starts_with("ws://127.0.0.1:"), "{}", server.ws);
+        server
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal by name (`CONT`, `KILL`) to the server process (not yet reaped, so the
+    /// pid is still this child's).
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    /// Stops the server (SIGSTOP); returns once every thread of it is stopped.
+    pub fn stop(&self) -> Instant {
+        stop(self.pid())
+    }
+
+    /// Kills the server now and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The sum of the series of `name` carrying every label of `labels`.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let want: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let counter = wsload::server_metrics::Counter {
+            url: self.metrics.clone(),
+            name: name.to_string(),
+            labels: want,
+        };
+        counter.read().expect("the server's /metrics answers")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A stopped process still dies of SIGKILL; nothing of the server needs a clean exit.
+        self.kill();
+    }
+}
+
+/// Sends signal `sig` (by name: `STOP`, `CONT`, `KILL`) to process `pid`, a child of the test.
+pub fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// Stops process `pid` (SIGSTOP) and returns the instant by which every one of its threads
+/// was seen stopped. A stop takes effect when each thread next runs, which on a loaded
+/// machine is tens of milliseconds after `kill` returns: a stall timed from `kill` would be
+/// longer than the one the process went through. (Without `/proc`, the instant `kill`
+/// returned.)
+pub fn stop(pid: u32) -> Instant {
+    signal(pid, "STOP");
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let Ok(dir) = std::fs::read_dir(&tasks) else {
+            return Instant::now();
+        };
+        let stopped = dir.filter_map(Result::ok).all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                // `tid (comm) STATE ...`: the state follows the last parenthesis.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+                    .is_some_and(|state| state == 'T' || state == 't')
+            })
+        });
+        if stopped {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A LoadTest from the body of its `spec` (YAML indented by two spaces).
+pub fn spec(name: &str, body: &str) -> LoadTest {
+    let doc = format!(
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"
+    );
+    match LoadTest::from_yaml(&doc, name) {
+        Ok(lt) => lt,
+        Err(e) => panic!("{e}\n{doc}"),
+    }
+}
+
+/// No test here runs longer than this; a hung run fails instead of hanging the suite.
+pub const WATCHDOG: Duration = Duration::from_secs(90);
+
+/// Runs `lt` in this process on two worker threads and prints the report (shown on failure).
+pub fn run(lt: &LoadTest) -> RunResult {
+    let opts = Options {
+        threads: Some(2),
+        server_bin: Some(server_bin().to_path_buf()),
+        ..Default::default()
+    };
+    let (tx, rx) = mpsc::channel();
+    let lt = lt.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(runner::run(&lt, &opts));
+    });
+    let result = rx
+        .recv_timeout(WATCHDOG)
+        .expect("the run finishes within the watchdog")
+        .expect("the run completes");
+    eprintln!("{}", result.render());
+    for c in &result.cells {
+        eprintln!("{}: {:?}", c.label, c.measure.counts);
+    }
+    result
+}
+
+/// Polls `read` until it returns `want` (the server's counters move a moment after the
+/// client sees the end of a connection), at most 5 s; returns the last value.
+pub fn settle(want: u64, read: impl Fn() -> u64) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = read();
+        if v == want || std::time::Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The only cell of a one-tier result.
+pub fn only(r: &RunResult) -> &CellResult {
+    assert_eq!(r.cells.len(), 1, "one cell expected");
+    &r.cells[0]
+}
