@@ -32,7 +32,7 @@ struct Common {
     /// Worker threads, one runtime each (default: one per core).
     #[arg(long, env = "WSLOAD_THREADS")]
     threads: Option<usize>,
-    /// Serve Prometheus metrics of the run on this address.
+    /// Serve Prometheus metrics of the run on this address (`shard`: 0.0.0.0:9464 by default).
     #[arg(long, env = "WSLOAD_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
 }
@@ -78,6 +78,10 @@ enum Command {
     /// Check a LoadTest file and print what it would run.
     Validate { file: String },
 }
+
+/// Where a shard serves `/metrics` unless told otherwise (the pod's metrics port).
+const DEFAULT_SHARD_METRICS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9464);
 
 fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
     if let Some(p) = path {
@@ -135,7 +139,8 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                 threads: common.threads,
                 shard: Some(Shard { index, count }),
                 server_bin,
-                metrics_listen: common.metrics_listen,
+                // A shard is a pod: Prometheus scrapes it while it runs.
+                metrics_listen: Some(common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS)),
                 start_at_unix_ms: start_at,
                 target_url,
                 server_metrics_url,

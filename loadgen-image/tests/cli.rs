@@ -184,13 +184,22 @@ fn shards_merge_exactly() {
                 "2",
                 "--start-at",
                 &start,
+                // Shards serve /metrics on 9464 by default; two at once need their own ports.
+                "--metrics-listen",
+                "127.0.0.1:0",
                 "--out",
                 out.to_str().expect("utf-8 path"),
             ])
         })
         .collect();
     for s in shards {
-        assert_eq!(s.finish().status.code(), Some(0));
+        let o = s.finish();
+        assert_eq!(o.status.code(), Some(0));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("wsload metrics on http://127.0.0.1:"),
+            "a shard serves /metrics: {err}"
+        );
     }
     let parts: Vec<RunResult> = outs.iter().map(|p| result(p)).collect();
     // 21 connections split 11 + 10, each shard naming itself.
