@@ -215,7 +215,9 @@ async fn echoes_of_messages_just_before_a_close_are_not_lost() {
         // Messages and the close frame leave in one write, so the server reads them in one
         // batch: the replies must be queued before tungstenite sees the close.
         for i in 0..N {
-            ws.feed(Message::Text(format!("m{i}").into())).await.expect("feed");
+            ws.feed(Message::Text(format!("m{i}").into()))
+                .await
+                .expect("feed");
         }
         ws.close(None).await.expect("close");
         let mut echoed = 0;
