@@ -21,6 +21,8 @@ pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Per-connection read buffer for scenarios that move data: one read takes several messages.
 const READ_BUFFER: usize = 4 * 1024;
+/// The most one connection's read buffer starts at, for large windows of large messages.
+const MAX_READ_BUFFER: usize = 64 * 1024;
 /// ...and for scenarios that mostly hold connections and read small pongs: 100K idle
 /// connections each keep one (tungstenite grows it for a larger message).
 const IDLE_READ_BUFFER: usize = 1024;
@@ -100,6 +102,23 @@ pub fn secret_env_name(name: &str, key: &str) -> String {
             .collect::<String>()
     };
     format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
+}
+
+/// Holding connections: the small buffer. Moving data: room for what a window of echoes
+/// brings back, so one read takes a whole burst (measured at 1 KiB, 4 KiB buffers gave ~4
+/// echoes per recvfrom and most of the client's CPU went to the kernel).
+fn read_buffer(spec: &LoadTestSpec) -> usize {
+    if idle_heavy(spec.scenario) {
+        return IDLE_READ_BUFFER;
+    }
+    let largest = spec
+        .sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(spec.message.size) as usize;
+    (largest.saturating_mul(spec.window as usize)).clamp(READ_BUFFER, MAX_READ_BUFFER)
 }
 
 fn idle_heavy(s: wsload_spec::Scenario) -> bool {
@@ -192,11 +211,7 @@ impl Dialer {
             token,
             connector,
             ws_config: WebSocketConfig::default()
-                .read_buffer_size(if idle_heavy(spec.scenario) {
-                    IDLE_READ_BUFFER
-                } else {
-                    READ_BUFFER
-                })
+                .read_buffer_size(read_buffer(spec))
                 .write_buffer_size(64 * 1024)
                 .max_write_buffer_size(64 * 1024 + (64 << 20)),
         })
@@ -271,6 +286,15 @@ impl Dialer {
         }
         .map_err(|e| io_error(&e))?;
         if let Some(src) = self.source(n) {
+            // Without IP_BIND_ADDRESS_NO_PORT, bind(addr:0) picks the port now, searching for
+            // one unique to the address alone: O(sockets) per bind, and the storm rate
+            // collapsed past ~10K connections per address. With it, the port is chosen at
+            // connect(), unique per 4-tuple, as for an unbound socket.
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::IpBindAddressNoPort,
+                &true,
+            );
             socket
                 .bind(SocketAddr::new(src, 0))
                 .map_err(|e| io_error(&e))?;
