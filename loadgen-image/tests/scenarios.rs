@@ -868,24 +868,8 @@ fn constant_rate_shows_a_server_stall() {
             target(&server)
         ),
     );
-    std::thread::scope(|s| {
-        let runner = s.spawn(|| run(&lt));
-        // Stall once the load is flowing, well inside the measured window.
-        let flowing = settle(u64::MAX, || {
-            if server.metric(RECEIVED, &[]) > 0 {
-                u64::MAX
-            } else {
-                0
-            }
-        });
-        assert_eq!(flowing, u64::MAX, "the load started");
-        std::thread::sleep(Duration::from_millis(400));
-        let stopped = server.stop();
-        std::thread::sleep(STALL);
-        // At most the time the server stood still.
-        let stall = stopped.elapsed().as_secs_f64();
-        server.signal("CONT");
-        let r = runner.join().expect("the run thread ends");
+    {
+        let (r, stall) = run_with_server_stall(&server, &lt, Duration::from_millis(400), STALL);
         let c = only(&r);
         let n = &c.measure.counts;
         let (rtt, raw) = (&c.figures.rtt, &c.figures.rtt_raw);
@@ -910,7 +894,7 @@ fn constant_rate_shows_a_server_stall() {
         assert!(rtt.max >= raw.max, "corrected {rtt:?} vs raw {raw:?}");
         assert!(rtt.mean > raw.mean, "corrected {rtt:?} vs raw {raw:?}");
         assert_reconciled(c);
-    });
+    }
 }
 
 #[test]
@@ -929,21 +913,8 @@ fn a_server_stall_under_backpressure_shows_only_in_corrected_latency() {
             target(&server)
         ),
     );
-    std::thread::scope(|s| {
-        let runner = s.spawn(|| run(&lt));
-        let flowing = settle(u64::MAX, || {
-            if server.metric(RECEIVED, &[]) > 0 {
-                u64::MAX
-            } else {
-                0
-            }
-        });
-        assert_eq!(flowing, u64::MAX, "the load started");
-        std::thread::sleep(Duration::from_millis(500));
-        let _stopped = server.stop();
-        std::thread::sleep(STALL);
-        server.signal("CONT");
-        let r = runner.join().expect("the run thread ends");
+    {
+        let (r, _) = run_with_server_stall(&server, &lt, Duration::from_millis(500), STALL);
         let c = only(&r);
         let (rtt, raw) = (&c.figures.rtt, &c.figures.rtt_raw);
         assert_eq!(
@@ -966,5 +937,33 @@ fn a_server_stall_under_backpressure_shows_only_in_corrected_latency() {
             rtt.mean > raw.mean * 1.5,
             "corrected {rtt:?} vs raw {raw:?}"
         );
-    });
+    }
+}
+
+/// Runs `lt` and, once its load reaches the server, waits `after` and then stops the server
+/// (SIGSTOP) for `stall`. Returns the result and how long the server really stood still.
+fn run_with_server_stall(
+    server: &Server,
+    lt: &wsload_spec::LoadTest,
+    after: Duration,
+    stall: Duration,
+) -> (wsload::report::RunResult, f64) {
+    std::thread::scope(|s| {
+        let runner = s.spawn(|| run(lt));
+        let flowing = settle(u64::MAX, || {
+            if server.metric(RECEIVED, &[]) > 0 {
+                u64::MAX
+            } else {
+                0
+            }
+        });
+        assert_eq!(flowing, u64::MAX, "the load started");
+        std::thread::sleep(after);
+        let stopped = server.stop();
+        std::thread::sleep(stall);
+        // At most the time the server stood still.
+        let stood = stopped.elapsed().as_secs_f64();
+        server.signal("CONT");
+        (runner.join().expect("the run thread ends"), stood)
+    })
 }
