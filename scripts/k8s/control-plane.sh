@@ -60,10 +60,16 @@ running_pid() {
 	pid="$(<"$DIR/$name.pid")"
 	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
 	stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
-	# The state follows the command name, which is in parentheses.
+	# The state follows the command name, which is in parentheses; the parent pid follows it.
 	stat="${stat##*) }"
 	[[ "${stat%% *}" != Z ]] || return 1
-	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" || return 1
+	if ! tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/"; then
+		# Just spawned, the child may not have exec'd yet and still carries this script's
+		# command line: on a loaded machine that window made a starting daemon look dead
+		# ("exited during start" with an empty log). Our own child is ours all the same.
+		local ppid="${stat#* }"
+		[[ "${ppid%% *}" == "$$" ]] || return 1
+	fi
 	printf '%s\n' "$pid"
 }
 
