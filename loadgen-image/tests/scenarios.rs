@@ -49,14 +49,11 @@ fn assert_reconciled(c: &CellResult) {
 #[test]
 fn storm_opens_every_connection() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "storm",
-        &format!(
-            "{}  scenario: connectionStorm\n  connections: [120]\n  connect: {{batchSize: 40, batchInterval: 10ms}}\n",
-            target(&server)
-        ),
+        "  scenario: connectionStorm\n  connections: [120]\n  connect: {batchSize: 40, batchInterval: 10ms}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!((n.attempted, n.connected, n.survived), (120, 120, 120));
@@ -88,14 +85,11 @@ fn storm_over_server_cap_counts_the_refused() {
     // Over its cap the server completes the upgrade, then closes with 1013 ("try again
     // later"): the client sees an open WebSocket that the server refused at once.
     let server = Server::start(&["--max-connections", "40"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "storm-cap",
-        &format!(
-            "{}  scenario: connectionStorm\n  connections: [100]\n  connect: {{batchSize: 25}}\n",
-            target(&server)
-        ),
+        "  scenario: connectionStorm\n  connections: [100]\n  connect: {batchSize: 25}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     // Every upgrade completed (that is what the handshake figures time)...
@@ -128,14 +122,11 @@ fn storm_over_server_cap_counts_the_refused() {
 #[test]
 fn ping_latency_counts_every_ping() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "ping",
-        &format!(
-            "{}  scenario: pingLatency\n  connections: [20]\n  ping: {{count: 10}}\n",
-            target(&server)
-        ),
+        "  scenario: pingLatency\n  connections: [20]\n  ping: {count: 10}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!((n.connected, n.survived), (20, 20));
@@ -179,14 +170,11 @@ fn ping_latency_against_a_silent_server_loses_every_ping() {
 #[test]
 fn ping_latency_over_the_wse_protocol() {
     let server = Server::start(&["--profile", "wse", "--jwt-secret", "s3cret"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "ping-wse",
-        &format!(
-            "{}  protocol: wse\n  auth: {{jwt: {{secret: {{value: s3cret}}}}}}\n  scenario: pingLatency\n  connections: [10]\n  ping: {{count: 5}}\n",
-            target(&server)
-        ),
+        "  protocol: wse\n  auth: {jwt: {secret: {value: s3cret}}}\n  scenario: pingLatency\n  connections: [10]\n  ping: {count: 5}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!((n.connected, n.failed_total(), n.survived), (10, 0, 10));
@@ -206,14 +194,11 @@ fn ping_latency_over_the_wse_protocol() {
 #[test]
 fn wse_with_a_wrong_secret_fails_every_connection_as_auth() {
     let server = Server::start(&["--profile", "wse", "--jwt-secret", "s3cret"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "ping-wse-bad",
-        &format!(
-            "{}  protocol: wse\n  auth: {{jwt: {{secret: {{value: wrong}}}}}}\n  scenario: pingLatency\n  connections: [6]\n  ping: {{count: 2}}\n",
-            target(&server)
-        ),
+        "  protocol: wse\n  auth: {jwt: {secret: {value: wrong}}}\n  scenario: pingLatency\n  connections: [6]\n  ping: {count: 2}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     assert_eq!(c.measure.counts.connected, 0);
     assert_eq!(failed(c, ConnectError::AuthFailed), 6);
@@ -235,14 +220,11 @@ fn wse_with_a_wrong_secret_fails_every_connection_as_auth() {
 #[test]
 fn ping_latency_with_websocket_ping_frames() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "ping-frame",
-        &format!(
-            "{}  scenario: pingLatency\n  connections: [10]\n  ping: {{count: 5, kind: frame}}\n",
-            target(&server)
-        ),
+        "  scenario: pingLatency\n  connections: [10]\n  ping: {count: 5, kind: frame}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!(c.figures.rtt.count, 50);
@@ -257,14 +239,11 @@ fn ping_latency_with_websocket_ping_frames() {
 #[test]
 fn throughput_against_echo_is_reconciled_exactly() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "tp-echo",
-        &format!(
-            "{}  scenario: throughput\n  connections: [8]\n  duration: 1s\n  warmup: 300ms\n  window: 16\n",
-            target(&server)
-        ),
+        "  scenario: throughput\n  connections: [8]\n  duration: 1s\n  warmup: 300ms\n  window: 16\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0);
@@ -286,14 +265,11 @@ fn throughput_against_echo_is_reconciled_exactly() {
 #[test]
 fn throughput_against_sink_is_reconciled_exactly() {
     let server = Server::start(&["--profile", "sink"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "tp-sink",
-        &format!(
-            "{}  scenario: throughput\n  connections: [8]\n  duration: 1s\n",
-            target(&server)
-        ),
+        "  scenario: throughput\n  connections: [8]\n  duration: 1s\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0);
@@ -309,14 +285,11 @@ fn throughput_with_large_messages_reads_while_it_writes() {
     // more than the sockets hold, so the echo server blocks writing to us and stops reading.
     // The client must read while its writes wait, or both wait forever.
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "tp-large",
-        &format!(
-            "{}  scenario: throughput\n  connections: [2]\n  duration: 1s\n  message: {{size: 262144}}\n",
-            target(&server)
-        ),
+        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  message: {size: 262144}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0 && n.received > 0);
@@ -330,14 +303,11 @@ fn throughput_with_large_messages_reads_while_it_writes() {
 #[test]
 fn payload_matrix_runs_every_size_and_tier() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "matrix",
-        &format!(
-            "{}  scenario: payloadMatrix\n  connections: [2, 4]\n  sizes: [64, 512, 2048]\n  duration: 300ms\n",
-            target(&server)
-        ),
+        "  scenario: payloadMatrix\n  connections: [2, 4]\n  sizes: [64, 512, 2048]\n  duration: 300ms\n",
     );
-    let r = run(&lt);
     let labels: Vec<&str> = r.cells.iter().map(|c| c.label.as_str()).collect();
     assert_eq!(
         labels,
@@ -388,14 +358,11 @@ fn format_cells(r: &wsload::report::RunResult) -> [&CellResult; 3] {
 #[test]
 fn format_comparison_matches_the_servers_per_format_counters() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "formats",
-        &format!(
-            "{}  scenario: formatComparison\n  connections: [4]\n  duration: 400ms\n  message: {{size: 1024}}\n",
-            target(&server)
-        ),
+        "  scenario: formatComparison\n  connections: [4]\n  duration: 400ms\n  message: {size: 1024}\n",
     );
-    let r = run(&lt);
     let [json, msgpack, zlib] = format_cells(&r);
     for c in [json, msgpack, zlib] {
         assert!(c.measure.counts.sent > 0, "{}", c.label);
@@ -423,14 +390,11 @@ fn format_comparison_matches_the_servers_per_format_counters() {
 #[test]
 fn format_comparison_over_wse_is_decoded_by_the_server() {
     let server = Server::start(&["--profile", "wse", "--wse-allow-anonymous"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "formats-wse",
-        &format!(
-            "{}  protocol: wse\n  scenario: formatComparison\n  connections: [4]\n  duration: 400ms\n",
-            target(&server)
-        ),
+        "  protocol: wse\n  scenario: formatComparison\n  connections: [4]\n  duration: 400ms\n",
     );
-    let r = run(&lt);
     let [json, msgpack, zlib] = format_cells(&r);
     for c in [json, msgpack, zlib] {
         assert!(c.measure.counts.sent > 0, "{}", c.label);
@@ -472,14 +436,11 @@ fn format_comparison_over_wse_is_decoded_by_the_server() {
 #[test]
 fn sustained_hold_survives_with_pings() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "hold",
-        &format!(
-            "{}  scenario: sustainedHold\n  connections: [20]\n  duration: 1200ms\n  ping: {{interval: 300ms, timeout: 1s}}\n",
-            target(&server)
-        ),
+        "  scenario: sustainedHold\n  connections: [20]\n  duration: 1200ms\n  ping: {interval: 300ms, timeout: 1s}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!((n.connected, n.survived, n.dropped_total()), (20, 20, 0));
@@ -499,14 +460,11 @@ fn sustained_hold_counts_idle_timeouts_against_survival() {
     // No pings within the hold (the default interval is 5 s), so the server's idle timeout
     // closes every connection with 1000.
     let server = Server::start(&["--idle-timeout", "300ms"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "hold-idle",
-        &format!(
-            "{}  scenario: sustainedHold\n  connections: [10]\n  duration: 1500ms\n",
-            target(&server)
-        ),
+        "  scenario: sustainedHold\n  connections: [10]\n  duration: 1500ms\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!(n.connected, 10);
@@ -564,14 +522,11 @@ fn sustained_hold_counts_a_ping_timeout_against_survival() {
     // The sink never answers: each connection's first ping times out, and in a hold that
     // ends the connection's survival.
     let server = Server::start(&["--profile", "sink"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "hold-timeout",
-        &format!(
-            "{}  scenario: sustainedHold\n  connections: [10]\n  duration: 1500ms\n  ping: {{interval: 200ms, timeout: 200ms}}\n",
-            target(&server)
-        ),
+        "  scenario: sustainedHold\n  connections: [10]\n  duration: 1500ms\n  ping: {interval: 200ms, timeout: 200ms}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!(n.connected, 10);
@@ -643,14 +598,11 @@ fn connection_limit_finds_the_servers_cap() {
 #[test]
 fn pingpong_is_closed_loop() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "pingpong",
-        &format!(
-            "{}  scenario: pingpong\n  connections: [5]\n  duration: 1s\n",
-            target(&server)
-        ),
+        "  scenario: pingpong\n  connections: [5]\n  duration: 1s\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(c.figures.rtt.count > 0);
@@ -664,14 +616,11 @@ fn pingpong_is_closed_loop() {
 #[test]
 fn echo_mode_loses_nothing_against_echo() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "echo-mode",
-        &format!(
-            "{}  scenario: echo\n  connections: [5]\n  duration: 1s\n  rate: {{messagesPerSecond: 500}}\n  ping: {{timeout: 1s}}\n",
-            target(&server)
-        ),
+        "  scenario: echo\n  connections: [5]\n  duration: 1s\n  rate: {messagesPerSecond: 500}\n  ping: {timeout: 1s}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0);
@@ -688,14 +637,11 @@ fn echo_mode_loses_nothing_against_echo() {
 #[test]
 fn echo_mode_loses_everything_against_sink() {
     let server = Server::start(&["--profile", "sink"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "echo-sink",
-        &format!(
-            "{}  scenario: echo\n  connections: [5]\n  duration: 1s\n  rate: {{messagesPerSecond: 200}}\n  ping: {{timeout: 300ms}}\n",
-            target(&server)
-        ),
+        "  scenario: echo\n  connections: [5]\n  duration: 1s\n  rate: {messagesPerSecond: 200}\n  ping: {timeout: 300ms}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0);
@@ -785,14 +731,11 @@ fn echo_mode_with_large_messages_survives_a_stall() {
 #[test]
 fn blast_sends_and_never_reads() {
     let server = Server::start(&["--profile", "sink"]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "blast",
-        &format!(
-            "{}  scenario: blast\n  connections: [4]\n  duration: 1s\n",
-            target(&server)
-        ),
+        "  scenario: blast\n  connections: [4]\n  duration: 1s\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert!(n.sent > 0);
@@ -832,14 +775,11 @@ fn blast_against_echo_ends_on_time() {
 #[test]
 fn constant_rate_achieves_its_target() {
     let server = Server::start(&[]);
-    let lt = spec(
+    let r = run_on(
+        &server,
         "rate",
-        &format!(
-            "{}  scenario: constantRate\n  connections: [10]\n  duration: 2s\n  rate: {{messagesPerSecond: 1000}}\n",
-            target(&server)
-        ),
+        "  scenario: constantRate\n  connections: [10]\n  duration: 2s\n  rate: {messagesPerSecond: 1000}\n",
     );
-    let r = run(&lt);
     let c = only(&r);
     let n = &c.measure.counts;
     assert_eq!(c.target_rate, 1000.0);
@@ -966,4 +906,9 @@ fn run_with_server_stall(
         server.signal("CONT");
         (runner.join().expect("the run thread ends"), stood)
     })
+}
+
+/// Runs a LoadTest named `name` against `server`, `tail` being the spec after the target.
+fn run_on(server: &Server, name: &str, tail: &str) -> wsload::report::RunResult {
+    run(&spec(name, &format!("{}{tail}", target(server))))
 }
