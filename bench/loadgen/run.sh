@@ -54,50 +54,8 @@ die() {
 
 # --- process bookkeeping -----------------------------------------------------------------------
 # Every background process started here is recorded and ended on exit, whatever the exit path.
-started_pids=()
-tmp_dirs=()
-cleanup() {
-    local pid
-    if ((${#started_pids[@]})); then
-        for pid in "${started_pids[@]}"; do
-            kill -TERM "$pid" 2>/dev/null || true
-        done
-        for pid in "${started_pids[@]}"; do
-            for _ in $(seq 1 50); do
-                kill -0 "$pid" 2>/dev/null || break
-                sleep 0.1
-            done
-            kill -KILL "$pid" 2>/dev/null || true
-        done
-    fi
-    if ((${#tmp_dirs[@]})); then
-        rm -rf "${tmp_dirs[@]}"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# A reaped PID can be reused by an unrelated process: drop it from the list once waited for.
-forget_pid() {
-    local pid kept=()
-    for pid in "${started_pids[@]}"; do
-        [[ $pid == "$1" ]] || kept+=("$pid")
-    done
-    started_pids=("${kept[@]}")
-}
-
-# Ends process $1 (TERM, then KILL after 5 s) and reaps it.
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-    forget_pid "$1"
-}
+# shellcheck source=bench/lib.sh
+source "$here/../lib.sh"
 
 # Runs a long step in the background and waits for it, so that a signal interrupts the wait at
 # once (bash runs traps only after a foreground command returns) and cleanup ends the step.

@@ -37,32 +37,8 @@ results=$out/results
 clk_tck=$(getconf CLK_TCK)
 
 # Every process this script starts is recorded here and ended on exit, whatever the exit path.
-started_pids=()
-cleanup() {
-    local pid
-    ((${#started_pids[@]})) || return 0
-    for pid in "${started_pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${started_pids[@]}"; do
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
-# A reaped PID can be reused by an unrelated process: drop it from the list once it is waited for.
-forget_pid() {
-    local pid kept=()
-    for pid in "${started_pids[@]}"; do
-        [[ $pid == "$1" ]] || kept+=("$pid")
-    done
-    started_pids=("${kept[@]}")
-}
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=bench/lib.sh
+source "$here/../lib.sh"
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -130,16 +106,7 @@ start_server() {
     die "$name did not listen on 127.0.0.1:$server_port within 10 s"
 }
 
-stop_server() {
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    forget_pid "$server_pid"
-}
+stop_server() { stop_pid "$server_pid"; }
 
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
@@ -180,14 +147,8 @@ run_idle() {
     [[ -n $line ]] || die "$name: idle client did not report open connections within 120 s"
     sleep 2 # let the server finish its per-connection set-up before reading RSS
     after=$(rss_kib "$server_pid")
-    kill -TERM "$client_pid" 2>/dev/null || true
-    for _ in $(seq 1 300); do
-        kill -0 "$client_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$client_pid" 2>/dev/null || true
-    wait "$client_pid" 2>/dev/null || true
-    forget_pid "$client_pid"
+    # Closing 19,000 connections takes a while: up to 30 s before KILL.
+    stop_pid "$client_pid" 300
     stop_server
     # The client's "closed" line says whether any connection was lost during the hold.
     node -e '
