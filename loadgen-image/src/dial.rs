@@ -217,10 +217,6 @@ impl Dialer {
         })
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The source address for connection number `n` (global across shards).
     fn source(&self, n: u64) -> Option<IpAddr> {
         if self.sources.is_empty() {

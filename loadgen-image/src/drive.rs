@@ -155,8 +155,7 @@ fn data_len(msg: &Message) -> Option<u64> {
     }
 }
 
-fn drop_of(ctx: &ConnCtx, err: &WsError) -> Drop {
-    let _ = ctx;
+fn drop_of(err: &WsError) -> Drop {
     match err {
         WsError::ConnectionClosed | WsError::AlreadyClosed => Drop::ServerClose,
         WsError::Protocol(_) => Drop::Reset,
@@ -179,7 +178,7 @@ fn drop_of(ctx: &ConnCtx, err: &WsError) -> Drop {
 fn account(ctx: &ConnCtx, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
     match polled {
         None => Err(Drop::Reset),
-        Some(Err(e)) => Err(drop_of(ctx, &e)),
+        Some(Err(e)) => Err(drop_of(&e)),
         Some(Ok(Message::Close(frame))) => {
             if let Some(f) = frame {
                 ctx.close_code(u16::from(f.code));

@@ -7,7 +7,7 @@ use crate::message::Template;
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
-use wsload_spec::shares::{count_offset, count_share};
+use wsload_spec::shares::{count_offset, count_share, rate_share};
 use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile};
 
 /// This process's place among the shards.
@@ -76,7 +76,7 @@ pub fn cell(
     let ping = ping_cfg(spec, format);
     let mut duration = spec.duration.get();
     let mut target_rate = 0.0;
-    let share = 1.0 / f64::from(shard.count.max(1));
+    let share = rate_share(1.0, shard.count);
     let behavior = match spec.scenario {
         Scenario::ConnectionStorm => {
             duration = Duration::ZERO;

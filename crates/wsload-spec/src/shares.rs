@@ -13,8 +13,8 @@ pub fn count_offset(total: u32, index: u32, count: u32) -> u32 {
     (0..index).map(|i| count_share(total, i, count)).sum()
 }
 
-/// Shard `index`'s part of a rate shared over `count` shards.
-pub fn rate_share(rate: f64, _index: u32, count: u32) -> f64 {
+/// Each shard's part of a rate shared over `count` shards (rates split evenly).
+pub fn rate_share(rate: f64, count: u32) -> f64 {
     rate / f64::from(count.max(1))
 }
 
@@ -39,6 +39,6 @@ mod tests {
                 );
             }
         }
-        assert!((rate_share(1000.0, 2, 4) - 250.0).abs() < 1e-9);
+        assert!((rate_share(1000.0, 4) - 250.0).abs() < 1e-9);
     }
 }
