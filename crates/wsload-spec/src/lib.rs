@@ -1,13 +1,19 @@
 //! The `LoadTest` resource, `wsload.dev/v1alpha1`: one definition for the load generator
 //! (which reads it from a file) and the operator (which reads it from the API server).
 
+pub mod cel;
+pub mod cluster;
 pub mod shares;
 pub mod spec;
+pub mod status;
 pub mod threshold;
+pub mod timing;
 pub mod units;
 pub mod validate;
 
+pub use cluster::*;
 pub use spec::*;
+pub use status::*;
 pub use threshold::Threshold;
 pub use units::{Dur, Percent};
 pub use validate::FieldError;
@@ -97,10 +103,18 @@ impl LoadTest {
                 kind: lt.kind,
             });
         }
-        validate::validate(&lt.spec).map_err(|errors| Error::Invalid {
-            path: path.to_string(),
-            errors,
-        })?;
+        let mut errors = validate::validate(&lt.spec).err().unwrap_or_default();
+        if !lt.metadata.name.is_empty()
+            && let Some(e) = validate::name(&lt.metadata.name)
+        {
+            errors.insert(0, e);
+        }
+        if !errors.is_empty() {
+            return Err(Error::Invalid {
+                path: path.to_string(),
+                errors,
+            });
+        }
         Ok(lt)
     }
 

@@ -1,28 +1,62 @@
 //! The `spec` of a LoadTest. Field names are camelCase as in every Kubernetes API; every field
 //! but `target` and `scenario` has a default, so a small file runs.
 
+use crate::cel;
+use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
+use crate::status::LoadTestStatus;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::CustomResource;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A WebSocket load test: the server under test, the scenario, the load shape, the shards and
+/// the pass/fail thresholds. `wsload run FILE` runs it on one machine; in a cluster the
+/// operator runs it and writes the verdict into status. See docs/loadtest.md.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "wsload.dev",
+    version = "v1alpha1",
+    kind = "LoadTest",
+    root = "LoadTestResource",
+    namespaced,
+    status = "LoadTestStatus",
+    derive = "PartialEq",
+    shortname = "lt",
+    category = "wsload",
+    doc = "A WebSocket load test (wsload.dev): spec as `wsload run` reads it, status as the operator writes it.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Scenario", type_ = "string", json_path = ".spec.scenario"),
+    printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.shards"),
+    printcolumn(name = "Rate", type_ = "string", json_path = ".status.achievedRate"),
+    printcolumn(name = "P99", type_ = "string", json_path = ".status.p99"),
+    printcolumn(name = "Verdict", type_ = "string", json_path = ".status.verdict"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = cel::immutable_once_started(),
+    validation = cel::name_rule()
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::spec_rules)]
 pub struct LoadTestSpec {
     /// The server under test: an external `url` or a managed `server`.
     pub target: Target,
-    /// The application protocol spoken over WebSocket.
+    /// The application protocol spoken over WebSocket: `echo` (any RFC 6455 server) or `wse`.
     #[serde(default)]
     pub protocol: Protocol,
+    /// How connections authenticate: a JWT signed per connection or a fixed token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
+    /// TLS client settings for a `wss://` target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
-    /// What the test does; see the scenario list in the README.
+    /// What the test does; see docs/loadtest.md.
     pub scenario: Scenario,
     /// Connection tiers: each count is one row of the report, run one after another.
     #[serde(default = "default_connections")]
+    #[schemars(length(max = cel::MAX_TIERS), inner(range(min = 1)))]
     pub connections: Vec<u32>,
     /// Measured time of each tier (or cell) for timed scenarios.
     #[serde(default = "default_duration")]
@@ -34,37 +68,54 @@ pub struct LoadTestSpec {
     pub message: MessageSpec,
     /// Payload sizes of the payloadMatrix scenario, in bytes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = cel::MAX_SIZES), inner(range(min = 1)))]
     pub sizes: Vec<u32>,
     /// Formats of the formatComparison scenario.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub formats: Vec<Format>,
+    /// How connections are opened: in batches, with a timeout.
     #[serde(default)]
     pub connect: ConnectSpec,
+    /// Pings: count, interval, timeout, kind.
     #[serde(default)]
     pub ping: PingSpec,
     /// Open-loop sending rate (constantRate; echo mode's pacing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateSpec>,
+    /// The connectionLimit search.
     #[serde(default)]
     pub limit: LimitSpec,
     /// Messages in flight per connection in throughput-type scenarios against echoing servers.
     #[serde(default = "default_window")]
+    #[schemars(range(min = 1))]
     pub window: u32,
     /// `batch`: queue a burst, then one write; `perMessage`: one write per message (to mimic
     /// clients that flush every send).
     #[serde(default)]
     pub flush: FlushMode,
+    /// Local addresses connections bind to, beyond one address's ephemeral ports.
     #[serde(default)]
     pub sources: SourcesSpec,
     /// Load-generator pods sharing the load; `wsload run` runs them all in one process.
     #[serde(default = "default_shards")]
+    #[schemars(range(min = 1))]
     pub shards: u32,
+    /// Pass/fail rules, `METRIC OP VALUE`; every one must hold in every tier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = cel::MAX_THRESHOLDS))]
     pub thresholds: Vec<Threshold>,
     /// Where to read the server's own received-message counter, to reconcile with what
     /// clients sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_metrics: Option<ServerMetrics>,
+    /// The load-generator pods (cluster only): image, resources, placement, sysctls.
+    #[serde(default)]
+    pub loadgen: LoadgenSpec,
+    /// How the operator runs the test (cluster only): deadlines, start delay, shard failure,
+    /// cleanup.
+    #[serde(default)]
+    pub run: RunPolicy,
 }
 
 fn default_connections() -> Vec<u32> {
@@ -80,23 +131,36 @@ fn default_shards() -> u32 {
     1
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::target_rules)]
 pub struct Target {
     /// `ws://` or `wss://` URL of an external server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = cel::MAX_URL_LEN), transform = cel::url_rules)]
     pub url: Option<String>,
     /// A server wsload starts: a pod in a cluster, the `wsload-server` binary locally.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ManagedServer>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::server_rules)]
 pub struct ManagedServer {
     /// Container image (cluster only); locally the `wsload-server` binary of this build runs.
     #[serde(default = "default_server_image")]
+    #[schemars(length(min = 1, max = 1024), transform = cel::not_blank)]
     pub image: String,
+    /// `Always`, `IfNotPresent` or `Never` (cluster only); unset, Kubernetes' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// CPU and memory of the server's container (cluster only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Where the server pod may run: `nodeSelector`, `affinity`, `tolerations` (cluster only).
+    #[serde(default, skip_serializing_if = "Placement::is_empty")]
+    pub placement: Placement,
     /// The reference server's profile (`WSLOAD_SERVER_PROFILE`).
     #[serde(default)]
     pub profile: ServerProfile,
@@ -106,12 +170,15 @@ pub struct ManagedServer {
     pub metrics_port: u16,
     /// Request path the clients connect to.
     #[serde(default = "default_path")]
+    #[schemars(length(max = 1024), transform = cel::server_path_rules)]
     pub path: String,
     /// Extra arguments to the server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub args: Vec<String>,
     /// Extra environment of the server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
     pub env: Vec<EnvVar>,
 }
 
@@ -130,14 +197,14 @@ fn default_path() -> String {
     "/".to_string()
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnvVar {
     pub name: String,
     pub value: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ServerProfile {
     #[default]
@@ -158,7 +225,7 @@ impl ServerProfile {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Protocol {
     /// Any RFC 6455 server that echoes data frames (or, for sends only, any server).
@@ -168,8 +235,18 @@ pub enum Protocol {
     Wse,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Echo => "echo",
+            Protocol::Wse => "wse",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::auth_rules)]
 pub struct Auth {
     /// Sign an HS256 token per connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,10 +259,11 @@ pub struct Auth {
     pub send_as: TokenPlacement,
     /// Extra headers on the upgrade request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
     pub headers: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JwtAuth {
     pub secret: SecretValue,
@@ -200,6 +278,7 @@ pub struct JwtAuth {
     pub ttl: Dur,
     /// More claims, merged over the standard ones.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub claims: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -211,8 +290,9 @@ fn default_ttl() -> Dur {
 }
 
 /// A secret given inline, from an environment variable, or (in a cluster) from a Secret.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::secret_rules)]
 pub struct SecretValue {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -222,14 +302,33 @@ pub struct SecretValue {
     pub secret_ref: Option<SecretKeyRef>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A key of a Secret in the test's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretKeyRef {
     pub name: String,
     pub key: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// The environment variable a `secretRef` reaches a shard in: the operator sets it on the
+/// shard pods (from the Secret), the load generator reads it. Shell-safe: `wse-jwt` /
+/// `secret.key` is `WSLOAD_SECRET_WSE_JWT_SECRET_KEY`.
+pub fn secret_env_name(name: &str, key: &str) -> String {
+    let clean = |s: &str| {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
+    format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum TokenPlacement {
     #[default]
@@ -237,7 +336,7 @@ pub enum TokenPlacement {
     Bearer,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Tls {
     /// PEM file of CA certificates to trust besides the system roots.
@@ -248,7 +347,7 @@ pub struct Tls {
     pub insecure_skip_verify: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Scenario {
     /// Open N connections in batches; accept rate and handshake latency.
@@ -293,7 +392,7 @@ impl Scenario {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Format {
     /// JSON text frames.
@@ -318,16 +417,18 @@ impl Format {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MessageSpec {
     /// Payload bytes of each message (the envelope is padded up to it).
     #[serde(default = "default_size")]
+    #[schemars(range(min = 1))]
     pub size: u32,
     #[serde(default)]
     pub format: Format,
     /// zlib level 0-9 for the `zlib` format (the WSE benchmark uses 6).
     #[serde(default = "default_level")]
+    #[schemars(range(max = 9))]
     pub compression_level: u32,
 }
 
@@ -348,11 +449,12 @@ fn default_level() -> u32 {
     6
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConnectSpec {
     /// Connections opened together.
     #[serde(default = "default_batch_size")]
+    #[schemars(range(min = 1))]
     pub batch_size: u32,
     /// Pause between batches.
     #[serde(default = "default_batch_interval")]
@@ -382,7 +484,7 @@ fn default_connect_timeout() -> Dur {
     Dur::secs(10)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PingSpec {
     /// Pings per connection (pingLatency).
@@ -419,7 +521,7 @@ fn default_ping_timeout() -> Dur {
     Dur::secs(5)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum PingKind {
     #[default]
@@ -427,31 +529,37 @@ pub enum PingKind {
     Frame,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RateSpec {
     /// Messages per second over all connections (and all shards).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
     pub messages_per_second: Option<f64>,
     /// Ramp: each stage moves the rate linearly from the previous stage's target (or
     /// `messagesPerSecond`, else 0) to its own over its duration. Replaces `duration`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = cel::MAX_STAGES))]
     pub stages: Vec<Stage>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Stage {
+    /// How long the stage lasts.
     pub duration: Dur,
     /// Messages per second at the end of the stage.
+    #[schemars(range(min = 0.0))]
     pub target: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::limit_rules)]
 pub struct LimitSpec {
     /// First probe.
     #[serde(default = "default_limit_start")]
+    #[schemars(range(min = 1))]
     pub start: u32,
     /// Never probe above this.
     #[serde(default = "default_limit_max")]
@@ -464,6 +572,7 @@ pub struct LimitSpec {
     pub hold: Dur,
     /// The binary search stops when the gap is at most this many connections.
     #[serde(default = "default_limit_resolution")]
+    #[schemars(range(min = 1))]
     pub resolution: u32,
 }
 
@@ -495,7 +604,7 @@ fn default_limit_resolution() -> u32 {
     1000
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum FlushMode {
     #[default]
@@ -503,15 +612,17 @@ pub enum FlushMode {
     PerMessage,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SourcesSpec {
     /// Local addresses connections bind to, in turn. Empty: 127.0.0.1, 127.0.0.2, ... as
     /// needed for a loopback target; the system's choice otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = cel::MAX_ADDRESSES))]
     pub addresses: Vec<IpAddr>,
     /// Connections one source address may carry to one target (the ephemeral port range).
     #[serde(default = "default_per_address")]
+    #[schemars(range(min = 1))]
     pub per_address: u32,
 }
 
@@ -531,7 +642,7 @@ fn default_per_address() -> u32 {
     DEFAULT_PER_ADDRESS
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServerMetrics {
     /// The server's Prometheus endpoint; defaults to the managed server's.

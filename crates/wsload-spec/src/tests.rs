@@ -164,3 +164,157 @@ fn scenario_requirements() {
     let e = errors(&MINIMAL.replace("scenario: throughput", "scenario: throughput\n  thresholds: ['delivery > 99%']\n  target: {url: 'ws://h:1/'}").replace("  target: {server: {}}\n", ""));
     assert!(e.contains("delivery needs the server's counter"), "{e}");
 }
+
+#[test]
+fn cluster_fields_default_and_parse() {
+    let lt = parse(MINIMAL).expect("valid");
+    let (lg, run) = (&lt.spec.loadgen, &lt.spec.run);
+    assert_eq!(lg.image, cluster::DEFAULT_LOADGEN_IMAGE);
+    assert!(lg.separate_from_server);
+    assert_eq!(lg.spread, Spread::OnePerNode);
+    assert_eq!(run.deadlines.scheduling, Dur::secs(300));
+    assert_eq!(run.deadlines.run, None);
+    assert_eq!(run.start_delay, Dur::secs(3));
+    assert_eq!(
+        (run.shard_failure, run.cleanup),
+        (ShardFailurePolicy::Fail, Cleanup::Delete)
+    );
+
+    let yaml = MINIMAL.replace(
+        "target: {server: {}}",
+        "target:
+    server:
+      imagePullPolicy: IfNotPresent
+      resources: {requests: {cpu: '2', memory: 1Gi}, limits: {cpu: '2'}}
+      placement: {nodeSelector: {role: server}}
+  loadgen:
+    image: registry.test/loadgen:dev
+    imagePullPolicy: Always
+    placement:
+      tolerations: [{key: dedicated, operator: Equal, value: load, effect: NoSchedule}]
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [load]}]}]
+    spread: preferred
+    separateFromServer: false
+    sysctls: {net.ipv4.ip_local_port_range: '1024 65535'}
+    tuning: {sysctls: {net.core.somaxconn: '65535'}}
+    env: [{name: JWT_SECRET, value: s}]
+    serviceAccountName: loadgen
+  run:
+    deadlines: {scheduling: 1m, run: 10m}
+    startDelay: 5s
+    shardFailure: continue
+    cleanup: keep
+    ttlAfterFinished: 1h",
+    );
+    let lt = parse(&yaml).expect("valid");
+    let s = &lt.spec;
+    let server = s.target.server.as_ref().expect("server");
+    assert_eq!(server.image_pull_policy, Some(PullPolicy::IfNotPresent));
+    assert!(server.resources.is_some());
+    assert_eq!(server.placement.node_selector.len(), 1);
+    assert_eq!(s.loadgen.placement.tolerations.len(), 1);
+    assert!(s.loadgen.placement.affinity.is_some());
+    assert_eq!(s.loadgen.spread, Spread::Preferred);
+    assert!(!s.loadgen.separate_from_server);
+    assert_eq!(s.loadgen.tuning.as_ref().map(|t| t.sysctls.len()), Some(1));
+    assert_eq!(s.run.deadlines.run, Some(Dur::secs(600)));
+    assert_eq!(s.run.deadlines.ready, Dur::secs(300), "unset stays default");
+    assert_eq!(s.run.ttl_after_finished, Some(Dur::secs(3600)));
+    // The document a shard reads is the one the operator serializes: it must read back.
+    let again = serde_yaml::to_string(&lt).expect("serialize");
+    assert_eq!(parse(&again).expect("reparse"), lt);
+
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  loadgen: {spread: everywhere}",
+    ));
+    assert!(
+        e.contains("spec.loadgen.spread") && e.contains("unknown variant `everywhere`"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  run: {deadlines: {collect: 0s}}\n  loadgen: {sysctls: {'bad name': '1'}}",
+    ));
+    assert!(
+        e.contains("spec.run.deadlines.collect: must be above zero"),
+        "{e}"
+    );
+    assert!(e.contains("spec.loadgen.sysctls.bad name"), "{e}");
+}
+
+#[test]
+fn an_empty_status_reads_and_a_full_one_round_trips() {
+    let empty: LoadTestStatus = serde_json::from_str("{}").expect("empty status");
+    assert_eq!(empty, LoadTestStatus::default());
+    let status: LoadTestStatus = serde_yaml::from_str(
+        "
+phase: Succeeded
+observedGeneration: 1
+conditions:
+- {type: Verdict, status: 'True', reason: Passed, message: all thresholds held, lastTransitionTime: '2025-01-01T00:00:00Z'}
+startAt: '2025-01-01T00:00:03Z'
+startSkewMillis: 1.5
+shards: [{index: 0, pod: t-shard-0, connections: 50, state: Collected, restarts: 0}]
+tiers: [{label: '100', connections: 100, messagesPerSecond: 1e6, rtt: {p50: 0.1, p90: 0.2, p99: 1, p999: 2, max: 3}, errors: {refused: 2}}]
+thresholds: [{threshold: 'rtt.p99 < 5ms', actual: 0.001, pass: true}]
+verdict: Pass
+achievedRate: 1.00M msg/s
+p99: 1.0ms
+",
+    )
+    .expect("status");
+    assert_eq!(status.phase, Some(Phase::Succeeded));
+    assert_eq!(status.shards[0].state, ShardState::Collected);
+    assert_eq!(status.tiers[0].rtt.map(|p| p.p99), Some(1.0));
+    let again: LoadTestStatus =
+        serde_json::from_value(serde_json::to_value(&status).expect("ser")).expect("de");
+    assert_eq!(again, status);
+    assert!(Phase::Failed.is_finished() && !Phase::Collecting.is_finished());
+}
+
+#[test]
+fn cluster_limits_are_checked_here_too() {
+    let e = errors(&MINIMAL.replace("name: tiny", "name: Tiny_Test"));
+    assert!(
+        e.contains("metadata.name: \"Tiny_Test\": must be lowercase letters"),
+        "{e}"
+    );
+    let long = "a".repeat(cel::MAX_NAME_LEN + 1);
+    assert!(
+        errors(&MINIMAL.replace("name: tiny", &format!("name: {long}"))).contains("at most 56")
+    );
+    assert!(parse(&MINIMAL.replace("name: tiny", &format!("name: {}", &long[1..]))).is_ok());
+
+    let tiers: Vec<String> = (1..=cel::MAX_TIERS + 1).map(|n| n.to_string()).collect();
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        &format!(
+            "scenario: throughput\n  connections: [{}]",
+            tiers.join(", ")
+        ),
+    ));
+    assert!(e.contains("spec.connections: 65 tiers; at most 64"), "{e}");
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        &format!(
+            "scenario: throughput\n  thresholds: ['errors <{}1%']",
+            " ".repeat(cel::MAX_THRESHOLD_LEN)
+        ),
+    ));
+    assert!(
+        e.contains("spec.thresholds[0]: 138 characters; at most 128"),
+        "{e}"
+    );
+}
+
+#[test]
+fn secret_env_names_are_shell_safe() {
+    assert_eq!(
+        secret_env_name("wse-jwt", "secret.key"),
+        "WSLOAD_SECRET_WSE_JWT_SECRET_KEY"
+    );
+}

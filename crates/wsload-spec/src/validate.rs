@@ -1,6 +1,7 @@
 //! Checks a spec beyond what its types enforce. Every problem is reported (not just the
 //! first), each with the field's path and what to write instead.
 
+use crate::cel;
 use crate::spec::*;
 use std::fmt;
 
@@ -46,7 +47,151 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     auth(spec, &mut e);
     shape(spec, &mut e);
     thresholds(spec, &mut e);
+    sizes(spec, &mut e);
+    cluster(spec, &mut e);
     if e.0.is_empty() { Ok(()) } else { Err(e.0) }
+}
+
+/// A LoadTest's name as a cluster needs it: its children are `<name>-server` (a Service, so a
+/// DNS label of at most 63 characters) and `<name>-shard-<i>`, and it is a label value.
+pub fn name(name: &str) -> Option<FieldError> {
+    let ok = name.len() <= cel::MAX_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    (!ok).then(|| FieldError {
+        field: "metadata.name".into(),
+        message: format!(
+            "{name:?}: must be lowercase letters, digits and '-', start with a letter and be at most {} characters (the server's Service is <name>-server)",
+            cel::MAX_NAME_LEN
+        ),
+    })
+}
+
+/// The `maxItems` / `maxLength` / `maxProperties` the CRD declares, so that a file
+/// `wsload validate` accepts is one the API server accepts.
+fn sizes(spec: &LoadTestSpec, e: &mut Errors) {
+    let mut most = |field: &str, n: usize, max: usize, what: &str| {
+        if n > max {
+            e.add(field, format!("{n} {what}; at most {max}"));
+        }
+    };
+    most(
+        "connections",
+        spec.connections.len(),
+        cel::MAX_TIERS,
+        "tiers",
+    );
+    most("sizes", spec.sizes.len(), cel::MAX_SIZES, "sizes");
+    most("formats", spec.formats.len(), 8, "formats");
+    most(
+        "thresholds",
+        spec.thresholds.len(),
+        cel::MAX_THRESHOLDS,
+        "thresholds",
+    );
+    for (i, t) in spec.thresholds.iter().enumerate() {
+        most(
+            &format!("thresholds[{i}]"),
+            t.text.len(),
+            cel::MAX_THRESHOLD_LEN,
+            "characters",
+        );
+    }
+    if let Some(rate) = &spec.rate {
+        most("rate.stages", rate.stages.len(), cel::MAX_STAGES, "stages");
+    }
+    most(
+        "sources.addresses",
+        spec.sources.addresses.len(),
+        cel::MAX_ADDRESSES,
+        "addresses",
+    );
+    if let Some(url) = &spec.target.url {
+        most("target.url", url.len(), cel::MAX_URL_LEN, "characters");
+    }
+    if let Some(auth) = &spec.auth {
+        most("auth.headers", auth.headers.len(), 64, "headers");
+    }
+    if let Some(s) = &spec.target.server {
+        most("target.server.image", s.image.len(), 1024, "characters");
+        most("target.server.path", s.path.len(), 1024, "characters");
+        most("target.server.args", s.args.len(), 64, "arguments");
+        most("target.server.env", s.env.len(), 128, "variables");
+        placement_sizes("target.server.placement", &s.placement, &mut most);
+    }
+    let lg = &spec.loadgen;
+    most("loadgen.image", lg.image.len(), 1024, "characters");
+    most("loadgen.env", lg.env.len(), 128, "variables");
+    most("loadgen.sysctls", lg.sysctls.len(), 64, "sysctls");
+    if let Some(t) = &lg.tuning {
+        most("loadgen.tuning.sysctls", t.sysctls.len(), 64, "sysctls");
+    }
+    placement_sizes("loadgen.placement", &lg.placement, &mut most);
+}
+
+fn placement_sizes(
+    field: &str,
+    p: &crate::cluster::Placement,
+    most: &mut impl FnMut(&str, usize, usize, &str),
+) {
+    most(
+        &format!("{field}.nodeSelector"),
+        p.node_selector.len(),
+        64,
+        "labels",
+    );
+    most(
+        &format!("{field}.tolerations"),
+        p.tolerations.len(),
+        64,
+        "tolerations",
+    );
+}
+
+/// The cluster-only fields: read by the operator, so checked where `wsload validate` sees
+/// them too.
+fn cluster(spec: &LoadTestSpec, e: &mut Errors) {
+    let lg = &spec.loadgen;
+    if lg.image.trim().is_empty() {
+        e.add("loadgen.image", "must not be empty");
+    }
+    let d = &spec.run.deadlines;
+    for (field, dur) in [
+        ("run.deadlines.scheduling", Some(d.scheduling)),
+        ("run.deadlines.ready", Some(d.ready)),
+        ("run.deadlines.run", d.run),
+        ("run.deadlines.collect", Some(d.collect)),
+    ] {
+        if dur.is_some_and(|d| d.get().is_zero()) {
+            e.add(field, "must be above zero");
+        }
+    }
+    for (field, sysctls) in [
+        ("loadgen.sysctls", &lg.sysctls),
+        (
+            "loadgen.tuning.sysctls",
+            &lg.tuning
+                .as_ref()
+                .map(|t| t.sysctls.clone())
+                .unwrap_or_default(),
+        ),
+    ] {
+        for name in sysctls.keys() {
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+            if !ok {
+                e.add(
+                    format!("{field}.{name}"),
+                    "is not a sysctl name (e.g. net.ipv4.tcp_fin_timeout)",
+                );
+            }
+        }
+    }
 }
 
 fn target(spec: &LoadTestSpec, e: &mut Errors) {
@@ -92,7 +237,7 @@ fn target(spec: &LoadTestSpec, e: &mut Errors) {
                     "protocol",
                     format!(
                         "protocol {:?} does not match the managed server's profile {:?}; set both to wse, or neither",
-                        spec.protocol,
+                        spec.protocol.as_str(),
                         server.profile.as_str()
                     ),
                 );

@@ -1,0 +1,321 @@
+//! What the API server checks beyond types: the CRD schema's `x-kubernetes-validations` (CEL)
+//! rules and the value schemas of the string-typed fields. `validate.rs` checks the same
+//! things (and more) in Rust with the same messages, so `wsload validate` and `kubectl apply`
+//! agree; `operator/tests/crd_validation.rs` proves these rules against a real API server.
+//!
+//! Rules stay cheap enough for the API server's cost estimate: every list or string a rule
+//! walks has a `maxItems` / `maxLength` (the limits below, also enforced by `validate.rs`).
+
+use crate::validate::MAX_CONNECTIONS_PER_SHARD;
+use schemars::Schema;
+use serde_json::{Value, json};
+
+/// Longest threshold text.
+pub const MAX_THRESHOLD_LEN: usize = 128;
+/// Most thresholds in one spec.
+pub const MAX_THRESHOLDS: usize = 32;
+/// Most connection tiers.
+pub const MAX_TIERS: usize = 64;
+/// Most payloadMatrix sizes.
+pub const MAX_SIZES: usize = 32;
+/// Most ramp stages.
+pub const MAX_STAGES: usize = 100;
+/// Most source addresses.
+pub const MAX_ADDRESSES: usize = 256;
+/// Longest target URL.
+pub const MAX_URL_LEN: usize = 2048;
+/// Longest duration or percentage text.
+pub const MAX_UNIT_LEN: usize = 64;
+/// Longest LoadTest name: the managed server's Service is `<name>-server`, a DNS label of at
+/// most 63 characters.
+pub const MAX_NAME_LEN: usize = 56;
+
+/// Every metric a threshold may name, as in the error messages of both checkers.
+pub const KNOWN_METRICS: &str = crate::threshold::Metric::NAMES;
+
+fn push(schema: &mut Schema, rules: Vec<Value>) {
+    let obj = schema.ensure_object();
+    match obj.get_mut("x-kubernetes-validations") {
+        Some(Value::Array(existing)) => existing.extend(rules),
+        _ => {
+            obj.insert("x-kubernetes-validations".into(), Value::Array(rules));
+        }
+    }
+}
+
+fn rule(rule: &str, message: &str) -> Value {
+    json!({ "rule": rule, "message": message })
+}
+
+/// A rule whose message is computed (it quotes the offending values).
+fn rule_expr(rule: &str, message_expression: &str) -> Value {
+    json!({ "rule": rule, "messageExpression": message_expression })
+}
+
+/// A rule on an object that reports the error at one of its fields.
+fn at(mut r: Value, field_path: &str) -> Value {
+    if let Value::Object(o) = &mut r {
+        o.insert("fieldPath".into(), field_path.into());
+        o.insert("reason".into(), "FieldValueInvalid".into());
+    }
+    r
+}
+
+/// What `Dur::parse` takes: a number of seconds, or humantime units. A `pattern`, not a CEL
+/// rule: the API server cannot bound the cost of a rule on an int-or-string value.
+pub const DURATION_PATTERN: &str = r"^ *[0-9]+(\.[0-9]+)? *[a-zA-Zµ]*( *[0-9]+ *[a-zA-Zµ]+)* *$";
+/// What `Percent::parse` takes.
+pub const PERCENT_PATTERN: &str = r"^ *[0-9]+(\.[0-9]+)? *%? *$";
+
+/// Duration text. Whole numbers of seconds may be written bare; fractions must be strings,
+/// since the API server's int-or-string type has no room for them.
+pub fn duration_schema() -> Schema {
+    schemars::json_schema!({
+        "description": "A duration: 500ms, 10s, 2m, 1h 30m, or a whole number of seconds.",
+        "x-kubernetes-int-or-string": true,
+        "minimum": 0,
+        "maxLength": MAX_UNIT_LEN,
+        "pattern": DURATION_PATTERN,
+    })
+}
+
+/// Percentage text: `5%`, or a fraction as a string (`"0.05"`); bare 0 and 1 are whole
+/// numbers and pass.
+pub fn percent_schema() -> Schema {
+    schemars::json_schema!({
+        "description": "A percentage: 5%, or a fraction as a string, \"0.05\".",
+        "x-kubernetes-int-or-string": true,
+        "minimum": 0,
+        "maximum": 1,
+        "maxLength": MAX_UNIT_LEN,
+        "pattern": PERCENT_PATTERN,
+    })
+}
+
+/// A regular expression matching a known metric followed by a comparison.
+const METRIC_RE: &str = r"^ *((rtt|rtt_raw|connect)\\.(p[0-9]{1,2}(\\.[0-9]+)?|min|mean|avg|max)|throughput|received_rate|errors|loss|survival|delivery|connect_rate|limit) *[<>]";
+
+pub fn threshold_schema() -> Schema {
+    schemars::json_schema!({
+        "description": "METRIC OP VALUE, e.g. \"rtt.p99 < 5ms\", \"errors < 0.1%\", \"throughput > 1M msg/s\".",
+        "type": "string",
+        "maxLength": MAX_THRESHOLD_LEN,
+        "x-kubernetes-validations": [
+            rule(
+                "self.matches('[<>]')",
+                "has no comparison; write METRIC < VALUE, e.g. \"rtt.p99 < 5ms\"",
+            ),
+            rule_expr(
+                &format!("!self.matches('[<>]') || self.matches('{METRIC_RE}')"),
+                &format!("'unknown metric in \"' + self + '\"; known: {KNOWN_METRICS}'"),
+            ),
+            rule_expr(
+                r"!self.matches('[<>]') || !self.matches('^ *(rtt|rtt_raw|connect)\\.') || self.matches('[<>]=? *[0-9]+(\\.[0-9]+)? *(us|µs|ms|s) *$')",
+                r#"'in "' + self + '": a latency needs a time unit: us, ms or s'"#,
+            ),
+        ],
+    })
+}
+
+/// `spec`: rules across fields. Defaults are applied before validation, so defaulted fields
+/// (`shards`, `connections`, `limit`, `sources.perAddress`) are present; `has` guards the
+/// rest. Messages are constant: the API server cannot bound the cost of a message that
+/// formats numbers (`string(int)`), so they name the fields to compare instead.
+pub fn spec_rules(schema: &mut Schema) {
+    let max = MAX_CONNECTIONS_PER_SHARD;
+    // The largest tier, or the largest limit probe (connectionLimit).
+    let peak = "(self.scenario == 'connectionLimit' ? self.limit.max : self.connections.max())";
+    let per_shard = format!("(({peak} + self.shards - 1) / self.shards)");
+    let addresses = "size(self.sources.addresses)";
+    push(
+        schema,
+        vec![
+            at(
+                rule(
+                    "self.scenario == 'connectionLimit' || size(self.connections) > 0",
+                    "list at least one connection count, e.g. [100]",
+                ),
+                ".connections",
+            ),
+            at(
+                rule(
+                    "self.scenario == 'connectionLimit' || self.connections.all(n, n >= self.shards)",
+                    MSG_SPLIT,
+                ),
+                ".connections",
+            ),
+            at(
+                rule(
+                    &format!(
+                        "self.shards < 1 || self.scenario == 'connectionLimit' || size(self.connections) == 0 || self.connections.max() <= {max} * self.shards"
+                    ),
+                    &msg_per_shard(),
+                ),
+                ".shards",
+            ),
+            at(
+                rule(
+                    &format!(
+                        "self.shards < 1 || !has(self.sources) || !has(self.sources.addresses) || {addresses} == 0 || (self.scenario != 'connectionLimit' && size(self.connections) == 0) || {per_shard} <= {addresses} * self.sources.perAddress"
+                    ),
+                    MSG_SOURCES,
+                ),
+                ".sources.addresses",
+            ),
+            at(
+                rule(
+                    "self.scenario != 'constantRate' || (has(self.rate) && (has(self.rate.messagesPerSecond) || (has(self.rate.stages) && size(self.rate.stages) > 0)))",
+                    "constantRate needs rate.messagesPerSecond or rate.stages",
+                ),
+                ".rate",
+            ),
+            at(
+                rule(
+                    "!has(self.target.server) || ((has(self.target.server.profile) && self.target.server.profile == 'wse') == (has(self.protocol) && self.protocol == 'wse'))",
+                    MSG_PROTOCOL,
+                ),
+                ".protocol",
+            ),
+            at(
+                rule(
+                    "!has(self.tls) || !has(self.target.url) || !self.target.url.startsWith('ws://') || !(has(self.tls.caFile) || (has(self.tls.insecureSkipVerify) && self.tls.insecureSkipVerify))",
+                    "TLS settings need a wss:// target url",
+                ),
+                ".tls",
+            ),
+        ],
+    );
+}
+
+/// The CEL form of `validate.rs`'s "N connections cannot be split over S shards".
+pub const MSG_SPLIT: &str = "a tier's connections cannot be split over more shards than it has connections (every shard needs one of every tier); lower shards or raise the tier";
+/// The CEL form of `validate.rs`'s sources capacity message.
+pub const MSG_SOURCES: &str = "the addresses x sources.perAddress connections each cannot carry the connections per shard (the largest tier, or limit.max, over shards); add addresses";
+/// The CEL form of `validate.rs`'s protocol/profile message.
+pub const MSG_PROTOCOL: &str =
+    "protocol does not match the managed server's profile; set both to wse, or neither";
+
+/// The CEL form of `validate.rs`'s per-shard message.
+pub fn msg_per_shard() -> String {
+    let max = MAX_CONNECTIONS_PER_SHARD;
+    format!(
+        "the largest tier over shards is above the {max} one process can open; use shards: the largest tier / {max}, rounded up, or more"
+    )
+}
+
+pub fn target_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![
+            rule(
+                "!(has(self.url) && has(self.server))",
+                "set either url (an external server) or server (a managed one), not both",
+            ),
+            rule(
+                "has(self.url) || has(self.server)",
+                "set url (e.g. ws://host:8080/) or server: {} for the reference server",
+            ),
+        ],
+    );
+}
+
+pub fn url_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![
+            rule_expr(
+                "self.startsWith('ws://') || self.startsWith('wss://')",
+                r#"'"' + self + '" must start with ws:// or wss://'"#,
+            ),
+            rule_expr(
+                "!(self.startsWith('ws://') || self.startsWith('wss://')) || self.matches('^wss?://[^/]')",
+                r#"'"' + self + '" has no host'"#,
+            ),
+        ],
+    );
+}
+
+pub fn server_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![at(
+            rule(
+                "!has(self.port) || !has(self.metricsPort) || self.port != self.metricsPort",
+                "must differ from port",
+            ),
+            ".metricsPort",
+        )],
+    );
+}
+
+pub fn server_path_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule_expr(
+            "self.startsWith('/')",
+            r#"'"' + self + '" must start with \'/\''"#,
+        )],
+    );
+}
+
+pub fn not_blank(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule("!self.matches('^\\\\s*$')", "must not be empty")],
+    );
+}
+
+pub fn auth_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(
+            "!(has(self.jwt) && has(self.token))",
+            "set either jwt (signed per connection) or token (sent as is), not both",
+        )],
+    );
+}
+
+pub fn secret_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(
+            "[has(self.value), has(self.fromEnv), has(self.secretRef)].filter(b, b).size() == 1",
+            "set exactly one of value, fromEnv or secretRef",
+        )],
+    );
+}
+
+pub fn limit_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![at(
+            rule(
+                "!has(self.start) || !has(self.max) || self.max >= self.start",
+                "must be at least limit.start",
+            ),
+            ".max",
+        )],
+    );
+}
+
+/// `kubectl apply` of a changed spec on a running test would change nothing the shards do
+/// (they read the spec once) while status kept describing the old one: refuse it instead.
+pub fn immutable_once_started() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || self.spec == oldSelf.spec",
+    )
+    .message(kube::core::Message::Expression(
+        "'spec is immutable once the test has started (phase ' + oldSelf.status.phase + '); delete and re-create the LoadTest to run it again'".into(),
+    ))
+    .field_path(".spec")
+}
+
+/// Children are named `<name>-server`, `<name>-shard-<i>`, and the name is a label value.
+pub fn name_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "size(self.metadata.name) <= {MAX_NAME_LEN} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+    ))
+    .message(kube::core::Message::Message(format!(
+        "metadata.name must be lowercase letters, digits and '-', start with a letter and be at most {MAX_NAME_LEN} characters (the server's Service is <name>-server)"
+    )))
+}

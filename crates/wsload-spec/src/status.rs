@@ -1,0 +1,212 @@
+//! A LoadTest's status: what the operator writes and `kubectl get lt -o yaml` shows. Defined
+//! here, beside the spec, so the operator, the CRD schema and any reader agree on it. Every
+//! field is optional or defaults to empty, so a status written by an older operator (or none
+//! at all) reads.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadTestStatus {
+    /// Pending, Starting, Running, Collecting, then Succeeded or Failed; never backwards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The `metadata.generation` this status describes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (pods ready), `Started` (load released), `Completed`, `Verdict` (thresholds
+    /// passed); one per type.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"]
+    ))]
+    pub conditions: Vec<Condition>,
+    /// Why the test is in this phase, CamelCase (e.g. `DeadlineExceeded`, `ShardFailed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The same for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the current phase began: the phase's deadline counts from here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    /// When the operator first saw the test.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When it reached Succeeded or Failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The URL the shards dial (the managed server's pod address, or `spec.target.url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+    /// The start barrier: the instant every shard was told to start its load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Time>,
+    /// Latest minus earliest shard start, in milliseconds (includes the nodes' clock offset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_skew_millis: Option<f64>,
+    /// One entry per shard pod.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStatus>,
+    /// The ConfigMap holding every shard's full result (histograms included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub results_config_map: Option<String>,
+    /// Figures of each tier (or cell), merged over the shards.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierFigures>,
+    /// Each threshold against its worst tier.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<ThresholdResult>,
+    /// Pass when every threshold held (or there are none), Fail otherwise; set once measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    /// Achieved message rate of the largest tier, for `kubectl get` (e.g. `1.23M msg/s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved_rate: Option<String>,
+    /// Round-trip p99 of the largest tier, for `kubectl get` (e.g. `3.2ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99: Option<String>,
+    /// Shards whose result is missing (`shardFailure: continue`): figures cover the others.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    /// Accepted; the managed server is being started.
+    Pending,
+    /// Shard pods are being started and must all report ready.
+    Starting,
+    /// Load is running.
+    Running,
+    /// Results are being fetched from the shards and merged.
+    Collecting,
+    /// Measured; `verdict` says whether the thresholds held.
+    Succeeded,
+    /// Could not be measured as asked; `reason` and `message` say why.
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Starting => "Starting",
+            Phase::Running => "Running",
+            Phase::Collecting => "Collecting",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    /// Succeeded or Failed: nothing more happens.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShardStatus {
+    pub index: u32,
+    /// The shard's pod.
+    pub pod: String,
+    /// Its share of the largest tier's connections.
+    pub connections: u32,
+    /// Its share of the message rate (open-loop scenarios), msg/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    pub state: ShardState,
+    /// When it started its load (its own clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// Why it failed or was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Container restarts seen (a restarted shard would repeat load: it fails).
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum ShardState {
+    /// Pod created, not ready.
+    #[default]
+    Pending,
+    /// Ready and waiting for its start.
+    Ready,
+    /// Running its load.
+    Running,
+    /// Finished; its result waits to be fetched.
+    Done,
+    /// Its result is stored in the results ConfigMap.
+    Collected,
+    /// It reported a failure, or its pod failed.
+    Failed,
+    /// Its pod disappeared (deleted, evicted, node gone).
+    Lost,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// One tier's (or cell's) figures, merged over the shards.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TierFigures {
+    /// The report's row label (`1000`, `4 KiB x 1000`, `msgpack x 100`).
+    pub label: String,
+    /// Connections of the whole test in this tier.
+    pub connections: u32,
+    pub messages_per_second: f64,
+    pub bytes_per_second: f64,
+    /// Connections established per second during the connect phase.
+    pub connects_per_second: f64,
+    /// Handshake (TCP + upgrade + ready), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect: Option<Percentiles>,
+    /// Round trip, ms; from the intended send time in open-loop scenarios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt: Option<Percentiles>,
+    /// Round trip from the actual send time, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_raw: Option<Percentiles>,
+    /// Failed connections and dropped ones, by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// Unanswered pings or echoes over those sent, 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// Server-counted over client-sent messages, 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ThresholdResult {
+    /// As written in the spec.
+    pub threshold: String,
+    /// The worst tier's figure in the threshold's unit (seconds, fraction, per second); unset
+    /// when never measured (which fails).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actual: Option<f64>,
+    pub pass: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Verdict {
+    Pass,
+    Fail,
+}
