@@ -4,17 +4,17 @@
 pub mod dial;
 pub mod drive;
 pub mod engine;
-pub mod hist;
 pub mod live;
 pub mod local_server;
-pub mod measure;
 pub mod message;
 pub mod plan;
-pub mod report;
 pub mod runner;
 pub mod schedule;
 pub mod server_metrics;
 pub mod tls;
+
+// Results moved to wsload-report (the operator merges with the same code); these paths stay.
+pub use wsload_report::{hist, measure, report};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

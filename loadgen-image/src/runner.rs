@@ -138,6 +138,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
         thresholds: spec.thresholds.clone(),
         verdict: None,
         notes: Vec::new(),
+        shard_info: Vec::new(),
     };
     if spec.scenario == Scenario::ConnectionLimit {
         limit_search(lt, shard, &engine, &dialer, counter.as_ref(), &mut result);

@@ -149,6 +149,20 @@ pub struct Probe {
     pub passed: bool,
 }
 
+/// One shard's run in wall-clock time (Unix microseconds): the operator's start skew is the
+/// spread of `started_at_micros` over the shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardInfo {
+    pub index: u32,
+    /// When the load began: after the shard slept until the common start instant.
+    pub started_at_micros: u64,
+    pub finished_at_micros: u64,
+    /// Why the shard's run ended early; its cells are what it measured until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
@@ -170,9 +184,20 @@ pub struct RunResult {
     /// Problems worth a reader's attention (file limits, a failed server scrape...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Per shard, when its load ran (`wsload shard`; empty for `wsload run` and for results
+    /// written before shards recorded it, which still merge).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard_info: Vec<ShardInfo>,
 }
 
 impl RunResult {
+    /// The spread of the shards' start instants (microseconds), when more than one recorded it.
+    pub fn start_skew_micros(&self) -> Option<u64> {
+        let starts = self.shard_info.iter().map(|s| s.started_at_micros);
+        let (min, max) = (starts.clone().min()?, starts.max()?);
+        (self.shard_info.len() > 1).then_some(max - min)
+    }
+
     pub fn judge(&mut self) {
         if self.thresholds.is_empty() {
             self.verdict = None;
@@ -242,6 +267,8 @@ impl RunResult {
             a.compute();
         }
         self.notes.extend(other.notes.iter().cloned());
+        self.shard_info.extend(other.shard_info.iter().cloned());
+        self.shard_info.sort_by_key(|s| s.index);
         self.started_at_unix_ms = self.started_at_unix_ms.min(other.started_at_unix_ms);
         self.judge();
         Ok(())
@@ -326,6 +353,8 @@ pub fn in_units(m: Metric, v: f64) -> String {
     }
 }
 
+/// A duration given in seconds, in the unit that reads best: `71 us`, `4.63 ms`, `1.20 s`
+/// (`-` for zero: nothing measured).
 pub fn ms(s: f64) -> String {
     if s == 0.0 {
         "-".into()
@@ -338,6 +367,12 @@ pub fn ms(s: f64) -> String {
     }
 }
 
+/// A message rate for people: `1.23M msg/s`, `45.6K msg/s`, `789 msg/s`.
+pub fn human_rate(msg_per_s: f64) -> String {
+    format!("{} msg/s", num(msg_per_s))
+}
+
+/// A count for a table: `1.23M`, `45.6K`, `789`.
 pub fn num(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.2}M", v / 1e6)
@@ -502,4 +537,139 @@ fn table(r: &RunResult) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::ConnectError;
+    use std::time::Duration;
+
+    /// Shard `index` of two: 100 connections, `sent` messages each echoed, RTTs of `rtt_ms`.
+    fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunResult {
+        let mut m = Measure::default();
+        m.counts.attempted = 100;
+        m.counts.connected = 99;
+        m.counts.fail(ConnectError::Refused);
+        m.counts.sent = sent;
+        m.counts.sent_with_warmup = sent + 10;
+        m.counts.received = sent;
+        for _ in 0..sent {
+            m.hists.rtt.record(Duration::from_millis(rtt_ms));
+        }
+        let mut cell = CellResult {
+            label: "100".into(),
+            connections: 200,
+            size: 64,
+            format: "text".into(),
+            target_rate: 0.0,
+            connect_secs: 1.0,
+            measured_secs: 10.0 + f64::from(index),
+            start_skew_us: 5,
+            measure: m,
+            server_received: None,
+            figures: Figures::default(),
+        };
+        cell.compute();
+        let mut r = RunResult {
+            test: "t".into(),
+            scenario: Scenario::Echo,
+            target: "ws://x".into(),
+            shards: vec![index],
+            shard_count: 2,
+            started_at_unix_ms: started_at_micros / 1000,
+            cells: vec![cell],
+            probes: Vec::new(),
+            limit: None,
+            thresholds: vec!["rtt.p99 < 5ms".parse().expect("threshold")],
+            verdict: None,
+            notes: Vec::new(),
+            shard_info: vec![ShardInfo {
+                index,
+                started_at_micros,
+                finished_at_micros: started_at_micros + 10_000_000,
+                error: None,
+            }],
+        };
+        r.judge();
+        r
+    }
+
+    #[test]
+    fn two_shards_merge_to_exact_counts_and_histograms() {
+        // Shard 1's p99 alone fails the threshold; after the merge its samples are 1/3 of the
+        // whole, so the merged p99 is still 10 ms: the verdict comes from the merged histogram.
+        let a = shard(0, 2000, 1, 1_000_000_000);
+        let b = shard(1, 1000, 10, 1_000_012_345);
+        assert!(a.verdict.as_ref().is_some_and(|v| v.passed));
+        // Through JSON, as the operator gets them.
+        let a: RunResult =
+            serde_json::from_str(&serde_json::to_string(&a).expect("ser")).expect("de");
+        let b: RunResult =
+            serde_json::from_str(&serde_json::to_string(&b).expect("ser")).expect("de");
+        let mut merged = b.clone();
+        merged.merge(&a).expect("merge");
+        let c = &merged.cells[0];
+        assert_eq!(merged.shards, vec![0, 1]);
+        assert_eq!(c.measure.counts.sent, 3000);
+        assert_eq!(c.measure.counts.sent_with_warmup, 3020);
+        assert_eq!(c.measure.counts.attempted, 200);
+        assert_eq!(c.measure.counts.connected, 198);
+        assert_eq!(c.measure.counts.failed[&ConnectError::Refused], 2);
+        assert_eq!(c.measure.hists.rtt.len(), 3000);
+        assert_eq!(c.figures.rtt.count, 3000);
+        // 2000 samples at 1 ms, 1000 at 10 ms: the exact p50 and p99 of the union.
+        assert!(
+            (c.figures.rtt.p50 - 0.001).abs() < 1e-5,
+            "{}",
+            c.figures.rtt.p50
+        );
+        assert!(
+            (c.figures.rtt.p99 - 0.010).abs() < 1e-4,
+            "{}",
+            c.figures.rtt.p99
+        );
+        // The longer window of the two is the one rates are computed over.
+        assert_eq!(c.measured_secs, 11.0);
+        assert_eq!(c.figures.sent_per_sec, 3000.0 / 11.0);
+        let v = merged.verdict.as_ref().expect("judged");
+        assert!(!v.passed, "{v:?}");
+        assert_eq!(merged.started_at_unix_ms, 1_000_000);
+        assert_eq!(
+            merged
+                .shard_info
+                .iter()
+                .map(|s| s.index)
+                .collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        assert_eq!(merged.start_skew_micros(), Some(12_345));
+        // A shard merged twice is refused, not double-counted.
+        assert!(merged.merge(&a).is_err());
+        assert_eq!(merged.cells[0].measure.counts.sent, 3000);
+    }
+
+    #[test]
+    fn results_without_shard_info_still_merge() {
+        let mut a = shard(0, 10, 1, 0);
+        a.shard_info.clear();
+        let json = serde_json::to_string(&a).expect("ser");
+        assert!(!json.contains("shardInfo"), "{json}");
+        let a: RunResult = serde_json::from_str(&json).expect("de");
+        let mut b = shard(1, 10, 1, 7);
+        b.merge(&a).expect("merge");
+        assert_eq!(b.cells[0].measure.counts.sent, 20);
+        assert_eq!(b.start_skew_micros(), None);
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(human_rate(1_234_567.0), "1.23M msg/s");
+        assert_eq!(human_rate(45_600.0), "45.6K msg/s");
+        assert_eq!(human_rate(789.4), "789 msg/s");
+        assert_eq!(ms(0.000_071), "71 us");
+        assert_eq!(ms(0.004_63), "4.63 ms");
+        assert_eq!(ms(1.2), "1.20 s");
+        assert_eq!(ms(0.0), "-");
+    }
 }
