@@ -2,9 +2,19 @@
 //! report can reconcile what clients sent with what the server got.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+use wsload_metrics::http_client;
+
+/// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    #[error(transparent)]
+    Http(#[from] http_client::Error),
+    #[error("GET {url}: HTTP {status}")]
+    Status { url: String, status: u16 },
+}
 
 /// One scrape target: a counter name and the labels its series must carry.
 #[derive(Debug, Clone)]
@@ -15,46 +25,28 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// The sum of every matching series.
-    pub fn read(&self) -> Result<u64, String> {
-        let body = get(&self.url)?;
-        Ok(sum(&body, &self.name, &self.labels) as u64)
+    /// The sum of every matching series. Blocking: called between cells, never in a runtime.
+    pub fn read(&self) -> Result<u64, ScrapeError> {
+        let url = with_default_path(&self.url);
+        let answer = http_client::get_blocking(&url, SCRAPE_TIMEOUT)?;
+        if answer.status != 200 {
+            return Err(ScrapeError::Status {
+                url,
+                status: answer.status,
+            });
+        }
+        Ok(sum(&answer.body, &self.name, &self.labels) as u64)
     }
 }
 
-fn get(url: &str) -> Result<String, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// metrics URLs are supported"))?;
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/metrics".to_string()), |(h, p)| {
-            (h, format!("/{p}"))
-        });
-    let addr = host
-        .to_socket_addrs()
-        .map_err(|e| format!("{url}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{url}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|e| format!("{url}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("{url}: {e}"))?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| format!("{url}: {e}"))?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{url}: not an HTTP answer"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        return Err(format!("{url}: {}", head.lines().next().unwrap_or("")));
+/// `http://host:port` means its `/metrics`, as Prometheus would read it.
+fn with_default_path(url: &str) -> String {
+    let authority = url.strip_prefix("http://").unwrap_or(url);
+    if authority.contains('/') {
+        url.to_string()
+    } else {
+        format!("{url}/metrics")
     }
-    Ok(body.to_string())
 }
 
 /// Sums the series of `name` whose labels include every pair of `want`.
@@ -94,5 +86,11 @@ mod tests {
         want.insert("profile".to_string(), "echo".to_string());
         assert_eq!(sum(body, "x", &want), 12.0);
         assert_eq!(sum(body, "xy", &BTreeMap::new()), 3.0);
+    }
+
+    #[test]
+    fn a_bare_address_means_its_metrics_path() {
+        assert_eq!(with_default_path("http://h:9090"), "http://h:9090/metrics");
+        assert_eq!(with_default_path("http://h:9090/m"), "http://h:9090/m");
     }
 }
