@@ -212,3 +212,32 @@ fn spec_is_immutable_once_started() {
     assert!(rule.contains("oldSelf.status.phase == 'Pending'"));
     assert!(rule.contains("self.spec == oldSelf.spec"));
 }
+
+#[test]
+fn no_enum_lists_null() {
+    // The API server refuses a null while naming "null" as supported; `nullable` admits it.
+    fn walk(v: &serde_json::Value, path: &str, bad: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(serde_json::Value::Array(values)) = o.get("enum")
+                    && values.iter().any(|v| v.is_null())
+                {
+                    bad.push(path.to_string());
+                }
+                for (k, v) in o {
+                    walk(v, &format!("{path}.{k}"), bad);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, &format!("{path}[{i}]"), bad);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut bad = Vec::new();
+    let crd = serde_json::to_value(wsload_operator::crd::definition()).expect("serialize");
+    walk(&crd, "", &mut bad);
+    assert!(bad.is_empty(), "enums listing null: {bad:?}");
+}

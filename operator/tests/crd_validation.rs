@@ -480,6 +480,52 @@ async fn cluster_fields_are_accepted_with_kubernetes_types() {
     assert_eq!(stored.spec, local.spec);
 }
 
+/// A `null` the API server stores must read back: one LoadTest the operator cannot
+/// deserialize would break its whole watch. Nulls of fields with defaults are pruned and
+/// defaulted; nulls of optional fields are kept and read as unset.
+#[tokio::test]
+async fn nulls_read_back_as_defaults_or_unset() {
+    let cluster = support::shared().await;
+    cluster.apply_crds().await;
+    let ns = cluster.namespace("crd-nulls").await;
+    let client = cluster.client().await;
+    let resource = kube::core::ApiResource::erase::<LoadTestResource>(&());
+    let raw: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let object: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "wsload.dev/v1alpha1",
+        "kind": "LoadTest",
+        "metadata": {"name": "nulls"},
+        "spec": {
+            "target": {"server": {"image": null, "port": null, "imagePullPolicy": null}},
+            "scenario": "sustainedHold",
+            "duration": null, "warmup": null, "shards": null, "auth": null, "rate": null,
+            "connect": {"timeout": null, "batchSize": null},
+            "limit": {"maxErrorRate": null},
+            "ping": {"interval": null, "timeout": null},
+            "loadgen": {"tuning": null, "placement": {"affinity": null, "tolerations": null}},
+            "run": {"deadlines": {"run": null, "collect": null}, "ttlAfterFinished": null},
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    raw.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("create: {}", api_message(&e)));
+    let typed: Api<LoadTestResource> = Api::namespaced(client, &ns);
+    let stored = typed
+        .get("nulls")
+        .await
+        .unwrap_or_else(|e| panic!("a stored LoadTest must deserialize: {e}"));
+    let local = LoadTest::from_yaml(
+        &document(
+            "nulls",
+            "  target: {server: {}}\n  scenario: sustainedHold\n",
+        ),
+        "nulls.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(stored.spec, local.spec);
+}
+
 #[tokio::test]
 async fn a_started_test_keeps_its_spec() {
     let cluster = support::shared().await;

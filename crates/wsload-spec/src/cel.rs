@@ -73,6 +73,10 @@ pub fn duration_schema() -> Schema {
     schemars::json_schema!({
         "description": "A duration: 500ms, 10s, 2m, 1h 30m, or a whole number of seconds.",
         "x-kubernetes-int-or-string": true,
+        // Without this kube marks every int-or-string field nullable, and a stored `null`
+        // (no default applied) would not deserialize: an operator could not read the object.
+        // `Option<Dur>` fields say `nullable` themselves.
+        "nullable": false,
         "minimum": 0,
         "maxLength": MAX_UNIT_LEN,
         "pattern": DURATION_PATTERN,
@@ -85,6 +89,7 @@ pub fn percent_schema() -> Schema {
     schemars::json_schema!({
         "description": "A percentage: 5%, or a fraction as a string, \"0.05\".",
         "x-kubernetes-int-or-string": true,
+        "nullable": false,
         "minimum": 0,
         "maximum": 1,
         "maxLength": MAX_UNIT_LEN,
@@ -115,6 +120,23 @@ pub fn threshold_schema() -> Schema {
             ),
         ],
     })
+}
+
+/// For `Option<Enum>` fields: schemars admits `null` (in `type` and among the values), and the
+/// API server then refuses a `null` as an unsupported value even when the field is
+/// `nullable`. Not nullable, a `null` is pruned instead: it means unset, as in Rust.
+pub fn null_is_unset(schema: &mut Schema) {
+    if let Some(Value::Array(values)) = schema.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    if let Some(Value::Array(types)) = schema.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            schema.insert("type".into(), only);
+        }
+    }
+    schema.remove("nullable");
 }
 
 /// `spec`: rules across fields. Defaults are applied before validation, so defaulted fields

@@ -78,6 +78,7 @@ pub struct LoadgenSpec {
     pub image: String,
     /// `Always`, `IfNotPresent` or `Never`; unset, Kubernetes' default for the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::cel::null_is_unset)]
     pub image_pull_policy: Option<PullPolicy>,
     /// CPU and memory of each shard's container. A shard uses every core it is given (one
     /// worker thread per core); give it whole cores and equal requests and limits, so its
@@ -172,6 +173,7 @@ pub struct RunPolicy {
     /// Delete the whole LoadTest (and so its children) this long after it finished; unset,
     /// it stays until deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("nullable" = true))]
     pub ttl_after_finished: Option<Dur>,
 }
 
@@ -204,6 +206,7 @@ pub struct Deadlines {
     /// Running: from the start barrier until every shard is done. Unset: the spec's expected
     /// duration x 1.5 + 2m; a connectionLimit search, whose length is not known, has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("nullable" = true))]
     pub run: Option<Dur>,
     /// Collecting: every shard's result fetched and stored.
     #[serde(default = "default_collect")]

@@ -154,6 +154,7 @@ pub struct ManagedServer {
     pub image: String,
     /// `Always`, `IfNotPresent` or `Never` (cluster only); unset, Kubernetes' default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = cel::null_is_unset)]
     pub image_pull_policy: Option<PullPolicy>,
     /// CPU and memory of the server's container (cluster only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -493,6 +494,7 @@ pub struct PingSpec {
     /// Pause between one connection's pings; defaults to none (pingLatency) or 5s
     /// (sustainedHold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("nullable" = true))]
     pub interval: Option<Dur>,
     /// A ping unanswered this long is lost.
     #[serde(default = "default_ping_timeout")]

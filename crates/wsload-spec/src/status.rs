@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 pub struct LoadTestStatus {
     /// Pending, Starting, Running, Collecting, then Succeeded or Failed; never backwards.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::cel::null_is_unset)]
     pub phase: Option<Phase>,
     /// The `metadata.generation` this status describes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +64,7 @@ pub struct LoadTestStatus {
     pub thresholds: Vec<ThresholdResult>,
     /// Pass when every threshold held (or there are none), Fail otherwise; set once measured.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::cel::null_is_unset)]
     pub verdict: Option<Verdict>,
     /// Achieved message rate of the largest tier, for `kubectl get` (e.g. `1.23M msg/s`).
     #[serde(skip_serializing_if = "Option::is_none")]
