@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
@@ -68,9 +68,15 @@ pub fn scratch_dir() -> &'static Path {
         let exe = std::env::current_exe()
             .ok()
             .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .map(|stem| match stem.rsplit_once('-') {
+                // Cargo names test binaries <target>-<16 hex digits>.
+                Some((name, hash)) if hash.len() == 16 => name.to_string(),
+                _ => stem,
+            })
             .unwrap_or_else(|| "test".into());
         let pid = std::process::id();
         let base = std::env::temp_dir();
+        prune_kept(&base);
         // The pid alone is unique among live processes; the suffix covers a directory left by
         // an earlier process with the same pid whose watchdog never ran (a reboot).
         let dir = (0..1000)
@@ -81,6 +87,29 @@ pub fn scratch_dir() -> &'static Path {
         keep_on_panic(&dir);
         dir
     })
+}
+
+/// Removes scratch directories kept after failures more than a day ago, so that failing runs
+/// do not fill the disk. Only those whose watchdog is done (it says "kept" last) are touched.
+fn prune_kept(base: &Path) {
+    let day = std::time::Duration::from_secs(24 * 3600);
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("wsload-optest-"));
+        let log = path.join("watchdog.log");
+        let old = std::fs::metadata(&log)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > day));
+        if ours && old && std::fs::read_to_string(&log).is_ok_and(|l| l.contains("; kept ")) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// Marks the scratch directory to be kept, as a panic does.
@@ -112,6 +141,8 @@ start=$(starttime) || start=gone
 while [[ $start != gone && "$(starttime)" == "$start" ]]; do sleep 0.5; done
 "$control_plane" down "$dir/cluster"
 if [[ -e $dir/keep || ${WSLOAD_TEST_KEEP:-0} == 1 ]]; then
+    # The logs are what a failure needs; etcd's preallocated WAL is 60 MB of nothing.
+    rm -rf "$dir/cluster/etcd"
     echo "test process $pid gone; control plane stopped; kept $dir"
 else
     rm -rf "$dir"
@@ -240,7 +271,8 @@ impl Cluster {
         kube::Client::try_from(config).expect("build a kube client")
     }
 
-    /// Creates a namespace named `<prefix>-<n>`, unique in this cluster, and returns its name.
+    /// Creates a namespace named `<prefix>-<n>`, unique in this cluster, with its `default`
+    /// ServiceAccount, and returns its name.
     /// Nothing deletes it: without a controller manager a namespace's deletion never completes,
     /// and the cluster goes away with the test process.
     pub async fn namespace(&self, prefix: &str) -> String {
@@ -265,10 +297,24 @@ impl Cluster {
             },
             ..Default::default()
         };
-        Api::<Namespace>::all(self.client().await)
+        let client = self.client().await;
+        Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        // The controller manager's service account controller would make it; without it the
+        // ServiceAccount admission plugin refuses every pod of the namespace.
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<ServiceAccount>::namespaced(client, &name)
+            .create(&PostParams::default(), &sa)
+            .await
+            .unwrap_or_else(|e| panic!("create service account {name}/default: {e}"));
         name
     }
 

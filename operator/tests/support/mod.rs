@@ -6,7 +6,75 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
-// pub mod kubelet;
+pub mod kubelet;
 
 pub use cluster::{Cluster, shared};
-// pub use kubelet::{Kubelet, KubeletOpts, PodProcess};
+pub use kubelet::{Kubelet, KubeletOpts, PodProcess};
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::{Api, Resource};
+use serde::{Serialize, de::DeserializeOwned};
+
+/// Polls `name` every 100 ms until `cond` holds for it (`None`: it does not exist) and returns
+/// what it last saw. Panics after `timeout` with `what` and the object's last status.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut(Option<&K>) -> bool,
+) -> Option<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let current = match api.get_opt(name).await {
+            Ok(obj) => obj,
+            Err(e) => panic!("waiting for {name} ({what}): {e}"),
+        };
+        if cond(current.as_ref()) {
+            return current;
+        }
+        if Instant::now() >= deadline {
+            let status = current
+                .as_ref()
+                .and_then(|o| serde_json::to_value(o).ok())
+                .map(|v| {
+                    serde_json::to_string_pretty(v.get("status").unwrap_or(&v)).unwrap_or_default()
+                })
+                .unwrap_or_else(|| "(does not exist)".into());
+            panic!(
+                "timed out after {timeout:?} waiting for {name}: {what}; last status:\n{status}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `status` of the pod's condition `type_` ("True", "False", ...).
+pub fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod_condition(pod, "Ready") == Some("True")
+}
+
+pub fn pod_phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// The status of the pod's first container, the one the test kubelet runs.
+pub fn main_container(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+}
