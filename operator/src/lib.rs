@@ -1,7 +1,16 @@
 //! wsload-operator: reconciles LoadTests (wsload.dev/v1alpha1) into a managed server, N
 //! load-generator shards released together, and a verdict in status. See docs/operator.md.
 
+pub mod builders;
+pub mod controller;
 pub mod crd;
+pub mod leader;
+pub mod metrics;
+pub mod names;
+pub mod pods;
+pub mod reconcile;
+pub mod results;
+pub mod shard_client;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -9,6 +18,29 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("serialize: {0}")]
     Serialize(String),
+    #[error("invalid object: {0}")]
+    Invalid(String),
+    /// A shard's control endpoint did not answer as the protocol says.
+    #[error("shard: {0}")]
+    Shard(String),
+    #[error("leader election: {0}")]
+    LeaseLost(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl Error {
+    /// A short label for the errors metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Serialize(_) => "serialize",
+            Error::Invalid(_) => "invalid",
+            Error::Shard(_) => "shard",
+            Error::LeaseLost(_) => "lease",
+            Error::Io(_) => "io",
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

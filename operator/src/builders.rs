@@ -1,0 +1,641 @@
+//! Pure builders of a LoadTest's children: the same spec always gives the same objects, so
+//! applying them again is a no-op, and they are unit-tested without an API server.
+
+use crate::names::{self, MANAGER, SHARD_PORT};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, Probe, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, Sysctl,
+    WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+use wsload_spec::{
+    API_VERSION, KIND, LoadTestResource, LoadTestSpec, ManagedServer, Placement, SecretValue,
+    Spread,
+};
+
+/// Where a test's shards find the server, decided once the server is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub target_url: String,
+    pub server_metrics_url: Option<String>,
+}
+
+pub fn owner(lt: &LoadTestResource) -> Option<OwnerReference> {
+    lt.controller_owner_ref(&())
+}
+
+fn meta(lt: &LoadTestResource, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: lt.namespace(),
+        labels: Some(labels),
+        owner_references: owner(lt).map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_string(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn secret_env(name: String, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name,
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_string(),
+                key: key.to_string(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Containers run as an unprivileged user with nothing writable and no capabilities.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, port: u16) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        }),
+        period_seconds: Some(1),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: i32::from(port),
+        protocol: Some("TCP".to_string()),
+        ..Default::default()
+    }
+}
+
+fn selector(test: &str, role: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([
+            (names::LABEL_LOADTEST.to_string(), test.to_string()),
+            (names::LABEL_ROLE.to_string(), role.to_string()),
+        ])),
+        match_expressions: None,
+    }
+}
+
+fn host_term(test: &str, role: &str) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(selector(test, role)),
+        topology_key: "kubernetes.io/hostname".to_string(),
+        ..Default::default()
+    }
+}
+
+/// The user's affinity plus the anti-affinity terms wsload adds; the user's own terms are kept.
+fn affinity(
+    user: Option<&Affinity>,
+    required: Vec<PodAffinityTerm>,
+    preferred: Vec<PodAffinityTerm>,
+) -> Option<Affinity> {
+    let mut a = user.cloned().unwrap_or_default();
+    if !required.is_empty() || !preferred.is_empty() {
+        let anti = a
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default);
+        if !required.is_empty() {
+            anti.required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .extend(required);
+        }
+        if !preferred.is_empty() {
+            anti.preferred_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new)
+                .extend(preferred.into_iter().map(|t| WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: t,
+                }));
+        }
+    }
+    (a != Affinity::default()).then_some(a)
+}
+
+fn placement_spec(p: &Placement, affinity: Option<Affinity>) -> PodSpec {
+    PodSpec {
+        node_selector: (!p.node_selector.is_empty()).then(|| p.node_selector.clone()),
+        tolerations: (!p.tolerations.is_empty()).then(|| p.tolerations.clone()),
+        affinity,
+        ..Default::default()
+    }
+}
+
+/// The server's pod: the reference server (or the user's image) bound to the pod IP.
+pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer) -> Pod {
+    let test = lt.name_any();
+    let spec = &lt.spec;
+    let mut envs = vec![
+        field_env("POD_IP", "status.podIP"),
+        env("WSLOAD_SERVER_LISTEN", format!("$(POD_IP):{}", server.port)),
+        env(
+            "WSLOAD_SERVER_METRICS_LISTEN",
+            format!("$(POD_IP):{}", server.metrics_port),
+        ),
+        env("WSLOAD_SERVER_PROFILE", server.profile.as_str()),
+    ];
+    if let Some(jwt) = spec.auth.as_ref().and_then(|a| a.jwt.as_ref()) {
+        envs.extend(secret_source_env("WSLOAD_SERVER_JWT_SECRET", &jwt.secret));
+        if let Some(iss) = &jwt.issuer {
+            envs.push(env("WSLOAD_SERVER_JWT_ISSUER", iss.clone()));
+        }
+        if let Some(aud) = &jwt.audience {
+            envs.push(env("WSLOAD_SERVER_JWT_AUDIENCE", aud.clone()));
+        }
+    } else if server.profile == wsload_spec::ServerProfile::Wse {
+        envs.push(env("WSLOAD_SERVER_WSE_ALLOW_ANONYMOUS", "true"));
+    }
+    envs.extend(server.env.iter().map(|e| env(&e.name, e.value.clone())));
+    let mut labels = names::labels(&test, names::ROLE_SERVER);
+    labels.insert("app.kubernetes.io/name".into(), "wsload-server".into());
+    let mut metadata = meta(lt, names::server(&test), labels);
+    metadata.annotations = Some(scrape_annotations(server.metrics_port));
+    let mut pod_spec = placement_spec(
+        &server.placement,
+        affinity(server.placement.affinity.as_ref(), vec![], vec![]),
+    );
+    pod_spec.restart_policy = Some("Never".to_string());
+    pod_spec.termination_grace_period_seconds = Some(15);
+    pod_spec.automount_service_account_token = Some(false);
+    pod_spec.security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    });
+    pod_spec.containers = vec![Container {
+        name: "server".to_string(),
+        image: Some(server.image.clone()),
+        image_pull_policy: server.image_pull_policy.map(|p| p.as_str().to_string()),
+        args: (!server.args.is_empty()).then(|| server.args.clone()),
+        env: Some(envs),
+        ports: Some(vec![
+            port("ws", server.port),
+            port("metrics", server.metrics_port),
+        ]),
+        readiness_probe: Some(http_probe("/readyz", server.metrics_port)),
+        resources: server.resources.clone(),
+        security_context: Some(restricted()),
+        ..Default::default()
+    }];
+    Pod {
+        metadata,
+        spec: Some(pod_spec),
+        status: None,
+    }
+}
+
+fn scrape_annotations(port: u16) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ("prometheus.io/port".to_string(), port.to_string()),
+        ("prometheus.io/path".to_string(), "/metrics".to_string()),
+    ])
+}
+
+/// The env entries that deliver a secret: inline values and `fromEnv` need nothing in a pod
+/// (`fromEnv` names a variable the user sets through `loadgen.env`); a Secret key becomes a
+/// secretKeyRef.
+fn secret_source_env(name: &str, s: &SecretValue) -> Vec<EnvVar> {
+    match (&s.value, &s.secret_ref) {
+        (Some(v), _) => vec![env(name, v.clone())],
+        (None, Some(r)) => vec![secret_env(name.to_string(), &r.name, &r.key)],
+        (None, None) => vec![],
+    }
+}
+
+/// The Service in front of the server: a stable name for users and Prometheus (shards dial the
+/// pod IP, which needs neither DNS nor kube-proxy).
+pub fn server_service(lt: &LoadTestResource, server: &ManagedServer) -> Service {
+    let test = lt.name_any();
+    Service {
+        metadata: meta(
+            lt,
+            names::server(&test),
+            names::labels(&test, names::ROLE_SERVER),
+        ),
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([
+                (names::LABEL_LOADTEST.to_string(), test.clone()),
+                (
+                    names::LABEL_ROLE.to_string(),
+                    names::ROLE_SERVER.to_string(),
+                ),
+            ])),
+            ports: Some(vec![
+                ServicePort {
+                    name: Some("ws".into()),
+                    port: i32::from(server.port),
+                    target_port: Some(IntOrString::String("ws".into())),
+                    ..Default::default()
+                },
+                ServicePort {
+                    name: Some("metrics".into()),
+                    port: i32::from(server.metrics_port),
+                    target_port: Some(IntOrString::String("metrics".into())),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The LoadTest as the file a shard reads (`WSLOAD_LOADTEST`): the same document `wsload run`
+/// takes, so a shard validates exactly what a local run would.
+pub fn loadtest_document(lt: &LoadTestResource) -> Result<String, serde_yaml::Error> {
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Doc<'a> {
+        api_version: &'a str,
+        kind: &'a str,
+        metadata: DocMeta,
+        spec: &'a LoadTestSpec,
+    }
+    #[derive(serde::Serialize)]
+    struct DocMeta {
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+    }
+    serde_yaml::to_string(&Doc {
+        api_version: API_VERSION,
+        kind: KIND,
+        metadata: DocMeta {
+            name: lt.name_any(),
+            namespace: lt.namespace(),
+        },
+        spec: &lt.spec,
+    })
+}
+
+/// Shard `index`'s pod. `restartPolicy: Never`: a restarted shard would repeat load the
+/// others did not; the operator sees the failure and applies the test's policy instead.
+pub fn shard_pod(lt: &LoadTestResource, index: u32, endpoints: &Endpoints, document: &str) -> Pod {
+    let test = lt.name_any();
+    let spec = &lt.spec;
+    let lg = &spec.loadgen;
+    let mut envs = vec![
+        field_env("POD_IP", "status.podIP"),
+        env("WSLOAD_LOADTEST", document),
+        env("WSLOAD_SHARD_INDEX", index.to_string()),
+        env("WSLOAD_SHARD_COUNT", spec.shards.to_string()),
+        env("WSLOAD_AWAIT_START", "true"),
+        env("WSLOAD_METRICS_LISTEN", format!("$(POD_IP):{SHARD_PORT}")),
+        env("WSLOAD_TARGET_URL", endpoints.target_url.clone()),
+    ];
+    if let Some(m) = &endpoints.server_metrics_url {
+        envs.push(env("WSLOAD_SERVER_METRICS_URL", m.clone()));
+    }
+    for (secret, key) in secret_refs(spec) {
+        envs.push(secret_env(
+            wsload_spec::secret_env_name(&secret, &key),
+            &secret,
+            &key,
+        ));
+    }
+    envs.extend(lg.env.iter().map(|e| env(&e.name, e.value.clone())));
+
+    let required_hosts = |on: bool| {
+        let mut terms = Vec::new();
+        if on {
+            terms.push(host_term(&test, names::ROLE_SHARD));
+        }
+        terms
+    };
+    let mut required = required_hosts(lg.spread == Spread::OnePerNode);
+    let preferred = required_hosts(lg.spread == Spread::Preferred);
+    if lg.separate_from_server && spec.target.server.is_some() {
+        required.push(host_term(&test, names::ROLE_SERVER));
+    }
+    let mut pod_spec = placement_spec(
+        &lg.placement,
+        affinity(lg.placement.affinity.as_ref(), required, preferred),
+    );
+    pod_spec.restart_policy = Some("Never".to_string());
+    pod_spec.termination_grace_period_seconds = Some(10);
+    pod_spec.service_account_name = lg.service_account_name.clone();
+    pod_spec.automount_service_account_token = Some(false);
+    pod_spec.security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        sysctls: (!lg.sysctls.is_empty()).then(|| {
+            lg.sysctls
+                .iter()
+                .map(|(name, value)| Sysctl {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect()
+        }),
+        ..Default::default()
+    });
+    if let Some(tuning) = lg.tuning.as_ref().filter(|t| !t.sysctls.is_empty()) {
+        let mut args = vec!["sysctl".to_string()];
+        args.extend(tuning.sysctls.iter().map(|(k, v)| format!("{k}={v}")));
+        pod_spec.init_containers = Some(vec![Container {
+            name: "tune".to_string(),
+            image: Some(lg.image.clone()),
+            image_pull_policy: lg.image_pull_policy.map(|p| p.as_str().to_string()),
+            args: Some(args),
+            security_context: Some(SecurityContext {
+                privileged: Some(true),
+                run_as_user: Some(0),
+                run_as_non_root: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+    }
+    pod_spec.containers = vec![Container {
+        name: "loadgen".to_string(),
+        image: Some(lg.image.clone()),
+        image_pull_policy: lg.image_pull_policy.map(|p| p.as_str().to_string()),
+        args: Some(vec!["shard".to_string()]),
+        env: Some(envs),
+        ports: Some(vec![port("metrics", SHARD_PORT)]),
+        readiness_probe: Some(http_probe("/readyz", SHARD_PORT)),
+        resources: lg.resources.clone(),
+        security_context: Some(restricted()),
+        ..Default::default()
+    }];
+    let mut labels = names::shard_labels(&test, index);
+    labels.insert("app.kubernetes.io/name".into(), "wsload-loadgen".into());
+    let mut metadata = meta(lt, names::shard(&test, index), labels);
+    metadata.annotations = Some(scrape_annotations(SHARD_PORT));
+    Pod {
+        metadata,
+        spec: Some(pod_spec),
+        status: None,
+    }
+}
+
+/// Every Secret key the spec reads, for the shards' env.
+fn secret_refs(spec: &LoadTestSpec) -> Vec<(String, String)> {
+    let Some(auth) = &spec.auth else {
+        return vec![];
+    };
+    [auth.jwt.as_ref().map(|j| &j.secret), auth.token.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.secret_ref.as_ref())
+        .map(|r| (r.name.clone(), r.key.clone()))
+        .collect()
+}
+
+/// The ConfigMap that keeps every shard's result; created empty, filled key by key.
+pub fn results_config_map(lt: &LoadTestResource) -> ConfigMap {
+    let test = lt.name_any();
+    ConfigMap {
+        metadata: meta(lt, names::results(&test), names::labels(&test, "results")),
+        ..Default::default()
+    }
+}
+
+/// The field manager is part of the contract with `kubectl`: users see who owns what.
+pub const FIELD_MANAGER: &str = MANAGER;
+
+/// A LoadTest's own reference, for owner checks in tests.
+pub fn is_owned_by(meta: &ObjectMeta, lt: &LoadTestResource) -> bool {
+    let uid = lt.meta().uid.as_deref();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(o.uid.as_str()) == uid && o.controller == Some(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lt(spec: &str) -> LoadTestResource {
+        let doc = format!(
+            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns, uid: u-1}}\nspec:\n{spec}"
+        );
+        serde_yaml::from_str(&doc).expect("LoadTest")
+    }
+
+    fn env_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a EnvVar> {
+        pod.spec.as_ref()?.containers[0]
+            .env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == name)
+    }
+
+    const SPEC: &str = "  target: {server: {profile: wse, port: 8443}}
+  protocol: wse
+  scenario: throughput
+  connections: [100]
+  shards: 3
+  auth: {jwt: {secret: {secretRef: {name: wse-jwt, key: secret}}, issuer: me}}
+  loadgen:
+    placement: {nodeSelector: {pool: epyc}, tolerations: [{key: dedicated, operator: Equal, value: loadgen, effect: NoSchedule}]}
+    sysctls: {net.ipv4.ip_local_port_range: \"1024 65535\"}
+    tuning: {sysctls: {net.core.somaxconn: \"65535\"}}
+";
+
+    #[test]
+    fn a_shard_pod_is_told_its_share_target_and_secrets_and_is_placed_apart() {
+        let lt = lt(SPEC);
+        let endpoints = Endpoints {
+            target_url: "ws://10.0.0.9:8443/".into(),
+            server_metrics_url: Some("http://10.0.0.9:9090/metrics".into()),
+        };
+        let pod = shard_pod(&lt, 2, &endpoints, "doc");
+        assert_eq!(pod.metadata.name.as_deref(), Some("t-shard-2"));
+        let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!((owner.uid.as_str(), owner.controller), ("u-1", Some(true)));
+        let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
+        assert_eq!(value("WSLOAD_SHARD_INDEX").as_deref(), Some("2"));
+        assert_eq!(value("WSLOAD_SHARD_COUNT").as_deref(), Some("3"));
+        assert_eq!(
+            value("WSLOAD_TARGET_URL").as_deref(),
+            Some("ws://10.0.0.9:8443/")
+        );
+        assert_eq!(value("WSLOAD_LOADTEST").as_deref(), Some("doc"));
+        assert_eq!(
+            value("WSLOAD_METRICS_LISTEN").as_deref(),
+            Some("$(POD_IP):9464")
+        );
+        let secret = env_of(&pod, "WSLOAD_SECRET_WSE_JWT_SECRET")
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .expect("secret env");
+        assert_eq!(
+            (secret.name.as_str(), secret.key.as_str()),
+            ("wse-jwt", "secret")
+        );
+
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            spec.node_selector
+                .as_ref()
+                .and_then(|s| s.get("pool"))
+                .map(String::as_str),
+            Some("epyc")
+        );
+        assert_eq!(spec.tolerations.as_ref().map(Vec::len), Some(1));
+        let anti = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .expect("required anti-affinity");
+        let roles: Vec<&str> = anti
+            .iter()
+            .map(|t| {
+                assert_eq!(t.topology_key, "kubernetes.io/hostname");
+                t.label_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.as_ref())
+                    .and_then(|m| m.get(names::LABEL_ROLE))
+                    .map(String::as_str)
+                    .unwrap_or("")
+            })
+            .collect();
+        assert_eq!(
+            roles,
+            ["shard", "server"],
+            "one shard per node, none beside the server"
+        );
+        let sysctls = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.sysctls.as_ref())
+            .expect("sysctls");
+        assert_eq!(sysctls[0].name, "net.ipv4.ip_local_port_range");
+        let init = &spec
+            .init_containers
+            .as_ref()
+            .expect("tuning init container")[0];
+        assert_eq!(
+            init.security_context.as_ref().and_then(|s| s.privileged),
+            Some(true)
+        );
+        assert_eq!(
+            init.args.as_deref(),
+            Some(&["sysctl".to_string(), "net.core.somaxconn=65535".to_string()][..])
+        );
+        let main = &spec.containers[0];
+        assert_eq!(
+            main.security_context
+                .as_ref()
+                .and_then(|s| s.read_only_root_filesystem),
+            Some(true)
+        );
+        assert_eq!(
+            main.readiness_probe
+                .as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|h| h.path.as_deref()),
+            Some("/readyz")
+        );
+    }
+
+    #[test]
+    fn spread_none_and_an_external_target_add_no_anti_affinity_and_no_tuning() {
+        let lt = lt(
+            "  target: {url: \"ws://example:80/\"}\n  scenario: pingLatency\n  shards: 2\n  loadgen: {spread: none}\n",
+        );
+        let pod = shard_pod(
+            &lt,
+            0,
+            &Endpoints {
+                target_url: "ws://example:80/".into(),
+                server_metrics_url: None,
+            },
+            "doc",
+        );
+        let spec = pod.spec.expect("spec");
+        assert!(spec.affinity.is_none());
+        assert!(spec.init_containers.is_none());
+        assert!(spec.security_context.and_then(|s| s.sysctls).is_none());
+    }
+
+    #[test]
+    fn the_server_pod_binds_its_pod_ip_and_gets_the_jwt_secret() {
+        let lt = lt(SPEC);
+        let server = lt.spec.target.server.clone().expect("server");
+        let pod = server_pod(&lt, &server);
+        let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
+        assert_eq!(
+            value("WSLOAD_SERVER_LISTEN").as_deref(),
+            Some("$(POD_IP):8443")
+        );
+        assert_eq!(value("WSLOAD_SERVER_PROFILE").as_deref(), Some("wse"));
+        assert_eq!(value("WSLOAD_SERVER_JWT_ISSUER").as_deref(), Some("me"));
+        assert!(
+            env_of(&pod, "WSLOAD_SERVER_JWT_SECRET")
+                .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+                .is_some()
+        );
+        let svc = server_service(&lt, &server);
+        let ports: Vec<i32> = svc
+            .spec
+            .and_then(|s| s.ports)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(ports, [8443, 9090]);
+    }
+
+    #[test]
+    fn the_shard_document_is_a_loadtest_file_wsload_accepts() {
+        let lt = lt(SPEC);
+        let doc = loadtest_document(&lt).expect("yaml");
+        let parsed = wsload_spec::LoadTest::from_yaml(&doc, "env").expect("valid LoadTest");
+        assert_eq!(parsed.spec, lt.spec);
+        assert_eq!(parsed.metadata.name, "t");
+    }
+}

@@ -1,0 +1,98 @@
+//! Runs the LoadTest controller: leader election first, then the watch loop; `/metrics`,
+//! `/healthz` and `/readyz` from the start so probes answer while a replica waits as a
+//! candidate.
+
+use crate::leader::{self, LeaderConfig};
+use crate::metrics::Metrics;
+use crate::names;
+use crate::reconcile::{self, Config, Context};
+use crate::{Error, Result};
+use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use wsload_spec::LoadTestResource;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub metrics_listen: SocketAddr,
+    /// Watch only this namespace (namespaced install); all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Lease to hold while reconciling; `None` runs without election (one replica only).
+    pub leader: Option<LeaderConfig>,
+    pub config: Config,
+}
+
+pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let listener = tokio::net::TcpListener::bind(opts.metrics_listen)
+        .await
+        .map_err(|e| Error::Io(format!("cannot listen on {}: {e}", opts.metrics_listen)))?;
+    tracing::info!(address = %opts.metrics_listen, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(wsload_metrics::serve(listener, metrics.clone()));
+
+    let leases: Option<(Api<Lease>, LeaderConfig)> = opts
+        .leader
+        .clone()
+        .map(|cfg| (Api::namespaced(client.clone(), &cfg.namespace), cfg));
+    if let Some((api, cfg)) = &leases {
+        leader::acquire(api, cfg).await?;
+    }
+    metrics.set_leader(true);
+    metrics.set_ready(true);
+
+    let (lts, pods): (Api<LoadTestResource>, Api<Pod>) = match &opts.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let reporter = Reporter {
+        controller: "wsload-operator".into(),
+        instance: opts.leader.as_ref().map(|l| l.identity.clone()),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        config: opts.config.clone(),
+    });
+    let children = watcher::Config::default().labels(names::LABEL_LOADTEST);
+    let controller = Controller::new(lts, watcher::Config::default())
+        .owns(pods, children)
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(loadtest = %obj.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile error"),
+            }
+        });
+
+    match &leases {
+        Some((api, cfg)) => {
+            tokio::select! {
+                () = controller => {
+                    if let Err(e) = leader::release(api, cfg).await {
+                        tracing::warn!(error = %e, "could not release the leader lease");
+                    }
+                    Ok(())
+                }
+                lost = leader::hold(api, cfg) => {
+                    metrics.set_leader(false);
+                    Err(lost)
+                }
+            }
+        }
+        None => {
+            controller.await;
+            Ok(())
+        }
+    }
+}

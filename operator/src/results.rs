@@ -1,0 +1,191 @@
+//! Shares and results: how the load is split (recorded in status before any shard runs), and
+//! how the shards' results become the test's figures and verdict (merged with the same code as
+//! `wsload merge`, so a cluster run and a local run of the same spec report alike).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::BTreeMap;
+use wsload_report::{CellResult, Percentiles as ReportPercentiles, RunResult};
+use wsload_spec::LoadTestSpec;
+use wsload_spec::shares::{count_share, rate_share};
+use wsload_spec::status::{
+    LoadTestStatus, Percentiles, ShardState, ShardStatus, ThresholdResult, TierFigures, Verdict,
+};
+
+/// Every shard's share: its part of the largest tier and of the rate.
+pub fn shares(test: &str, spec: &LoadTestSpec) -> Vec<ShardStatus> {
+    let peak = wsload_spec::validate::peak_connections(spec);
+    let rate = spec.rate.as_ref().and_then(|r| {
+        r.messages_per_second
+            .or_else(|| r.stages.iter().map(|s| s.target).reduce(f64::max))
+    });
+    (0..spec.shards)
+        .map(|i| ShardStatus {
+            index: i,
+            pod: crate::names::shard(test, i),
+            connections: count_share(peak, i, spec.shards),
+            rate: rate.map(|r| rate_share(r, spec.shards)),
+            state: ShardState::Pending,
+            started_at: None::<Time>,
+            reason: None,
+            restarts: 0,
+        })
+        .collect()
+}
+
+/// What the shards' results add up to.
+pub struct Summary {
+    pub tiers: Vec<TierFigures>,
+    pub thresholds: Vec<ThresholdResult>,
+    pub verdict: Option<Verdict>,
+    pub verdict_message: String,
+    pub achieved_rate: Option<String>,
+    pub p99: Option<String>,
+    pub merged_json: String,
+}
+
+impl Summary {
+    pub fn apply(&self, st: &mut LoadTestStatus) {
+        st.tiers = self.tiers.clone();
+        st.thresholds = self.thresholds.clone();
+        st.verdict = self.verdict;
+        st.achieved_rate = self.achieved_rate.clone();
+        st.p99 = self.p99.clone();
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error("shard {index}'s result is not a wsload result: {source}")]
+    Parse {
+        index: u32,
+        source: serde_json::Error,
+    },
+    #[error("shard {index}'s result does not merge: {message}")]
+    Merge { index: u32, message: String },
+    #[error("cannot serialize the merged result: {0}")]
+    Serialize(serde_json::Error),
+}
+
+/// Merges the shards' results (index, JSON) exactly and judges the spec's thresholds.
+pub fn summarize(spec: &LoadTestSpec, results: &[(u32, &String)]) -> Result<Summary, SummaryError> {
+    let mut merged: Option<RunResult> = None;
+    for (index, json) in results {
+        let r: RunResult = serde_json::from_str(json).map_err(|source| SummaryError::Parse {
+            index: *index,
+            source,
+        })?;
+        match merged.as_mut() {
+            None => merged = Some(r),
+            Some(m) => m.merge(&r).map_err(|message| SummaryError::Merge {
+                index: *index,
+                message,
+            })?,
+        }
+    }
+    let Some(mut merged) = merged else {
+        return Err(SummaryError::Merge {
+            index: 0,
+            message: "no results".into(),
+        });
+    };
+    // Thresholds come from the spec the operator holds, not from what a shard echoed back.
+    merged.thresholds = spec.thresholds.clone();
+    for c in &mut merged.cells {
+        c.compute();
+    }
+    merged.judge();
+    let tiers: Vec<TierFigures> = merged.cells.iter().map(tier).collect();
+    let thresholds = merged
+        .verdict
+        .iter()
+        .flat_map(|v| &v.checks)
+        .map(|c| ThresholdResult {
+            threshold: if merged.cells.len() > 1 {
+                format!("{} [{}]", c.threshold, c.cell)
+            } else {
+                c.threshold.clone()
+            },
+            actual: c.actual,
+            pass: c.passed,
+        })
+        .collect::<Vec<_>>();
+    let verdict = merged.verdict.as_ref().map(|v| {
+        if v.passed {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    });
+    let failed: Vec<&str> = thresholds
+        .iter()
+        .filter(|t| !t.pass)
+        .map(|t| t.threshold.as_str())
+        .collect();
+    let verdict_message = match verdict {
+        None => "no thresholds".to_string(),
+        Some(Verdict::Pass) => format!("all {} threshold checks passed", thresholds.len()),
+        Some(Verdict::Fail) => format!("failed: {}", failed.join(", ")),
+    };
+    // The headline figures come from the largest tier, the one the test is about.
+    let headline = merged.cells.iter().max_by_key(|c| c.connections);
+    let achieved_rate = headline
+        .map(|c| c.figures.sent_per_sec.max(c.figures.received_per_sec))
+        .filter(|r| *r > 0.0)
+        .map(wsload_report::human_rate);
+    let p99 = headline.and_then(|c| {
+        let f = &c.figures;
+        let p = if f.rtt.count > 0 { &f.rtt } else { &f.connect };
+        (p.count > 0).then(|| wsload_report::ms(p.p99))
+    });
+    let merged_json = serde_json::to_string(&merged).map_err(SummaryError::Serialize)?;
+    Ok(Summary {
+        tiers,
+        thresholds,
+        verdict,
+        verdict_message,
+        achieved_rate,
+        p99,
+        merged_json,
+    })
+}
+
+fn pct(p: &ReportPercentiles) -> Option<Percentiles> {
+    (p.count > 0).then_some(Percentiles {
+        p50: p.p50 * 1e3,
+        p90: p.p90 * 1e3,
+        p99: p.p99 * 1e3,
+        p999: p.p999 * 1e3,
+        max: p.max * 1e3,
+    })
+}
+
+fn tier(c: &CellResult) -> TierFigures {
+    let f = &c.figures;
+    let counts = &c.measure.counts;
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for (prefix, map) in [
+        ("connect", serde_json::to_value(&counts.failed)),
+        ("dropped", serde_json::to_value(&counts.dropped)),
+    ] {
+        if let Ok(serde_json::Value::Object(m)) = map {
+            for (k, v) in m {
+                if let Some(n) = v.as_u64().filter(|n| *n > 0) {
+                    errors.insert(format!("{prefix}/{k}"), n);
+                }
+            }
+        }
+    }
+    TierFigures {
+        label: c.label.clone(),
+        connections: c.connections,
+        messages_per_second: f.sent_per_sec,
+        bytes_per_second: f.bytes_sent_per_sec,
+        connects_per_second: f.connect_rate,
+        connect: pct(&f.connect),
+        rtt: pct(&f.rtt),
+        rtt_raw: pct(&f.rtt_raw),
+        errors,
+        loss: (counts.expected > 0).then_some(f.loss),
+        delivery: f.delivery,
+    }
+}
