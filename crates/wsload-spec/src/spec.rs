@@ -64,6 +64,7 @@ pub struct LoadTestSpec {
     /// Load before measuring starts, per tier; its figures are discarded.
     #[serde(default)]
     pub warmup: Dur,
+    /// Payload size and format of the messages sent.
     #[serde(default)]
     pub message: MessageSpec,
     /// Payload sizes of the payloadMatrix scenario, in bytes.
@@ -165,8 +166,10 @@ pub struct ManagedServer {
     /// The reference server's profile (`WSLOAD_SERVER_PROFILE`).
     #[serde(default)]
     pub profile: ServerProfile,
+    /// Port of the WebSocket listener.
     #[serde(default = "default_server_port")]
     pub port: u16,
+    /// Port of `/metrics`, `/healthz`, `/readyz` (the readiness probe).
     #[serde(default = "default_metrics_port")]
     pub metrics_port: u16,
     /// Request path the clients connect to.
@@ -198,6 +201,7 @@ fn default_path() -> String {
     "/".to_string()
 }
 
+/// An environment variable: `name` and its `value`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnvVar {
@@ -271,8 +275,10 @@ pub struct JwtAuth {
     /// `sub` claim; `{i}` is replaced by the connection number.
     #[serde(default = "default_subject")]
     pub subject: String,
+    /// `iss` claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
+    /// `aud` claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
     #[serde(default = "default_ttl")]
@@ -295,10 +301,13 @@ fn default_ttl() -> Dur {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = cel::secret_rules)]
 pub struct SecretValue {
+    /// The secret itself (tests only: it is stored in the LoadTest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// The environment variable holding it (in a cluster, set it with `loadgen.env`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_env: Option<String>,
+    /// A key of a Secret in the test's namespace (cluster only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretKeyRef>,
 }
@@ -307,7 +316,9 @@ pub struct SecretValue {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretKeyRef {
+    /// The Secret's name.
     pub name: String,
+    /// The key within it.
     pub key: String,
 }
 
@@ -425,6 +436,7 @@ pub struct MessageSpec {
     #[serde(default = "default_size")]
     #[schemars(range(min = 1))]
     pub size: u32,
+    /// `json`, `msgpack` (`M:`), `zlib` (`C:`) or `binary`.
     #[serde(default)]
     pub format: Format,
     /// zlib level 0-9 for the `zlib` format (the WSE benchmark uses 6).
@@ -545,6 +557,7 @@ pub struct RateSpec {
     pub stages: Vec<Stage>,
 }
 
+/// One ramp stage: the rate moves linearly to `target` over `duration`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Stage {
