@@ -1,0 +1,507 @@
+//! The operator's whole lifecycle against a real kube-apiserver: pods are real `wsload shard`
+//! and `wsload-server` processes run by the test kubelet (tests/support/kubelet.rs) on
+//! loopback addresses, so the start barrier, the results and the merge are the real ones. The
+//! operator runs in this process, scoped to the test's namespace, and is stopped and started
+//! again the way a crashed operator pod would be.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::{Api, ListParams, PostParams};
+use std::time::Duration;
+use support::{Cluster, Kubelet, KubeletOpts, wait_for};
+use wsload_operator::controller::{self, Options};
+use wsload_operator::leader::LeaderConfig;
+use wsload_operator::reconcile::Config;
+use wsload_spec::LoadTestResource;
+use wsload_spec::status::{LoadTestStatus, Phase, ShardState, Verdict};
+
+const LONG: Duration = Duration::from_secs(120);
+
+struct Env {
+    cluster: &'static Cluster,
+    client: kube::Client,
+    ns: String,
+    kubelet: Kubelet,
+    lts: Api<LoadTestResource>,
+    pods: Api<Pod>,
+}
+
+async fn env(prefix: &str) -> Env {
+    let cluster = support::shared().await;
+    cluster.apply_crds().await;
+    let ns = cluster.namespace(prefix).await;
+    let client = cluster.client().await;
+    let kubelet = Kubelet::start(client.clone(), &ns, KubeletOpts::default()).await;
+    Env {
+        cluster,
+        lts: Api::namespaced(client.clone(), &ns),
+        pods: Api::namespaced(client.clone(), &ns),
+        client,
+        ns,
+        kubelet,
+    }
+}
+
+/// An operator scoped to one namespace, as the chart's namespaced mode runs it.
+fn operator(e: &Env, leader: Option<LeaderConfig>) -> tokio::task::JoinHandle<()> {
+    let client = e.client.clone();
+    let opts = Options {
+        metrics_listen: "127.0.0.1:0".parse().expect("addr"),
+        namespace: Some(e.ns.clone()),
+        leader,
+        config: Config {
+            poll: Duration::from_millis(300),
+            ..Config::default()
+        },
+    };
+    tokio::spawn(async move {
+        if let Err(err) = controller::run(client, opts).await {
+            eprintln!("operator stopped: {err}");
+        }
+    })
+}
+
+fn loadtest(name: &str, spec: &str) -> LoadTestResource {
+    let doc = format!(
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    );
+    serde_yaml::from_str(&doc).expect("LoadTest yaml")
+}
+
+async fn create(e: &Env, name: &str, spec: &str) {
+    e.lts
+        .create(&PostParams::default(), &loadtest(name, spec))
+        .await
+        .expect("create LoadTest");
+}
+
+fn phase(lt: Option<&LoadTestResource>) -> Option<Phase> {
+    lt?.status.as_ref()?.phase
+}
+
+async fn wait_phase(e: &Env, name: &str, want: Phase) -> LoadTestStatus {
+    let lt = wait_for(&e.lts, name, &format!("phase {want:?}"), LONG, |lt| {
+        phase(lt) == Some(want)
+            || (phase(lt).is_some_and(Phase::is_finished) && want != Phase::Running)
+    })
+    .await
+    .expect("LoadTest exists");
+    lt.status.expect("status")
+}
+
+async fn wait_finished(e: &Env, name: &str) -> LoadTestStatus {
+    let lt = wait_for(&e.lts, name, "a finished phase", LONG, |lt| {
+        phase(lt).is_some_and(Phase::is_finished)
+    })
+    .await
+    .expect("LoadTest exists");
+    let st = lt.status.expect("status");
+    eprintln!("{name}: {:?} {:?}: {:?}", st.phase, st.reason, st.message);
+    st
+}
+
+fn condition<'a>(st: &'a LoadTestStatus, t: &str) -> Option<&'a str> {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| c.status.as_str())
+}
+
+async fn results(e: &Env, name: &str) -> std::collections::BTreeMap<String, String> {
+    let cms: Api<ConfigMap> = Api::namespaced(e.client.clone(), &e.ns);
+    cms.get(&format!("{name}-results"))
+        .await
+        .expect("results ConfigMap")
+        .data
+        .unwrap_or_default()
+}
+
+const TWO_SHARDS: &str = "  target: {server: {}}
+  scenario: throughput
+  connections: [20]
+  duration: 2s
+  window: 4
+  shards: 2
+  thresholds: [\"errors < 1%\", \"throughput > 1\"]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
+    let e = env("lt-pass").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "two",
+        &format!("{TWO_SHARDS}  run: {{cleanup: keep}}\n"),
+    )
+    .await;
+    let st = wait_finished(&e, "two").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.verdict, Some(Verdict::Pass));
+    assert_eq!(condition(&st, "ThresholdsPassed"), Some("True"));
+    assert_eq!(condition(&st, "Released"), Some("True"));
+    // The split the operator recorded adds up, and every shard delivered.
+    assert_eq!(
+        st.shards.iter().map(|s| s.connections).collect::<Vec<_>>(),
+        [10, 10]
+    );
+    assert!(
+        st.shards.iter().all(|s| s.state == ShardState::Collected),
+        "{:?}",
+        st.shards
+    );
+    assert!(st.shards.iter().all(|s| s.started_at.is_some()));
+    let skew = st.start_skew_millis.expect("skew measured");
+    assert!(skew >= 0.0);
+    let tier = &st.tiers[0];
+    assert_eq!(tier.connections, 20);
+    assert!(tier.messages_per_second > 0.0);
+    assert!(
+        tier.connect
+            .as_ref()
+            .is_some_and(|c| c.p99 > 0.0 && c.p99 >= c.p50),
+        "{tier:?}"
+    );
+    assert!(
+        st.achieved_rate
+            .as_deref()
+            .is_some_and(|r| r.ends_with("msg/s"))
+    );
+    assert!(st.p99.is_some());
+    assert!(
+        st.target_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("ws://127."))
+    );
+    // Each shard's result, with its histograms, outlives the pods; the merge is stored too.
+    let data = results(&e, "two").await;
+    for key in ["shard-0.json", "shard-1.json", "merged.json"] {
+        assert!(
+            data.contains_key(key),
+            "{key} missing from {:?}",
+            data.keys()
+        );
+    }
+    let merged: serde_json::Value = serde_json::from_str(&data["merged.json"]).expect("json");
+    assert_eq!(merged["shards"], serde_json::json!([0, 1]));
+
+    // Children: owned by the LoadTest, placed apart, the server behind a Service.
+    let lt = e.lts.get("two").await.expect("get");
+    let uid = lt.metadata.uid.clone().expect("uid");
+    let pods = e
+        .pods
+        .list(&ListParams::default().labels("wsload.dev/loadtest=two"))
+        .await
+        .expect("list");
+    let mut names: Vec<String> = pods
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["two-server", "two-shard-0", "two-shard-1"]);
+    let mut nodes = Vec::new();
+    for p in &pods.items {
+        let owner = &p.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(owner.uid, uid);
+        assert_eq!(owner.controller, Some(true));
+        nodes.push(
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .expect("scheduled"),
+        );
+    }
+    nodes.sort();
+    nodes.dedup();
+    assert_eq!(nodes.len(), 3, "server and each shard on a node of its own");
+    let svcs: Api<Service> = Api::namespaced(e.client.clone(), &e.ns);
+    svcs.get("two-server").await.expect("server Service");
+    // kubectl get lt shows the figures.
+    let table = e.cluster.kubectl_ok(&["get", "lt", "-n", &e.ns]);
+    eprintln!("{table}");
+    let row = table.lines().find(|l| l.starts_with("two ")).expect("row");
+    assert!(
+        row.contains("Succeeded") && row.contains("throughput") && row.contains("Pass"),
+        "{row}"
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+const SLOW: &str = "  target: {server: {}}
+  scenario: throughput
+  connections: [10]
+  duration: 6s
+  window: 2
+  shards: 2
+";
+
+async fn running_shards(e: &Env, name: &str) {
+    wait_phase(e, name, Phase::Running).await;
+    // Give the load a moment to begin, so the crash happens mid-run.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_killed_shard_fails_the_test_and_keeps_what_the_others_measured() {
+    let e = env("lt-oom").await;
+    let op = operator(&e, None);
+    create(&e, "oom", SLOW).await;
+    running_shards(&e, "oom").await;
+    e.kubelet.oom_kill("oom-shard-1").await;
+    let st = wait_finished(&e, "oom").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("ShardFailed"));
+    let s1 = &st.shards[1];
+    assert_eq!(s1.state, ShardState::Failed);
+    assert!(
+        s1.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("OOMKilled")),
+        "{s1:?}"
+    );
+    assert_eq!(st.missing_shards, [1]);
+    // Shard 0 finished: its result is stored and its figures are in status.
+    assert_eq!(st.shards[0].state, ShardState::Collected);
+    assert!(results(&e, "oom").await.contains_key("shard-0.json"));
+    assert_eq!(st.tiers[0].connections, 10);
+    assert!(st.tiers[0].messages_per_second > 0.0);
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_shard_failure_continue_a_crashed_shard_is_left_out_and_the_test_succeeds() {
+    let e = env("lt-cont").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "cont",
+        &format!("{SLOW}  run: {{shardFailure: continue}}\n"),
+    )
+    .await;
+    running_shards(&e, "cont").await;
+    e.kubelet
+        .kill("cont-shard-0", nix::sys::signal::Signal::SIGKILL)
+        .await;
+    let st = wait_finished(&e, "cont").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.missing_shards, [0]);
+    assert_eq!(condition(&st, "Degraded"), Some("True"));
+    assert_eq!(st.shards[1].state, ShardState::Collected);
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_restarted_after_release_is_detected() {
+    let e = env("lt-restart").await;
+    let op = operator(&e, None);
+    create(&e, "rs", SLOW).await;
+    running_shards(&e, "rs").await;
+    e.kubelet.restart("rs-shard-0").await;
+    let st = wait_finished(&e, "rs").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("ShardFailed"));
+    assert!(
+        st.shards[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("restart")),
+        "{:?}",
+        st.shards[0]
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() {
+    let e = env("lt-resume").await;
+    let op = operator(&e, None);
+    create(&e, "resume", SLOW).await;
+    let before = wait_phase(&e, "resume", Phase::Running).await;
+    op.abort();
+    let _ = op.await;
+    // While no operator runs, the shards keep going on their own.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let op = operator(&e, None);
+    let st = wait_finished(&e, "resume").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.start_at, before.start_at, "the start instant is kept");
+    assert!(st.shards.iter().all(|s| s.state == ShardState::Collected));
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_be_scheduled_fails_at_its_deadline_saying_why() {
+    let e = env("lt-sched").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "nowhere",
+        "  target: {server: {placement: {nodeSelector: {pool: no-such-pool}}}}
+  scenario: pingLatency
+  connections: [2]
+  run: {deadlines: {scheduling: 1s, ready: 1s}}
+",
+    )
+    .await;
+    let st = wait_finished(&e, "nowhere").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("ServerNotReady"));
+    let msg = st.message.unwrap_or_default();
+    assert!(
+        msg.contains("nowhere-server") && msg.contains("2s"),
+        "{msg}"
+    );
+    // Nothing else was started for it.
+    let shards = e
+        .pods
+        .list(&ListParams::default().labels("wsload.dev/role=shard"))
+        .await
+        .expect("list");
+    assert!(shards.items.is_empty());
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_only_the_operator_can_judge_is_failed_in_status_before_anything_runs() {
+    let e = env("lt-invalid").await;
+    let op = operator(&e, None);
+    // The schema accepts rtt.p99 (a known metric); that a connection storm measures no round
+    // trip is the spec checker's call, and it must be reported, not half-run.
+    create(
+        &e,
+        "storm",
+        "  target: {server: {}}\n  scenario: connectionStorm\n  connections: [10]\n  thresholds: [\"rtt.p99 < 5ms\"]\n",
+    )
+    .await;
+    let st = wait_finished(&e, "storm").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
+    let msg = st.message.unwrap_or_default();
+    assert!(msg.contains("spec.thresholds[0]"), "{msg}");
+    let pods = e.pods.list(&ListParams::default()).await.expect("list");
+    assert!(pods.items.is_empty(), "an invalid test starts nothing");
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_tests_delete_their_pods_and_expire_after_their_ttl() {
+    let e = env("lt-ttl").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "ttl",
+        "  target: {server: {}}\n  scenario: pingLatency\n  connections: [4]\n  ping: {count: 5}\n  run: {ttlAfterFinished: 3s}\n",
+    )
+    .await;
+    let st = wait_finished(&e, "ttl").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    wait_for(&e.pods, "ttl-server", "server pod deleted", LONG, |p| {
+        p.is_none()
+    })
+    .await;
+    wait_for(&e.pods, "ttl-shard-0", "shard pod deleted", LONG, |p| {
+        p.is_none()
+    })
+    .await;
+    wait_for(&e.lts, "ttl", "LoadTest deleted by its TTL", LONG, |lt| {
+        lt.is_none()
+    })
+    .await;
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_target_is_used_as_given() {
+    let e = env("lt-ext").await;
+    // An "external" server: a pod the test makes itself, outside any LoadTest.
+    let server: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "external"},
+        "spec": {"containers": [{"name": "s", "image": "wsload/server:test",
+            "env": [
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "WSLOAD_SERVER_LISTEN", "value": "$(POD_IP):8080"},
+                {"name": "WSLOAD_SERVER_METRICS_LISTEN", "value": "$(POD_IP):9090"}],
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 9090}}}]}
+    }))
+    .expect("pod");
+    e.pods
+        .create(&PostParams::default(), &server)
+        .await
+        .expect("create");
+    let ready = wait_for(&e.pods, "external", "ready", LONG, |p| {
+        p.is_some_and(support::pod_ready)
+    })
+    .await
+    .expect("pod");
+    let ip = ready.status.and_then(|s| s.pod_ip).expect("ip");
+    let op = operator(&e, None);
+    create(
+        &e,
+        "ext",
+        &format!("  target: {{url: \"ws://{ip}:8080/\"}}\n  scenario: pingLatency\n  connections: [4]\n  ping: {{count: 5}}\n  shards: 2\n  thresholds: [\"loss < 1%\"]\n"),
+    )
+    .await;
+    let st = wait_finished(&e, "ext").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.verdict, Some(Verdict::Pass));
+    assert_eq!(
+        st.target_url.as_deref(),
+        Some(format!("ws://{ip}:8080/").as_str())
+    );
+    assert!(e.pods.get_opt("ext-server").await.expect("get").is_none());
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
+    let e = env("lt-leader").await;
+    let lease = |id: &str| {
+        let mut cfg = LeaderConfig::new(e.ns.clone(), id.to_string());
+        cfg.lease_duration = Duration::from_secs(3);
+        cfg.retry_every = Duration::from_millis(300);
+        cfg
+    };
+    let first = operator(&e, Some(lease("first")));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(e.client.clone(), &e.ns);
+    let held_by = |l: Option<&k8s_openapi::api::coordination::v1::Lease>, who: &str| {
+        l.and_then(|l| l.spec.as_ref()?.holder_identity.as_deref()) == Some(who)
+    };
+    wait_for(&leases, "wsload-operator", "held by first", LONG, |l| {
+        held_by(l, "first")
+    })
+    .await;
+    let second = operator(&e, Some(lease("second")));
+    create(&e, "lead", SLOW).await;
+    wait_phase(&e, "lead", Phase::Running).await;
+    let lease_now = leases.get("wsload-operator").await.expect("lease");
+    assert!(
+        held_by(Some(&lease_now), "first"),
+        "the standby must not take a held lease"
+    );
+    first.abort();
+    wait_for(
+        &leases,
+        "wsload-operator",
+        "taken over by second",
+        LONG,
+        |l| held_by(l, "second"),
+    )
+    .await;
+    let st = wait_finished(&e, "lead").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    second.abort();
+    e.kubelet.stop().await;
+}
