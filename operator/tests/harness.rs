@@ -443,3 +443,24 @@ async fn required_anti_affinity_spreads_pods_one_per_node() {
     .expect("exists");
     assert_eq!(third.spec.and_then(|s| s.node_name), Some(nodes[0].clone()));
 }
+
+#[tokio::test]
+async fn deletion_escalates_to_sigkill_after_the_grace_period() {
+    let (pods, kubelet) = setup("grace", KubeletOpts::default()).await;
+    let mut pod = shell_pod("stubborn", "Never", "trap '' TERM; exec sleep 600");
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    create(&pods, pod).await;
+    wait_for(&pods, "stubborn", "Ready", T, |p| p.is_some_and(pod_ready)).await;
+    let pid = kubelet.pod("stubborn").and_then(|p| p.pid).expect("pid");
+    let started = std::time::Instant::now();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(&pods, "stubborn", "gone", T, |p| p.is_none()).await;
+    let took = started.elapsed();
+    assert!(!process_alive(pid), "pid {pid} outlived its pod");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "SIGTERM ignored: the pod must go once the 1 s grace period is over, took {took:?}"
+    );
+}

@@ -126,7 +126,8 @@ struct Runner {
     ctl: mpsc::UnboundedSender<Ctl>,
     info: Arc<Mutex<PodProcess>>,
     task: JoinHandle<()>,
-    delete_sent: bool,
+    /// The grace period last passed on; a shorter one (a second delete) is passed on again.
+    delete_sent: Option<i64>,
 }
 
 type Ack = oneshot::Sender<Result<(), String>>;
@@ -405,18 +406,45 @@ impl Shared {
     }
 }
 
-/// Pod and node addresses: 127.X.Y.Z with X.Y from this process's pid and Z counted, so test
-/// processes running side by side never hand out the same address (127.0.0.0/8 all reaches
-/// loopback on Linux). X starts at 1 to keep clear of 127.0.0.1.
+/// Pod and node addresses: 127.X.Y.Z, Z counted within a block X.Y that this process holds a
+/// lock on (`$TMPDIR/wsload-optest-ip-blocks/127.X.Y`), so test processes running side by
+/// side never hand out the same address; the kernel drops the lock when the process ends,
+/// however it ends. 127.0.0.0/8 all reaches loopback on Linux; X starts at 1 to keep clear of
+/// 127.0.0.1.
 fn next_ip() -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(2);
-    let z = NEXT.fetch_add(1, Ordering::Relaxed);
-    assert!(
-        z <= 254,
-        "test kubelet: more than 253 pod and node addresses in one test process"
-    );
-    let n = std::process::id() % (254 * 256);
-    format!("127.{}.{}.{z}", 1 + n / 256, n % 256)
+    static NEXT: Mutex<Option<(u32, u32)>> = Mutex::new(None);
+    let mut next = lock(&NEXT);
+    let (block, z) = match *next {
+        Some((block, z)) if z <= 254 => (block, z),
+        _ => (claim_ip_block(), 2),
+    };
+    *next = Some((block, z + 1));
+    format!("127.{}.{}.{z}", 1 + block / 256, block % 256)
+}
+
+fn claim_ip_block() -> u32 {
+    use nix::fcntl::{Flock, FlockArg};
+    const BLOCKS: u32 = 254 * 256;
+    static HELD: Mutex<Vec<Flock<std::fs::File>>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("wsload-optest-ip-blocks");
+    std::fs::create_dir_all(&dir).expect("create the IP block lock directory");
+    // Start where the pid points, so that processes rarely contend for the same block.
+    let first = std::process::id() % BLOCKS;
+    for i in 0..BLOCKS {
+        let block = (first + i) % BLOCKS;
+        let path = dir.join(format!("127.{}.{}", 1 + block / 256, block % 256));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        if let Ok(held) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            lock(&HELD).push(held);
+            return block;
+        }
+    }
+    panic!("test kubelet: every loopback address block is held by another process");
 }
 
 // --- the watch and the scheduler ---------------------------------------------------------------
@@ -503,8 +531,8 @@ async fn reconcile(shared: &Arc<Shared>, pods: &[Arc<Pod>], assumed: &mut HashMa
                 .unwrap_or(30);
             let mut runners = lock(&shared.runners);
             match runners.get_mut(&uid) {
-                Some(r) if !r.delete_sent => {
-                    r.delete_sent = true;
+                Some(r) if r.delete_sent.is_none_or(|sent| grace < sent) => {
+                    r.delete_sent = Some(grace);
                     let _ = r
                         .ctl
                         .send(Ctl::Delete(Duration::from_secs(grace.max(0) as u64)));
@@ -797,7 +825,7 @@ fn start_runner(shared: &Arc<Shared>, pod: &Pod, node: NodeInfo) {
             ctl,
             info,
             task,
-            delete_sent: false,
+            delete_sent: None,
         },
     );
 }
@@ -1231,10 +1259,16 @@ impl Run {
             _ => true,
         };
         if restart {
-            self.restart_count += 1;
+            // A kubelet backs off from 10 s up to 5 min; tests want the restart, not the wait,
+            // but a container that keeps failing must not spin.
+            let delay = Duration::from_millis((100u64 << self.restart_count.clamp(0, 4)).min(1000));
             self.last_state = terminated;
-            // A kubelet backs off from 10 s; tests want the restart, not the wait.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.state = json!({"waiting": {"reason": "CrashLoopBackOff",
+                "message": format!("back-off {delay:?} restarting failed container")}});
+            self.ready = false;
+            self.patch().await;
+            tokio::time::sleep(delay).await;
+            self.restart_count += 1;
             return Next::Restart;
         }
         self.state = terminated;
