@@ -88,7 +88,13 @@ impl Engine {
                     })
                 })
                 .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+            // A worker that panicked took its connections' figures with it: the cell cannot
+            // be reported as measured. Every worker is joined first, so none outlives the cell.
+            joined
+                .into_iter()
+                .map(|j| j.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
         });
         let mut measure = Measure::default();
         for o in &outs {

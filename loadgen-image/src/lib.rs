@@ -1,6 +1,7 @@
 //! wsload: the load generator. `wsload run FILE` runs a LoadTest on this machine;
 //! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
 
+pub mod control;
 pub mod dial;
 pub mod drive;
 pub mod engine;
@@ -11,6 +12,7 @@ pub mod plan;
 pub mod runner;
 pub mod schedule;
 pub mod server_metrics;
+pub mod sysctl;
 pub mod tls;
 
 // Results moved to wsload-report (the operator merges with the same code); these paths stay.
@@ -26,6 +28,9 @@ pub enum Error {
     Target(String),
     #[error("{0}")]
     Io(String),
+    /// The run began and could not go on (a bug: a panic); exit code 3.
+    #[error("{0}")]
+    Runtime(String),
     #[error(transparent)]
     LoadTest(#[from] wsload_spec::Error),
 }

@@ -2,6 +2,8 @@ use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+use wsload::control::{self, Exit};
 use wsload::plan::Shard;
 use wsload::report::RunResult;
 use wsload::runner::{self, Options};
@@ -49,8 +51,15 @@ enum Command {
         server_bin: Option<PathBuf>,
     },
     /// Run one shard's share (what a load-generator pod runs).
+    ///
+    /// With --await-start, the shard gets ready and waits for the operator's start on its
+    /// endpoint (--metrics-listen): GET /control, POST /control/start {"startAt": unix_ms},
+    /// GET /control/result, POST /control/finish (docs/operator.md). It then exits 0 once
+    /// finished (or after --linger), whatever the thresholds say: the operator judges them
+    /// over all shards.
     Shard {
-        file: String,
+        /// The LoadTest file; without one, the LoadTest YAML in WSLOAD_LOADTEST.
+        file: Option<String>,
         #[arg(long, env = "WSLOAD_SHARD_INDEX")]
         index: u32,
         #[arg(long, env = "WSLOAD_SHARD_COUNT")]
@@ -58,8 +67,15 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// Start the load at this Unix time in milliseconds (the shards' common start).
-        #[arg(long, env = "WSLOAD_START_AT")]
+        #[arg(long, env = "WSLOAD_START_AT", conflicts_with = "await_start")]
         start_at: Option<u64>,
+        /// Get ready, then wait for POST /control/start (the operator's shard control protocol).
+        #[arg(long, env = "WSLOAD_AWAIT_START")]
+        await_start: bool,
+        /// With --await-start: exit this long after the run ends if no POST /control/finish
+        /// comes (e.g. 15m, 90s).
+        #[arg(long, env = "WSLOAD_LINGER", default_value = "15m", value_parser = humantime::parse_duration)]
+        linger: Duration,
         /// Target URL, overriding the spec (the managed server's Service in a cluster).
         #[arg(long, env = "WSLOAD_TARGET_URL")]
         target_url: Option<String>,
@@ -77,11 +93,37 @@ enum Command {
     },
     /// Check a LoadTest file and print what it would run.
     Validate { file: String },
+    /// Set kernel parameters, KEY=VALUE (e.g. net.core.somaxconn=65535): what the operator's
+    /// tuning init container runs, as root.
+    Sysctl {
+        #[arg(required = true)]
+        settings: Vec<String>,
+    },
 }
 
 /// Where a shard serves `/metrics` unless told otherwise (the pod's metrics port).
 const DEFAULT_SHARD_METRICS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9464);
+
+/// The env variable the operator passes the LoadTest in (as YAML).
+const LOADTEST_ENV: &str = "WSLOAD_LOADTEST";
+
+fn loadtest_from_env() -> Result<LoadTest> {
+    match std::env::var(LOADTEST_ENV) {
+        Ok(text) if !text.trim().is_empty() => {
+            Ok(LoadTest::from_yaml(&text, &format!("${LOADTEST_ENV}"))?)
+        }
+        Ok(_) => Err(Error::Spec(format!(
+            "${LOADTEST_ENV} is empty: name a LoadTest file or put the LoadTest's YAML in it"
+        ))),
+        Err(std::env::VarError::NotPresent) => Err(Error::Spec(format!(
+            "no LoadTest: name a file or set ${LOADTEST_ENV} to the LoadTest's YAML"
+        ))),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::Spec(format!("${LOADTEST_ENV} is not UTF-8")))
+        }
+    }
+}
 
 fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
     if let Some(p) = path {
@@ -125,6 +167,8 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             count,
             common,
             start_at,
+            await_start,
+            linger,
             target_url,
             server_metrics_url,
             server_bin,
@@ -134,19 +178,43 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                     "--index {index} --count {count}: the index must be below the count"
                 )));
             }
-            let lt = LoadTest::from_file(&file)?;
+            let lt = match &file {
+                Some(file) => LoadTest::from_file(file)?,
+                None => loadtest_from_env()?,
+            };
+            // A shard is a pod: Prometheus scrapes it while it runs.
+            let listen = common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS);
             let opts = Options {
                 threads: common.threads,
                 shard: Some(Shard { index, count }),
                 server_bin,
-                // A shard is a pod: Prometheus scrapes it while it runs.
-                metrics_listen: Some(common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS)),
+                metrics_listen: Some(listen),
                 start_at_unix_ms: start_at,
                 target_url,
                 server_metrics_url,
                 progress: false,
             };
-            finish(&runner::run(&lt, &opts)?, &common.out)
+            if !await_start {
+                return finish(&runner::run(&lt, &opts)?, &common.out);
+            }
+            let listener = runner::bind_metrics(listen)?;
+            let out = common.out;
+            let report = move |r: &RunResult| {
+                print!("{}", r.render());
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                if let Err(e) = write_out(&out, r) {
+                    tracing::error!(error = %e, "the result was not written");
+                }
+            };
+            Ok(match control::serve(lt, opts, listener, linger, report)? {
+                Exit::Finished
+                | Exit::Lingered { failed: false }
+                | Exit::Terminated { done: true } => ExitCode::SUCCESS,
+                Exit::Lingered { failed: true } => ExitCode::from(3),
+                // 128 + SIGTERM, as a shell reports a process the signal ended.
+                Exit::Terminated { done: false } => ExitCode::from(143),
+                Exit::Fatal(e) => return Err(e),
+            })
         }
         Command::Merge { results, out } => {
             let mut merged: Option<RunResult> = None;
@@ -166,6 +234,10 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             let merged =
                 merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
             finish(&merged, &out)
+        }
+        Command::Sysctl { settings } => {
+            wsload::sysctl::set_all(&settings)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Validate { file } => {
             let lt = LoadTest::from_file(&file)?;

@@ -8,7 +8,7 @@ use crate::live::{Labels, Live};
 use crate::local_server::{self, LocalServer};
 use crate::measure::ConnectError;
 use crate::plan::{self, Planned, Shard};
-use crate::report::{CellResult, Probe, RunResult};
+use crate::report::{CellResult, Probe, RunResult, ShardInfo};
 use crate::server_metrics::Counter;
 use crate::{Error, Result};
 use std::io::IsTerminal;
@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wsload_spec::shares::count_share;
 use wsload_spec::{LoadTest, Scenario};
 
 #[derive(Debug, Clone, Default)]
@@ -45,9 +46,93 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
+/// Wall-clock now, Unix microseconds: shards on different nodes compare these.
+pub fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Sleeps until the wall clock reads `at_unix_ms`. In steps, so that a clock stepped by NTP
+/// while waiting moves the wake-up with it: the start is a wall-clock instant shared by shards
+/// on different nodes.
+pub fn sleep_until_unix_ms(at_unix_ms: u64) {
+    let target = at_unix_ms.saturating_mul(1000);
+    loop {
+        let now = unix_micros();
+        if now >= target {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros((target - now).min(100_000)));
+    }
+}
+
+/// Worker threads of a run: `--threads`, else one per core.
+pub fn threads(opts: &Options) -> usize {
+    opts.threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The live metrics of a run of `lt` with `opts`, one slot per worker.
+pub fn live(lt: &LoadTest, opts: &Options) -> Arc<Live> {
+    Arc::new(Live::new(
+        threads(opts),
+        Labels {
+            test: lt.name().to_string(),
+            shard: opts.shard.unwrap_or(Shard::WHOLE).index,
+            scenario: lt.spec.scenario.as_str(),
+        },
+    ))
+}
+
+/// Binds `--metrics-listen` (before anything else starts, so a taken port fails the run early).
+pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)
+        .map_err(|e| Error::Io(format!("cannot bind --metrics-listen {addr}: {e}")))?;
+    l.set_nonblocking(true)
+        .map_err(|e| Error::Io(e.to_string()))?;
+    eprintln!(
+        "wsload metrics on http://{}/metrics",
+        l.local_addr().map_err(|e| Error::Io(e.to_string()))?
+    );
+    Ok(l)
+}
+
+/// The background thread: the HTTP endpoint (if any), the achieved-rate ticker, the
+/// terminal progress line. Stopped by dropping it.
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Everything of a run that comes before its start: the target resolved (the managed server
+/// started), the server's counter found, the dialer built. Its failures are the caller's
+/// (invalid input, unreachable target); from `run_cells` on, everything is measured.
+pub struct Prepared {
+    shard: Shard,
+    url: String,
+    counter: Option<Counter>,
+    dialer: Arc<Dialer>,
+    engine: Engine,
+    /// Dropped with the run: stops the managed server.
+    _local: Option<LocalServer>,
+}
+
+pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepared> {
     let spec = &lt.spec;
     let shard = opts.shard.unwrap_or(Shard::WHOLE);
+    let peak = wsload_spec::validate::peak_connections(spec);
+    raise_open_file_limit(count_share(peak, shard.index, shard.count));
     let mut local = None;
     let (url, metrics_url) = match (&opts.target_url, &spec.target.url, &spec.target.server) {
         (Some(u), _, _) => (u.clone(), opts.server_metrics_url.clone()),
@@ -84,76 +169,82 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
                 })
         })
         .filter(|c| !c.url.is_empty());
-
-    let threads = opts
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let live = Arc::new(Live::new(
-        threads,
-        Labels {
-            test: lt.name().to_string(),
-            shard: shard.index,
-            scenario: spec.scenario.as_str(),
-        },
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let background = spawn_background(
-        live.clone(),
-        opts.metrics_listen,
-        opts.progress,
-        stop.clone(),
-    )?;
     let dialer = Arc::new(Dialer::new(spec, &url)?);
-    let engine = Engine {
-        threads,
-        live: live.clone(),
-    };
+    Ok(Prepared {
+        shard,
+        url,
+        counter,
+        dialer,
+        engine: Engine {
+            threads: threads(opts),
+            live,
+        },
+        _local: local,
+    })
+}
 
-    if let Some(at) = opts.start_at_unix_ms {
-        let now = unix_ms();
-        if at > now {
-            tracing::info!(wait_ms = at - now, "waiting for the common start time");
-            std::thread::sleep(Duration::from_millis(at - now));
+impl Prepared {
+    /// The result before any cell: what ran, against what, judged by which thresholds.
+    pub fn empty_result(&self, lt: &LoadTest, started_at_unix_ms: u64) -> RunResult {
+        let spec = &lt.spec;
+        let shard = self.shard;
+        RunResult {
+            test: lt.name().to_string(),
+            scenario: spec.scenario,
+            target: self.url.clone(),
+            shards: if shard.count > 1 {
+                vec![shard.index]
+            } else {
+                (0..spec.shards).collect()
+            },
+            shard_count: if shard.count > 1 {
+                shard.count
+            } else {
+                spec.shards
+            },
+            started_at_unix_ms,
+            cells: Vec::new(),
+            probes: Vec::new(),
+            limit: None,
+            thresholds: spec.thresholds.clone(),
+            verdict: None,
+            notes: Vec::new(),
+            shard_info: Vec::new(),
         }
     }
 
-    let mut result = RunResult {
-        test: lt.name().to_string(),
-        scenario: spec.scenario,
-        target: url.clone(),
-        shards: if shard.count > 1 {
-            vec![shard.index]
-        } else {
-            (0..spec.shards).collect()
-        },
-        shard_count: if shard.count > 1 {
-            shard.count
-        } else {
-            spec.shards
-        },
-        started_at_unix_ms: unix_ms(),
-        cells: Vec::new(),
-        probes: Vec::new(),
-        limit: None,
-        thresholds: spec.thresholds.clone(),
-        verdict: None,
-        notes: Vec::new(),
-        shard_info: Vec::new(),
-    };
-    if spec.scenario == Scenario::ConnectionLimit {
-        limit_search(lt, shard, &engine, &dialer, counter.as_ref(), &mut result);
-    } else {
-        for planned in plan::cells(spec, shard) {
-            let cell = run_planned(
-                &engine,
-                &dialer,
-                counter.as_ref(),
-                &planned,
-                &mut result.notes,
+    /// Runs every cell into `result`, so that if one panics the cells before it are kept.
+    pub fn run_cells(&self, lt: &LoadTest, result: &mut RunResult) {
+        if lt.spec.scenario == Scenario::ConnectionLimit {
+            limit_search(
+                lt,
+                self.shard,
+                &self.engine,
+                &self.dialer,
+                self.counter.as_ref(),
+                result,
             );
-            result.cells.push(cell);
+        } else {
+            for planned in plan::cells(&lt.spec, self.shard) {
+                let cell = run_planned(
+                    &self.engine,
+                    &self.dialer,
+                    self.counter.as_ref(),
+                    &planned,
+                    &mut result.notes,
+                );
+                result.cells.push(cell);
+            }
         }
     }
+
+    /// What the reader must know of the cells, and the verdict.
+    pub fn conclude(&self, result: &mut RunResult) {
+        conclude(result, &self.url);
+    }
+}
+
+fn conclude(result: &mut RunResult, url: &str) {
     if result.cells.iter().any(|c| {
         c.measure
             .counts
@@ -184,12 +275,98 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
         ));
     }
     result.judge();
-    stop.store(true, Ordering::Relaxed);
-    drop(local);
-    if let Some(h) = background {
-        let _ = h.join();
+}
+
+/// What a panic carried, for a person.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Measures `prepared` from now: the cells, the shard's wall-clock start and finish, the
+/// verdict. A run that broke off (a panic) returns what was measured before, and why.
+pub fn measure(lt: &LoadTest, opts: &Options, prepared: &Prepared) -> (RunResult, Option<String>) {
+    let started = unix_micros();
+    let mut result = prepared.empty_result(lt, started / 1000);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        prepared.run_cells(lt, &mut result)
+    }));
+    let error = ran.err().map(|p| panic_message(&*p));
+    if let Some(shard) = opts.shard {
+        result.shard_info.push(ShardInfo {
+            index: shard.index,
+            started_at_micros: started,
+            finished_at_micros: unix_micros(),
+            error: error.clone(),
+        });
     }
-    Ok(result)
+    if let Some(e) = &error {
+        result.notes.push(format!(
+            "the run failed: {e}; the cells above are what was measured before"
+        ));
+    }
+    prepared.conclude(&mut result);
+    (result, error)
+}
+
+/// A whole run: `wsload run`, or `wsload shard` without the control protocol.
+pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
+    let live = live(lt, opts);
+    let listener = opts.metrics_listen.map(bind_metrics).transpose()?;
+    let background = spawn_background(
+        live.clone(),
+        listener.map(|l| (l, live.clone())),
+        opts.progress,
+    )?;
+    let prepared = prepare(lt, opts, live)?;
+    if let Some(at) = opts.start_at_unix_ms {
+        let now = unix_ms();
+        if at > now {
+            tracing::info!(wait_ms = at - now, "waiting for the common start time");
+        }
+        sleep_until_unix_ms(at);
+    }
+    let (result, error) = measure(lt, opts, &prepared);
+    drop(prepared);
+    drop(background);
+    match error {
+        None => Ok(result),
+        Some(e) => Err(Error::Runtime(format!("the run failed: {e}"))),
+    }
+}
+
+/// Raises the soft open-file limit to the hard one (each connection is a descriptor) and
+/// warns when even the hard limit is short of `connections`.
+fn raise_open_file_limit(connections: u32) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // The runtime, the worker threads' epoll and event descriptors, stdio, the endpoint.
+    const OVERHEAD: u64 = 64;
+    let needed = u64::from(connections) + OVERHEAD;
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            return;
+        }
+    };
+    let mut soft = soft;
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                tracing::info!(from = soft, to = hard, "raised the soft open-file limit");
+                soft = hard;
+            }
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the open-file limit"),
+        }
+    }
+    if soft < needed {
+        tracing::warn!(
+            "open-file limit {soft} (hard {hard}) is below the {needed} descriptors {connections} connections need; connections past it fail as file_limit: raise the hard limit (ulimit -Hn, the container runtime's nofile) or use more shards"
+        );
+    }
 }
 
 fn run_planned(
@@ -324,28 +501,16 @@ fn limit_search(
     result.limit = (lo > 0).then_some(lo);
 }
 
-/// The `/metrics` endpoint, the achieved-rate ticker and the terminal progress line.
-fn spawn_background(
+/// Starts the background thread, serving `endpoint` (a bound listener and what it exposes)
+/// if given.
+pub fn spawn_background<E: wsload_metrics::Exposition>(
     live: Arc<Live>,
-    listen: Option<SocketAddr>,
+    endpoint: Option<(std::net::TcpListener, Arc<E>)>,
     progress: bool,
-    stop: Arc<AtomicBool>,
-) -> Result<Option<std::thread::JoinHandle<()>>> {
-    let listener = match listen {
-        Some(addr) => {
-            let l = std::net::TcpListener::bind(addr)
-                .map_err(|e| Error::Io(format!("cannot bind --metrics-listen {addr}: {e}")))?;
-            l.set_nonblocking(true)
-                .map_err(|e| Error::Io(e.to_string()))?;
-            eprintln!(
-                "wsload metrics on http://{}/metrics",
-                l.local_addr().map_err(|e| Error::Io(e.to_string()))?
-            );
-            Some(l)
-        }
-        None => None,
-    };
+) -> Result<Background> {
+    let stop = Arc::new(AtomicBool::new(false));
     let progress = progress && std::io::stderr().is_terminal();
+    let stopped = stop.clone();
     let handle = std::thread::Builder::new()
         .name("wsload-metrics".into())
         .spawn(move || {
@@ -356,11 +521,13 @@ fn spawn_background(
                 return;
             };
             rt.block_on(async move {
-                if let Some(l) = listener.and_then(|l| tokio::net::TcpListener::from_std(l).ok()) {
-                    tokio::spawn(wsload_metrics::serve(l, live.clone()));
+                if let Some((l, exposition)) = endpoint
+                    && let Ok(l) = tokio::net::TcpListener::from_std(l)
+                {
+                    tokio::spawn(wsload_metrics::serve(l, exposition));
                 }
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
-                while !stop.load(Ordering::Relaxed) {
+                while !stopped.load(Ordering::Relaxed) {
                     tick.tick().await;
                     live.tick(Duration::from_secs(1));
                     if progress {
@@ -373,5 +540,8 @@ fn spawn_background(
             });
         })
         .map_err(|e| Error::Io(e.to_string()))?;
-    Ok(Some(handle))
+    Ok(Background {
+        stop,
+        handle: Some(handle),
+    })
 }

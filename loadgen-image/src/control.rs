@@ -1,0 +1,521 @@
+//! `wsload shard --await-start`: the shard side of the operator's shard control protocol
+//! (docs/operator.md, "Shard control protocol").
+//!
+//! The shard loads its spec and gets ready (target resolved, dialer built), then waits on
+//! its endpoint for `POST /control/start {"startAt": unix_ms}`. A worker thread sleeps until
+//! that wall-clock instant, runs the share, stores the result, and the main thread waits for
+//! `POST /control/finish` (the operator has stored the result) or `--linger`, whichever comes
+//! first. The threshold verdict is the operator's to judge over the merged shards, so it does
+//! not decide the exit code here.
+
+use crate::live::Live;
+use crate::report::RunResult;
+use crate::runner::{self, Options};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::net::TcpListener;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use wsload_metrics::{Exposition, Reply, Request};
+use wsload_spec::LoadTest;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Loading or ready; no start time yet.
+    #[default]
+    Waiting,
+    /// Has its start time, sleeps until it.
+    Armed,
+    Running,
+    /// Measured; the result is ready.
+    Done,
+    /// Could not prepare, or the run broke off (the result holds what was measured).
+    Failed,
+}
+
+/// What `GET /control` answers (and every other control request, beside its status).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    pub state: Phase,
+    /// The common start, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<u64>,
+    /// When this shard's load began, Unix microseconds (wall clock, after the sleep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_micros: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_micros: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Anything else the operator should know: a start time already past when it arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StartRequest {
+    start_at: u64,
+}
+
+/// How the control session ended.
+#[derive(Debug)]
+pub enum Exit {
+    /// `POST /control/finish`: the operator has what it needs.
+    Finished,
+    /// Nobody came for the result within `--linger`; `failed` if the run broke off.
+    Lingered { failed: bool },
+    /// SIGTERM (the pod is being deleted); `done` if the result was ready.
+    Terminated { done: bool },
+    /// The shard could not get ready (invalid input, unreachable target).
+    Fatal(Error),
+}
+
+#[derive(Default)]
+struct Inner {
+    state: State,
+    /// Ready to be started: `/readyz` answers 200.
+    prepared: bool,
+    /// The RunResult JSON, once done or failed after starting.
+    result: Option<Arc<str>>,
+    /// When the state became done or failed: `--linger` counts from here.
+    ended: Option<Instant>,
+    finish: bool,
+    terminated: bool,
+    fatal: Option<Error>,
+}
+
+/// The shared state of a control session: its endpoint's view and the threads' rendezvous.
+pub struct Control {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    live: Arc<Live>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn json(status: u16, value: &impl Serialize) -> Reply {
+    match serde_json::to_string(value) {
+        Ok(body) => Reply::json(status, body),
+        Err(e) => Reply::text(500, format!("cannot serialize: {e}\n")),
+    }
+}
+
+impl Control {
+    pub fn new(live: Arc<Live>) -> Control {
+        Control {
+            inner: Mutex::new(Inner::default()),
+            changed: Condvar::new(),
+            live,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The state stays meaningful after a panic elsewhere; keep answering.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Inner)) {
+        f(&mut self.lock());
+        self.changed.notify_all();
+    }
+
+    pub fn state(&self) -> State {
+        self.lock().state.clone()
+    }
+
+    /// `POST /control/start`.
+    pub fn start(&self, body: &[u8]) -> Reply {
+        let start_at = match serde_json::from_slice::<StartRequest>(body) {
+            Ok(r) => r.start_at,
+            Err(e) => {
+                return Reply::text(
+                    400,
+                    format!("body must be {{\"startAt\": <unix ms>}}: {e}\n"),
+                );
+            }
+        };
+        let mut inner = self.lock();
+        match inner.state.start_at {
+            // A retry of the request that armed the shard: same answer, nothing changes.
+            Some(armed) if armed == start_at => json(202, &inner.state),
+            Some(_) => json(409, &inner.state),
+            None if inner.state.state != Phase::Waiting => json(409, &inner.state),
+            None => {
+                inner.state.start_at = Some(start_at);
+                inner.state.state = Phase::Armed;
+                let now = unix_ms();
+                if start_at < now {
+                    inner.state.note = Some(format!(
+                        "startAt {start_at} was {} ms in the past when it arrived: starting now",
+                        now - start_at
+                    ));
+                }
+                let reply = json(202, &inner.state);
+                drop(inner);
+                self.changed.notify_all();
+                reply
+            }
+        }
+    }
+
+    /// `GET /control/result`.
+    pub fn result(&self) -> Reply {
+        let inner = self.lock();
+        match &inner.result {
+            Some(r) => Reply::json(200, r.to_string()),
+            None => json(409, &inner.state),
+        }
+    }
+
+    /// Blocks until a start time arrives (or the session ends); returns it.
+    fn wait_for_start(&self) -> Option<u64> {
+        let mut inner = self.lock();
+        loop {
+            if inner.finish || inner.terminated {
+                return None;
+            }
+            if let Some(at) = inner.state.start_at {
+                return Some(at);
+            }
+            inner = self
+                .changed
+                .wait(inner)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Blocks until the session should end.
+    fn wait_exit(&self, linger: Duration) -> Exit {
+        let mut inner = self.lock();
+        loop {
+            if let Some(e) = inner.fatal.take() {
+                return Exit::Fatal(e);
+            }
+            if inner.finish {
+                return Exit::Finished;
+            }
+            if inner.terminated {
+                return Exit::Terminated {
+                    done: inner.state.state == Phase::Done,
+                };
+            }
+            let wait = match inner.ended {
+                Some(ended) => match linger.checked_sub(ended.elapsed()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => {
+                        return Exit::Lingered {
+                            failed: inner.state.state == Phase::Failed,
+                        };
+                    }
+                },
+                None => Duration::from_secs(3600),
+            };
+            inner = self
+                .changed
+                .wait_timeout(inner, wait)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// SIGTERM: end the session now.
+    pub fn terminate(&self) {
+        self.update(|i| i.terminated = true);
+    }
+}
+
+impl Exposition for Control {
+    fn render(&self) -> String {
+        self.live.render()
+    }
+
+    fn ready(&self) -> bool {
+        let inner = self.lock();
+        inner.prepared && inner.fatal.is_none()
+    }
+
+    fn handle(&self, request: &Request<'_>) -> Option<Reply> {
+        let get = matches!(request.method, "GET" | "HEAD");
+        let post = request.method == "POST";
+        Some(match request.path {
+            "/control" if get => json(200, &self.state()),
+            "/control/start" if post => self.start(request.body),
+            "/control/result" if get => self.result(),
+            "/control/finish" if post => json(200, &self.state()),
+            "/control" | "/control/result" => {
+                Reply::text(405, format!("{}: only GET\n", request.path))
+            }
+            "/control/start" | "/control/finish" => {
+                Reply::text(405, format!("{}: only POST\n", request.path))
+            }
+            _ => return None,
+        })
+    }
+
+    fn answered(&self, request: &Request<'_>) {
+        // After the 200 is on its way, not before: the operator must not see the connection
+        // drop and retry a finish that worked.
+        if request.method == "POST" && request.path == "/control/finish" {
+            self.update(|i| i.finish = true);
+        }
+    }
+}
+
+/// Runs a control session for shard `opts.shard` of `lt`: serves `listener`, waits for the
+/// start, runs, hands `report` the result (printing, `--out`), then waits to be finished.
+pub fn serve(
+    lt: LoadTest,
+    opts: Options,
+    listener: TcpListener,
+    linger: Duration,
+    report: impl FnOnce(&RunResult) + Send + 'static,
+) -> Result<Exit> {
+    let live = runner::live(&lt, &opts);
+    let control = Arc::new(Control::new(live.clone()));
+    let _background =
+        runner::spawn_background(live.clone(), Some((listener, control.clone())), false)?;
+    spawn_sigterm_watch(control.clone())?;
+    let session = control.clone();
+    // The run lives on its own thread so that a finish or SIGTERM while it runs ends the
+    // process at once: returning from main does not wait for it (nor stop a managed local
+    // server, which only `wsload run`-style local use has).
+    std::thread::Builder::new()
+        .name("wsload-shard".into())
+        .spawn(move || run_session(&lt, &opts, live, &session, report))
+        .map_err(|e| Error::Io(format!("cannot start the run thread: {e}")))?;
+    match control.wait_exit(linger) {
+        Exit::Fatal(e) => Err(e),
+        exit => Ok(exit),
+    }
+}
+
+fn run_session(
+    lt: &LoadTest,
+    opts: &Options,
+    live: Arc<Live>,
+    control: &Control,
+    report: impl FnOnce(&RunResult),
+) {
+    let prepared = match runner::prepare(lt, opts, live) {
+        Ok(p) => p,
+        Err(e) => {
+            control.update(|i| {
+                i.state.state = Phase::Failed;
+                i.state.error = Some(e.to_string());
+                i.ended = Some(Instant::now());
+                i.fatal = Some(e);
+            });
+            return;
+        }
+    };
+    control.update(|i| i.prepared = true);
+    tracing::info!("ready; waiting for POST /control/start");
+    let Some(start_at) = control.wait_for_start() else {
+        return;
+    };
+    let now = unix_ms();
+    if start_at < now {
+        control.update(|i| {
+            i.state.note.get_or_insert_with(|| {
+                format!(
+                    "startAt {start_at} was {} ms in the past when the shard got to it: started at once",
+                    now - start_at
+                )
+            });
+        });
+    } else {
+        tracing::info!(
+            wait_ms = start_at - now,
+            "armed; waiting for the common start"
+        );
+    }
+    runner::sleep_until_unix_ms(start_at);
+    // The same instant the result records as its start is set by `measure`; this one only
+    // feeds `GET /control` while the run goes on.
+    control.update(|i| {
+        i.state.state = Phase::Running;
+        i.state.started_at_micros = Some(runner::unix_micros());
+    });
+    let (mut result, error) = runner::measure(lt, opts, &prepared);
+    drop(prepared);
+    let note = control.state().note;
+    if let Some(n) = note {
+        result.notes.insert(0, n);
+    }
+    report(&result);
+    let info = result.shard_info.first().cloned();
+    let json = serde_json::to_string(&result).map(Arc::<str>::from);
+    control.update(|i| {
+        if let Some(info) = &info {
+            i.state.started_at_micros = Some(info.started_at_micros);
+            i.state.finished_at_micros = Some(info.finished_at_micros);
+        }
+        match (json, error) {
+            (Ok(json), None) => {
+                i.state.state = Phase::Done;
+                i.result = Some(json);
+            }
+            (Ok(json), Some(e)) => {
+                i.state.state = Phase::Failed;
+                i.state.error = Some(e);
+                i.result = Some(json);
+            }
+            (Err(e), _) => {
+                i.state.state = Phase::Failed;
+                i.state.error = Some(format!("cannot serialize the result: {e}"));
+            }
+        }
+        i.ended = Some(Instant::now());
+    });
+}
+
+/// A pod deletion sends SIGTERM; PID 1 ignores it unless handled, and the pod would then wait
+/// out its grace period.
+fn spawn_sigterm_watch(control: Arc<Control>) -> Result<()> {
+    let mut term = {
+        // The signal driver must be created inside the runtime that polls it.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Io(format!("cannot build the signal runtime: {e}")))?;
+        let signal = rt
+            .block_on(async {
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            })
+            .map_err(|e| Error::Io(format!("cannot handle SIGTERM: {e}")))?;
+        (rt, signal)
+    };
+    std::thread::Builder::new()
+        .name("wsload-sigterm".into())
+        .spawn(move || {
+            let (rt, signal) = &mut term;
+            if rt.block_on(signal.recv()).is_some() {
+                tracing::info!("SIGTERM: exiting");
+                control.terminate();
+            }
+        })
+        .map_err(|e| Error::Io(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Labels;
+
+    fn control() -> Control {
+        Control::new(Arc::new(Live::new(
+            1,
+            Labels {
+                test: "t".into(),
+                shard: 0,
+                scenario: "echo",
+            },
+        )))
+    }
+
+    fn state(reply: &Reply) -> State {
+        serde_json::from_str(&reply.body).expect("a state")
+    }
+
+    fn post<'a>(path: &'a str, body: &'a [u8]) -> Request<'a> {
+        Request {
+            method: "POST",
+            path,
+            body,
+        }
+    }
+
+    #[test]
+    fn start_is_idempotent_and_conflicts_are_refused() {
+        let c = control();
+        let at = unix_ms() + 60_000;
+        let body = format!("{{\"startAt\": {at}}}");
+        let first = c.start(body.as_bytes());
+        assert_eq!(first.status, 202);
+        assert_eq!(state(&first).state, Phase::Armed);
+        assert_eq!(state(&first).start_at, Some(at));
+        assert_eq!(state(&first).note, None);
+        let again = c.start(body.as_bytes());
+        assert_eq!((again.status, state(&again)), (202, state(&first)));
+        let other = c.start(format!("{{\"startAt\": {}}}", at + 1).as_bytes());
+        assert_eq!(other.status, 409);
+        assert_eq!(state(&other).start_at, Some(at));
+        assert_eq!(c.wait_for_start(), Some(at));
+        assert_eq!(c.start(b"{\"startAt\": \"soon\"}").status, 400);
+        assert_eq!(c.start(b"").status, 400);
+    }
+
+    #[test]
+    fn a_start_in_the_past_says_so() {
+        let c = control();
+        let reply = c.start(format!("{{\"startAt\": {}}}", unix_ms() - 5_000).as_bytes());
+        assert_eq!(reply.status, 202);
+        let note = state(&reply).note.expect("a note");
+        assert!(
+            note.contains("in the past") && note.contains("starting now"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn result_waits_for_the_run_and_finish_follows_the_answer() {
+        let c = control();
+        let get = Request {
+            method: "GET",
+            path: "/control/result",
+            body: b"",
+        };
+        let before = c.handle(&get).expect("handled");
+        assert_eq!((before.status, state(&before).state), (409, Phase::Waiting));
+        c.update(|i| {
+            i.state.state = Phase::Done;
+            i.result = Some(Arc::from("{\"test\":\"t\"}"));
+            i.ended = Some(Instant::now());
+        });
+        let after = c.handle(&get).expect("handled");
+        assert_eq!(
+            (after.status, after.body.as_str()),
+            (200, "{\"test\":\"t\"}")
+        );
+        // Done and not finished: lingers out.
+        assert!(matches!(
+            c.wait_exit(Duration::ZERO),
+            Exit::Lingered { failed: false }
+        ));
+        let finish = post("/control/finish", b"{}");
+        assert_eq!(c.handle(&finish).expect("handled").status, 200);
+        c.answered(&finish);
+        assert!(matches!(
+            c.wait_exit(Duration::from_secs(3600)),
+            Exit::Finished
+        ));
+        let wrong = Request {
+            method: "GET",
+            path: "/control/start",
+            body: b"",
+        };
+        assert_eq!(c.handle(&wrong).expect("handled").status, 405);
+        assert!(c.handle(&post("/other", b"")).is_none());
+    }
+
+    #[test]
+    fn a_start_after_the_shard_failed_is_refused() {
+        let c = control();
+        c.update(|i| {
+            i.state.state = Phase::Failed;
+            i.state.error = Some("target: unreachable".into());
+        });
+        let reply = c.start(b"{\"startAt\": 1}");
+        assert_eq!(reply.status, 409);
+        assert_eq!(state(&reply).error.as_deref(), Some("target: unreachable"));
+    }
+}

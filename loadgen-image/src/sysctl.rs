@@ -1,0 +1,68 @@
+//! `wsload sysctl KEY=VALUE...`: what the operator's opt-in tuning init container runs
+//! (`spec.loadgen.tuning.sysctls`, privileged), so the FROM-scratch image needs no sysctl(8).
+
+use crate::{Error, Result};
+use std::path::PathBuf;
+
+/// The `/proc/sys` file of `key`: dots separate levels as in sysctl(8), unless the key is
+/// written with slashes (for names that contain dots, e.g. VLAN interfaces).
+pub fn path(key: &str) -> Result<PathBuf> {
+    let ok = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '_' | '-'))
+        && !key
+            .split(['.', '/'])
+            .any(|part| part.is_empty() || part == "..");
+    if !ok {
+        return Err(Error::Spec(format!("{key:?} is not a sysctl name")));
+    }
+    let relative = if key.contains('/') {
+        key.to_string()
+    } else {
+        key.replace('.', "/")
+    };
+    Ok(PathBuf::from("/proc/sys").join(relative))
+}
+
+/// Sets every `KEY=VALUE` of `settings`, in order; stops at the first that fails.
+pub fn set_all(settings: &[String]) -> Result<()> {
+    for s in settings {
+        let (key, value) = s
+            .split_once('=')
+            .ok_or_else(|| Error::Spec(format!("{s:?}: write KEY=VALUE")))?;
+        let (key, value) = (key.trim(), value.trim());
+        std::fs::write(path(key)?, value)
+            .map_err(|e| Error::Io(format!("cannot set {key}={value}: {e}")))?;
+        println!("{key} = {value}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_into_proc_sys_and_nowhere_else() {
+        assert_eq!(
+            path("net.core.somaxconn").expect("valid"),
+            PathBuf::from("/proc/sys/net/core/somaxconn")
+        );
+        assert_eq!(
+            path("net/ipv4/conf/eth0.100/rp_filter").expect("valid"),
+            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/rp_filter")
+        );
+        for bad in [
+            "",
+            "net..core",
+            "../etc/passwd",
+            "net/../../etc",
+            "/net/core",
+            "a b",
+        ] {
+            assert!(path(bad).is_err(), "{bad:?}");
+        }
+        assert!(set_all(&["net.core.somaxconn".into()]).is_err());
+    }
+}

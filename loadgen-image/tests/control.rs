@@ -1,0 +1,412 @@
+//! `wsload shard --await-start` driven over HTTP as the operator drives it, against the real
+//! `wsload-server`: readiness, the common start, results, finish, linger, the open-file limit.
+
+mod common;
+
+use common::{Server, WATCHDOG, server_bin};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use wsload::control::{Phase, State};
+use wsload::report::RunResult;
+use wsload_metrics::http_client::{self, Response};
+
+const T: Duration = Duration::from_secs(5);
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn loadtest(name: &str, body: &str) -> String {
+    format!(
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"
+    )
+}
+
+/// A `wsload shard --await-start` process; killed when dropped unfinished.
+struct Shard {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, its endpoint, once it printed it.
+    base: String,
+    stderr: mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Shard {
+    /// Starts `wsload shard --await-start` with `args` and `env`, through `sh -c` with `shell`
+    /// prepended when given (to set limits); waits for its endpoint address.
+    fn start(args: &[&str], env: &[(&str, &str)], shell: Option<&str>) -> Shard {
+        let wsload = env!("CARGO_BIN_EXE_wsload");
+        let mut cmd = match shell {
+            Some(prefix) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("{prefix} && exec \"$0\" \"$@\""))
+                    .arg(wsload);
+                c
+            }
+            None => Command::new(wsload),
+        };
+        cmd.args(["shard", "--await-start", "--metrics-listen", "127.0.0.1:0"])
+            .args(args)
+            .env("WSLOAD_THREADS", "2")
+            .env("WSLOAD_SERVER_BIN", server_bin())
+            .env("RUST_LOG", "warn")
+            .env_remove("WSLOAD_LOADTEST")
+            .env_remove("WSLOAD_AWAIT_START")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("wsload starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("shard: {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut shard = Shard {
+            child,
+            base: String::new(),
+            stderr: rx,
+            log: Vec::new(),
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        while shard.base.is_empty() {
+            let line = shard
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the shard prints its endpoint");
+            if let Some(rest) = line.strip_prefix("wsload metrics on ") {
+                shard.base = rest.trim().trim_end_matches("/metrics").to_string();
+            }
+            shard.log.push(line);
+        }
+        shard
+    }
+
+    fn get(&self, path: &str) -> Response {
+        http_client::get_blocking(&format!("{}{path}", self.base), T).expect("the shard answers")
+    }
+
+    fn post(&self, path: &str, body: &str) -> Response {
+        http_client::post_json_blocking(&format!("{}{path}", self.base), body, T)
+            .expect("the shard answers")
+    }
+
+    fn state(&self) -> State {
+        let r = self.get("/control");
+        assert_eq!(r.status, 200, "{}", r.body);
+        serde_json::from_str(&r.body).expect("a control state")
+    }
+
+    fn start_at(&self, at: u64) -> (u16, State) {
+        let r = self.post("/control/start", &format!("{{\"startAt\": {at}}}"));
+        (
+            r.status,
+            serde_json::from_str(&r.body).expect("a control state"),
+        )
+    }
+
+    /// Polls `/readyz` until 200, within the watchdog.
+    fn await_ready(&self) {
+        let deadline = Instant::now() + WATCHDOG;
+        while self.get("/readyz").status != 200 {
+            assert!(Instant::now() < deadline, "the shard never got ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls `/control/result` until it answers 200, within the watchdog.
+    fn await_result(&self) -> (RunResult, String) {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let r = self.get("/control/result");
+            if r.status == 200 {
+                let result = serde_json::from_str(&r.body).expect("a RunResult");
+                return (result, r.body);
+            }
+            assert_eq!(r.status, 409, "{}", r.body);
+            assert!(Instant::now() < deadline, "no result within the watchdog");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits for a line of its log matching `pred`, within the watchdog.
+    fn await_log(&mut self, pred: impl Fn(&str) -> bool) -> String {
+        if let Some(l) = self.log.iter().find(|l| pred(l)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no such line in {:?}", self.log));
+            self.log.push(line.clone());
+            if pred(&line) {
+                return line;
+            }
+        }
+    }
+
+    /// Waits for the exit, at most `within`.
+    fn exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                self.log.extend(self.stderr.try_iter());
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the shard did not exit within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a one-shot process (`wsload shard` that fails at once) exits with and prints.
+fn run_shard(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wsload"));
+    cmd.arg("shard")
+        .args(args)
+        .env_remove("WSLOAD_LOADTEST")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("wsload runs");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    eprintln!("exit {:?}: {err}", o.status.code());
+    (o.status.code(), err)
+}
+
+#[test]
+fn shards_start_together_hand_over_results_and_exit_when_finished() {
+    let server = Server::start(&[]);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wsload-control-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let doc = loadtest(
+        "together",
+        &format!(
+            "  target: {{url: {}/}}\n  serverMetrics: {{url: {}}}\n  scenario: pingLatency\n  connections: [21]\n  ping: {{count: 5}}\n  shards: 2\n",
+            server.ws, server.metrics
+        ),
+    );
+    let file = dir.join("together.yaml");
+    std::fs::write(&file, &doc).expect("write spec");
+    // Shard 0 reads a file; shard 1 gets the LoadTest in the environment, as in a pod.
+    let shards = [
+        Shard::start(
+            &[
+                file.to_str().expect("utf-8 path"),
+                "--index",
+                "0",
+                "--count",
+                "2",
+            ],
+            &[],
+            None,
+        ),
+        Shard::start(
+            &[],
+            &[
+                ("WSLOAD_LOADTEST", doc.as_str()),
+                ("WSLOAD_SHARD_INDEX", "1"),
+                ("WSLOAD_SHARD_COUNT", "2"),
+            ],
+            None,
+        ),
+    ];
+    for s in &shards {
+        s.await_ready();
+        assert_eq!(s.state(), State::default(), "waiting, nothing else");
+        let early = s.get("/control/result");
+        assert_eq!(early.status, 409);
+        assert!(early.body.contains("\"waiting\""), "{}", early.body);
+    }
+    assert_eq!(
+        server.metric("wsload_server_connections_accepted_total", &[]),
+        0,
+        "no load before the start"
+    );
+
+    let start_at = unix_ms() + 500;
+    for s in &shards {
+        let (status, state) = s.start_at(start_at);
+        assert_eq!(status, 202);
+        assert_eq!(state.start_at, Some(start_at));
+        assert!(matches!(
+            state.state,
+            Phase::Armed | Phase::Running | Phase::Done
+        ));
+        // The operator retries: the same instant is a no-op, another one a conflict.
+        assert_eq!(s.start_at(start_at).0, 202);
+        let (status, state) = s.start_at(start_at + 1000);
+        assert_eq!(status, 409);
+        assert_eq!(state.start_at, Some(start_at));
+    }
+
+    let mut parts = Vec::new();
+    for s in &shards {
+        let (result, _) = s.await_result();
+        let state = s.state();
+        assert_eq!(state.state, Phase::Done, "{state:?}");
+        assert_eq!(state.note, None, "the start was in the future: {state:?}");
+        let started = state.started_at_micros.expect("startedAtMicros");
+        let finished = state.finished_at_micros.expect("finishedAtMicros");
+        // Never before the common instant, and soon after it. Loose: two cores run both
+        // shards, the server and the test.
+        let late_ms = (started as f64 - start_at as f64 * 1000.0) / 1000.0;
+        eprintln!(
+            "shard {:?} started {late_ms:.3} ms after startAt",
+            result.shards
+        );
+        assert!(
+            (0.0..100.0).contains(&late_ms),
+            "started {late_ms} ms after startAt"
+        );
+        assert!(finished > started);
+        let info = &result.shard_info;
+        assert_eq!(info.len(), 1);
+        assert_eq!(
+            (info[0].started_at_micros, info[0].finished_at_micros),
+            (started, finished)
+        );
+        assert_eq!(info[0].error, None);
+        parts.push(result);
+    }
+    assert_eq!(parts[0].shards, [0]);
+    assert_eq!(parts[1].shards, [1]);
+    let connected: Vec<u64> = parts
+        .iter()
+        .map(|p| p.cells[0].measure.counts.connected)
+        .collect();
+    assert_eq!(connected, [11, 10]);
+    let mut merged = parts[0].clone();
+    merged.merge(&parts[1]).expect("the shards merge");
+    let m = &merged.cells[0];
+    assert_eq!(m.measure.counts.sent, 105);
+    assert_eq!(m.measure.counts.lost, 0);
+    assert_eq!(m.measure.hists.rtt.len(), 105);
+    let skew = merged.start_skew_micros().expect("two shards' starts");
+    eprintln!("start skew {skew} us");
+    assert!(skew < 100_000, "start skew {skew} us");
+    assert_eq!(
+        server.metric("wsload_server_messages_received_total", &[]),
+        m.measure.counts.sent_with_warmup
+    );
+
+    for mut s in shards {
+        let r = s.post("/control/finish", "{}");
+        assert_eq!(r.status, 200, "{}", r.body);
+        let status = s.exit(Duration::from_secs(5));
+        assert_eq!(status.code(), Some(0), "{:?}", s.log);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_late_start_runs_at_once_and_an_unclaimed_result_lingers_out() {
+    let server = Server::start(&[]);
+    let doc = loadtest(
+        "late",
+        &format!(
+            "  target: {{url: {}/}}\n  scenario: pingLatency\n  connections: [3]\n  ping: {{count: 2}}\n  thresholds: [\"rtt.p99 < 1us\"]\n",
+            server.ws
+        ),
+    );
+    let mut s = Shard::start(
+        &["--index", "0", "--count", "1", "--linger", "1500ms"],
+        &[("WSLOAD_LOADTEST", doc.as_str())],
+        None,
+    );
+    s.await_ready();
+    let (status, state) = s.start_at(unix_ms() - 2000);
+    assert_eq!(status, 202);
+    let note = state.note.expect("the state says the start was late");
+    assert!(note.contains("in the past"), "{note}");
+    let (result, _) = s.await_result();
+    assert_eq!(result.cells[0].measure.counts.sent, 6);
+    assert!(result.notes.iter().any(|n| n.contains("in the past")));
+    // A failed threshold is the operator's to judge: the shard's result carries the verdict,
+    // its exit code does not.
+    assert!(result.verdict.as_ref().is_some_and(|v| !v.passed));
+    let done = Instant::now();
+    let status = s.exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{:?}", s.log);
+    assert!(
+        done.elapsed() >= Duration::from_millis(1000),
+        "exited before --linger: {:?}",
+        done.elapsed()
+    );
+}
+
+#[test]
+fn the_environment_names_what_is_wrong_with_it() {
+    let bad = loadtest(
+        "bad",
+        "  target: {url: ws://127.0.0.1:9/}\n  scenario: throughput\n  connections: [ten]\n",
+    );
+    let args = ["--await-start", "--index", "0", "--count", "1"];
+    let (code, err) = run_shard(&args, &[("WSLOAD_LOADTEST", &bad)]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("$WSLOAD_LOADTEST"), "{err}");
+    assert!(err.contains("spec.connections[0]"), "{err}");
+    let (code, err) = run_shard(&args, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("WSLOAD_LOADTEST"), "{err}");
+    let (code, err) = run_shard(&args, &[("WSLOAD_LOADTEST", "  ")]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("is empty"), "{err}");
+}
+
+#[test]
+fn the_soft_open_file_limit_is_raised_and_a_short_hard_limit_named() {
+    // Nothing listens on port 9: the shard only has to get ready, not to connect.
+    let doc = loadtest(
+        "many",
+        "  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: connectionStorm\n  connections: [1000]\n",
+    );
+    let mut s = Shard::start(
+        &["--index", "0", "--count", "1"],
+        &[("WSLOAD_LOADTEST", doc.as_str()), ("RUST_LOG", "info")],
+        Some("ulimit -Sn 256 && ulimit -Hn 512"),
+    );
+    s.await_ready();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.child.id()))
+        .expect("/proc/PID/limits");
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("an open-files line");
+    let numbers: Vec<&str> = open_files.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers, ["512", "512"], "{open_files}");
+    s.await_log(|l| {
+        l.contains("open-file limit 512 (hard 512)")
+            && l.contains("1064 descriptors 1000 connections need")
+    });
+    // A pod deletion: SIGTERM ends a waiting shard at once, not after the grace period.
+    common::signal(s.child.id(), "TERM");
+    let status = s.exit(Duration::from_secs(5));
+    assert_eq!(status.code(), Some(143));
+}
