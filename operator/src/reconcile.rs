@@ -265,10 +265,28 @@ impl Step<'_> {
         self.st.message = Some(message);
     }
 
+    /// The first failure's message (the cause), and the latest one when it adds something.
+    fn failure_message(&self) -> String {
+        let cause = self
+            .st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_FAILED && c.status == "True")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        match self.st.message.as_deref() {
+            Some(latest) if !cause.is_empty() && !cause.contains(latest) && latest != cause => {
+                format!("{cause}; {latest}")
+            }
+            _ if !cause.is_empty() => cause,
+            latest => latest.unwrap_or_default().to_string(),
+        }
+    }
+
     /// Ends the test as Failed now (nothing left to collect).
     async fn fail(&mut self, reason: &str, message: impl Into<String>) -> Result<Action> {
         self.mark_failed(reason, message);
-        let message = self.st.message.clone().unwrap_or_default();
+        let message = self.failure_message();
         self.enter(Phase::Failed, message);
         self.st.completion_time = Some(Time(self.now));
         self.finished().await
@@ -306,11 +324,10 @@ impl Step<'_> {
     fn timeouts(&self) -> (Duration, Duration, Duration) {
         let d = &self.lt.spec.run.deadlines;
         let start = d.scheduling.get() + d.ready.get();
-        let run = d.run.map(|r| r.get()).unwrap_or_else(|| {
-            wsload_spec::timing::expected_duration(&self.lt.spec)
-                .map(|e| e.mul_f64(1.5) + Duration::from_secs(120))
-                .unwrap_or(Duration::from_secs(3600))
-        }) + self.lt.spec.run.start_delay.get();
+        // connectionLimit has no expected length (the search decides): an hour unless set.
+        let run = wsload_spec::timing::run_deadline(&self.lt.spec)
+            .unwrap_or(Duration::from_secs(3600))
+            + self.lt.spec.run.start_delay.get();
         (start, run, d.collect.get())
     }
 
@@ -796,15 +813,7 @@ impl Step<'_> {
             .collect();
         self.st.results_config_map = Some(names::results(&test));
         if shard_results.is_empty() {
-            return self
-                .fail(
-                    "NoResults",
-                    self.st
-                        .message
-                        .clone()
-                        .unwrap_or_else(|| "no shard delivered a result".into()),
-                )
-                .await;
+            return self.fail("NoResults", "no shard delivered a result").await;
         }
         match results::summarize(&self.lt.spec, &shard_results) {
             Ok(summary) => {
@@ -837,7 +846,7 @@ impl Step<'_> {
         }
         self.st.completion_time = Some(Time(self.now));
         if self.failing() {
-            let m = self.st.message.clone().unwrap_or_default();
+            let m = self.failure_message();
             self.enter(Phase::Failed, m);
         } else {
             let verdict = self.st.verdict.map_or("none", |v| match v {

@@ -45,9 +45,17 @@ async fn env(prefix: &str) -> Env {
 
 /// An operator scoped to one namespace, as the chart's namespaced mode runs it.
 fn operator(e: &Env, leader: Option<LeaderConfig>) -> tokio::task::JoinHandle<()> {
+    operator_at(e, leader, "127.0.0.1:0".parse().expect("addr"))
+}
+
+fn operator_at(
+    e: &Env,
+    leader: Option<LeaderConfig>,
+    metrics_listen: std::net::SocketAddr,
+) -> tokio::task::JoinHandle<()> {
     let client = e.client.clone();
     let opts = Options {
-        metrics_listen: "127.0.0.1:0".parse().expect("addr"),
+        metrics_listen,
         namespace: Some(e.ns.clone()),
         leader,
         config: Config {
@@ -129,7 +137,11 @@ const TWO_SHARDS: &str = "  target: {server: {}}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
     let e = env("lt-pass").await;
-    let op = operator(&e, None);
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr")
+    };
+    let op = operator_at(&e, None, metrics);
     create(
         &e,
         "two",
@@ -226,6 +238,37 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         row.contains("Succeeded") && row.contains("throughput") && row.contains("Pass"),
         "{row}"
     );
+    // An Event for every phase it went through, on the LoadTest.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), &e.ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("two"))
+        .filter_map(|ev| ev.reason)
+        .collect();
+    for phase in ["Pending", "Starting", "Running", "Collecting", "Succeeded"] {
+        assert!(
+            reasons.iter().any(|r| r == phase),
+            "no {phase} event in {reasons:?}"
+        );
+    }
+    // The operator's own metrics count what it did.
+    let text = wsload_metrics::http_client::get(
+        &format!("http://{metrics}/metrics"),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("operator /metrics");
+    assert!(
+        text.body
+            .contains("wsload_operator_loadtests{phase=\"Succeeded\"} 1"),
+        "{}",
+        text.body
+    );
+    assert!(text.body.contains("wsload_operator_leader 1"));
     op.abort();
     e.kubelet.stop().await;
 }
@@ -503,5 +546,31 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     let st = wait_finished(&e, "lead").await;
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
     second.abort();
+    e.kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_deadline_fails_and_keeps_nothing_half_done() {
+    let e = env("lt-runlate").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "late",
+        "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [4]\n  duration: 60s\n  run: {deadlines: {run: 2s}, startDelay: 1s}\n",
+    )
+    .await;
+    let st = wait_finished(&e, "late").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("RunDeadlineExceeded"));
+    assert!(
+        st.shards.iter().all(|s| s.state == ShardState::Lost),
+        "{:?}",
+        st.shards
+    );
+    assert!(
+        st.message.unwrap_or_default().contains("3s"),
+        "the limit is named"
+    );
+    op.abort();
     e.kubelet.stop().await;
 }
