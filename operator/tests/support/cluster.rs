@@ -212,8 +212,13 @@ impl Cluster {
         // control-plane.sh would build them itself, but a 7-minute Go build inside a test
         // looks like a hang; say what to run instead (scripts/test does it before cargo test).
         if !missing.is_empty() {
+            let cache = std::env::var("WSLOAD_CACHE")
+                .ok()
+                .filter(|c| !c.is_empty())
+                .map(|c| format!("WSLOAD_CACHE={c} "))
+                .unwrap_or_default();
             return Err(format!(
-                "Kubernetes test binaries missing: {}\nbuild them with (in {}):\n    scripts/k8s/install-deps.sh && scripts/k8s/build.sh kube-apiserver kubectl",
+                "Kubernetes test binaries missing: {}\nbuild them with (in {}):\n    scripts/k8s/install-deps.sh && {cache}scripts/k8s/build.sh kube-apiserver kubectl",
                 missing.join(", "),
                 workspace_root().display()
             ));

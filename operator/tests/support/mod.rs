@@ -3,12 +3,15 @@
 //! addresses ([`kubelet`]). Include it from a test file with `mod support;`.
 
 // Each test binary compiles this module on its own and uses only part of it.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 pub mod cluster;
 pub mod kubelet;
 
+// Re-exports for test files, which use some of them each.
+#[allow(unused_imports)]
 pub use cluster::{Cluster, shared};
+#[allow(unused_imports)]
 pub use kubelet::{Kubelet, KubeletOpts, PodProcess};
 
 use std::fmt::Debug;
