@@ -112,8 +112,11 @@ else
 	WHERE="on the host as uid $(id -u), outside the image (chroot needs root)"
 fi
 
+# Environment a smoke test adds to the image's own (NAME=VALUE words).
+EXTRA_ENV=()
+
 # image_cmd [--pid1] ARGS...: sets CMD to the entrypoint with ARGS, run as the
-# container would run it.
+# container would run it, with the image's Env plus EXTRA_ENV.
 image_cmd() {
 	local -a prefix=()
 	if [[ "${1:-}" == --pid1 ]]; then
@@ -121,9 +124,9 @@ image_cmd() {
 		prefix=("${PIDNS[@]}")
 	fi
 	if ((IN_IMAGE)); then
-		CMD=(env -i "${IMAGE_ENV[@]}" "${prefix[@]}" chroot --userspec="$IMAGE_USER" "$ROOTFS" "$ENTRY" "$@")
+		CMD=(env -i "${IMAGE_ENV[@]}" "${EXTRA_ENV[@]}" "${prefix[@]}" chroot --userspec="$IMAGE_USER" "$ROOTFS" "$ENTRY" "$@")
 	else
-		CMD=(env -i "${IMAGE_ENV[@]}" "$BIN" "$@")
+		CMD=(env -i "${IMAGE_ENV[@]}" "${EXTRA_ENV[@]}" "$BIN" "$@")
 	fi
 }
 
@@ -144,6 +147,37 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# http_status URL: the status URL answers with once it answers at all (polled
+# for up to 15 s while the process starts), else "no answer".
+http_status() {
+	python3 - "$1" <<'EOF'
+import sys, time, urllib.request, urllib.error
+deadline = time.monotonic() + 15
+code = "no answer"
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+            code = str(r.status)
+            break
+    except urllib.error.HTTPError as e:  # an answer, just not a 2xx
+        code = str(e.code)
+        break
+    except Exception:  # not listening yet
+        time.sleep(0.2)
+print(code)
+EOF
+}
+
+# The process an `image_cmd --pid1` command started as $SERVER_PID: with a PID
+# namespace that is unshare, and the entrypoint is its child.
+entry_pid() {
+	if ((${#PIDNS[@]})) && ((IN_IMAGE)); then
+		ps -o pid= --ppid "$SERVER_PID" | tr -d ' ' | head -n1 || true
+	else
+		echo "$SERVER_PID"
+	fi
+}
+
 # The server must serve in an otherwise empty filesystem as a non-root user,
 # and, as PID 1 (where signals without a handler are ignored), stop on SIGTERM:
 # otherwise every pod deletion waits out the grace period and is killed.
@@ -154,32 +188,14 @@ smoke_server() {
 	image_cmd --pid1 --listen "127.0.0.1:$ws" --metrics-listen "127.0.0.1:$metrics" --drain-timeout 2s
 	"${CMD[@]}" >"$WORK/server.log" 2>&1 &
 	SERVER_PID=$!
-	code="$(python3 - "$metrics" <<'EOF'
-import sys, time, urllib.request
-deadline = time.monotonic() + 15
-code = "no answer"
-while time.monotonic() < deadline:
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%s/healthz" % sys.argv[1], timeout=2) as r:
-            code = str(r.status)
-            break
-    except Exception as e:  # not listening yet, or an HTTP error
-        code = getattr(e, "code", None) and str(e.code) or "no answer"
-        time.sleep(0.2)
-print(code)
-EOF
-)"
+	code="$(http_status "http://127.0.0.1:$metrics/healthz")"
 	if [[ "$code" == 200 ]]; then
 		pass "server answers /healthz 200 $WHERE"
 	else
 		fail "server /healthz: $code; log: $(head -c 800 "$WORK/server.log")"
 	fi
 
-	# With a PID namespace, $SERVER_PID is unshare and the server is its child.
-	child="$SERVER_PID"
-	if ((${#PIDNS[@]})) && ((IN_IMAGE)); then
-		child="$(ps -o pid= --ppid "$SERVER_PID" | tr -d ' ' | head -n1 || true)"
-	fi
+	child="$(entry_pid)"
 	if [[ -z "$child" ]]; then
 		fail "server exited before SIGTERM; log: $(head -c 800 "$WORK/server.log")"
 		return
@@ -202,6 +218,74 @@ EOF
 		pass "server exits 0 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
 	else
 		fail "server exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/server.log")"
+	fi
+}
+
+# The load generator must read a LoadTest in the image (validate); a shard must
+# get ready on its control endpoint from the environment alone, as a pod runs
+# it, and, as PID 1, end on SIGTERM while it waits for its start.
+smoke_loadgen() {
+	local spec in_image_spec port code child out deadline rc
+	mkdir -p "$ROOTFS/tmp"
+	cp "$WSLOAD_ROOT/examples/quickstart.yaml" "$ROOTFS/tmp/quickstart.yaml"
+	chmod 0755 "$ROOTFS/tmp"
+	chmod 0644 "$ROOTFS/tmp/quickstart.yaml"
+	in_image_spec="/tmp/quickstart.yaml"
+	((IN_IMAGE)) || in_image_spec="$ROOTFS/tmp/quickstart.yaml"
+	image_cmd validate "$in_image_spec"
+	if out="$(timeout 20 "${CMD[@]}" 2>&1)" && [[ "$out" == *"valid LoadTest"* ]]; then
+		pass "wsload validate examples/quickstart.yaml $WHERE: \"$out\""
+	else
+		fail "wsload validate examples/quickstart.yaml $WHERE: $out"
+	fi
+
+	# Nothing listens on port 9: the shard only has to get ready, not to connect.
+	spec="$(printf '%s\n' 'apiVersion: wsload.dev/v1alpha1' 'kind: LoadTest' 'metadata: {name: smoke}' \
+		'spec:' '  target: {url: "ws://127.0.0.1:9/"}' '  scenario: connectionStorm' '  connections: [10]')"
+	port="$(free_port)"
+	EXTRA_ENV=("WSLOAD_LOADTEST=$spec" WSLOAD_SHARD_INDEX=0 WSLOAD_SHARD_COUNT=1
+		WSLOAD_AWAIT_START=true "WSLOAD_METRICS_LISTEN=127.0.0.1:$port")
+	image_cmd --pid1 shard
+	EXTRA_ENV=()
+	"${CMD[@]}" >"$WORK/shard.log" 2>&1 &
+	SERVER_PID=$!
+	code="$(http_status "http://127.0.0.1:$port/readyz")"
+	if [[ "$code" == 200 ]]; then
+		pass "shard --await-start configured by env answers /readyz 200 $WHERE"
+	else
+		fail "shard /readyz: $code; log: $(head -c 800 "$WORK/shard.log")"
+	fi
+	code="$(http_status "http://127.0.0.1:$port/control/result")"
+	if [[ "$code" == 409 ]]; then
+		pass "shard answers /control/result 409 before its start"
+	else
+		fail "shard /control/result before the start: $code"
+	fi
+
+	child="$(entry_pid)"
+	if [[ -z "$child" ]]; then
+		fail "shard exited before SIGTERM; log: $(head -c 800 "$WORK/shard.log")"
+		return
+	fi
+	kill -TERM "$child" 2>/dev/null || true
+	deadline=$((SECONDS + 15))
+	while kill -0 "$SERVER_PID" 2>/dev/null && ((SECONDS < deadline)); do
+		sleep 0.2
+	done
+	if kill -0 "$SERVER_PID" 2>/dev/null; then
+		fail "shard still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
+		return
+	fi
+	set +e
+	wait "$SERVER_PID"
+	rc=$?
+	set -e
+	SERVER_PID=""
+	# 128 + SIGTERM: told to stop before it ran, it did not finish.
+	if [[ $rc -eq 143 ]]; then
+		pass "a waiting shard exits 143 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
+	else
+		fail "shard exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/shard.log")"
 	fi
 }
 

@@ -26,7 +26,7 @@ die() {
 #   name      cargo package     binary            Dockerfile dir   repository
 IMAGE_TABLE="
 server    wsload-server     wsload-server     server-image     wsload/server
-loadgen   wsload-loadgen    wsload-loadgen    loadgen-image    wsload/loadgen
+loadgen   wsload            wsload            loadgen-image    wsload/loadgen
 operator  wsload-operator   wsload-operator   operator         wsload/operator
 "
 
