@@ -4,6 +4,7 @@
 pub mod builders;
 pub mod controller;
 pub mod crd;
+pub mod defaults;
 pub mod leader;
 pub mod metrics;
 pub mod names;

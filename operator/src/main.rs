@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 use wsload_operator::controller::{self, Options};
+use wsload_operator::defaults::{Defaults, parse_placement};
 use wsload_operator::leader::LeaderConfig;
 use wsload_operator::reconcile::Config;
 
@@ -24,6 +25,8 @@ enum LogFormat {
 }
 
 #[derive(Subcommand)]
+// Parsed once at start-up: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Reconcile LoadTests until SIGTERM.
     Run {
@@ -51,6 +54,18 @@ enum Command {
         poll: Duration,
         #[arg(long, env = "WSLOAD_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Load-generator image for LoadTests that keep the built-in one (a private registry).
+        #[arg(long, env = "WSLOAD_OPERATOR_LOADGEN_IMAGE")]
+        loadgen_image: Option<String>,
+        /// Server image for LoadTests that keep the built-in one.
+        #[arg(long, env = "WSLOAD_OPERATOR_SERVER_IMAGE")]
+        server_image: Option<String>,
+        /// Placement (JSON: nodeSelector, tolerations, affinity) of shards whose LoadTest sets none.
+        #[arg(long, env = "WSLOAD_OPERATOR_LOADGEN_PLACEMENT")]
+        loadgen_placement: Option<String>,
+        /// Placement (JSON) of managed servers whose LoadTest sets none.
+        #[arg(long, env = "WSLOAD_OPERATOR_SERVER_PLACEMENT")]
+        server_placement: Option<String>,
     },
     /// Print the LoadTest CustomResourceDefinition (YAML).
     Crd,
@@ -77,8 +92,32 @@ fn main() -> ExitCode {
             identity,
             poll,
             log_format,
+            loadgen_image,
+            server_image,
+            loadgen_placement,
+            server_placement,
         } => {
             init_logs(log_format);
+            let placement = |var: &str, json: Option<String>| {
+                json.filter(|j| !j.trim().is_empty())
+                    .map(|j| parse_placement(var, &j))
+                    .transpose()
+            };
+            let defaults = match (
+                placement("WSLOAD_OPERATOR_LOADGEN_PLACEMENT", loadgen_placement),
+                placement("WSLOAD_OPERATOR_SERVER_PLACEMENT", server_placement),
+            ) {
+                (Ok(loadgen_placement), Ok(server_placement)) => Defaults {
+                    loadgen_image,
+                    server_image,
+                    loadgen_placement,
+                    server_placement,
+                },
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("wsload-operator: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let identity =
                 identity.unwrap_or_else(|| format!("wsload-operator-{}", std::process::id()));
             let opts = Options {
@@ -87,6 +126,7 @@ fn main() -> ExitCode {
                 leader: leader_elect.then(|| LeaderConfig::new(lease_namespace, identity)),
                 config: Config {
                     poll,
+                    defaults,
                     ..Config::default()
                 },
             };

@@ -36,6 +36,7 @@ pub struct Config {
     pub http_timeout: Duration,
     /// How often a running test is looked at even when nothing changes.
     pub poll: Duration,
+    pub defaults: crate::defaults::Defaults,
 }
 
 impl Default for Config {
@@ -43,6 +44,7 @@ impl Default for Config {
         Config {
             http_timeout: Duration::from_secs(5),
             poll: Duration::from_secs(2),
+            defaults: crate::defaults::Defaults::default(),
         }
     }
 }
@@ -78,11 +80,13 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
     };
     let world = observe(&apis, &lt).await?;
+    // Children are built from the spec with the install's defaults filled in.
+    let effective = ctx.config.defaults.apply(&lt);
     let old = lt.status.clone().unwrap_or_default();
     let mut st = old.clone();
     let mut step = Step {
         ctx: &ctx,
-        lt: &lt,
+        lt: &effective,
         apis: &apis,
         world: &world,
         st: &mut st,

@@ -1,0 +1,115 @@
+//! Install-wide defaults (the chart's values): images from a private registry, and the node
+//! pool shards and servers go to when a LoadTest says nothing. A LoadTest's own choice always
+//! wins; only the built-in image name and an empty placement are replaced.
+
+use wsload_spec::{DEFAULT_LOADGEN_IMAGE, DEFAULT_SERVER_IMAGE, LoadTestResource, Placement};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Defaults {
+    pub loadgen_image: Option<String>,
+    pub server_image: Option<String>,
+    pub loadgen_placement: Option<Placement>,
+    pub server_placement: Option<Placement>,
+}
+
+impl Defaults {
+    /// The LoadTest as the operator runs it: the user's spec with the install's defaults
+    /// filled in where the user left the built-in ones.
+    pub fn apply(&self, lt: &LoadTestResource) -> LoadTestResource {
+        let mut lt = lt.clone();
+        let lg = &mut lt.spec.loadgen;
+        if let Some(image) = &self.loadgen_image
+            && lg.image == DEFAULT_LOADGEN_IMAGE
+        {
+            lg.image = image.clone();
+        }
+        if let Some(p) = &self.loadgen_placement
+            && lg.placement == Placement::default()
+        {
+            lg.placement = p.clone();
+        }
+        if let Some(server) = lt.spec.target.server.as_mut() {
+            if let Some(image) = &self.server_image
+                && server.image == DEFAULT_SERVER_IMAGE
+            {
+                server.image = image.clone();
+            }
+            if let Some(p) = &self.server_placement
+                && server.placement == Placement::default()
+            {
+                server.placement = p.clone();
+            }
+        }
+        lt
+    }
+}
+
+/// Parses a placement given as JSON (`{"nodeSelector": {...}, "tolerations": [...]}`), naming
+/// the variable on error.
+pub fn parse_placement(var: &str, json: &str) -> Result<Placement, String> {
+    serde_json::from_str(json).map_err(|e| {
+        format!("{var}: {e}; write JSON like {{\"nodeSelector\": {{\"pool\": \"loadgen\"}}, \"tolerations\": []}}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lt(spec: &str) -> LoadTestResource {
+        let doc = format!(
+            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns}}\nspec:\n{spec}"
+        );
+        serde_yaml::from_str(&doc).expect("LoadTest")
+    }
+
+    #[test]
+    fn install_defaults_fill_only_what_the_loadtest_left_default() {
+        let d = Defaults {
+            loadgen_image: Some("registry.local/wsload/loadgen:1".into()),
+            server_image: Some("registry.local/wsload/server:1".into()),
+            loadgen_placement: Some(
+                parse_placement("X", r#"{"nodeSelector": {"pool": "epyc"}}"#).expect("json"),
+            ),
+            server_placement: None,
+        };
+        let plain = d.apply(&lt("  target: {server: {}}\n  scenario: throughput\n"));
+        assert_eq!(plain.spec.loadgen.image, "registry.local/wsload/loadgen:1");
+        assert_eq!(
+            plain.spec.target.server.as_ref().map(|s| s.image.as_str()),
+            Some("registry.local/wsload/server:1")
+        );
+        assert_eq!(
+            plain
+                .spec
+                .loadgen
+                .placement
+                .node_selector
+                .get("pool")
+                .map(String::as_str),
+            Some("epyc")
+        );
+        let own = d.apply(&lt(
+            "  target: {server: {image: my/server:2}}\n  scenario: throughput\n  loadgen: {image: my/lg:2, placement: {nodeSelector: {pool: mine}}}\n",
+        ));
+        assert_eq!(own.spec.loadgen.image, "my/lg:2");
+        assert_eq!(
+            own.spec.target.server.as_ref().map(|s| s.image.as_str()),
+            Some("my/server:2")
+        );
+        assert_eq!(
+            own.spec
+                .loadgen
+                .placement
+                .node_selector
+                .get("pool")
+                .map(String::as_str),
+            Some("mine")
+        );
+        assert!(
+            parse_placement("WSLOAD_X", "{nope")
+                .unwrap_err()
+                .starts_with("WSLOAD_X: ")
+        );
+    }
+}
