@@ -18,8 +18,8 @@ pub struct LoadTestStatus {
     /// The `metadata.generation` this status describes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (pods ready), `Started` (load released), `Completed`, `Verdict` (thresholds
-    /// passed); one per type.
+    /// One per type: `ServerReady`, `ShardsReady`, `Released` (the start barrier),
+    /// `ThresholdsPassed`, `Degraded` (a shard left out), `Failed` (a failure was detected).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
