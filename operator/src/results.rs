@@ -189,3 +189,60 @@ fn tier(c: &CellResult) -> TierFigures {
         delivery: f.delivery,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wsload_report::fixtures::shard;
+
+    fn spec(yaml: &str) -> LoadTestSpec {
+        serde_yaml::from_str(yaml).expect("spec")
+    }
+
+    #[test]
+    fn shares_split_the_largest_tier_and_the_rate_and_add_up() {
+        let s = spec(
+            "target: {server: {}}\nscenario: constantRate\nconnections: [10, 1001]\nshards: 4\nrate: {messagesPerSecond: 1000}\n",
+        );
+        let shares = shares("t", &s);
+        let conns: Vec<u32> = shares.iter().map(|s| s.connections).collect();
+        assert_eq!(conns, [251, 250, 250, 250]);
+        assert!(shares.iter().all(|s| s.rate == Some(250.0)));
+        assert_eq!(shares[3].pod, "t-shard-3");
+        assert!(shares.iter().all(|s| s.state == ShardState::Pending));
+    }
+
+    #[test]
+    fn summarize_merges_exactly_and_judges_with_the_spec_thresholds() {
+        // 2000 samples at 1 ms and 1000 at 10 ms: p99 of the union is 10 ms, which fails
+        // "rtt.p99 < 5ms" (the spec's), although shard 0 alone would pass.
+        let a = serde_json::to_string(&shard(0, 2000, 1, 1_000_000)).expect("json");
+        let b = serde_json::to_string(&shard(1, 1000, 10, 1_000_500)).expect("json");
+        let s = spec(
+            "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"rtt.p99 < 5ms\", \"errors < 5%\"]\n",
+        );
+        let sum = summarize(&s, &[(0, &a), (1, &b)]).expect("summary");
+        assert_eq!(sum.verdict, Some(Verdict::Fail));
+        let failed: Vec<_> = sum.thresholds.iter().filter(|t| !t.pass).collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].threshold, "rtt.p99 < 5ms");
+        assert!(sum.verdict_message.contains("rtt.p99 < 5ms"));
+        let t = &sum.tiers[0];
+        let rtt = t.rtt.as_ref().expect("rtt");
+        assert!(
+            (rtt.p50 - 1.0).abs() < 0.01 && (rtt.p99 - 10.0).abs() < 0.1,
+            "{rtt:?}"
+        );
+        assert_eq!(t.errors.get("connect/refused"), Some(&2), "{:?}", t.errors);
+        assert_eq!(
+            sum.p99.as_deref(),
+            Some(wsload_report::ms(rtt.p99 / 1e3).as_str())
+        );
+        let merged: RunResult = serde_json::from_str(&sum.merged_json).expect("merged");
+        assert_eq!(merged.cells[0].measure.counts.sent, 3000);
+        // A broken shard result is named, not skipped.
+        let bad = "{}".to_string();
+        let err = summarize(&s, &[(0, &a), (3, &bad)]).err().expect("error");
+        assert!(err.to_string().starts_with("shard 3"), "{err}");
+    }
+}

@@ -145,7 +145,9 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
     create(
         &e,
         "two",
-        &format!("{TWO_SHARDS}  run: {{cleanup: keep}}\n"),
+        &format!(
+            "{TWO_SHARDS}  run: {{cleanup: keep}}\n  loadgen:\n    sysctls: {{net.ipv4.ip_local_port_range: \"1024 65535\"}}\n    tuning: {{sysctls: {{net.core.somaxconn: \"4096\"}}}}\n"
+        ),
     )
     .await;
     let st = wait_finished(&e, "two").await;
@@ -223,6 +225,30 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
                 .as_ref()
                 .and_then(|s| s.node_name.clone())
                 .expect("scheduled"),
+        );
+    }
+    // Safe sysctls through the pod security context, the others by the opt-in init container.
+    for p in pods.items.iter().filter(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.contains("-shard-"))
+    }) {
+        let spec = p.spec.as_ref().expect("spec");
+        let sysctls = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.sysctls.clone())
+            .unwrap_or_default();
+        assert_eq!(sysctls.len(), 1);
+        assert_eq!(sysctls[0].name, "net.ipv4.ip_local_port_range");
+        let init = spec
+            .init_containers
+            .as_ref()
+            .expect("tuning init container");
+        assert_eq!(
+            init[0].args.as_deref(),
+            Some(&["sysctl".to_string(), "net.core.somaxconn=4096".to_string()][..])
         );
     }
     nodes.sort();

@@ -9,6 +9,8 @@
 //! - [`measure`]: counts and histograms of one cell, and the failure reasons.
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
 
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod hist;
 pub mod measure;
 pub mod report;
