@@ -542,10 +542,8 @@ fn table(r: &RunResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::ConnectError;
-    use std::time::Duration;
-
     use crate::fixtures::shard;
+    use crate::measure::ConnectError;
 
     #[test]
     fn two_shards_merge_to_exact_counts_and_histograms() {
