@@ -382,6 +382,7 @@ async fn a_shard_restarted_after_release_is_detected() {
         "{:?}",
         st.shards[0]
     );
+    assert_eq!(st.shards[0].restarts, 1);
     op.abort();
     e.kubelet.stop().await;
 }

@@ -1,0 +1,208 @@
+//! The reconcile loop: one LoadTest's phase machine (docs/operator.md). Each call observes the
+//! test's children, moves the status forward at most one phase, and says when to look again.
+//! Every decision comes from the status and the children alone, so a restarted operator resumes
+//! a running test where the old one left it.
+
+mod collect;
+mod running;
+mod start;
+mod step;
+
+use crate::builders;
+use crate::metrics::Metrics;
+use crate::names::{self, MANAGER};
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use wsload_spec::LoadTestResource;
+use wsload_spec::status::{LoadTestStatus, Phase};
+
+pub struct Context {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub config: Config,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Limit on one HTTP exchange with a shard.
+    pub http_timeout: Duration,
+    /// How often a running test is looked at even when nothing changes.
+    pub poll: Duration,
+    pub defaults: crate::defaults::Defaults,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            http_timeout: Duration::from_secs(5),
+            poll: Duration::from_secs(2),
+            defaults: crate::defaults::Defaults::default(),
+        }
+    }
+}
+
+/// What the API server holds for one test, read at the start of a reconcile.
+struct World {
+    pub(super) server: Option<Pod>,
+    pub(super) shards: BTreeMap<u32, Pod>,
+    pub(super) results: Option<ConfigMap>,
+}
+
+struct Apis {
+    pub(super) lts: Api<LoadTestResource>,
+    pub(super) pods: Api<Pod>,
+    pub(super) services: Api<Service>,
+    pub(super) config_maps: Api<ConfigMap>,
+}
+
+pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile_started();
+    let ns = lt
+        .namespace()
+        .ok_or_else(|| Error::Invalid("LoadTest has no namespace".into()))?;
+    let uid = lt.uid().unwrap_or_default();
+    if lt.meta().deletion_timestamp.is_some() {
+        ctx.metrics.set_phase(&uid, None);
+        return Ok(Action::await_change());
+    }
+    let apis = Apis {
+        lts: Api::namespaced(ctx.client.clone(), &ns),
+        pods: Api::namespaced(ctx.client.clone(), &ns),
+        services: Api::namespaced(ctx.client.clone(), &ns),
+        config_maps: Api::namespaced(ctx.client.clone(), &ns),
+    };
+    let world = observe(&apis, &lt).await?;
+    // Children are built from the spec with the install's defaults filled in.
+    let effective = ctx.config.defaults.apply(&lt);
+    let old = lt.status.clone().unwrap_or_default();
+    let mut st = old.clone();
+    let mut step = Step {
+        ctx: &ctx,
+        lt: &effective,
+        apis: &apis,
+        world: &world,
+        st: &mut st,
+        now: Timestamp::now(),
+    };
+    let action = step.run().await;
+    // Whatever the step managed before an error is still written: results already collected
+    // and shards already released must not be forgotten.
+    if st != old {
+        write_status(&apis.lts, &lt, &st).await?;
+        if st.phase != old.phase {
+            announce(&ctx, &lt, &st).await;
+        }
+    }
+    ctx.metrics.set_phase(&uid, st.phase.map(|p| p.as_str()));
+    action
+}
+
+pub fn error_policy(lt: Arc<LoadTestResource>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(err.metric_label());
+    tracing::warn!(loadtest = %lt.name_any(), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(3))
+}
+
+async fn observe(apis: &Apis, lt: &LoadTestResource) -> Result<World> {
+    let test = lt.name_any();
+    let selector = format!("{}={test}", names::LABEL_LOADTEST);
+    let pods = apis
+        .pods
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    let mut world = World {
+        server: None,
+        shards: BTreeMap::new(),
+        results: apis.config_maps.get_opt(&names::results(&test)).await?,
+    };
+    for pod in pods {
+        // Only children of this very LoadTest count: a re-created test of the same name must
+        // not adopt its predecessor's pods.
+        if !builders::is_owned_by(&pod.metadata, lt) {
+            continue;
+        }
+        let name = pod.name_any();
+        if name == names::server(&test) {
+            world.server = Some(pod);
+        } else if let Some(i) = names::shard_index(&test, &name) {
+            world.shards.insert(i, pod);
+        }
+    }
+    Ok(world)
+}
+
+async fn write_status(
+    api: &Api<LoadTestResource>,
+    lt: &LoadTestResource,
+    st: &LoadTestStatus,
+) -> Result<()> {
+    let patch = serde_json::json!({
+        "apiVersion": wsload_spec::API_VERSION,
+        "kind": wsload_spec::KIND,
+        "status": st,
+    });
+    api.patch_status(
+        &lt.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
+    let phase = st.phase.map(|p| p.as_str()).unwrap_or("Unknown");
+    let failed = st.phase == Some(Phase::Failed);
+    let note = st
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("phase {phase}"));
+    tracing::info!(loadtest = %lt.name_any(), phase, message = %note, "phase changed");
+    let event = Event {
+        type_: if failed {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: phase.to_string(),
+        note: Some(truncate(&note, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &lt.object_ref(&())).await {
+        tracing::warn!(error = %e, "cannot publish event");
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+use step::Step;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_char_boundary() {
+        assert_eq!(truncate("héllo", 2), "h...");
+        assert_eq!(truncate("ok", 10), "ok");
+    }
+}

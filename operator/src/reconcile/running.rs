@@ -1,0 +1,170 @@
+//! While the load runs: every shard's pod and control state watched, losses handled by the
+//! test's policy, start skew measured, the run deadline kept.
+
+use super::step::{Step, humantime};
+use crate::Result;
+use crate::pods::{self, PodHealth};
+use crate::shard_client::{RunState, ShardClient};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use std::time::Duration;
+use wsload_spec::status::{Phase, ShardState, ShardStatus};
+
+impl Step<'_> {
+    /// A shard that stopped being able to deliver its result, and why.
+    pub(super) fn shard_loss(&self, index: u32) -> Option<(ShardState, String)> {
+        let Some(pod) = self.world.shards.get(&index) else {
+            return Some((ShardState::Lost, "pod deleted".into()));
+        };
+        let restarts = pods::restarts(pod);
+        if restarts > 0 {
+            return Some((
+                ShardState::Lost,
+                format!(
+                    "container restarted ({restarts}x) after release; its measurements are gone"
+                ),
+            ));
+        }
+        match pods::health(pod) {
+            PodHealth::Ended { reason } => Some((ShardState::Failed, reason)),
+            _ => None,
+        }
+    }
+
+    pub(super) async fn running(&mut self) -> Result<Action> {
+        let test = self.test();
+        let (_, run_limit, _) = self.timeouts();
+        if let Some(why) = self.server_lost() {
+            self.mark_failed("ServerLost", format!("{why} during the run"));
+        }
+        let indexes: Vec<u32> = self.st.shards.iter().map(|s| s.index).collect();
+        for i in indexes {
+            let Some(state) = self.shard(i).map(|s| s.state) else {
+                continue;
+            };
+            if !matches!(
+                state,
+                ShardState::Running | ShardState::Ready | ShardState::Pending
+            ) {
+                continue;
+            }
+            let restarts = self.world.shards.get(&i).map_or(0, pods::restarts);
+            if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
+                s.restarts = u32::try_from(restarts).unwrap_or(0);
+            }
+            if let Some((bad, why)) = self.shard_loss(i) {
+                self.shard_failed(i, bad, why);
+                continue;
+            }
+            let Some(ip) = self.world.shards.get(&i).and_then(pods::ip) else {
+                continue;
+            };
+            match ShardClient::new(&ip, self.ctx.config.http_timeout)
+                .state()
+                .await
+            {
+                Ok(cs) => {
+                    if let (Some(us), Some(s)) = (
+                        cs.started_at_micros,
+                        self.st.shards.iter_mut().find(|s| s.index == i),
+                    ) {
+                        s.started_at = micros_time(us);
+                    }
+                    match cs.state {
+                        RunState::Done | RunState::Failed => {
+                            let note = cs.error.map(|e| format!("finished with an error: {e}"));
+                            self.set_shard(i, ShardState::Done, note);
+                        }
+                        RunState::Waiting => self.shard_failed(
+                            i,
+                            ShardState::Lost,
+                            format!(
+                                "shard {i} is waiting for a start again: it restarted after release"
+                            ),
+                        ),
+                        RunState::Armed | RunState::Running => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(loadtest = %test, shard = i, error = %e, "shard state unknown")
+                }
+            }
+        }
+        self.st.start_skew_millis = skew_millis(&self.st.shards);
+        let unfinished: Vec<u32> = self
+            .st
+            .shards
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    ShardState::Running | ShardState::Ready | ShardState::Pending
+                )
+            })
+            .map(|s| s.index)
+            .collect();
+        if unfinished.is_empty() {
+            self.enter(Phase::Collecting, "all shards finished; collecting results");
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        if self.deadline_passed(run_limit) {
+            for i in &unfinished {
+                self.set_shard(*i, ShardState::Lost, Some("run deadline exceeded".into()));
+            }
+            self.mark_failed(
+                "RunDeadlineExceeded",
+                format!(
+                    "shards {unfinished:?} did not finish within {}",
+                    humantime(run_limit)
+                ),
+            );
+            self.enter(
+                Phase::Collecting,
+                "run deadline exceeded; collecting what finished",
+            );
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        let running = self.st.shards.len() - unfinished.len();
+        self.st.message = Some(format!(
+            "{running}/{} shards finished",
+            self.st.shards.len()
+        ));
+        Ok(Action::requeue(self.ctx.config.poll))
+    }
+}
+
+pub(super) fn micros_time(us: u64) -> Option<Time> {
+    Timestamp::from_microsecond(i64::try_from(us).ok()?)
+        .ok()
+        .map(Time)
+}
+
+/// Spread of the shards' actual start instants, once every running shard reported one.
+fn skew_millis(shards: &[ShardStatus]) -> Option<f64> {
+    let starts: Vec<i64> = shards
+        .iter()
+        .filter_map(|s| s.started_at.as_ref().map(|t| t.0.as_microsecond()))
+        .collect();
+    if starts.is_empty() {
+        return None;
+    }
+    let (min, max) = (starts.iter().min()?, starts.iter().max()?);
+    Some((max - min) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skew_is_the_spread_of_reported_starts() {
+        let mk = |us: Option<u64>| ShardStatus {
+            started_at: us.and_then(micros_time),
+            ..Default::default()
+        };
+        assert_eq!(skew_millis(&[mk(None)]), None);
+        let s = skew_millis(&[mk(Some(1_000_000)), mk(Some(1_004_500)), mk(None)]);
+        assert_eq!(s, Some(4.5));
+    }
+}
