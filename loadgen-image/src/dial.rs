@@ -88,21 +88,8 @@ fn resolve_secret(s: &wsload_spec::SecretValue, field: &str) -> Result<String> {
     Err(Error::Spec(format!("{field}: no value")))
 }
 
-/// The environment variable a `secretRef` is delivered in (the operator sets it on shard pods).
-pub fn secret_env_name(name: &str, key: &str) -> String {
-    let clean = |s: &str| {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect::<String>()
-    };
-    format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
-}
+/// Shared with the operator, which names the same variables in the shard pods' env.
+pub use wsload_spec::secret_env_name;
 
 /// Holding connections: the small buffer. Moving data: room for what a window of echoes
 /// brings back, so one read takes a whole burst (measured at 1 KiB, 4 KiB buffers gave ~4

@@ -50,17 +50,7 @@ impl Step<'_> {
                     .result()
                     .await
                 {
-                    Ok(Some(json)) => {
-                        let patch = serde_json::json!({ "data": { key.clone(): json } });
-                        self.apis
-                            .config_maps
-                            .patch(
-                                &names::results(&test),
-                                &PatchParams::default(),
-                                &Patch::Merge(&patch),
-                            )
-                            .await?;
-                    }
+                    Ok(Some(json)) => self.store(&key, json).await?,
                     Ok(None) => continue,
                     Err(e) => {
                         tracing::warn!(loadtest = %test, shard = i, error = %e, "cannot fetch result");
@@ -121,15 +111,7 @@ impl Step<'_> {
         }
         match results::summarize(&self.lt.spec, &shard_results) {
             Ok(summary) => {
-                let patch =
-                    serde_json::json!({ "data": { names::MERGED_KEY: summary.merged_json } });
-                self.apis
-                    .config_maps
-                    .patch(
-                        &names::results(&test),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
+                self.store(names::MERGED_KEY, summary.merged_json.clone())
                     .await?;
                 summary.apply(self.st);
                 let pass = self.st.verdict == Some(wsload_spec::status::Verdict::Pass);
@@ -220,6 +202,20 @@ impl Step<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
+        Ok(())
+    }
+
+    /// Adds one key to the results ConfigMap; a merge patch leaves the other shards' keys alone.
+    async fn store(&self, key: &str, value: String) -> Result<()> {
+        let patch = serde_json::json!({ "data": { key: value } });
+        self.apis
+            .config_maps
+            .patch(
+                &names::results(&self.test()),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
         Ok(())
     }
 }
