@@ -9,6 +9,7 @@ pub mod live;
 pub mod local_server;
 pub mod message;
 pub mod plan;
+pub mod plot;
 pub mod runner;
 pub mod schedule;
 pub mod server_metrics;

@@ -5,10 +5,11 @@
 //! histograms; these exist for dashboards while the test runs.
 
 use crate::measure::{ConnectError, Drop};
+use crate::plot::{BUCKETS, Sample, Timeline, Totals};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wsload_metrics::{AtomicHistogram, header, render_histogram};
 
 const FAIL_REASONS: [ConnectError; 9] = [
@@ -113,6 +114,8 @@ pub struct Live {
     achieved: AtomicU64,
     last_sent: AtomicU64,
     ready: AtomicBool,
+    /// Per-second samples for `--plot`, taken by `tick` (never per message).
+    timeline: Mutex<Timeline>,
 }
 
 impl Live {
@@ -124,6 +127,7 @@ impl Live {
             achieved: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
             ready: AtomicBool::new(true),
+            timeline: Mutex::new(Timeline::default()),
         }
     }
 
@@ -146,6 +150,37 @@ impl Live {
         let before = self.last_sent.swap(sent, Relaxed);
         let rate = (sent.saturating_sub(before)) as f64 / interval.as_secs_f64();
         self.achieved.store(rate.to_bits(), Relaxed);
+        self.sample(sent);
+    }
+
+    /// One point of the run's timeline: the sums the scrape would show, once a second.
+    fn sample(&self, sent: u64) {
+        let mut rtt = [0u64; BUCKETS];
+        for s in self.slots.iter() {
+            s.rtt.add_counts_to(&mut rtt);
+        }
+        let totals = Totals {
+            sent,
+            received: self.sum(|s| s.received.load(Relaxed)),
+            rtt,
+        };
+        let target = self.phase.lock().unwrap_or_else(PoisonError::into_inner).1;
+        let active = self
+            .sum(|s| s.opened.load(Relaxed))
+            .saturating_sub(self.sum(|s| s.closed.load(Relaxed)));
+        self.timeline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(Instant::now(), totals, target, active);
+    }
+
+    /// The run's per-second samples so far.
+    pub fn samples(&self) -> Vec<Sample> {
+        self.timeline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .samples()
+            .to_vec()
     }
 
     /// One line for a terminal: the cell, the rate, the connections.

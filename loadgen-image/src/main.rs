@@ -49,6 +49,10 @@ enum Command {
         /// The wsload-server binary for a managed server (default: beside this binary).
         #[arg(long, env = "WSLOAD_SERVER_BIN")]
         server_bin: Option<PathBuf>,
+        /// Plot RTT percentiles and messages per second over the run, one point a second,
+        /// to this PNG (the LoadTest overview dashboard's two main panels).
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<PathBuf>,
     },
     /// Run one shard's share (what a load-generator pod runs).
     ///
@@ -150,6 +154,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             file,
             common,
             server_bin,
+            plot,
         } => {
             let lt = LoadTest::from_file(&file)?;
             let opts = Options {
@@ -157,6 +162,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                 server_bin,
                 metrics_listen: common.metrics_listen,
                 progress: true,
+                plot,
                 ..Default::default()
             };
             finish(&runner::run(&lt, &opts)?, &common.out)
@@ -193,6 +199,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                 target_url,
                 server_metrics_url,
                 progress: false,
+                plot: None,
             };
             if !await_start {
                 return finish(&runner::run(&lt, &opts)?, &common.out);

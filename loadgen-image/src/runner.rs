@@ -32,6 +32,8 @@ pub struct Options {
     pub target_url: Option<String>,
     pub server_metrics_url: Option<String>,
     pub progress: bool,
+    /// Plot the run's per-second RTT percentiles and msg/s to this PNG (`--plot`).
+    pub plot: Option<PathBuf>,
 }
 
 /// The server's counter has settled when it has not moved for this long...
@@ -143,6 +145,11 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
                 spec,
                 server,
             )?;
+            // Said so that Prometheus (or a person with curl) can watch the server too.
+            eprintln!(
+                "managed wsload-server on {}, metrics on {}",
+                s.ws_url, s.metrics_url
+            );
             let urls = (s.ws_url.clone(), Some(s.metrics_url.clone()));
             local = Some(s);
             urls
@@ -321,7 +328,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
         listener.map(|l| (l, live.clone())),
         opts.progress,
     )?;
-    let prepared = prepare(lt, opts, live)?;
+    let prepared = prepare(lt, opts, live.clone())?;
     if let Some(at) = opts.start_at_unix_ms {
         let now = unix_ms();
         if at > now {
@@ -329,12 +336,36 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
         }
         sleep_until_unix_ms(at);
     }
-    let (result, error) = measure(lt, opts, &prepared);
+    let (mut result, error) = measure(lt, opts, &prepared);
     drop(prepared);
     drop(background);
+    if let Some(path) = &opts.plot {
+        write_plot(lt, &live, path, &mut result);
+    }
     match error {
         None => Ok(result),
         Some(e) => Err(Error::Runtime(format!("the run failed: {e}"))),
+    }
+}
+
+/// `--plot`: the run's timeline as a PNG, named in the report. A plot that cannot be written
+/// is said on stderr and in the notes; it does not change the verdict or the exit code.
+fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut RunResult) {
+    let title = format!("{} ({})", lt.name(), lt.spec.scenario.as_str());
+    let samples = live.samples();
+    match crate::plot::write_png(path, &title, &samples) {
+        Ok(()) => {
+            eprintln!("plot written to {}", path.display());
+            result.notes.push(format!(
+                "plot: {} (RTT p50/p90/p99/p99.9 and msg/s sent, received, target; {} one-second samples)",
+                path.display(),
+                samples.len()
+            ));
+        }
+        Err(e) => {
+            eprintln!("wsload: {e}");
+            result.notes.push(format!("no plot: {e}"));
+        }
     }
 }
 

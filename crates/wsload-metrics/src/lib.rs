@@ -277,6 +277,22 @@ impl AtomicHistogram {
         self.sum_nanos
             .fetch_add(d.as_nanos().min(u128::from(u64::MAX)) as u64, Relaxed);
     }
+
+    /// Adds this histogram's counts into `into`: one entry per bucket of [`LATENCY_BUCKETS`]
+    /// (not cumulative), then one for observations above the last bound. For samplers that
+    /// diff two snapshots (the load generator's per-second run plot), not for the hot path.
+    pub fn add_counts_to(&self, into: &mut [u64; LATENCY_BUCKETS.len() + 1]) {
+        let mut bucketed = 0;
+        for (slot, b) in into.iter_mut().zip(&self.buckets) {
+            let n = b.load(Relaxed);
+            *slot += n;
+            bucketed += n;
+        }
+        // Read after the buckets: an observation racing this read may show in `count` and
+        // not yet in its bucket, which only moves it to the overflow slot for this snapshot.
+        let count = self.count.load(Relaxed);
+        into[LATENCY_BUCKETS.len()] += count.saturating_sub(bucketed);
+    }
 }
 
 /// Writes the `_bucket`, `_sum` and `_count` series of the sum of `hists`, with `labels`
