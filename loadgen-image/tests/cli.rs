@@ -435,3 +435,56 @@ fn a_stalled_load_generator_is_corrected_for() {
     let ratio = c.figures.sent_per_sec / c.target_rate;
     assert!((0.9..=1.1).contains(&ratio), "sent/target {ratio}");
 }
+
+#[test]
+fn run_plot_is_a_png_of_the_run() {
+    // The managed server (so the run also names its metrics address), 3 s of constant rate:
+    // a few one-second samples with RTTs in them.
+    let dir = Scratch::new("plot");
+    let spec = dir.file(
+        "plot.yaml",
+        &loadtest(
+            "plotted",
+            "  target: {server: {profile: echo}}\n  scenario: constantRate\n  connections: [4]\n  duration: 3s\n  rate: {messagesPerSecond: 400}\n",
+        ),
+    );
+    let png = dir.path("run.png");
+    let o = wsload(&[
+        "run",
+        spec.to_str().expect("utf-8 path"),
+        "--plot",
+        png.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("managed wsload-server on ws://127.0.0.1:"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("plot: "), "the report names the plot");
+    let bytes = std::fs::read(&png).expect("the plot was written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!(
+        (be(16), be(20)),
+        (wsload::plot::WIDTH, wsload::plot::HEIGHT),
+        "IHDR width x height"
+    );
+    assert!(
+        bytes.len() > 20_000,
+        "{} bytes: lines and text",
+        bytes.len()
+    );
+
+    // A plot that cannot be written is said, and the run's verdict stands.
+    let o = wsload(&[
+        "run",
+        spec.to_str().expect("utf-8 path"),
+        "--plot",
+        dir.path("no/such/dir/run.png")
+            .to_str()
+            .expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("cannot plot to"), "{}", stderr(&o));
+}
