@@ -305,12 +305,14 @@ fn throughput_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult
         .label_style(("sans-serif", 13))
         .draw()?;
     type Pick = fn(&Sample) -> f64;
-    let lines: [(&str, RGBColor, Pick); 3] = [
-        ("sent", SENT, |s| s.sent_rate),
-        ("received", RECEIVED, |s| s.received_rate),
-        ("target", TARGET, |s| s.target_rate),
+    // Sent wide and received narrow on top: against an echo server they coincide, and both
+    // must stay visible.
+    let lines: [(&str, RGBColor, u32, Pick); 3] = [
+        ("sent", SENT, 4, |s| s.sent_rate),
+        ("received", RECEIVED, 1, |s| s.received_rate),
+        ("target", TARGET, 2, |s| s.target_rate),
     ];
-    for (name, color, pick) in lines {
+    for (name, color, width, pick) in lines {
         if name == "target" && samples.iter().all(|s| s.target_rate <= 0.0) {
             // Closed-loop scenarios have no target: no flat line at zero.
             continue;
@@ -318,7 +320,7 @@ fn throughput_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult
         chart
             .draw_series(LineSeries::new(
                 samples.iter().map(|s| (s.secs, pick(s))),
-                color.stroke_width(2),
+                color.stroke_width(width),
             ))?
             .label(name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
