@@ -51,8 +51,10 @@ SCRAPE_SECONDS = 1
 TEST = "dash-check"
 # Two tiers: the second connects (and the first closes) while Prometheus watches, so the
 # connect and handshake histograms and the close counters move mid-run, not only before the
-# first scrape. Each tier ramps for 3 s, then holds 5 s. No thresholds: a slow machine must
-# not fail a dashboard check on latency.
+# first scrape. Each tier ramps for 3 s, then holds 6 s: the server's address reaches the
+# scrapers through file_sd, which Prometheus passes on at most every 5 s, so the second tier
+# must start well after that. No thresholds: a slow machine must not fail a dashboard check
+# on latency.
 LOADTEST = f"""apiVersion: wsload.dev/v1alpha1
 kind: LoadTest
 metadata:
@@ -65,7 +67,7 @@ spec:
   rate:
     stages:
       - {{duration: 3s, target: 2000}}
-      - {{duration: 5s, target: 2000}}
+      - {{duration: 6s, target: 2000}}
   message: {{size: 128}}
 """
 # Valid for the API server's schema, invalid for the operator (connectionStorm measures no
