@@ -44,6 +44,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+# No __pycache__ left in the work tree by the import below.
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(HERE, "lib"))
 import grafana  # noqa: E402
 
@@ -174,6 +176,9 @@ class Processes:
     def stop_all(self):
         for name, p in reversed(self.procs):
             if p.poll() is None:
+                # A wsload run stopped early (a failed check) cannot stop the server it
+                # started: note its children first, stop them after it.
+                children = child_pids(p.pid)
                 p.send_signal(signal.SIGTERM)
                 try:
                     p.wait(timeout=15)
@@ -181,6 +186,28 @@ class Processes:
                     log(f"{name} (pid {p.pid}) ignored SIGTERM for 15s; killing it")
                     p.kill()
                     p.wait()
+                for pid, cmdline in children:
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            same = f.read() == cmdline
+                        if same:
+                            os.kill(pid, signal.SIGTERM)
+                    except OSError:
+                        pass
+
+
+def child_pids(pid):
+    """(pid, cmdline) of `pid`'s children now; the command line tells a reused pid later."""
+    out = []
+    for children in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(children) as f:
+                for c in f.read().split():
+                    with open(f"/proc/{c}/cmdline", "rb") as cf:
+                        out.append((int(c), cf.read()))
+        except OSError:
+            pass
+    return out
 
 
 def run(argv, what, env=None, timeout=600):

@@ -34,6 +34,8 @@ DEFAULT_PANELS = ["RTT percentiles", "Messages per second: achieved vs target"]
 # Set in the re-executed process: it runs inside the virtualenv already.
 IN_VENV = "WSLOAD_RENDER_VENV"
 
+# No __pycache__ left in the work tree by the import below.
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(HERE, "lib"))
 import grafana  # noqa: E402
 
