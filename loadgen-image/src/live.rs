@@ -396,4 +396,35 @@ mod tests {
             "wsload_achieved_rate{test=\"t\",shard=\"0\",scenario=\"throughput\",cell=\"\"} 15"
         ));
     }
+
+    #[test]
+    fn ticks_keep_a_timeline_of_the_slots() {
+        let live = Live::new(
+            2,
+            Labels {
+                test: "t".into(),
+                shard: 0,
+                scenario: "constantRate",
+            },
+        );
+        live.set_phase("10", 500.0);
+        live.tick(Duration::from_secs(1));
+        assert!(
+            live.samples().is_empty(),
+            "the first tick only takes the sums"
+        );
+        live.slot(0).sent(30, 0);
+        live.slot(1).received(20, 0);
+        // 1.2 ms on both workers' histograms: p50 lies in the (1 ms, 1.5 ms] bucket.
+        live.slot(0).rtt(Duration::from_micros(1200));
+        live.slot(1).rtt(Duration::from_micros(1200));
+        std::thread::sleep(Duration::from_millis(20));
+        live.tick(Duration::from_secs(1));
+        let s = live.samples();
+        assert_eq!(s.len(), 1);
+        assert!(s[0].sent_rate > 0.0 && s[0].received_rate > 0.0);
+        assert_eq!(s[0].target_rate, 500.0);
+        let p50 = s[0].rtt.expect("RTTs in the interval")[0];
+        assert!((0.001..=0.0015).contains(&p50), "{p50}");
+    }
 }
