@@ -6,9 +6,15 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/wsload-generated.XXXXXX")"
-trap 'rm -rf "$TMP" "$TMP.diff"' EXIT
+trap 'rm -rf "$TMP" "$TMP.diff" "$TMP.dirs"' EXIT
 
-"$ROOT/scripts/generate.sh" "$TMP" 2>/dev/null
+# generate.sh names the directories it owns wholly (sync_dir) in this file.
+: >"$TMP.dirs"
+if ! WSLOAD_GENERATED_DIRS="$TMP.dirs" "$ROOT/scripts/generate.sh" "$TMP" 2>"$TMP.diff"; then
+	cat "$TMP.diff" >&2
+	printf 'check-generated: scripts/generate.sh failed (above)\n' >&2
+	exit 1
+fi
 
 stale=0
 while IFS= read -r -d '' file; do
@@ -22,6 +28,19 @@ while IFS= read -r -d '' file; do
 		stale=1
 	fi
 done < <(find "$TMP" -type f -print0)
+
+# In a wholly generated directory every committed file must still be made by generate.sh
+# (a dashboard deleted from dashboards/ must leave the chart too).
+while IFS= read -r dir; do
+	[[ -d "$ROOT/$dir" ]] || continue
+	while IFS= read -r -d '' file; do
+		rel="${file#"$ROOT"/}"
+		if [[ ! -e "$TMP/$rel" ]]; then
+			printf 'check-generated: %s is no longer generated (its source is gone); run scripts/generate.sh, which removes it, and commit\n' "$rel" >&2
+			stale=1
+		fi
+	done < <(find "$ROOT/$dir" -type f -print0)
+done <"$TMP.dirs"
 
 if ((stale)); then
 	exit 1
