@@ -22,6 +22,9 @@
 #                                ("IP:10.244.0.1,DNS:node"); read when pki/ is made
 #   WSLOAD_K8S_ADVERTISE_ADDRESS the API server's --advertise-address (default:
 #                                its own choice, the host's main address)
+#   WSLOAD_K8S_BIND_ADDRESS      the API server's --bind-address (default 127.0.0.1;
+#                                cluster.sh sets 0.0.0.0 so pods reach it through
+#                                the `kubernetes` Service); clients still use 127.0.0.1
 set -euo pipefail
 
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -291,11 +294,12 @@ start_apiserver() {
 		port=$PORT
 		APISERVER_URL="https://127.0.0.1:$port"
 		write_kubeconfig
-		# Secure port only, loopback only. --cert-dir is never written to
+		# Secure port only, loopback only unless WSLOAD_K8S_BIND_ADDRESS says
+		# otherwise. --cert-dir is never written to
 		# (the certificates are given), but it defaults to a shared
 		# relative path, so keep it in DIR.
 		spawn kube-apiserver "$APISERVER_BIN" \
-			--bind-address 127.0.0.1 --secure-port "$port" "${advertise[@]}" \
+			--bind-address "${WSLOAD_K8S_BIND_ADDRESS:-127.0.0.1}" --secure-port "$port" "${advertise[@]}" \
 			--cert-dir "$pki" \
 			--tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
 			--client-ca-file "$pki/ca.crt" \
@@ -408,4 +412,8 @@ main() {
 	"cmd_$cmd"
 }
 
-main "$@"
+# cluster.sh sources this file for its process helpers (spawn, stop,
+# running_pid, wait_until, log_tail) without running a command.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	main "$@"
+fi

@@ -5,10 +5,29 @@
 #   openssl      the cluster PKI (control-plane.sh)
 #   curl         readiness probes against etcd and the API server, before any
 #                kubeconfig client is known to work
+# and, with --node, what cluster.sh needs to run pods on this machine:
+#   containerd   the container runtime the kubelet talks to (CRI), plus `ctr`
+#                to import image tarballs (no registry can be reached here)
+#   runc         the OCI runtime containerd starts, behind cluster.sh's runc-wrap
+#   containernetworking-plugins  bridge, host-local, portmap, loopback CNI plugins
+#   jq           runc-wrap edits OCI specs with it
+#   iptables     the bridge plugin and the kubelet program it
+#   musl-tools   musl-gcc: the pause image's static binary
 # Kubernetes itself comes from build.sh (Go module proxy), not from apt.
+#
+# usage: install-deps.sh [--node]
 set -euo pipefail
 
 PACKAGES=(etcd-server openssl curl)
+NODE_PACKAGES=(containerd runc containernetworking-plugins jq iptables musl-tools)
+case "${1:-}" in
+"") ;;
+--node) PACKAGES+=("${NODE_PACKAGES[@]}") ;;
+*)
+	printf 'usage: %s [--node]\n' "$0" >&2
+	exit 2
+	;;
+esac
 
 log() { printf 'k8s/install-deps: %s\n' "$*" >&2; }
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Build the pod sandbox image registry.k8s.io/pause:3.10 from pause/pause.c
+# (static, musl-gcc) into the cache and print the tarball's path. Nothing can
+# be pulled here, and containerd needs this image before any pod starts.
+#
+# The tarball is keyed by a hash of everything that makes it (the C source,
+# this script, the compiler's and crane's versions), so a rerun costs a hash.
+#
+# usage: scripts/k8s/pause.sh        prints the tarball path on stdout
+set -euo pipefail
+
+K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/k8s/versions.sh
+source "$K8S_DIR/versions.sh"
+# crane, pinned and cached as scripts/build-image.sh keeps it.
+# shellcheck source=scripts/lib/images.sh
+source "$K8S_DIR/../lib/images.sh"
+
+PAUSE_TAG=registry.k8s.io/pause:3.10
+SRC="$K8S_DIR/pause/pause.c"
+
+plog() { printf 'k8s/pause: %s\n' "$*" >&2; }
+pdie() {
+	plog "error: $*"
+	exit 1
+}
+
+ensure_crane() {
+	CRANE="$WSLOAD_CACHE/bin/crane"
+	if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
+		return
+	fi
+	command -v go >/dev/null || pdie "go is needed to install crane $CRANE_VERSION"
+	plog "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
+	mkdir -p "$WSLOAD_CACHE/bin"
+	GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 nice -n 19 go install "$CRANE_MODULE@$CRANE_VERSION"
+}
+
+command -v musl-gcc >/dev/null || "$K8S_DIR/install-deps.sh" --node
+ensure_crane
+key="$({
+	cat "$SRC" "${BASH_SOURCE[0]}"
+	musl-gcc --version 2>&1 | head -n1
+	printf '%s %s\n' "$CRANE_VERSION" "$PAUSE_TAG"
+} | sha256sum | cut -c1-16)"
+OUT_DIR="$WSLOAD_CACHE/k8s/pause-3.10/$key"
+OUT="$OUT_DIR/pause.tar"
+if [[ -f "$OUT" ]]; then
+	printf '%s\n' "$OUT"
+	exit 0
+fi
+
+started=$SECONDS
+mkdir -p "$OUT_DIR"
+TMP="$(mktemp -d "$OUT_DIR/.build.XXXXXX")"
+REGISTRY_PID=""
+cleanup() {
+	if [[ -n "$REGISTRY_PID" ]]; then
+		kill "$REGISTRY_PID" 2>/dev/null || true
+		wait "$REGISTRY_PID" 2>/dev/null || true
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+mkdir -p "$TMP/rootfs"
+musl-gcc -static -Os -s -o "$TMP/rootfs/pause" "$SRC" >"$TMP/cc.log" 2>&1 ||
+	pdie "musl-gcc failed on $SRC: $(cat "$TMP/cc.log")"
+chmod 0755 "$TMP/rootfs/pause"
+tar --create --file "$TMP/layer.tar" --directory "$TMP/rootfs" --format=gnu --sort=name \
+	--owner=0 --group=0 --numeric-owner --mtime=@0 pause
+
+# crane mutate (the entrypoint) works on registry images only: a throwaway
+# in-memory registry on loopback holds it between the steps, as in build-image.sh.
+"$CRANE" registry serve --address 127.0.0.1:0 2>"$TMP/registry.log" &
+REGISTRY_PID=$!
+port=""
+for _ in $(seq 100); do
+	port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$TMP/registry.log")"
+	[[ -z "$port" ]] || break
+	kill -0 "$REGISTRY_PID" 2>/dev/null || pdie "crane registry exited: $(cat "$TMP/registry.log")"
+	sleep 0.1
+done
+[[ -n "$port" ]] || pdie "crane registry did not start: $(cat "$TMP/registry.log")"
+staging="127.0.0.1:$port/pause:3.10"
+"$CRANE" append --insecure --oci-empty-base --new_layer "$TMP/layer.tar" --new_tag "$staging" \
+	>"$TMP/crane.log" 2>&1 || pdie "crane append failed: $(cat "$TMP/crane.log")"
+"$CRANE" mutate --insecure "$staging" --entrypoint /pause --user 65535:65535 \
+	--set-platform "$IMAGE_PLATFORM" --tag "$PAUSE_TAG" --output "$TMP/pause.tar" \
+	>>"$TMP/crane.log" 2>&1 || pdie "crane mutate failed: $(cat "$TMP/crane.log")"
+mv -f "$TMP/pause.tar" "$OUT"
+plog "built $PAUSE_TAG in $((SECONDS - started))s: $OUT"
+printf '%s\n' "$OUT"
