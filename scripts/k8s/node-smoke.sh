@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# End-to-end check of the single-node cluster (cluster.sh) with our own images:
+#   1. the server, load-generator and operator images (scripts/build-image.sh, cached)
+#   2. `cluster.sh up`, the images imported into the node's containerd
+#   3. a plain pod from the server image (imagePullPolicy Never) gets Ready;
+#      the host reaches its /healthz on the pod IP; `kubectl logs` works
+#      (API server -> kubelet)
+#   4. pod to pod and pod to ClusterIP (kube-proxy): a load-generator pod runs
+#      `wsload run` against the server pod's IP and its Service, both PASS
+#   5. the operator in a pod reaches the API through the `kubernetes` Service
+#      and gets Ready (it holds its leader Lease); a LoadTest with a managed
+#      server and 2 shards (one node: spread none, separateFromServer false)
+#      reaches Succeeded with verdict Pass
+#   6. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
+#
+# The operator runs here from a bare Pod with cluster-admin; installing it
+# from charts/wsload is the next step of issue 6.
+#
+# Environment:
+#   WSLOAD_K8S_KEEP=1  keep the temporary directory (logs) afterwards; it is
+#                      always kept when a check fails
+set -euo pipefail
+
+K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$K8S_DIR/../.." && pwd)"
+# shellcheck source=scripts/k8s/versions.sh
+source "$K8S_DIR/versions.sh"
+
+step() { printf '\n==> %s\n' "$*"; }
+fail() {
+	printf 'node-smoke: FAILED: %s\n' "$*" >&2
+	exit 1
+}
+TIMES=()
+timed() { # label: records the seconds since the last mark
+	TIMES+=("$1 $((SECONDS - MARK))s")
+	MARK=$SECONDS
+}
+
+[[ $EUID -eq 0 ]] || fail "needs root (containerd, kubelet, network namespaces)"
+started=$SECONDS
+MARK=$SECONDS
+
+step "images (scripts/build-image.sh, cached)"
+declare -A TAR
+for image in server loadgen operator; do
+	nice -n 19 "$ROOT/scripts/build-image.sh" "$image" 2>&1 | tail -n 1
+done
+TARGET_DIR="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)"
+TAR[server]="$TARGET_DIR/images/wsload-server.tar"
+TAR[loadgen]="$TARGET_DIR/images/wsload.tar"
+TAR[operator]="$TARGET_DIR/images/wsload-operator.tar"
+declare -A TAG
+for image in server loadgen operator; do
+	TAG[$image]="$(tar -xOf "${TAR[$image]}" manifest.json | jq -r '.[0].RepoTags[0]')"
+done
+timed images
+
+# Short: containerd's socket path lives under it.
+WORK="$(mktemp -d /tmp/wsload-node.XXXXXX)"
+CLUSTER="$WORK/c"
+OK=0
+cleanup() {
+	step "teardown"
+	"$K8S_DIR/cluster.sh" down "$CLUSTER" || true
+	if ((OK)) && [[ "${WSLOAD_K8S_KEEP:-0}" != 1 ]]; then
+		rm -rf "$WORK"
+	else
+		printf 'kept %s (logs: %s/*.log, pod logs gone with the node)\n' "$WORK" "$CLUSTER" >&2
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+export KUBECACHEDIR="$WORK/kube-cache"
+kubectl() { "$K8S_BIN_DIR/kubectl" "$@"; }
+
+# wait_phase KIND/NAME SECONDS [NAMESPACE]: until .status.phase is Succeeded (0)
+# or Failed (fail).
+wait_phase() {
+	local obj="$1" deadline=$((SECONDS + $2)) ns="${3:-default}" phase=""
+	while ((SECONDS < deadline)); do
+		phase="$(kubectl -n "$ns" get "$obj" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+		case "$phase" in
+		Succeeded) return 0 ;;
+		Failed) return 1 ;;
+		esac
+		sleep 1
+	done
+	printf 'node-smoke: %s still %s after %ss\n' "$obj" "${phase:-without a phase}" "$2" >&2
+	return 1
+}
+
+step "cluster up"
+eval "$("$K8S_DIR/cluster.sh" up "$CLUSTER")"
+timed "cluster up"
+"$K8S_DIR/cluster.sh" load "$CLUSTER" "${TAR[server]}" "${TAR[loadgen]}" "${TAR[operator]}"
+timed "image import"
+kubectl get nodes -o wide
+
+step "a server pod from ${TAG[server]}, host -> pod IP"
+kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: server, labels: {app: server}}
+spec:
+  containers:
+  - name: server
+    image: ${TAG[server]}
+    imagePullPolicy: Never
+    args: [--listen, "0.0.0.0:8080", --metrics-listen, "0.0.0.0:9090", --profile, echo]
+    readinessProbe: {httpGet: {path: /readyz, port: 9090}, periodSeconds: 1}
+EOF
+kubectl wait --for=condition=Ready pod/server --timeout=120s ||
+	fail "pod server not Ready (kubectl describe above; $CLUSTER/kubelet.log, $CLUSTER/containerd.log)"
+ip="$(kubectl get pod server -o jsonpath='{.status.podIP}')"
+[[ "$(curl -fsS --max-time 5 "http://$ip:9090/healthz")" == ok ]] || fail "no /healthz from the server pod at $ip:9090"
+echo "host -> pod $ip:9090/healthz: ok"
+kubectl logs server | grep -q 'listening on' || fail "kubectl logs server shows no 'listening on' ($CLUSTER/kubelet.log)"
+echo "kubectl logs server: ok"
+timed "server pod"
+
+step "pod -> pod IP and pod -> ClusterIP: wsload run from ${TAG[loadgen]}"
+kubectl expose pod server --name server --port 8080
+cip="$(kubectl get service server -o jsonpath='{.spec.clusterIP}')"
+lt() { # name url
+	printf '    apiVersion: wsload.dev/v1alpha1\n    kind: LoadTest\n    metadata: {name: %s}\n' "$1"
+	printf '    spec:\n      target: {url: "%s"}\n      scenario: throughput\n      connections: [10]\n' "$2"
+	printf '      duration: 3s\n      warmup: 1s\n      thresholds: ["errors < 1%%", "throughput > 1K msg/s"]\n'
+}
+kubectl apply -f - <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: loadtests}
+data:
+  pod.yaml: |
+$(lt pod-to-pod "ws://$ip:8080/")
+  service.yaml: |
+$(lt pod-to-service "ws://$cip:8080/")
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: loadgen}
+spec:
+  restartPolicy: Never
+  volumes: [{name: lt, configMap: {name: loadtests}}]
+  containers:
+  - {name: pod, image: "${TAG[loadgen]}", imagePullPolicy: Never, args: [run, /lt/pod.yaml], volumeMounts: [{name: lt, mountPath: /lt}]}
+  - {name: service, image: "${TAG[loadgen]}", imagePullPolicy: Never, args: [run, /lt/service.yaml], volumeMounts: [{name: lt, mountPath: /lt}]}
+EOF
+ok=0
+wait_phase pod/loadgen 120 && ok=1
+for c in pod service; do kubectl logs loadgen -c "$c" | grep -E 'Verdict|^\| 10 ' || true; done
+((ok)) || fail "pod loadgen did not succeed (kubectl logs loadgen -c pod|service)"
+timed "pod traffic"
+
+step "operator in a pod (${TAG[operator]}) -> API via the kubernetes Service; a LoadTest, managed server, 2 shards"
+kubectl apply -f "$ROOT/crds/loadtest.yaml"
+# Not `kubectl wait`: right after the create, the CRD has no conditions yet
+# and wait errors out instead of waiting.
+for ((i = 0; ; i++)); do
+	[[ "$(kubectl get crd loadtests.wsload.dev -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
+	((i < 60)) || fail "CRD loadtests.wsload.dev not Established after 30s ($CLUSTER/kube-apiserver.log)"
+	sleep 0.5
+done
+kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: wsload-system}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: wsload-operator, namespace: wsload-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: wsload-operator-node-smoke}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: wsload-operator, namespace: wsload-system}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: operator, namespace: wsload-system}
+spec:
+  serviceAccountName: wsload-operator
+  containers:
+  - name: operator
+    image: ${TAG[operator]}
+    imagePullPolicy: Never
+    env:
+    - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: WSLOAD_OPERATOR_SERVER_IMAGE, value: "${TAG[server]}"}
+    - {name: WSLOAD_OPERATOR_LOADGEN_IMAGE, value: "${TAG[loadgen]}"}
+    readinessProbe: {httpGet: {path: /readyz, port: 8080}, periodSeconds: 1}
+EOF
+if ! kubectl -n wsload-system wait --for=condition=Ready pod/operator --timeout=120s; then
+	kubectl -n wsload-system logs operator | tail -n 20 || true
+	fail "operator pod not Ready: not leader, or no API access from the pod (log above)"
+fi
+timed "operator ready"
+kubectl apply -f - <<'EOF'
+apiVersion: wsload.dev/v1alpha1
+kind: LoadTest
+metadata: {name: node-smoke, namespace: default}
+spec:
+  target: {server: {profile: echo}}
+  scenario: throughput
+  connections: [10, 40]
+  duration: 3s
+  warmup: 1s
+  shards: 2
+  # One node: both shards and the server share it.
+  loadgen: {spread: none, separateFromServer: false}
+  thresholds: ["errors < 1%", "delivery > 99%", "throughput > 1K msg/s"]
+EOF
+ok=0
+wait_phase loadtest/node-smoke 180 && ok=1
+kubectl get loadtest node-smoke
+verdict="$(kubectl get loadtest node-smoke -o jsonpath='{.status.verdict}')"
+if ((!ok)) || [[ "$verdict" != Pass ]]; then
+	kubectl describe loadtest node-smoke | tail -n 30 || true
+	kubectl -n wsload-system logs operator | tail -n 30 || true
+	fail "LoadTest node-smoke: not Succeeded with verdict Pass (verdict '$verdict'; above)"
+fi
+timed "loadtest"
+
+step "teardown leaves nothing behind"
+trap - EXIT
+"$K8S_DIR/cluster.sh" down "$CLUSTER"
+timed "cluster down"
+leftover=()
+ip link show cni0 >/dev/null 2>&1 && leftover+=("bridge cni0")
+grep -qF " $WORK/" /proc/self/mountinfo && leftover+=("mounts under $WORK")
+find /sys/fs/cgroup -maxdepth 2 -path '*kubepods*' | grep -q . && leftover+=("kubepods cgroups")
+iptables-save 2>/dev/null | grep -q KUBE- && leftover+=("KUBE-* iptables chains")
+for p in kubelet containerd kube-apiserver etcd; do
+	[[ -f "$CLUSTER/$p.pid" ]] && leftover+=("$p.pid")
+done
+((${#leftover[@]} == 0)) || {
+	printf 'kept %s\n' "$WORK" >&2
+	fail "left behind after down: ${leftover[*]}"
+}
+OK=1
+if [[ "${WSLOAD_K8S_KEEP:-0}" == 1 ]]; then
+	printf 'kept %s\n' "$WORK"
+else
+	rm -rf "$WORK"
+fi
+
+printf '\nnode-smoke: PASS in %ss (%s)\n' "$((SECONDS - started))" "$(
+	IFS=,
+	echo "${TIMES[*]}"
+)"
