@@ -289,6 +289,26 @@ smoke_loadgen() {
 	fi
 }
 
+# The operator needs a cluster to run; in the image it must at least print the
+# CRD it reconciles, the same as crds/loadtest.yaml (what the chart installs).
+# scripts/k8s/node-smoke.sh runs it in a pod against a real API server.
+smoke_operator() {
+	local out
+	image_cmd crd
+	if out="$(timeout 20 "${CMD[@]}" 2>&1)" && grep -q '^kind: CustomResourceDefinition$' <<<"$out" &&
+		grep -q 'name: loadtests.wsload.dev' <<<"$out"; then
+		pass "wsload-operator crd prints the LoadTest CRD $WHERE"
+	else
+		fail "wsload-operator crd $WHERE: $(head -c 600 <<<"$out")"
+		return
+	fi
+	if cmp -s <(printf '%s\n' "$out") "$WSLOAD_ROOT/crds/loadtest.yaml"; then
+		pass "the image's CRD is crds/loadtest.yaml"
+	else
+		fail "the image's CRD differs from crds/loadtest.yaml (stale image? rebuild it)"
+	fi
+}
+
 if ! declare -F "smoke_$IMAGE_NAME" >/dev/null; then
 	: # no run-time smoke test for this image yet
 elif ((HELP_OK)); then
