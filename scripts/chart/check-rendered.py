@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Asserts what the chart renders, on the objects as the API server would store them.
+
+usage: check-rendered.py CASE APPLIED.json DASHBOARDS_DIR APP_VERSION
+
+APPLIED.json is `kubectl apply --dry-run=server -o json -f <rendered chart>` (a List), so the
+checks see the server's view (defaults filled, YAML quirks resolved), with the standard
+library alone. CASE names the values: `default` (values.yaml), `namespaced` and `full`
+(charts/wsload/ci/<case>-values.yaml; the expectations below follow those files).
+Every failure is listed, then the exit status is 1.
+"""
+
+import json
+import os
+import sys
+
+RELEASE, NAMESPACE, WATCH = "wsload", "wsload-system", "wsload-tests"
+FULL = f"{RELEASE}"  # the release name contains "wsload": objects are named after it alone
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    case, applied, dash_dir, app_version = sys.argv[1:]
+    with open(applied) as f:
+        doc = json.load(f)
+    objs = doc["items"] if doc.get("kind") == "List" else [doc]
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+
+    def one(kind, name=None):
+        found = [o for o in by_kind.get(kind, []) if name is None or o["metadata"]["name"] == name]
+        check(len(found) == 1, f"{case}: expected one {kind} {name or ''}, got {len(found)}")
+        return found[0] if found else {}
+
+    # --- the operator Deployment ---------------------------------------------------------
+    dep = one("Deployment", FULL)
+    pod = dep.get("spec", {}).get("template", {}).get("spec", {})
+    containers = pod.get("containers", [])
+    check(len(containers) == 1, f"{case}: operator pod has {len(containers)} containers")
+    c = containers[0] if containers else {}
+    env = {e["name"]: e for e in c.get("env", [])}
+    val = lambda n: env.get(n, {}).get("value")  # noqa: E731
+    check(c.get("image") == f"wsload/operator:{app_version}",
+          f"{case}: operator image is {c.get('image')}, expected wsload/operator:{app_version}")
+    check(c.get("args") == ["run"], f"{case}: operator args {c.get('args')}")
+    for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        got = env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        check(got == path, f"{case}: {name} comes from {got}, expected the downward API {path}")
+    check(val("WSLOAD_OPERATOR_METRICS_LISTEN") == "0.0.0.0:8080", f"{case}: metrics listen {val('WSLOAD_OPERATOR_METRICS_LISTEN')}")
+    check(val("WSLOAD_OPERATOR_LEADER_ELECT") == "true", f"{case}: leader election {val('WSLOAD_OPERATOR_LEADER_ELECT')}")
+    sc, psc = c.get("securityContext", {}), pod.get("securityContext", {})
+    for key, want in (("runAsNonRoot", True), ("runAsUser", 65532), ("readOnlyRootFilesystem", True),
+                      ("allowPrivilegeEscalation", False)):
+        check(sc.get(key) == want, f"{case}: container securityContext.{key} is {sc.get(key)}, expected {want}")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{case}: capabilities not dropped: {sc.get('capabilities')}")
+    check(sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{case}: container seccompProfile {sc.get('seccompProfile')}")
+    check(psc.get("runAsNonRoot") is True and psc.get("runAsUser") == 65532, f"{case}: pod securityContext {psc}")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = c.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == path and get.get("port") == "metrics", f"{case}: {probe} is {get}, expected {path} on port metrics")
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    check(ports == {"metrics": 8080}, f"{case}: container ports {ports}")
+    ann = dep.get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "8080"
+          and ann.get("prometheus.io/path") == "/metrics", f"{case}: prometheus.io annotations {ann}")
+    check(pod.get("serviceAccountName") == FULL, f"{case}: serviceAccountName {pod.get('serviceAccountName')}")
+
+    svc = one("Service", f"{FULL}-metrics")
+    check(svc.get("spec", {}).get("publishNotReadyAddresses") is True, f"{case}: metrics Service does not publish standbys")
+    sel = svc.get("spec", {}).get("selector", {})
+    tmpl_labels = dep.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {})
+    check(sel and all(tmpl_labels.get(k) == v for k, v in sel.items()), f"{case}: metrics Service selector {sel} misses the pod")
+    one("ServiceAccount", FULL)
+
+    # --- RBAC: never Secrets, the leader Lease only in the release namespace ---------------
+    roles = by_kind.get("ClusterRole", []) + by_kind.get("Role", [])
+    for r in roles:
+        for rule in r.get("rules", []):
+            res = rule.get("resources", [])
+            check("secrets" not in res and "*" not in res and "*" not in rule.get("verbs", []),
+                  f"{case}: {r['kind']} {r['metadata']['name']} grants {rule}")
+    lease = one("Role", f"{FULL}-leader-election")
+    check(lease.get("metadata", {}).get("namespace") == NAMESPACE, f"{case}: leader-election Role in {lease.get('metadata', {}).get('namespace')}")
+    lease_rules = {(tuple(r.get("resourceNames", [])), tuple(r["verbs"])) for r in lease.get("rules", [])}
+    check(lease_rules == {((), ("create",)), (("wsload-operator",), ("get", "update"))},
+          f"{case}: leader-election rules {lease_rules}")
+
+    if case == "namespaced":
+        check("ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind, f"{case}: renders cluster-wide RBAC")
+        role = one("Role", FULL)
+        check(role.get("metadata", {}).get("namespace") == WATCH, f"{case}: operator Role in {role.get('metadata', {}).get('namespace')}, expected {WATCH}")
+        rb = one("RoleBinding", FULL)
+        check(rb.get("metadata", {}).get("namespace") == WATCH and rb.get("subjects", [{}])[0].get("namespace") == NAMESPACE,
+              f"{case}: RoleBinding {rb.get('metadata')} subjects {rb.get('subjects')}")
+        check(val("WSLOAD_OPERATOR_WATCH_NAMESPACE") == WATCH, f"{case}: WATCH_NAMESPACE {val('WSLOAD_OPERATOR_WATCH_NAMESPACE')}")
+        rules = role.get("rules", [])
+    else:
+        check("WSLOAD_OPERATOR_WATCH_NAMESPACE" not in env, f"{case}: cluster-wide install sets WATCH_NAMESPACE")
+        rules = one("ClusterRole", FULL).get("rules", [])
+        crb = one("ClusterRoleBinding", FULL)
+        check(crb.get("subjects") == [{"kind": "ServiceAccount", "name": FULL, "namespace": NAMESPACE}],
+              f"{case}: ClusterRoleBinding subjects {crb.get('subjects')}")
+    got = {(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    want = set()
+    for group, resource, verbs in (
+        ("wsload.dev", "loadtests", "get list watch delete"),
+        ("wsload.dev", "loadtests/status", "get patch update"),
+        ("", "pods", "get list watch create patch delete"),
+        ("", "services", "get create patch delete"),
+        ("", "configmaps", "get create patch"),
+        ("", "events", "create patch"),
+        ("events.k8s.io", "events", "create patch"),
+    ):
+        want |= {(group, resource, v) for v in verbs.split()}
+    check(got == want, f"{case}: operator rules differ from the least-privilege set: extra {sorted(got - want)}, missing {sorted(want - got)}")
+
+    # --- install-wide defaults --------------------------------------------------------------
+    if case == "full":
+        images = (f"registry.test:5000/wsload/loadgen:0.1.0-check", f"registry.test:5000/wsload/server:{app_version}")
+        lg = json.loads(val("WSLOAD_OPERATOR_LOADGEN_PLACEMENT") or "null")
+        sv = json.loads(val("WSLOAD_OPERATOR_SERVER_PLACEMENT") or "null")
+        check(lg == {"nodeSelector": {"pool": "loadgen"}, "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "loadgen", "effect": "NoSchedule"}]},
+            f"{case}: loadgen placement JSON {lg}")
+        check(sv is not None and set(sv) == {"nodeSelector", "affinity"} and sv["nodeSelector"] == {"pool": "servers"},
+              f"{case}: server placement JSON {sv} (an empty part must be left out)")
+        check(dep.get("spec", {}).get("replicas") == 2, f"{case}: replicas {dep.get('spec', {}).get('replicas')}")
+        check(val("WSLOAD_OPERATOR_POLL") == "500ms" and val("WSLOAD_OPERATOR_LOG_FORMAT") == "json"
+              and val("RUST_LOG") == "debug,kube=info" and val("WSLOAD_CHART_CHECK") == "1", f"{case}: operator settings {env}")
+        check(pod.get("imagePullSecrets") == [{"name": "regcred"}], f"{case}: imagePullSecrets {pod.get('imagePullSecrets')}")
+    else:
+        images = (f"wsload/loadgen:{app_version}", f"wsload/server:{app_version}")
+        check("WSLOAD_OPERATOR_LOADGEN_PLACEMENT" not in env and "WSLOAD_OPERATOR_SERVER_PLACEMENT" not in env,
+              f"{case}: empty placements must not be passed")
+        check(val("WSLOAD_OPERATOR_POLL") == "2s" and val("WSLOAD_OPERATOR_LOG_FORMAT") == "text", f"{case}: operator settings {env}")
+    check((val("WSLOAD_OPERATOR_LOADGEN_IMAGE"), val("WSLOAD_OPERATOR_SERVER_IMAGE")) == images,
+          f"{case}: default images {(val('WSLOAD_OPERATOR_LOADGEN_IMAGE'), val('WSLOAD_OPERATOR_SERVER_IMAGE'))}, expected {images}")
+
+    # --- monitors ---------------------------------------------------------------------------
+    monitors = by_kind.get("ServiceMonitor", []) + by_kind.get("PodMonitor", [])
+    if case == "default":
+        check(not monitors, f"{case}: monitors rendered although off by default")
+    else:
+        op = one("ServiceMonitor", f"{FULL}-operator")
+        servers = one("ServiceMonitor", f"{FULL}-servers")
+        shards = one("PodMonitor", f"{FULL}-shards")
+        for m in (op, servers, shards):
+            check(m.get("metadata", {}).get("labels", {}).get("release") == "kube-prometheus-stack",
+                  f"{case}: {m.get('metadata', {}).get('name')} lacks the release label")
+        check(op.get("spec", {}).get("selector", {}).get("matchLabels") == sel, f"{case}: operator ServiceMonitor selects {op.get('spec', {}).get('selector')}")
+        check(servers.get("spec", {}).get("selector", {}).get("matchLabels") == {"wsload.dev/role": "server"}, f"{case}: servers selector")
+        check(shards.get("spec", {}).get("selector", {}).get("matchLabels") == {"wsload.dev/role": "shard"}, f"{case}: shards selector")
+        check(servers.get("spec", {}).get("endpoints", [{}])[0].get("port") == "metrics", f"{case}: servers port")
+        check(shards.get("spec", {}).get("podMetricsEndpoints", [{}])[0].get("port") == "metrics", f"{case}: shards port")
+        want_ns = {"matchNames": [WATCH]} if case == "namespaced" else {"any": True}
+        for m in (servers, shards):
+            check(m.get("spec", {}).get("namespaceSelector") == want_ns,
+                  f"{case}: {m['metadata']['name']} namespaceSelector {m.get('spec', {}).get('namespaceSelector')}, expected {want_ns}")
+        if case == "full":
+            ep = servers["spec"]["endpoints"][0]
+            check(ep.get("interval") == "5s" and ep.get("scrapeTimeout") == "4s" and len(ep.get("relabelings", [])) == 1
+                  and len(ep.get("metricRelabelings", [])) == 1, f"{case}: servers endpoint {ep}")
+
+    # --- dashboards: the ConfigMaps carry the dashboards/ files unchanged -------------------
+    sources = sorted(f for f in os.listdir(dash_dir) if f.endswith(".json"))
+    check(sources, f"no dashboards in {dash_dir}")
+    cms = {}
+    for cm in by_kind.get("ConfigMap", []):
+        if cm["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "dashboards":
+            for key, text in cm.get("data", {}).items():
+                cms[key] = (cm, text)
+    check(sorted(cms) == sources, f"{case}: dashboard ConfigMaps hold {sorted(cms)}, dashboards/ has {sources}")
+    want_ns = "monitoring" if case == "full" else NAMESPACE
+    folder = "Load testing" if case == "full" else "wsload"
+    for key, (cm, text) in cms.items():
+        with open(os.path.join(dash_dir, key)) as f:
+            source = json.load(f)
+        try:
+            same = json.loads(text) == source
+        except ValueError as e:
+            same = False
+            failures.append(f"{case}: {cm['metadata']['name']} {key} is not JSON: {e}")
+        check(same, f"{case}: {cm['metadata']['name']} {key} differs from dashboards/{key}")
+        md = cm["metadata"]
+        check(md.get("labels", {}).get("grafana_dashboard") == "1", f"{case}: {md['name']} lacks grafana_dashboard=1")
+        check(md.get("annotations", {}).get("grafana_folder") == folder, f"{case}: {md['name']} folder {md.get('annotations')}")
+        check(md.get("namespace") == want_ns, f"{case}: {md['name']} in namespace {md.get('namespace')}, expected {want_ns}")
+
+    if failures:
+        for f in failures:
+            print(f"check-rendered: {f}", file=sys.stderr)
+        sys.exit(1)
+    print(f"check-rendered: {case}: {len(objs)} objects as expected")
+
+
+if __name__ == "__main__":
+    main()
