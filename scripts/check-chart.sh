@@ -182,6 +182,9 @@ if [[ ! -f "$CORE_SCHEMAS/.complete" ]]; then
 	rm -rf "$CORE_SCHEMAS"
 	mv "$CORE_SCHEMAS.tmp" "$CORE_SCHEMAS"
 	touch "$CORE_SCHEMAS/.complete"
+	# Schemas of an older converter or Kubernetes release are never read again (~8 MB each).
+	find "$(dirname "$CORE_SCHEMAS")" -mindepth 1 -maxdepth 1 -type d ! -name "$(basename "$CORE_SCHEMAS")" \
+		! -name '*.tmp' -exec rm -rf {} +
 fi
 printf '%s schemas\n' "$(find "$CORE_SCHEMAS" -name '*.json' | wc -l)"
 
