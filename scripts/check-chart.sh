@@ -190,8 +190,14 @@ printf '%s schemas\n' "$(find "$CORE_SCHEMAS" -name '*.json' | wc -l)"
 
 step "CRDs: LoadTest (the chart's crds/), minimal ServiceMonitor and PodMonitor; their schemas"
 kubectl apply --server-side -f "$CHART/crds/loadtest.yaml" -f "$HERE/monitoring-crds.yaml"
-kubectl wait --for=condition=Established --timeout=60s \
-	crd/loadtests.wsload.dev crd/servicemonitors.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com
+# Polled, not `kubectl wait`: a CRD read before its first condition makes wait error out.
+for crd in loadtests.wsload.dev servicemonitors.monitoring.coreos.com podmonitors.monitoring.coreos.com; do
+	for ((i = 0; ; i++)); do
+		[[ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
+		((i < 120)) || fail "CRD $crd not Established after 30s (logs: $CLUSTER/kube-apiserver.log)"
+		sleep 0.25
+	done
+done
 kubectl get crd loadtests.wsload.dev servicemonitors.monitoring.coreos.com podmonitors.monitoring.coreos.com \
 	-o json >"$WORK/crds.json"
 python3 "$HERE/openapi2jsonschema.py" crds "$WORK/crds.json" "$WORK/crd-schemas"
