@@ -15,7 +15,8 @@ import os
 import sys
 
 RELEASE, NAMESPACE, WATCH = "wsload", "wsload-system", "wsload-tests"
-FULL = f"{RELEASE}"  # the release name contains "wsload": objects are named after it alone
+# The release name contains the chart name, so objects are named after the release alone.
+FULL = RELEASE
 
 failures = []
 
@@ -126,7 +127,7 @@ def main():
 
     # --- install-wide defaults --------------------------------------------------------------
     if case == "full":
-        images = (f"registry.test:5000/wsload/loadgen:0.1.0-check", f"registry.test:5000/wsload/server:{app_version}")
+        images = ("registry.test:5000/wsload/loadgen:0.1.0-check", f"registry.test:5000/wsload/server:{app_version}")
         lg = json.loads(val("WSLOAD_OPERATOR_LOADGEN_PLACEMENT") or "null")
         sv = json.loads(val("WSLOAD_OPERATOR_SERVER_PLACEMENT") or "null")
         check(lg == {"nodeSelector": {"pool": "loadgen"}, "tolerations": [
