@@ -148,6 +148,11 @@ impl Kubelet {
     /// Creates the nodes, starts watching the namespace's pods, and returns once the first
     /// list is in (pods that exist already are handled like new ones).
     pub async fn start(client: kube::Client, namespace: &str, opts: KubeletOpts) -> Kubelet {
+        // Build the pod binaries before any pod exists, so a slow (cold) build is never counted
+        // against a test's wait for a pod to become ready.
+        if let Err(e) = built_binaries().await {
+            panic!("cannot build the pod binaries: {e}");
+        }
         let pods_dir = scratch_dir().join("pods");
         std::fs::create_dir_all(&pods_dir).expect("create the pod log directory");
         let log_path = pods_dir.join(format!("kubelet-{namespace}.log"));
