@@ -230,6 +230,15 @@ fi
 REVISION="$(git -C "$WSLOAD_ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
 BUILD_ARGS=("VERSION=$IMAGE_VERSION" "REVISION=$REVISION")
 
+# One build of an image at a time per target directory: two would share the staged context
+# (stage_context empties it) and race on the tarball. A second build waits its turn.
+mkdir -p "$IMAGES_DIR"
+exec {lock_fd}>"$IMAGES_DIR/.lock-$IMAGE_BINARY"
+if ! flock -n "$lock_fd"; then
+	log "another build of $IMAGE_TAG is running in $IMAGES_DIR; waiting for it"
+	flock "$lock_fd"
+fi
+
 ensure_musl_toolchain
 build_binary
 stage_context
