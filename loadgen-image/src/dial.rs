@@ -3,21 +3,24 @@
 
 use crate::measure::ConnectError;
 use crate::message;
+use crate::wsconn::{HandshakeError, Io};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
+use rustls::pki_types::ServerName;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, Request};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::handshake::client::generate_request;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
 
-pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub use crate::wsconn::Ws;
 
 /// Per-connection read buffer for scenarios that move data: one read takes several messages.
 const READ_BUFFER: usize = 4 * 1024;
@@ -40,16 +43,22 @@ pub struct Dialed {
 
 /// Everything needed to open connections to one target, prepared once per cell.
 pub struct Dialer {
-    url: String,
     addr: SocketAddr,
     protocol: Protocol,
     timeout: Duration,
     sources: Vec<IpAddr>,
     per_address: u32,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    /// The upgrade request as tungstenite renders it, without its closing blank line: every
+    /// connection copies it and writes its own key at `key_at` (and its own token, if any).
+    request: Vec<u8>,
+    key_at: usize,
+    /// Subprotocols the request offers (the server must pick one of them, or none if none).
+    protocols: Option<Vec<String>>,
+    /// The per-connection token (a JWT); a fixed token is part of `request`.
     token: Token,
-    connector: Option<Connector>,
-    ws_config: WebSocketConfig,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+    read_size: usize,
+    release_idle: bool,
 }
 
 enum Token {
@@ -116,6 +125,24 @@ fn idle_heavy(s: wsload_spec::Scenario) -> bool {
     )
 }
 
+/// Scenarios whose connections mostly sit idle: they give their buffers back between reads
+/// (a ping every few seconds allocates them again), so 100K held connections keep none.
+fn mostly_holding(s: wsload_spec::Scenario) -> bool {
+    use wsload_spec::Scenario::*;
+    matches!(s, ConnectionStorm | SustainedHold | ConnectionLimit)
+}
+
+/// The `name: value` header line of a token sent as `placement`.
+fn token_header(token: &str, placement: TokenPlacement) -> Option<Vec<u8>> {
+    let (name, value) = match placement {
+        TokenPlacement::Cookie => ("cookie", format!("access_token={token}")),
+        TokenPlacement::Bearer => ("authorization", format!("Bearer {token}")),
+    };
+    // As before: a value that is not a valid header value is left out.
+    HeaderValue::from_str(&value).ok()?;
+    Some(format!("{name}: {value}\r\n").into_bytes())
+}
+
 impl Dialer {
     pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
         let request = url
@@ -170,10 +197,11 @@ impl Dialer {
                 };
             }
         }
-        let connector = if tls {
-            Some(Connector::Rustls(Arc::new(crate::tls::client_config(
-                spec.tls.as_ref(),
-            )?)))
+        let tls = if tls {
+            let config = Arc::new(crate::tls::client_config(spec.tls.as_ref())?);
+            let name = ServerName::try_from(host_for_lookup.clone())
+                .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+            Some((TlsConnector::from(config), name))
         } else {
             None
         };
@@ -187,20 +215,53 @@ impl Dialer {
         } else {
             Vec::new()
         };
+        // The request as tungstenite's client writes it (custom headers and a fixed token
+        // included), rendered once: per connection only the key (and a JWT) change.
+        let mut req = request;
+        for (k, v) in &headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        if let Token::Fixed(t, placement) = &token {
+            let (name, value) = match placement {
+                TokenPlacement::Cookie => ("cookie", format!("access_token={t}")),
+                TokenPlacement::Bearer => ("authorization", format!("Bearer {t}")),
+            };
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                req.headers_mut().append(name, v);
+            }
+        }
+        let protocols = req
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(',').map(|p| p.trim().to_string()).collect());
+        let (mut rendered, key) =
+            generate_request(req).map_err(|e| Error::Spec(format!("spec.auth.headers: {e}")))?;
+        let key_line = format!("Sec-WebSocket-Key: {key}\r\n");
+        let key_at = rendered
+            .windows(key_line.len())
+            .position(|w| w == key_line.as_bytes())
+            .filter(|_| key.len() == 24)
+            .ok_or_else(|| Error::Spec("the upgrade request has no Sec-WebSocket-Key".into()))?
+            + "Sec-WebSocket-Key: ".len();
+        // Without the blank line that ends it: a JWT header may follow.
+        rendered.truncate(rendered.len().saturating_sub(2));
         Ok(Dialer {
-            url: url.to_string(),
             addr,
             protocol: spec.protocol,
             timeout: spec.connect.timeout.get(),
             sources,
             per_address: spec.sources.per_address.max(1),
-            headers,
-            token,
-            connector,
-            ws_config: WebSocketConfig::default()
-                .read_buffer_size(read_buffer(spec))
-                .write_buffer_size(64 * 1024)
-                .max_write_buffer_size(64 * 1024 + (64 << 20)),
+            request: rendered,
+            key_at,
+            protocols,
+            token: match token {
+                Token::Fixed(..) => Token::None,
+                t => t,
+            },
+            tls,
+            read_size: read_buffer(spec),
+            release_idle: mostly_holding(spec.scenario),
         })
     }
 
@@ -213,19 +274,9 @@ impl Dialer {
         Some(self.sources[i])
     }
 
-    fn request(&self, n: u64) -> Result<Request<()>, ConnectError> {
-        let mut req = self
-            .url
-            .as_str()
-            .into_client_request()
-            .map_err(|_| ConnectError::Other)?;
-        let h = req.headers_mut();
-        for (k, v) in &self.headers {
-            h.insert(k.clone(), v.clone());
-        }
-        let (token, placement) = match &self.token {
-            Token::None => return Ok(req),
-            Token::Fixed(t, p) => (t.clone(), *p),
+    /// The upgrade request of connection `n` and the `Sec-WebSocket-Accept` it expects.
+    fn request(&self, n: u64) -> (Vec<u8>, String) {
+        let jwt = match &self.token {
             Token::Jwt {
                 secret,
                 claims,
@@ -239,17 +290,19 @@ impl Dialer {
                 c.insert("sub".into(), sub.into());
                 c.insert("iat".into(), now.into());
                 c.insert("exp".into(), (now + ttl).into());
-                (wsload_proto::jwt::sign(&c, secret), *placement)
+                token_header(&wsload_proto::jwt::sign(&c, secret), *placement)
             }
+            _ => None,
         };
-        let (name, value) = match placement {
-            TokenPlacement::Cookie => ("cookie", format!("access_token={token}")),
-            TokenPlacement::Bearer => ("authorization", format!("Bearer {token}")),
-        };
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.append(name, v);
+        let mut req = Vec::with_capacity(self.request.len() + 2 + jwt.as_ref().map_or(0, Vec::len));
+        req.extend_from_slice(&self.request);
+        let key = crate::wsconn::new_key();
+        req[self.key_at..self.key_at + key.len()].copy_from_slice(&key);
+        if let Some(h) = jwt {
+            req.extend_from_slice(&h);
         }
-        Ok(req)
+        req.extend_from_slice(b"\r\n");
+        (req, derive_accept_key(&key))
     }
 
     /// Opens connection number `n`, within `connect.timeout`.
@@ -285,15 +338,21 @@ impl Dialer {
         let tcp = socket.connect(self.addr).await.map_err(|e| io_error(&e))?;
         let _ = tcp.set_nodelay(true);
         let tcp_done = Instant::now();
-        let request = self.request(n)?;
-        let (mut ws, _) = tokio_tungstenite::client_async_tls_with_config(
-            request,
-            tcp,
-            Some(self.ws_config),
-            self.connector.clone(),
-        )
-        .await
-        .map_err(|e| ws_error(&e))?;
+        let io = match &self.tls {
+            None => Io::Plain(tcp),
+            Some((connector, name)) => Io::Tls(Box::new(
+                connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| tls_error(&e))?,
+            )),
+        };
+        let mut ws = Ws::new(io, self.read_size, self.release_idle);
+        let (request, accept) = self.request(n);
+        ws.handshake(&request)
+            .await
+            .and_then(|head| head.verify(&accept, self.protocols.as_deref()))
+            .map_err(|e| handshake_error(&e))?;
         let upgraded = Instant::now();
         let mut greetings_sent = 0;
         let ready = match self.protocol {
@@ -366,6 +425,27 @@ pub fn io_error(e: &std::io::Error) -> ConnectError {
             }
             _ => ConnectError::Other,
         },
+    }
+}
+
+/// rustls reports a failed TLS handshake as `InvalidData`; anything else is the socket's.
+fn tls_error(e: &std::io::Error) -> ConnectError {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        ConnectError::Tls
+    } else {
+        io_error(e)
+    }
+}
+
+fn handshake_error(e: &HandshakeError) -> ConnectError {
+    match e {
+        HandshakeError::Io(io) => io_error(io),
+        HandshakeError::Eof => ConnectError::ClosedEarly,
+        HandshakeError::Status(401 | 403) => ConnectError::AuthFailed,
+        // Not a 101, or a 101 that is not a WebSocket upgrade: the upgrade failed.
+        HandshakeError::Status(_) | HandshakeError::Malformed | HandshakeError::Invalid(_) => {
+            ConnectError::UpgradeRejected
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use crate::live::Live;
 use crate::measure::{Drop, Measure};
 use crate::message::{self, Template};
 use crate::schedule::Schedule;
+use crate::wsconn::Recv;
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
@@ -83,6 +84,16 @@ pub struct ConnCtx {
     pub discard: Rc<RefCell<Measure>>,
     pub slot_index: usize,
     pub live: Arc<Live>,
+    /// Buffers the worker's connections take turns with in counting loops (saturate).
+    pub scratch: Scratch,
+}
+
+/// A worker's shared read and write buffers: one of each stays warm in cache instead of one
+/// per connection. Borrowed only inside a poll, never across an await.
+#[derive(Default)]
+pub struct Scratch {
+    read: RefCell<BytesMut>,
+    write: RefCell<Vec<u8>>,
 }
 
 impl ConnCtx {
@@ -564,9 +575,84 @@ async fn pingpong(ws: &mut Ws, ctx: &ConnCtx, cfg: PingCfg) -> Outcome {
     Ok(End::Done)
 }
 
+/// Reads what is there (waiting for at least something): echoes as one count, with one clock
+/// read for the lot. `Ok(n)`: `n` data messages; a close or an error ends the connection.
+fn poll_echoes(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Result<u32, Drop>> {
+    let polled = {
+        let mut shared = ctx.scratch.read.borrow_mut();
+        ws.poll_recv_shared(cx, &mut shared)
+    };
+    Poll::Ready(match std::task::ready!(polled) {
+        Some(Ok(Recv::Data { n, bytes })) => {
+            ctx.received(Instant::now(), n, bytes);
+            Ok(n as u32)
+        }
+        // A ping (answered already) or a pong: nothing to count.
+        Some(Ok(Recv::Other(Message::Ping(_) | Message::Pong(_)))) => Ok(0),
+        Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
+        Some(Err(e)) => Err(drop_of(&e)),
+        None => Err(Drop::Reset),
+    })
+}
+
+/// Writes what is queued (all of it if `all`, else until below the soft limit), reading
+/// echoes whenever the write has to wait (see `write_reading`); echoes read are added to
+/// `echoed`.
+async fn write_out_counting(
+    ws: &mut Ws,
+    ctx: &ConnCtx,
+    all: bool,
+    echoed: &mut u32,
+) -> Result<(), Drop> {
+    std::future::poll_fn(|cx| {
+        loop {
+            let step = if all {
+                ws.poll_flush_all(cx)
+            } else {
+                ws.poll_room(cx)
+            };
+            match step {
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(if matches!(e, WsError::Io(_)) {
+                        Drop::Reset
+                    } else {
+                        Drop::Error
+                    }));
+                }
+                Poll::Pending => match poll_echoes(ws, ctx, cx) {
+                    Poll::Ready(Ok(n)) => *echoed += n,
+                    Poll::Ready(Err(why)) => return Poll::Ready(Err(why)),
+                    Poll::Pending => return Poll::Pending,
+                },
+            }
+        }
+    })
+    .await
+}
+
+/// Waits for echoes until `deadline`: `Ok(None)` at the deadline.
+async fn echoes_until(ws: &mut Ws, ctx: &ConnCtx, deadline: Instant) -> Result<Option<u32>, Drop> {
+    match tokio::time::timeout_at(
+        deadline,
+        std::future::poll_fn(|cx| poll_echoes(ws, ctx, cx)),
+    )
+    .await
+    {
+        Err(_) => Ok(None),
+        Ok(r) => r.map(Some),
+    }
+}
+
+/// The counting loop: bursts of frames written straight from the template into the worker's
+/// shared write buffer, echoes counted per read without building messages.
 async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: bool) -> Outcome {
-    let msg = ctx.template.constant();
-    let len = ctx.template.len() as u64;
+    let (text, payload) = (ctx.template.is_text(), ctx.template.payload());
+    let len = payload.len() as u64;
     let mut in_flight: u32 = 0;
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
     let burst = window.unwrap_or(64);
@@ -576,42 +662,41 @@ async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: 
             break;
         }
         let n = burst.saturating_sub(in_flight);
-        // Echoes read while a write waits (see `write_reading`) count against the window.
+        // Echoes read while a write waits count against the window.
         let mut echoed = 0u32;
-        let mut on_read = |m: &Message| {
-            if data_len(m).is_some() {
-                echoed += 1;
+        ws.borrow_write_buffer(&mut ctx.scratch.write.borrow_mut());
+        let written = async {
+            for _ in 0..n {
+                if per_message || ws.over_soft_limit() {
+                    write_out_counting(ws, ctx, per_message, &mut echoed).await?;
+                }
+                ws.queue_data(text, payload);
             }
-        };
-        for _ in 0..n {
-            write_reading(ws, ctx, Some(msg.clone()), per_message, &mut on_read)
-                .await
-                .map_err(dropped)?;
+            write_out_counting(ws, ctx, true, &mut echoed).await
         }
-        if !per_message {
-            write_reading(ws, ctx, None, true, &mut on_read)
-                .await
-                .map_err(dropped)?;
-        }
+        .await;
+        ws.return_write_buffer(&mut ctx.scratch.write.borrow_mut());
+        written.map_err(dropped)?;
         ctx.sent(now, u64::from(n), u64::from(n) * len);
         if window.is_some() {
             in_flight = (in_flight + n).saturating_sub(echoed);
-        }
-        if window.is_some() && in_flight > 0 {
-            // Wait for at least one echo, then take whatever else is already here.
-            let first = tokio::time::timeout_at(ctx.deadline, read(ws, ctx)).await;
-            match first {
-                Err(_) => break,
-                Ok(r) => {
-                    if data_len(&r.map_err(dropped)?).is_some() {
-                        in_flight = in_flight.saturating_sub(1);
-                    }
+            if in_flight > 0 {
+                // At least one echo, and whatever else one read brings.
+                match echoes_until(ws, ctx, ctx.deadline).await.map_err(dropped)? {
+                    None => break,
+                    Some(got) => in_flight = in_flight.saturating_sub(got),
                 }
             }
         }
-        while let Some(r) = read_ready(ws, ctx) {
-            if data_len(&r.map_err(dropped)?).is_some() {
-                in_flight = in_flight.saturating_sub(1);
+        // Then whatever else is there already (without echoes: what the server sends, and a
+        // close): the next burst is the larger for it, and a burst's write is what wakes the
+        // server.
+        while let Poll::Ready(r) =
+            std::future::poll_fn(|cx| Poll::Ready(poll_echoes(ws, ctx, cx))).await
+        {
+            let got = r.map_err(dropped)?;
+            if window.is_some() {
+                in_flight = in_flight.saturating_sub(got);
             }
         }
     }

@@ -186,6 +186,9 @@ async fn worker(
                     }
                 }
             });
+            // A finished task's memory goes only when its handle is joined: reap as we go, or
+            // every dial of the cell stays allocated until the last one lands.
+            while dials.try_join_next().is_some() {}
         }
         b += 1;
     }
@@ -208,6 +211,7 @@ async fn worker(
         discard: Rc::new(RefCell::new(Measure::default())),
         slot_index: w,
         live: live.clone(),
+        scratch: Default::default(),
     });
     let conns = std::mem::take(&mut *opened.borrow_mut());
     let mut tasks = tokio::task::JoinSet::new();

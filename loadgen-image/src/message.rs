@@ -117,6 +117,16 @@ impl Template {
         self.bytes.is_empty()
     }
 
+    /// The message's bytes, as sent.
+    pub fn payload(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Whether it goes as a text frame (else binary).
+    pub fn is_text(&self) -> bool {
+        self.kind == Kind::Text
+    }
+
     /// Whether answers can be matched by id (else by order).
     pub fn has_id(&self) -> bool {
         self.id != IdSlot::None
