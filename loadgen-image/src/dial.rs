@@ -48,6 +48,11 @@ pub struct Dialer {
     timeout: Duration,
     sources: Vec<IpAddr>,
     per_address: u32,
+    /// The first source is 127.0.0.1 chosen for a loopback target (not asked for): the address
+    /// the kernel picks anyway, so its connections skip the bind (two syscalls each).
+    first_source_implicit: bool,
+    /// Disable Nagle (data-moving scenarios; holding ones write one small frame at a time).
+    nodelay: bool,
     /// The upgrade request as tungstenite renders it, without its closing blank line: every
     /// connection copies it and writes its own key at `key_at` (and its own token, if any).
     request: Vec<u8>,
@@ -205,6 +210,8 @@ impl Dialer {
         } else {
             None
         };
+        let first_source_implicit =
+            spec.sources.addresses.is_empty() && addr.ip().is_loopback() && addr.is_ipv4();
         let sources = if !spec.sources.addresses.is_empty() {
             spec.sources.addresses.clone()
         } else if addr.ip().is_loopback() && addr.is_ipv4() {
@@ -252,6 +259,8 @@ impl Dialer {
             timeout: spec.connect.timeout.get(),
             sources,
             per_address: spec.sources.per_address.max(1),
+            first_source_implicit,
+            nodelay: !mostly_holding(spec.scenario),
             request: rendered,
             key_at,
             protocols,
@@ -265,12 +274,16 @@ impl Dialer {
         })
     }
 
-    /// The source address for connection number `n` (global across shards).
+    /// The source address for connection number `n` (global across shards); `None`: the
+    /// system's choice.
     fn source(&self, n: u64) -> Option<IpAddr> {
         if self.sources.is_empty() {
             return None;
         }
         let i = (n / u64::from(self.per_address)) as usize % self.sources.len();
+        if i == 0 && self.first_source_implicit {
+            return None;
+        }
         Some(self.sources[i])
     }
 
@@ -336,7 +349,9 @@ impl Dialer {
                 .map_err(|e| io_error(&e))?;
         }
         let tcp = socket.connect(self.addr).await.map_err(|e| io_error(&e))?;
-        let _ = tcp.set_nodelay(true);
+        if self.nodelay {
+            let _ = tcp.set_nodelay(true);
+        }
         let tcp_done = Instant::now();
         let io = match &self.tls {
             None => Io::Plain(tcp),
