@@ -317,7 +317,13 @@ async fn running_shards(e: &Env, name: &str) {
 async fn an_oom_killed_shard_fails_the_test_and_keeps_what_the_others_measured() {
     let e = env("lt-oom").await;
     let op = operator(&e, None);
-    create(&e, "oom", SLOW).await;
+    // A threshold shard 0 alone passes, so the verdict shows what a lost shard does to it.
+    create(
+        &e,
+        "oom",
+        &format!("{SLOW}  thresholds: [\"errors < 50%\"]\n"),
+    )
+    .await;
     running_shards(&e, "oom").await;
     e.kubelet.oom_kill("oom-shard-1").await;
     let st = wait_finished(&e, "oom").await;
@@ -332,6 +338,14 @@ async fn an_oom_killed_shard_fails_the_test_and_keeps_what_the_others_measured()
         "{s1:?}"
     );
     assert_eq!(st.missing_shards, [1]);
+    // Half the load was measured: no Pass, whatever the survivors' figures say.
+    assert_eq!(st.verdict, Some(Verdict::Fail));
+    let judged = st.conditions.iter().find(|c| c.type_ == "ThresholdsPassed");
+    assert_eq!(
+        judged.map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "Incomplete")),
+        "{judged:?}"
+    );
     // Shard 0 finished: its result is stored and its figures are in status.
     assert_eq!(st.shards[0].state, ShardState::Collected);
     assert!(results(&e, "oom").await.contains_key("shard-0.json"));

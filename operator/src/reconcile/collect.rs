@@ -133,6 +133,17 @@ impl Step<'_> {
         self.st.completion_time = Some(Time(self.now));
         if self.failing() {
             let m = self.failure_message();
+            // The figures cover only what survived, so thresholds that held over them prove
+            // nothing about the load asked for: a CI gate reading `verdict` must not pass.
+            if self.st.verdict == Some(wsload_spec::status::Verdict::Pass) {
+                self.st.verdict = Some(wsload_spec::status::Verdict::Fail);
+                self.condition(
+                    "ThresholdsPassed",
+                    false,
+                    "Incomplete",
+                    format!("the thresholds held over what was measured, but the test failed: {m}"),
+                );
+            }
             self.enter(Phase::Failed, m);
         } else {
             let verdict = self.st.verdict.map_or("none", |v| match v {
