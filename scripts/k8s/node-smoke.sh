@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # End-to-end check of the single-node cluster (cluster.sh) with our own images:
-#   1. the server, load-generator and operator images (scripts/build-image.sh, cached)
-#   2. `cluster.sh up`, the images imported into the node's containerd
+#   1. the server, load-generator and operator images (scripts/build-image.sh),
+#      upstream Prometheus built from source (prometheus.sh), helm: all cached
+#   2. `cluster.sh up`, the four images imported into the node's containerd
 #   3. a plain pod from the server image (imagePullPolicy Never) gets Ready;
 #      the host reaches its /healthz on the pod IP; `kubectl logs` works
 #      (API server -> kubelet)
 #   4. pod to pod and pod to ClusterIP (kube-proxy): a load-generator pod runs
 #      `wsload run` against the server pod's IP and its Service, both PASS
-#   5. the operator in a pod reaches the API through the `kubernetes` Service
-#      and gets Ready (it holds its leader Lease); a LoadTest with a managed
-#      server and 2 shards (one node: spread none, separateFromServer false)
-#      reaches Succeeded with verdict Pass
+#   5. scripts/e2e/smoke.sh --faults, the same smoke test kind users run: the
+#      operator and a Prometheus from charts/wsload (helm), examples/smoke.yaml
+#      (managed server, 2 shards) to Succeeded/Pass, Prometheus' pod discovery
+#      scraped every pod, then a shard, the operator and the server deleted
+#      mid-run, each ending in its defined state with its results kept
 #   6. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
-#
-# The operator runs here from a bare Pod with cluster-admin; installing it
-# from charts/wsload is the next step of issue 6.
 #
 # Environment:
 #   WSLOAD_K8S_KEEP=1  keep the temporary directory (logs) afterwards; it is
@@ -61,7 +60,12 @@ declare -A TAG
 for image in server loadgen operator; do
 	TAG[$image]="$(tar -xOf "${TAR[$image]}" manifest.json | jq -r '.[0].RepoTags[0]')"
 done
-timed images
+[[ "${TAG[server]##*:}" == "${TAG[operator]##*:}" && "${TAG[loadgen]##*:}" == "${TAG[operator]##*:}" ]] ||
+	fail "the images disagree on their tag (${TAG[*]}): rebuild them from one checkout"
+# The chart's minimal Prometheus, built from source (no image can be pulled here).
+TAR[prometheus]="$(nice -n 19 "$K8S_DIR/prometheus.sh" | tail -n 1)" || fail "scripts/k8s/prometheus.sh failed (above)"
+HELM="$("$ROOT/scripts/tools.sh" helm)" || fail "scripts/tools.sh helm failed (above)"
+timed "images+helm"
 
 # Short: containerd's socket path lives under it.
 WORK="$(mktemp -d /tmp/wsload-node.XXXXXX)"
@@ -80,7 +84,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-export KUBECACHEDIR="$WORK/kube-cache"
+export KUBECACHEDIR="$WORK/kube-cache" HELM_CACHE_HOME="$WORK/helm/cache" \
+	HELM_CONFIG_HOME="$WORK/helm/config" HELM_DATA_HOME="$WORK/helm/data"
 kubectl() { "$K8S_BIN_DIR/kubectl" "$@"; }
 
 # wait_phase KIND/NAME SECONDS [NAMESPACE]: until .status.phase is Succeeded (0)
@@ -103,7 +108,7 @@ step "cluster up"
 # The lock closed for it, or the daemons would hold it after a crash of this script.
 eval "$("$K8S_DIR/cluster.sh" up "$CLUSTER" {HOST_LOCK}>&-)"
 timed "cluster up"
-"$K8S_DIR/cluster.sh" load "$CLUSTER" "${TAR[server]}" "${TAR[loadgen]}" "${TAR[operator]}"
+"$K8S_DIR/cluster.sh" load "$CLUSTER" "${TAR[server]}" "${TAR[loadgen]}" "${TAR[operator]}" "${TAR[prometheus]}"
 timed "image import"
 kubectl get nodes -o wide
 
@@ -163,76 +168,13 @@ for c in pod service; do kubectl logs loadgen -c "$c" | grep -E 'Verdict|^\| 10 
 ((ok)) || fail "pod loadgen did not succeed (kubectl logs loadgen -c pod|service)"
 timed "pod traffic"
 
-step "operator in a pod (${TAG[operator]}) -> API via the kubernetes Service; a LoadTest, managed server, 2 shards"
-kubectl apply -f "$ROOT/crds/loadtest.yaml"
-# Not `kubectl wait`: right after the create, the CRD has no conditions yet
-# and wait errors out instead of waiting.
-for ((i = 0; ; i++)); do
-	[[ "$(kubectl get crd loadtests.wsload.dev -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
-	((i < 60)) || fail "CRD loadtests.wsload.dev not Established after 30s ($CLUSTER/kube-apiserver.log)"
-	sleep 0.5
-done
-kubectl apply -f - <<EOF
-apiVersion: v1
-kind: Namespace
-metadata: {name: wsload-system}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: wsload-operator, namespace: wsload-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: wsload-operator-node-smoke}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{kind: ServiceAccount, name: wsload-operator, namespace: wsload-system}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: operator, namespace: wsload-system}
-spec:
-  serviceAccountName: wsload-operator
-  containers:
-  - name: operator
-    image: ${TAG[operator]}
-    imagePullPolicy: Never
-    env:
-    - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
-    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
-    - {name: WSLOAD_OPERATOR_SERVER_IMAGE, value: "${TAG[server]}"}
-    - {name: WSLOAD_OPERATOR_LOADGEN_IMAGE, value: "${TAG[loadgen]}"}
-    readinessProbe: {httpGet: {path: /readyz, port: 8080}, periodSeconds: 1}
-EOF
-if ! kubectl -n wsload-system wait --for=condition=Ready pod/operator --timeout=120s; then
-	kubectl -n wsload-system logs operator | tail -n 20 || true
-	fail "operator pod not Ready: not leader, or no API access from the pod (log above)"
-fi
-timed "operator ready"
-kubectl apply -f - <<'EOF'
-apiVersion: wsload.dev/v1alpha1
-kind: LoadTest
-metadata: {name: node-smoke, namespace: default}
-spec:
-  target: {server: {profile: echo}}
-  scenario: throughput
-  connections: [10, 40]
-  duration: 3s
-  warmup: 1s
-  shards: 2
-  # One node: both shards and the server share it.
-  loadgen: {spread: none, separateFromServer: false}
-  thresholds: ["errors < 1%", "delivery > 99%", "throughput > 1K msg/s"]
-EOF
-ok=0
-wait_phase loadtest/node-smoke 180 && ok=1
-kubectl get loadtest node-smoke
-verdict="$(kubectl get loadtest node-smoke -o jsonpath='{.status.verdict}')"
-if ((!ok)) || [[ "$verdict" != Pass ]]; then
-	kubectl describe loadtest node-smoke | tail -n 30 || true
-	kubectl -n wsload-system logs operator | tail -n 30 || true
-	fail "LoadTest node-smoke: not Succeeded with verdict Pass (verdict '$verdict'; above)"
-fi
-timed "loadtest"
+step "the cluster smoke test (scripts/e2e/smoke.sh): chart, Prometheus, a 2-shard LoadTest, fault runs"
+# The same script kind users run (examples/kind/smoke.sh); one node, so its LoadTests put both
+# shards and the server on it.
+KUBECTL="$K8S_BIN_DIR/kubectl" HELM="$HELM" WSLOAD_E2E_TAG="${TAG[operator]##*:}" WSLOAD_E2E_SINGLE_NODE=1 \
+	WSLOAD_E2E_PROMETHEUS=install WSLOAD_E2E_OUT="$WORK/e2e" "$ROOT/scripts/e2e/smoke.sh" --faults ||
+	fail "scripts/e2e/smoke.sh (above; statuses in $WORK/e2e, daemon logs in $CLUSTER)"
+timed "e2e smoke + faults"
 
 step "teardown leaves nothing behind"
 trap - EXIT

@@ -138,9 +138,11 @@ fn default_true() -> bool {
     true
 }
 
-/// Opt-in node tuning: a privileged init container runs `sysctl -w` for each entry before the
-/// shard starts. For sysctls the pod security context cannot set (`net.core.somaxconn` is
-/// node-wide, `net.ipv4.tcp_tw_reuse`); needs a namespace that admits privileged pods.
+/// Opt-in tuning: a privileged init container runs `sysctl -w` for each entry before the shard
+/// starts. For sysctls the kubelet will not set through `loadgen.sysctls`: namespaced ones it does
+/// not allow (`net.core.somaxconn`, `net.ipv4.tcp_tw_reuse` are unsafe unless listed in its
+/// `allowedUnsafeSysctls`; they change the pod's own network namespace only) and node-wide ones
+/// (`fs.nr_open`). Needs a namespace that admits privileged pods.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Tuning {

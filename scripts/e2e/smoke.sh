@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# The cluster smoke test, the same on every cluster: kind (examples/kind/smoke.sh, users' CI)
+# and the bare-process node on our own machines (scripts/k8s/node-smoke.sh, .ci/run). It
+# talks only to the current kubectl context and expects the wsload images already on the
+# nodes; it never creates or deletes the cluster.
+#
+# usage: scripts/e2e/smoke.sh [--faults]
+#   1. helm upgrade --install charts/wsload (release wsload, namespace wsload-system), with the
+#      chart's minimal Prometheus unless the cluster already runs one
+#   2. examples/smoke.yaml (managed server, 2 shards) to Succeeded with verdict Pass; prints
+#      `kubectl get lt`, the status figures, and checks every shard's result is stored
+#   3. Prometheus (Kubernetes pod discovery) scraped the operator, the server and both shards:
+#      their series are queried through the API server's service proxy
+#   --faults, then, on the same install (each a 20 s LoadTest, the fault at ~6 s into the run):
+#      shard pod deleted   -> Failed/ShardFailed, missingShards [1], shard 0's result kept, verdict Fail
+#      operator pod deleted -> the Deployment's new pod takes over: Succeeded, verdict Pass
+#      server pod deleted  -> Failed/ServerLost, both shards' results kept
+#
+# Environment:
+#   KUBECTL, HELM            binaries (default: kubectl and helm on PATH)
+#   WSLOAD_E2E_TAG           tag of the wsload/{operator,loadgen,server} images (default: the
+#                            chart's appVersion)
+#   WSLOAD_E2E_VALUES        more helm values files, space separated (e.g. node pools)
+#   WSLOAD_E2E_SINGLE_NODE=1 one node: LoadTests get loadgen {spread: none, separateFromServer: false}
+#   WSLOAD_E2E_PROMETHEUS    auto (default: install unless a Prometheus pod runs) | install | skip
+#   WSLOAD_E2E_OUT           where the statuses are written (default: a new temporary directory)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KUBECTL="${KUBECTL:-kubectl}"
+HELM="${HELM:-helm}"
+NS=wsload-system
+RELEASE=wsload
+TEST_NS=default
+PROM_SVC="$RELEASE-prometheus"
+OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-e2e.XXXXXX)}"
+FAULTS=0
+
+case "${1:-}" in
+"") ;;
+--faults) FAULTS=1 ;;
+*)
+	sed -n '8,19p' "${BASH_SOURCE[0]}" >&2
+	exit 2
+	;;
+esac
+
+step() { printf '\n==> %s\n' "$*"; }
+fail() {
+	printf 'e2e: FAILED: %s\n' "$*" >&2
+	exit 1
+}
+kubectl() { "$KUBECTL" "$@"; }
+TIMES=()
+MARK=$SECONDS
+timed() {
+	TIMES+=("$1 $((SECONDS - MARK))s")
+	MARK=$SECONDS
+}
+started=$SECONDS
+mkdir -p "$OUT"
+
+for tool in "$KUBECTL" "$HELM" jq; do
+	command -v "$tool" >/dev/null || fail "$tool not found (set KUBECTL/HELM, or install it)"
+done
+kubectl version >/dev/null 2>&1 || fail "no cluster answers for the current kubectl context ($KUBECTL version)"
+
+# --- install --------------------------------------------------------------------------------
+prometheus="${WSLOAD_E2E_PROMETHEUS:-auto}"
+if [[ "$prometheus" == auto ]]; then
+	# Pods of the chart's own Prometheus count as none: a rerun upgrades what it installed.
+	existing="$(kubectl get pods -A -l app.kubernetes.io/name=prometheus -o json |
+		jq -r --arg r "$RELEASE" '[.items[] | select(.metadata.labels["app.kubernetes.io/instance"] != $r)
+			| "\(.metadata.namespace)/\(.metadata.name)"] | join(" ")')"
+	if [[ -n "$existing" ]]; then
+		echo "a Prometheus runs already ($existing): not installing the chart's; scrape check skipped"
+		prometheus=skip
+	else
+		prometheus=install
+	fi
+fi
+case "$prometheus" in install | skip) ;; *) fail "WSLOAD_E2E_PROMETHEUS must be auto, install or skip, not '$prometheus'" ;; esac
+
+step "helm upgrade --install $RELEASE charts/wsload (namespace $NS, Prometheus: $prometheus)"
+args=(upgrade --install "$RELEASE" "$ROOT/charts/wsload" --namespace "$NS" --create-namespace
+	--wait --timeout 5m)
+if [[ -n "${WSLOAD_E2E_TAG:-}" ]]; then
+	args+=(--set "image.tag=$WSLOAD_E2E_TAG" --set "loadgen.image.tag=$WSLOAD_E2E_TAG"
+		--set "server.image.tag=$WSLOAD_E2E_TAG")
+fi
+for f in ${WSLOAD_E2E_VALUES:-}; do args+=(--values "$f"); done
+[[ "$prometheus" == install ]] && args+=(--set prometheus.install=true)
+"$HELM" "${args[@]}" || {
+	kubectl -n "$NS" get pods -o wide || true
+	kubectl -n "$NS" describe pods | tail -n 40 || true
+	fail "helm install did not get Ready within 5 min (pods above)"
+}
+kubectl -n "$NS" get pods -o wide
+timed install
+
+# --- helpers --------------------------------------------------------------------------------
+# apply_loadtest NAME [DURATION]: examples/smoke.yaml under NAME, on one node spread over it.
+apply_loadtest() {
+	local name="$1" duration="${2:-}"
+	kubectl -n "$TEST_NS" delete loadtest "$name" --ignore-not-found --wait=true >/dev/null
+	kubectl -n "$TEST_NS" create --dry-run=client -o json -f "$ROOT/examples/smoke.yaml" |
+		jq --arg name "$name" --arg d "$duration" --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" '
+			.metadata.name = $name
+			| if $d != "" then .spec.duration = $d | .spec.connections = [10] else . end
+			| if $one == "1" then .spec.loadgen = {spread: "none", separateFromServer: false} else . end' |
+		kubectl -n "$TEST_NS" apply -f -
+}
+status() { kubectl -n "$TEST_NS" get loadtest "$1" -o json | jq "${2:-.status}"; }
+phase() { kubectl -n "$TEST_NS" get loadtest "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
+wait_phase() { # name phase seconds
+	local deadline=$((SECONDS + $3))
+	until [[ "$(phase "$1")" == "$2" ]]; do
+		((SECONDS < deadline)) || fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
+		sleep 0.5
+	done
+}
+# wait_done NAME: until Succeeded or Failed; then keeps the status in $OUT/NAME.json.
+wait_done() {
+	local deadline=$((SECONDS + 300)) p
+	while :; do
+		p="$(phase "$1")"
+		[[ "$p" == Succeeded || "$p" == Failed ]] && break
+		if ((SECONDS >= deadline)); then
+			kubectl -n "$TEST_NS" describe loadtest "$1" | tail -n 30 >&2 || true
+			fail "LoadTest $1 not finished after 300 s (phase '$p')"
+		fi
+		sleep 1
+	done
+	kubectl -n "$TEST_NS" get loadtest "$1" -o json >"$OUT/$1.json"
+}
+diagnose() { # name: what a reader needs when an expectation fails
+	jq '.status | {phase, reason, message, verdict, missingShards, shards, conditions}' "$OUT/$1.json" >&2 || true
+	kubectl -n "$NS" logs "deploy/$RELEASE" --tail=40 >&2 || true
+}
+# expect NAME PHASE FAILED-REASON|- VERDICT: the outcome, from the kept status.
+expect() {
+	local got
+	got="$(jq -r '[.status.phase, (.status.conditions // [] | map(select(.type == "Failed" and .status == "True"))[0].reason // "-"), .status.verdict // "-"] | join(" ")' "$OUT/$1.json")"
+	if [[ "$got" != "$2 $3 $4" ]]; then
+		diagnose "$1"
+		fail "LoadTest $1 ended '$got' (phase, Failed reason, verdict); want '$2 $3 $4'"
+	fi
+	echo "LoadTest $1: $got, as expected"
+}
+# stored NAME KEY...: each key is in the results ConfigMap (what survives the pods).
+stored() {
+	local name="$1" keys
+	shift
+	keys="$(kubectl -n "$TEST_NS" get configmap "$name-results" -o json | jq -r '.data // {} | keys | join(" ")')" ||
+		fail "LoadTest $name: no results ConfigMap $name-results"
+	for k in "$@"; do
+		[[ " $keys " == *" $k "* ]] || { diagnose "$name"; fail "LoadTest $name: $k not in ConfigMap $name-results (has: $keys)"; }
+	done
+	echo "LoadTest $name: results kept in ConfigMap $name-results ($keys)"
+}
+
+# --- the smoke run --------------------------------------------------------------------------
+step "LoadTest smoke (examples/smoke.yaml): managed server, 2 shards"
+apply_loadtest smoke
+wait_phase smoke Running 180
+timed "smoke starting"
+wait_done smoke
+kubectl -n "$TEST_NS" get loadtest smoke -o wide
+jq '.status | {phase, verdict, achievedRate, p99, startSkewMillis, targetUrl,
+	shards: [.shards[] | {index, pod, state, connections, startedAt}],
+	tiers: [.tiers[] | {label, connections, messagesPerSecond, bytesPerSecond, rtt, errors, delivery}],
+	thresholds, resultsConfigMap}' "$OUT/smoke.json" | tee "$OUT/smoke.summary.json"
+expect smoke Succeeded - Pass
+jq -e '[.status.tiers[] | select(.messagesPerSecond > 0)] | length == 2' "$OUT/smoke.json" >/dev/null ||
+	fail "LoadTest smoke: status lacks two tiers with a message rate ($OUT/smoke.json)"
+jq -e '[.status.shards[] | select(.state == "Collected")] | length == 2' "$OUT/smoke.json" >/dev/null ||
+	fail "LoadTest smoke: not every shard Collected ($OUT/smoke.json)"
+stored smoke shard-0.json shard-1.json merged.json
+timed "smoke run"
+
+# --- Prometheus -----------------------------------------------------------------------------
+# promql QUERY: the result vector, through the API server's service proxy (no port-forward,
+# the same on kind and on a bare node).
+promql() {
+	kubectl get --raw "/api/v1/namespaces/$NS/services/http:$PROM_SVC:9090/proxy/api/v1/query?query=$(jq -rn --arg q "$1" '$q | @uri')" |
+		jq -c '.data.result'
+}
+# scraped WHAT QUERY WANT: QUERY's single value reaches WANT within 30 s (a scrape is 5 s;
+# series of deleted pods stay queryable through last_over_time).
+scraped() {
+	local deadline=$((SECONDS + 30)) got=""
+	while :; do
+		got="$(promql "$2" | jq -r '.[0].value[1] // "0"')" || got="?"
+		[[ "$got" != "?" ]] && (($(printf '%.0f' "$got") >= $3)) && break
+		if ((SECONDS >= deadline)); then
+			kubectl get --raw "/api/v1/namespaces/$NS/services/http:$PROM_SVC:9090/proxy/api/v1/targets" |
+				jq '[.data.activeTargets[] | {pod: .labels.pod, health, lastError}]' >&2 || true
+			fail "Prometheus: $1: '$2' is $got, want >= $3 (targets above)"
+		fi
+		sleep 2
+	done
+	printf 'Prometheus: %-48s %s\n' "$1" "$got"
+}
+if [[ "$prometheus" == install ]]; then
+	step "Prometheus ($PROM_SVC, Kubernetes pod discovery) scraped the operator, the server and both shards"
+	sel="namespace=\"$TEST_NS\",test=\"smoke\""
+	scraped "shard pods with messages sent" "count(count by (pod) (last_over_time(wsload_messages_sent_total{$sel}[15m]) > 0))" 2
+	scraped "messages sent, both shards (sum)" "sum(max by (pod) (last_over_time(wsload_messages_sent_total{$sel}[15m])))" 1000
+	scraped "server pods with messages received" "count(count by (pod) (last_over_time(wsload_server_messages_received_total{namespace=\"$TEST_NS\"}[15m]) > 0))" 1
+	scraped "operator: phase transitions to Succeeded" "sum(wsload_operator_phase_transitions_total{namespace=\"$NS\",phase=\"Succeeded\"})" 1
+	timed prometheus
+fi
+
+# --- faults ---------------------------------------------------------------------------------
+if ((FAULTS)); then
+	# Each fault lands ~6 s into a 20 s run: past the warm-up, well before the end.
+	fault_run() { # name
+		apply_loadtest "$1" 20s
+		wait_phase "$1" Running 180
+		sleep 6
+	}
+
+	step "fault: a shard pod deleted mid-run"
+	fault_run shard-deleted
+	kubectl -n "$TEST_NS" delete pod shard-deleted-shard-1 --wait=false
+	wait_done shard-deleted
+	expect shard-deleted Failed ShardFailed Fail
+	[[ "$(jq -c .status.missingShards "$OUT/shard-deleted.json")" == "[1]" ]] ||
+		{ diagnose shard-deleted; fail "LoadTest shard-deleted: missingShards is not [1]"; }
+	stored shard-deleted shard-0.json merged.json
+	timed "shard deleted"
+
+	step "fault: the operator pod deleted mid-run"
+	fault_run operator-deleted
+	kubectl -n "$NS" delete pod -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator --wait=false
+	wait_done operator-deleted
+	expect operator-deleted Succeeded - Pass
+	stored operator-deleted shard-0.json shard-1.json merged.json
+	timed "operator deleted"
+
+	step "fault: the server pod deleted mid-run"
+	fault_run server-deleted
+	kubectl -n "$TEST_NS" delete pod server-deleted-server --wait=false
+	wait_done server-deleted
+	expect server-deleted Failed ServerLost Fail
+	stored server-deleted shard-0.json shard-1.json merged.json
+	timed "server deleted"
+fi
+
+printf '\ne2e: PASS in %ss (%s); statuses in %s\n' "$((SECONDS - started))" "$(
+	IFS=,
+	echo "${TIMES[*]}"
+)" "$OUT"
