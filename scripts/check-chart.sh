@@ -19,6 +19,12 @@
 #      it must take the Lease, turn a LoadTest into a server pod and Service with the chart's
 #      default image and placement, and (once that pod is marked ready) shard pods likewise,
 #      with no request forbidden; the account must not be able to read Secrets
+#   7. the chart's Prometheus (prometheus.install, on in the full and namespaced values): its
+#      account may only read pods, where it looks; when scripts/k8s/prometheus.sh has built
+#      Prometheus 3.9.1 (cached; this check never starts that 6-minute build), promtool checks
+#      the rendered prometheus.yml and that Prometheus, run here with the config and the
+#      account's token, must discover the managed server pod with the labels the dashboards
+#      use. Debian's promtool cannot stand in: it refuses kubernetes_sd_configs.
 #
 # Tools come from scripts/tools.sh (helm, kubeconform) and scripts/k8s/build.sh
 # (kube-apiserver, kubectl), all cached under ${WSLOAD_CACHE:-~/.cache/wsload}; a warm run takes
@@ -55,10 +61,15 @@ CLUSTER="$WORK/cluster"
 OK=0
 UP_PID=""
 OPERATOR_PID=""
+PROMETHEUS_PID=""
 cleanup() {
 	if [[ -n "$OPERATOR_PID" ]]; then
 		kill "$OPERATOR_PID" 2>/dev/null || true
 		wait "$OPERATOR_PID" 2>/dev/null || true
+	fi
+	if [[ -n "$PROMETHEUS_PID" ]]; then
+		kill "$PROMETHEUS_PID" 2>/dev/null || true
+		wait "$PROMETHEUS_PID" 2>/dev/null || true
 	fi
 	if [[ -n "$UP_PID" ]]; then
 		wait "$UP_PID" 2>/dev/null || true
@@ -151,6 +162,10 @@ expect_helm_failure "an unknown log format" "/operator/logFormat" \
 	lint --strict "$CHART" --set operator.logFormat=xml
 expect_helm_failure "watchNamespace without rbac.namespaced" "rbac.namespaced=true" \
 	template "$RELEASE" "$CHART" --set watchNamespace=elsewhere
+expect_helm_failure "a misspelt prometheus key" "scrapeIntervall" \
+	lint --strict "$CHART" --set prometheus.install=true --set prometheus.scrapeIntervall=5s
+expect_helm_failure "a Prometheus retention that is no duration" "/prometheus/retention" \
+	lint --strict "$CHART" --set prometheus.install=true --set prometheus.retention=1week
 
 # --- 3. control plane, schemas ---------------------------------------------------------------
 
@@ -254,6 +269,34 @@ for values in "${CASES[@]}"; do
 	python3 "$HERE/check-rendered.py" "$values" "$WORK/applied-$values.json" "$ROOT/dashboards" "$app_version" ||
 		fail "the $values rendering is not what the chart promises (above)"
 done
+
+# The chart's prometheus.yml of a case, as the server would store it.
+prometheus_config() { # case out-file
+	python3 - "$WORK/applied-$1.json" "$RELEASE-prometheus" >"$2" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1]))["items"]
+cm = [o for o in items if o["kind"] == "ConfigMap" and o["metadata"]["name"] == sys.argv[2]]
+if not cm:
+    sys.exit("no ConfigMap %s in %s" % (sys.argv[2], sys.argv[1]))
+sys.stdout.write(cm[0]["data"]["prometheus.yml"])
+PY
+}
+# Built by scripts/k8s/prometheus.sh; empty when it is not cached.
+PROMTOOL="$("$ROOT/scripts/k8s/prometheus.sh" --no-build promtool 2>/dev/null || true)"
+PROMETHEUS="$("$ROOT/scripts/k8s/prometheus.sh" --no-build prometheus 2>/dev/null || true)"
+for values in full namespaced; do
+	prometheus_config "$values" "$WORK/prometheus-$values.yml" || fail "the $values rendering has no Prometheus config (above)"
+	if [[ -n "$PROMTOOL" ]]; then
+		"$PROMTOOL" check config "$WORK/prometheus-$values.yml" >"$WORK/promtool-$values.log" 2>&1 || {
+			cat "$WORK/promtool-$values.log" >&2
+			fail "promtool check config refused the $values rendering's prometheus.yml (above)"
+		}
+		printf 'promtool %s: %s\n' "$values" "$(grep -m1 -o 'SUCCESS.*' "$WORK/promtool-$values.log")"
+	fi
+done
+[[ -n "$PROMTOOL" ]] ||
+	printf 'skipped: promtool check config (Prometheus 3.9.1 not built; scripts/k8s/prometheus.sh builds it, ~6 min cold)\n'
+
 if out="$(kubectl apply --dry-run=server -f "$WORK/broken/deployment.yaml" 2>&1)"; then
 	fail "the API server accepted the broken Deployment: $out"
 fi
@@ -314,6 +357,107 @@ if (got_image, got_sel, bool(got_tol), got_aff) != (image, selector, toleration 
 
 has_events() { [[ -n "$(kubectl -n "$WATCH_NS" get events.events.k8s.io -o name)" ]]; }
 
+PROM_SA="system:serviceaccount:$NS:$RELEASE-prometheus"
+# The chart's Prometheus account reads pods where it discovers them, and nothing else.
+prometheus_rbac() {
+	local check
+	local -a granted=("list pods -n $WATCH_NS" "watch pods -n $WATCH_NS" "list pods -n $NS" "watch pods -n $NS")
+	local -a refused=("get secrets -n $NS" "list secrets -n $WATCH_NS" "create pods -n $WATCH_NS"
+		"list services -n $WATCH_NS" "list nodes" "get configmaps -n $NS")
+	if [[ "$values" == namespaced ]]; then
+		refused+=("list pods -n default" "watch pods -A")
+	else
+		granted+=("watch pods -A")
+	fi
+	for check in "${granted[@]}"; do
+		# shellcheck disable=SC2086 # the words of each check are its arguments
+		[[ "$(kubectl auth can-i $check --as="$PROM_SA" 2>/dev/null || true)" == yes ]] ||
+			fail "the chart's Prometheus account cannot $check ($values install): its discovery would see nothing there"
+	done
+	for check in "${refused[@]}"; do
+		# shellcheck disable=SC2086
+		[[ "$(kubectl auth can-i $check --as="$PROM_SA" 2>/dev/null || true)" == no ]] ||
+			fail "the chart's Prometheus account can $check; the $values install must not grant it"
+	done
+	printf 'ServiceAccount %s: pods get/list/watch where it discovers them, nothing else\n' "$PROM_SA"
+}
+
+# The rendered prometheus.yml run here by the built Prometheus as the chart's account: the same
+# discovery and relabelling, pointed at this API server (off-cluster, so api_server, the token
+# and the CA are added to its kubernetes_sd_configs).
+prometheus_start() {
+	local token ca_file
+	[[ -n "$PROMETHEUS" ]] || return 0
+	token="$(kubectl -n "$NS" create token "$RELEASE-prometheus" --duration=10m)"
+	printf '%s' "$token" >"$WORK/prometheus.token"
+	kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' |
+		base64 -d >"$WORK/prometheus-ca.crt"
+	ca_file="$WORK/prometheus-ca.crt"
+	python3 - "$WORK/prometheus-$values.yml" "$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')" \
+		"$WORK/prometheus.token" "$ca_file" >"$WORK/prometheus-$values-offcluster.yml" <<'PY'
+import re, sys
+text, server, token, ca = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+out, n = re.subn(r"^( *)- role: pod\n",
+                 lambda m: (f"{m.group(1)}- role: pod\n{m.group(1)}  api_server: {server}\n"
+                            f"{m.group(1)}  authorization: {{credentials_file: {token}}}\n"
+                            f"{m.group(1)}  tls_config: {{ca_file: {ca}}}\n"), text, flags=re.M)
+if n != 1:
+    sys.exit("expected one `- role: pod` in the chart's prometheus.yml, found %d" % n)
+sys.stdout.write(out)
+PY
+	PROM_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+	"$PROMETHEUS" --config.file="$WORK/prometheus-$values-offcluster.yml" --storage.tsdb.path="$WORK/prometheus-data-$values" \
+		--web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus-$values.log" 2>&1 &
+	PROMETHEUS_PID=$!
+}
+
+# The managed server pod (marked Running by hand) must be an active target with the labels the
+# dashboards and the relabelling promise; the shard, still Pending, must not.
+prometheus_targets_ok() {
+	curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/targets" | python3 -c '
+import json, sys
+ns, port = sys.argv[1], sys.argv[2]
+targets = json.load(sys.stdin)["data"]["activeTargets"]
+pods = [t for t in targets if t["labels"].get("job") == "kubernetes-pods"]
+want = {"namespace": ns, "pod": "quickstart-server", "wsload_dev_loadtest": "quickstart", "wsload_dev_role": "server"}
+ok = [t for t in pods if all(t["labels"].get(k) == v for k, v in want.items())
+      and t["scrapeUrl"] == "http://10.244.0.10:%s/metrics" % port]
+shards = [t for t in pods if t["labels"].get("pod", "").startswith("quickstart-shard")]
+print("targets: %s" % [(t["labels"].get("pod"), t["scrapeUrl"]) for t in pods])
+sys.exit(0 if len(ok) == 1 and not shards else 1)
+' "$WATCH_NS" "$1"
+}
+
+prometheus_check() {
+	local port
+	[[ -n "$PROMETHEUS" ]] || {
+		printf 'skipped: the chart'"'"'s prometheus.yml run by Prometheus 3.9.1 (not built; scripts/k8s/prometheus.sh)\n'
+		return 0
+	}
+	port="$(kubectl -n "$WATCH_NS" get pod quickstart-server -o jsonpath='{.metadata.annotations.prometheus\.io/port}')"
+	local deadline=$((SECONDS + 45))
+	until prometheus_targets_ok "$port" >"$WORK/prometheus-targets.txt" 2>&1; do
+		kill -0 "$PROMETHEUS_PID" 2>/dev/null || {
+			tail -n 20 "$WORK/prometheus-$values.log" >&2
+			fail "Prometheus exited with the $values rendering's prometheus.yml (above)"
+		}
+		((SECONDS < deadline)) || {
+			cat "$WORK/prometheus-targets.txt" >&2
+			grep -i 'level=error' "$WORK/prometheus-$values.log" | tail -n 5 >&2 || true
+			fail "the chart's Prometheus ($values install) did not discover quickstart-server as a target with namespace, pod and wsload_dev_* labels on 10.244.0.10:$port within 45s (above; log: $WORK/prometheus-$values.log)"
+		}
+		sleep 1
+	done
+	printf 'Prometheus %s (%s install, as %s): %s\n' "$("$PROMETHEUS" --version 2>&1 | head -n1 | cut -d' ' -f3)" \
+		"$values" "$PROM_SA" "$(cat "$WORK/prometheus-targets.txt")"
+	if grep -Ei 'forbidden' "$WORK/prometheus-$values.log" | tail -n 3 >&2; then
+		fail "Prometheus was refused a request with the $values install's RBAC (above)"
+	fi
+	kill "$PROMETHEUS_PID"
+	wait "$PROMETHEUS_PID" 2>/dev/null || true
+	PROMETHEUS_PID=""
+}
+
 operator_binary() {
 	(cd "$ROOT" && cargo build --quiet --locked -p wsload-operator --bin wsload-operator)
 	OPERATOR_BIN="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
@@ -341,6 +485,8 @@ live_run() {
 		expect_can yes "watch loadtests -A" "watch pods -A"
 	fi
 	printf 'ServiceAccount %s: no Secrets, nothing beyond its rules; its rules granted\n' "$SA"
+	prometheus_rbac
+	prometheus_start
 
 	# A kubeconfig holding the ServiceAccount's token, not the admin certificate.
 	token="$(kubectl -n "$NS" create token "$RELEASE" --duration=10m)"
@@ -405,6 +551,7 @@ EOF
 	wait_for 15 "an Event on the LoadTest" has_events
 	events="$(kubectl -n "$WATCH_NS" get events.events.k8s.io -o name | wc -l)"
 	printf 'LoadTest quickstart: phase %s, %s Event(s)\n' "$phase" "$events"
+	prometheus_check
 
 	kill -TERM "$OPERATOR_PID"
 	wait "$OPERATOR_PID" 2>/dev/null || true

@@ -12,6 +12,7 @@ Every failure is listed, then the exit status is 1.
 
 import json
 import os
+import re
 import sys
 
 RELEASE, NAMESPACE, WATCH = "wsload", "wsload-system", "wsload-tests"
@@ -25,6 +26,103 @@ def check(ok, what):
     if not ok:
         failures.append(what)
     return ok
+
+
+def check_prometheus(case, by_kind, one, operator_labels):
+    name = f"{FULL}-prometheus"
+    mine = [o for objs in by_kind.values() for o in objs
+            if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "prometheus"]
+    if case == "default":
+        check(not mine, f"{case}: Prometheus objects rendered although prometheus.install is off: "
+              f"{sorted((o['kind'], o['metadata']['name']) for o in mine)}")
+        return
+    check(all(o["metadata"]["name"] == name for o in mine),
+          f"{case}: Prometheus objects not named {name}: {sorted((o['kind'], o['metadata']['name']) for o in mine)}")
+    one("ServiceAccount", name)
+
+    # Pods, get list watch: all kubernetes_sd_configs role pod needs, in the namespaces it watches.
+    pods_only = {("", "pods", v) for v in ("get", "list", "watch")}
+    if case == "namespaced":
+        roles = [o for o in by_kind.get("Role", []) if o["metadata"]["name"] == name]
+        bindings = [o for o in by_kind.get("RoleBinding", []) if o["metadata"]["name"] == name]
+        want_ns = {WATCH, NAMESPACE}
+        check({r["metadata"].get("namespace") for r in roles} == want_ns and len(roles) == 2,
+              f"{case}: Prometheus Roles in {[r['metadata'].get('namespace') for r in roles]}, expected {sorted(want_ns)}")
+        check({b["metadata"].get("namespace") for b in bindings} == want_ns and len(bindings) == 2,
+              f"{case}: Prometheus RoleBindings in {[b['metadata'].get('namespace') for b in bindings]}, expected {sorted(want_ns)}")
+    else:
+        roles = [one("ClusterRole", name)]
+        bindings = [one("ClusterRoleBinding", name)]
+    for r in roles:
+        got = {(g, res, v) for rule in r.get("rules", []) for g in rule["apiGroups"] for res in rule["resources"]
+               for v in rule["verbs"]}
+        check(got == pods_only, f"{case}: Prometheus {r['kind']} in {r['metadata'].get('namespace')} grants {sorted(got)}, expected pods get/list/watch only")
+    for b in bindings:
+        check(b.get("subjects") == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+              and b.get("roleRef", {}).get("name") == name,
+              f"{case}: Prometheus {b['kind']} binds {b.get('subjects')} to {b.get('roleRef')}")
+
+    # prometheus.yml, as text: the standard library has no YAML parser (promtool, when built,
+    # checks it for real in check-chart.sh).
+    config = one("ConfigMap", name).get("data", {}).get("prometheus.yml", "")
+    interval = "10s" if case == "full" else "5s"
+    for want in ("kubernetes_sd_configs:", "- role: pod", f"scrape_interval: {interval}",
+                 "__meta_kubernetes_pod_annotation_prometheus_io_scrape", "__meta_kubernetes_pod_annotation_prometheus_io_port",
+                 "__meta_kubernetes_pod_annotation_prometheus_io_path", "regex: __meta_kubernetes_pod_label_(.+)",
+                 "target_label: namespace", "target_label: pod"):
+        check(want in config, f"{case}: prometheus.yml lacks {want!r}")
+    if case == "namespaced":
+        check(re.search(rf"namespaces:\n *names:\n *- {WATCH}\n *- {NAMESPACE}\n", config),
+              f"{case}: prometheus.yml does not restrict discovery to {WATCH} and {NAMESPACE}:\n{config}")
+    else:
+        check("namespaces:" not in config, f"{case}: a cluster-wide install's Prometheus must discover every namespace")
+    check("scrape_timeout: 8s" in config if case == "full" else "scrape_timeout" not in config, f"{case}: scrape_timeout in {config}")
+
+    dep = one("Deployment", name)
+    spec = dep.get("spec", {})
+    tmpl = spec.get("template", {})
+    pod = tmpl.get("spec", {})
+    check(spec.get("replicas") == 1, f"{case}: Prometheus replicas {spec.get('replicas')}")
+    check(pod.get("serviceAccountName") == name and pod.get("automountServiceAccountToken") is True,
+          f"{case}: Prometheus pod account {pod.get('serviceAccountName')}, automount {pod.get('automountServiceAccountToken')}")
+    check(tmpl.get("metadata", {}).get("annotations", {}).get("checksum/config"), f"{case}: no checksum/config on the Prometheus pod")
+    c = (pod.get("containers") or [{}])[0]
+    check(c.get("image") == "quay.io/prometheus/prometheus:v3.9.1", f"{case}: Prometheus image {c.get('image')}")
+    args = c.get("args", [])
+    want_args = ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]
+    if case == "full":
+        want_args += ["--storage.tsdb.retention.time=2d", "--storage.tsdb.retention.size=1GB", "--query.max-samples=10000000"]
+    else:
+        want_args += ["--storage.tsdb.retention.time=24h"]
+    check(all(a in args for a in want_args), f"{case}: Prometheus args {args}, expected {want_args} among them")
+    check(not any(a.startswith("--storage.tsdb.retention.size") for a in args) or case == "full", f"{case}: retention size set: {args}")
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    check(ports == {"http": 9090}, f"{case}: Prometheus container ports {ports}")
+    ready = c.get("readinessProbe", {}).get("httpGet", {})
+    check(ready.get("path") == "/-/ready" and ready.get("port") == "http", f"{case}: Prometheus readiness probe {ready}")
+    sc, psc = c.get("securityContext", {}), pod.get("securityContext", {})
+    for key, want in (("runAsNonRoot", True), ("runAsUser", 65534), ("readOnlyRootFilesystem", True),
+                      ("allowPrivilegeEscalation", False)):
+        check(sc.get(key) == want, f"{case}: Prometheus securityContext.{key} is {sc.get(key)}, expected {want}")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{case}: Prometheus capabilities {sc.get('capabilities')}")
+    check(psc.get("runAsNonRoot") is True and psc.get("runAsUser") == 65534
+          and psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{case}: Prometheus pod securityContext {psc}")
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    check(mounts.get("/prometheus") == "data" and "emptyDir" in vols.get("data", {}), f"{case}: Prometheus data volume {mounts} {vols}")
+    check(mounts.get("/etc/prometheus") == "config" and vols.get("config", {}).get("configMap", {}).get("name") == name,
+          f"{case}: Prometheus config volume {mounts} {vols}")
+    if case == "full":
+        check(pod.get("nodeSelector") == {"pool": "servers"} and len(pod.get("tolerations", [])) == 1,
+              f"{case}: Prometheus placement {pod.get('nodeSelector')} {pod.get('tolerations')}")
+
+    svc = one("Service", name)
+    ports = [(p.get("name"), p.get("port"), p.get("targetPort")) for p in svc.get("spec", {}).get("ports", [])]
+    check(ports == [("http", 9090, "http")], f"{case}: Prometheus Service ports {ports}")
+    sel = svc.get("spec", {}).get("selector", {})
+    labels = tmpl.get("metadata", {}).get("labels", {})
+    check(sel and all(labels.get(k) == v for k, v in sel.items()), f"{case}: Prometheus Service selector {sel} misses its pod")
+    check(not all(operator_labels.get(k) == v for k, v in sel.items()), f"{case}: Prometheus Service selector {sel} also selects the operator")
 
 
 def main():
@@ -171,6 +269,9 @@ def main():
             ep = servers["spec"]["endpoints"][0]
             check(ep.get("interval") == "5s" and ep.get("scrapeTimeout") == "4s" and len(ep.get("relabelings", [])) == 1
                   and len(ep.get("metricRelabelings", [])) == 1, f"{case}: servers endpoint {ep}")
+
+    # --- the chart's Prometheus (prometheus.install: on in full and namespaced) --------------
+    check_prometheus(case, by_kind, one, tmpl_labels)
 
     # --- dashboards: the ConfigMaps carry the dashboards/ files unchanged -------------------
     sources = sorted(f for f in os.listdir(dash_dir) if f.endswith(".json"))

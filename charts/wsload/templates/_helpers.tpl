@@ -103,3 +103,86 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The Prometheus pod (prometheus.install): what its Deployment and Service select on. */}}
+{{- define "wsload.prometheusSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "wsload.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: prometheus
+{{- end }}
+
+{{/*
+The namespaces the Prometheus discovers pods in, as a JSON list: in a namespaced install the
+watched one (servers, shards) and the release namespace (the operator); [] (every namespace)
+in a cluster-wide install.
+*/}}
+{{- define "wsload.prometheusNamespaces" -}}
+{{- with include "wsload.watchNamespace" . }}
+{{- list . $.Release.Namespace | uniq | toJson }}
+{{- else -}}
+[]
+{{- end }}
+{{- end }}
+
+{{/*
+prometheus.yml of the chart's Prometheus: every pod annotated prometheus.io/scrape=true, on the
+annotated port and path. Target labels: namespace, pod, node and the pod's labels
+(wsload.dev/loadtest becomes wsload_dev_loadtest, ...); the shards' own series carry test and
+shard, which the dashboards filter on.
+*/}}
+{{- define "wsload.prometheusConfig" -}}
+{{- $p := .Values.prometheus }}
+{{- $namespaces := include "wsload.prometheusNamespaces" . | fromJsonArray -}}
+# Rendered by the wsload chart (prometheus.install); `helm upgrade` to change it.
+global:
+  scrape_interval: {{ $p.scrapeInterval }}
+  evaluation_interval: {{ $p.scrapeInterval }}
+  {{- with $p.scrapeTimeout }}
+  scrape_timeout: {{ . }}
+  {{- end }}
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: [localhost:9090]
+  - job_name: kubernetes-pods
+    kubernetes_sd_configs:
+      - role: pod
+        {{- with $namespaces }}
+        namespaces:
+          names:
+            {{- toYaml . | nindent 12 }}
+        {{- end }}
+    relabel_configs:
+      # Only pods that ask for it (the operator, managed servers and shards all do).
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+        regex: "true"
+        action: keep
+      # Pods not running serve nothing: no IP yet, or a finished shard.
+      - source_labels: [__meta_kubernetes_pod_phase]
+        regex: Pending|Succeeded|Failed|Unknown
+        action: drop
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+        regex: (.+)
+        target_label: __metrics_path__
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scheme]
+        regex: (https?)
+        target_label: __scheme__
+      # The annotated port on the pod's IP (v4, then v6). One target per declared container
+      # port is discovered; with equal labels after this they collapse into one.
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_port, __meta_kubernetes_pod_ip]
+        regex: (\d+);((([0-9]+?)(\.|$)){4})
+        replacement: $2:$1
+        target_label: __address__
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_port, __meta_kubernetes_pod_ip]
+        regex: (\d+);(([A-Fa-f0-9]{1,4}::?){1,7}[A-Fa-f0-9]{1,4})
+        replacement: "[$2]:$1"
+        target_label: __address__
+      - action: labelmap
+        regex: __meta_kubernetes_pod_label_(.+)
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+      - source_labels: [__meta_kubernetes_pod_node_name]
+        target_label: node
+{{- end }}
