@@ -80,19 +80,6 @@ ensure_musl_toolchain() {
 	fi
 }
 
-ensure_crane() {
-	CRANE="$WSLOAD_CACHE/bin/crane"
-	if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
-		return
-	fi
-	command -v go >/dev/null || die "go is needed to install crane $CRANE_VERSION"
-	log "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
-	mkdir -p "$WSLOAD_CACHE/bin"
-	# CGO off keeps crane static, so a later change of the C toolchain can't break it.
-	GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 go install "$CRANE_MODULE@$CRANE_VERSION"
-	[[ "$("$CRANE" version)" == "$CRANE_VERSION" ]] || die "$CRANE does not report version $CRANE_VERSION"
-}
-
 build_binary() {
 	log "building $IMAGE_PACKAGE for $MUSL_TARGET"
 	# --locked: an image is a release artefact; it must not quietly re-resolve

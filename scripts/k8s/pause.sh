@@ -25,17 +25,6 @@ pdie() {
 	exit 1
 }
 
-ensure_crane() {
-	CRANE="$WSLOAD_CACHE/bin/crane"
-	if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
-		return
-	fi
-	command -v go >/dev/null || pdie "go is needed to install crane $CRANE_VERSION"
-	plog "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
-	mkdir -p "$WSLOAD_CACHE/bin"
-	GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 nice -n 19 go install "$CRANE_MODULE@$CRANE_VERSION"
-}
-
 command -v musl-gcc >/dev/null || "$K8S_DIR/install-deps.sh" --node
 ensure_crane
 key="$({

@@ -59,23 +59,6 @@ usage() {
 	printf 'usage: %s [--no-build] [image|prometheus|promtool]\n' "$0"
 }
 
-# Shared with scripts/build-image.sh and pause.sh when scripts/lib/images.sh provides it;
-# until then the same pinned install, kept in step by CRANE_VERSION.
-if ! declare -F ensure_crane >/dev/null; then
-	ensure_crane() {
-		CRANE="$WSLOAD_CACHE/bin/crane"
-		if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
-			return
-		fi
-		command -v go >/dev/null || die "go is needed to install crane $CRANE_VERSION"
-		log "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
-		mkdir -p "$WSLOAD_CACHE/bin"
-		GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 nice -n "${WSLOAD_BUILD_NICE:-19}" \
-			go install "$CRANE_MODULE@$CRANE_VERSION"
-		[[ "$("$CRANE" version)" == "$CRANE_VERSION" ]] || die "$CRANE does not report version $CRANE_VERSION"
-	}
-fi
-
 check_go() {
 	local v major minor
 	command -v go >/dev/null || die "go is needed to build Prometheus $PROM_VERSION (Go >= 1.24.9, e.g. /usr/local/go/bin on PATH)"

@@ -19,6 +19,22 @@ die() {
 	exit 1
 }
 
+# ensure_crane: sets CRANE to the pinned crane, installing it into the cache first when it is
+# missing or another version (every image script builds its tarballs with it).
+ensure_crane() {
+	CRANE="$WSLOAD_CACHE/bin/crane"
+	if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
+		return
+	fi
+	command -v go >/dev/null || die "go is needed to install crane $CRANE_VERSION"
+	log "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
+	mkdir -p "$WSLOAD_CACHE/bin"
+	# CGO off keeps crane static, so a later change of the C toolchain can't break it.
+	GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 nice -n "${WSLOAD_BUILD_NICE:-19}" \
+		go install "$CRANE_MODULE@$CRANE_VERSION"
+	[[ "$("$CRANE" version)" == "$CRANE_VERSION" ]] || die "$CRANE does not report version $CRANE_VERSION"
+}
+
 # The image table. Each image is one static binary of one workspace package,
 # staged into a FROM-scratch image by the Dockerfile in its directory; that
 # Dockerfile declares ARG VERSION and ARG REVISION, which both scripts pass,
