@@ -168,7 +168,7 @@ wait_done smoke
 kubectl -n "$TEST_NS" get loadtest smoke -o wide
 jq '.status | {phase, verdict, achievedRate, p99, startSkewMillis, targetUrl,
 	shards: [.shards[] | {index, pod, state, connections, startedAt}],
-	tiers: [.tiers[] | {"label": .label, connections, messagesPerSecond, bytesPerSecond, rtt, errors, delivery}],
+	tiers: [.tiers[] | {"label": .label, connections, messagesPerSecond, bytesPerSecond, connect, rtt, errors, delivery}],
 	thresholds, resultsConfigMap}' "$OUT/smoke.json" | tee "$OUT/smoke.summary.json"
 expect smoke Succeeded - Pass
 jq -e '[.status.tiers[] | select(.messagesPerSecond > 0)] | length == 2' "$OUT/smoke.json" >/dev/null ||
