@@ -167,8 +167,15 @@ for tar in wsload-server wsload wsload-operator; do
 	# scripts/e2e/smoke.sh takes one tag for all three, as the chart does.
 	[[ -z "$TAG" || "${ref##*:}" == "$TAG" ]] || fail "$tar is $ref, the others are tagged $TAG"
 	TAG="${ref##*:}"
-	step "kind load image-archive $ref"
-	"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
+	# build-image.sh leaves the image in the Docker daemon when it built it there (the usual
+	# case: it uses docker whenever a daemon answers); a crane-built one exists only as $tar.
+	if docker image inspect "$ref" >/dev/null 2>&1; then
+		step "kind load docker-image $ref"
+		"$KIND" load docker-image "$ref" --name "$CLUSTER" || fail "kind load docker-image $ref failed (above)"
+	else
+		step "kind load image-archive $tar ($ref is not in the Docker daemon)"
+		"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
+	fi
 done
 timed images
 
