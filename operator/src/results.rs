@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeMap;
-use wsload_report::{CellResult, Percentiles as ReportPercentiles, RunResult};
+use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::shares::{count_share, rate_share};
 use wsload_spec::status::{
@@ -132,11 +132,7 @@ pub fn summarize(spec: &LoadTestSpec, results: &[(u32, &String)]) -> Result<Summ
         .map(|c| c.figures.sent_per_sec.max(c.figures.received_per_sec))
         .filter(|r| *r > 0.0)
         .map(wsload_report::human_rate);
-    let p99 = headline.and_then(|c| {
-        let f = &c.figures;
-        let p = if f.rtt.count > 0 { &f.rtt } else { &f.connect };
-        (p.count > 0).then(|| wsload_report::ms(p.p99))
-    });
+    let p99 = headline.and_then(|c| headline_p99(&c.figures));
     let merged_json = serde_json::to_string(&merged).map_err(SummaryError::Serialize)?;
     Ok(Summary {
         tiers,
@@ -147,6 +143,18 @@ pub fn summarize(spec: &LoadTestSpec, results: &[(u32, &String)]) -> Result<Summ
         p99,
         merged_json,
     })
+}
+
+/// The P99 column: the round trip's, or, where the scenario times none (storms, throughput
+/// saturation), the handshake's, marked so that nobody reads it as a round trip.
+fn headline_p99(f: &Figures) -> Option<String> {
+    if f.rtt.count > 0 {
+        Some(wsload_report::ms(f.rtt.p99))
+    } else if f.connect.count > 0 {
+        Some(format!("{} connect", wsload_report::ms(f.connect.p99)))
+    } else {
+        None
+    }
 }
 
 fn pct(p: &ReportPercentiles) -> Option<Percentiles> {
@@ -210,6 +218,18 @@ mod tests {
         assert!(shares.iter().all(|s| s.rate == Some(250.0)));
         assert_eq!(shares[3].pod, "t-shard-3");
         assert!(shares.iter().all(|s| s.state == ShardState::Pending));
+    }
+
+    #[test]
+    fn the_p99_column_says_when_it_is_the_handshake() {
+        let mut f = Figures::default();
+        assert_eq!(headline_p99(&f), None);
+        f.connect.count = 5;
+        f.connect.p99 = 0.002;
+        assert_eq!(headline_p99(&f).as_deref(), Some("2.00 ms connect"));
+        f.rtt.count = 5;
+        f.rtt.p99 = 0.0005;
+        assert_eq!(headline_p99(&f), Some(wsload_report::ms(0.0005)));
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub struct LoadTestStatus {
     /// Achieved message rate of the largest tier, for `kubectl get` (e.g. `1.23M msg/s`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub achieved_rate: Option<String>,
-    /// Round-trip p99 of the largest tier, for `kubectl get` (e.g. `3.2ms`).
+    /// Round-trip p99 of the largest tier, for `kubectl get` (e.g. `3.20 ms`); where the scenario
+    /// times no round trips, its handshake p99 marked as such (`2.00 ms connect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99: Option<String>,
     /// Shards whose result is missing (`shardFailure: continue`): figures cover the others.
