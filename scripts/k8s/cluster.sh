@@ -386,12 +386,16 @@ teardown_network() {
 	# kubelet's and fails on the missing ipset and nft binaries, so each
 	# table is rewritten without them (one node cluster per machine: they
 	# are ours).
-	local save table
+	# The rules are read into a variable first: `save | grep -q` under pipefail fails whenever
+	# grep's early exit makes iptables-save die of SIGPIPE mid-write, and a big nat table then
+	# looked clean and kept its chains (seen once in CI).
+	local save table rules
 	for save in iptables-save ip6tables-save; do
 		command -v "$save" >/dev/null || continue
 		for table in filter nat mangle; do
-			if "$save" -t "$table" 2>/dev/null | grep -q -- 'KUBE-'; then
-				"$save" -t "$table" | grep -v -- 'KUBE-' | "${save%-save}-restore" -T "$table" ||
+			rules="$("$save" -t "$table" 2>/dev/null)" || continue
+			if grep -q -- 'KUBE-' <<<"$rules"; then
+				grep -v -- 'KUBE-' <<<"$rules" | "${save%-save}-restore" -T "$table" ||
 					log "warning: could not remove the KUBE-* chains from $table (${save%-save})"
 			fi
 		done

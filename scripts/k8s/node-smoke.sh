@@ -183,8 +183,9 @@ timed "cluster down"
 leftover=()
 ip link show cni0 >/dev/null 2>&1 && leftover+=("bridge cni0")
 grep -qF " $WORK/" /proc/self/mountinfo && leftover+=("mounts under $WORK")
-find /sys/fs/cgroup -maxdepth 2 -path '*kubepods*' | grep -q . && leftover+=("kubepods cgroups")
-iptables-save 2>/dev/null | grep -q KUBE- && leftover+=("KUBE-* iptables chains")
+# Captured, not piped into grep -q: under pipefail an early grep exit can fail the pipe.
+[[ -n "$(find /sys/fs/cgroup -maxdepth 2 -path '*kubepods*')" ]] && leftover+=("kubepods cgroups")
+grep -q KUBE- <<<"$(iptables-save 2>/dev/null)" && leftover+=("KUBE-* iptables chains")
 for p in kubelet containerd kube-apiserver etcd; do
 	[[ -f "$CLUSTER/$p.pid" ]] && leftover+=("$p.pid")
 done
