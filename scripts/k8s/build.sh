@@ -26,6 +26,8 @@ set -euo pipefail
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
+# shellcheck source=scripts/lib/go.sh
+source "$K8S_DIR/../lib/go.sh"
 GOMOD_DIR="$K8S_DIR/gomod"
 
 ALL_COMPONENTS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
@@ -40,21 +42,6 @@ die() {
 usage() {
 	printf 'usage: %s [component...]\ncomponents: %s (default: %s)\n' \
 		"$0" "${ALL_COMPONENTS[*]}" "${DEFAULT_COMPONENTS[*]}"
-}
-
-check_go() {
-	local v major minor
-	command -v go >/dev/null || die "go is needed (Go >= 1.24, e.g. /usr/local/go/bin on PATH)"
-	v="$(GOTOOLCHAIN=local go env GOVERSION)"
-	v="${v#go}"
-	major="${v%%.*}"
-	minor="${v#*.}"
-	minor="${minor%%.*}"
-	# Kubernetes 1.33 needs Go 1.24; an older go would try to download a
-	# newer toolchain, which the module proxy here may well refuse.
-	if ((major < 1 || (major == 1 && minor < 24))); then
-		die "go $v is too old to build Kubernetes $K8S_VERSION (needs >= 1.24)"
-	fi
 }
 
 # gomod/go.mod carries the version a second time (Go cannot read versions.sh);
@@ -152,7 +139,7 @@ main() {
 	done
 	((${#components[@]})) || components=("${DEFAULT_COMPONENTS[@]}")
 
-	check_go
+	require_go 24 "Kubernetes $K8S_VERSION"
 	check_gomod_versions
 	mkdir -p "$K8S_BIN_DIR"
 	# Two concurrent runs (e.g. parallel test jobs on a cold cache) would both

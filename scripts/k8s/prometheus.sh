@@ -37,6 +37,8 @@ K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # script here shares.
 # shellcheck source=scripts/lib/images.sh
 source "$K8S_DIR/../lib/images.sh"
+# shellcheck source=scripts/lib/go.sh
+source "$K8S_DIR/../lib/go.sh"
 
 # Upstream numbers the Go module v0.3MM.P for Prometheus v3.MM.P; both are pinned here and the
 # module's version again in prometheus/go.mod (checked below).
@@ -57,21 +59,6 @@ die() {
 
 usage() {
 	printf 'usage: %s [--no-build] [image|prometheus|promtool]\n' "$0"
-}
-
-check_go() {
-	local v major minor
-	command -v go >/dev/null || die "go is needed to build Prometheus $PROM_VERSION (Go >= 1.24.9, e.g. /usr/local/go/bin on PATH)"
-	v="$(GOTOOLCHAIN=local go env GOVERSION)"
-	v="${v#go}"
-	major="${v%%.*}"
-	minor="${v#*.}"
-	minor="${minor%%.*}"
-	# An older go would try to download the toolchain prometheus' go.mod asks for, which the
-	# module proxy here may refuse.
-	if ((major < 1 || (major == 1 && minor < 24))); then
-		die "go $v is too old to build Prometheus $PROM_VERSION (needs >= 1.24.9)"
-	fi
 }
 
 check_gomod_version() {
@@ -106,7 +93,7 @@ trap 'exit 143' TERM
 
 build_binaries() {
 	local started module_time build_date ldflags v bin
-	check_go
+	require_go 24 "Prometheus $PROM_VERSION"
 	check_gomod_version
 	started=$SECONDS
 	log "building prometheus and promtool $PROM_VERSION ($PROM_MODULE $PROM_MODULE_VERSION) from the Go module proxy; ~6 min cold, niced"
