@@ -76,13 +76,21 @@ impl Step<'_> {
                             let note = cs.error.map(|e| format!("finished with an error: {e}"));
                             self.set_shard(i, ShardState::Done, note);
                         }
-                        RunState::Waiting => self.shard_failed(
-                            i,
-                            ShardState::Lost,
-                            format!(
-                                "shard {i} is waiting for a start again: it restarted after release"
-                            ),
-                        ),
+                        RunState::Waiting => {
+                            // The new process can answer before the kubelet's restartCount
+                            // reaches the watch cache; a failed shard is not looked at again,
+                            // so its count would stay 0 although it restarted.
+                            if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
+                                s.restarts = s.restarts.max(1);
+                            }
+                            self.shard_failed(
+                                i,
+                                ShardState::Lost,
+                                format!(
+                                    "shard {i} is waiting for a start again: it restarted after release"
+                                ),
+                            )
+                        }
                         RunState::Armed | RunState::Running => {}
                     }
                 }
