@@ -164,7 +164,7 @@ quietly() {
 }
 
 build_with_crane() {
-	local out="$1" layer port="" staging args_file
+	local out="$1" layer args_file
 	local -a entries mutate_args
 	ensure_crane
 	layer="$TMP_DIR/layer.tar"
@@ -174,26 +174,13 @@ build_with_crane() {
 	tar --create --file "$layer" --directory "$CONTEXT_DIR/rootfs" --format=gnu --sort=name \
 		--owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" "${entries[@]}"
 
-	# crane mutate only works on an image in a registry, so a throwaway one
-	# (crane's own, in memory, loopback only) holds the image between the steps.
-	"$CRANE" registry serve --address 127.0.0.1:0 2>"$TMP_DIR/registry.log" &
-	REGISTRY_PID=$!
-	for _ in $(seq 100); do
-		port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$TMP_DIR/registry.log")"
-		[[ -z "$port" ]] || break
-		kill -0 "$REGISTRY_PID" 2>/dev/null || die "crane registry exited: $(cat "$TMP_DIR/registry.log")"
-		sleep 0.1
-	done
-	[[ -n "$port" ]] || die "crane registry did not start: $(cat "$TMP_DIR/registry.log")"
-	staging="127.0.0.1:$port/$IMAGE_REPO:$IMAGE_VERSION"
-
 	log "crane append + mutate $IMAGE_TAG"
-	quietly "$CRANE" append --insecure --oci-empty-base --new_layer "$layer" --new_tag "$staging"
+	crane_stage "$layer" "$IMAGE_REPO:$IMAGE_VERSION" "$TMP_DIR"
 	args_file="$TMP_DIR/mutate.args"
 	python3 "$DOCKERFILE_PY" crane-args "$CONTEXT_DIR/Dockerfile" --rootfs "$CONTEXT_DIR/rootfs" \
 		"${BUILD_ARGS[@]/#/--build-arg=}" >"$args_file"
 	mapfile -d '' mutate_args <"$args_file"
-	quietly "$CRANE" mutate --insecure "$staging" "${mutate_args[@]}" --set-platform "$IMAGE_PLATFORM" \
+	quietly "$CRANE" mutate --insecure "$STAGING" "${mutate_args[@]}" --set-platform "$IMAGE_PLATFORM" \
 		--tag "$IMAGE_TAG" --output "$out"
 }
 

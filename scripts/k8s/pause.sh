@@ -59,22 +59,8 @@ chmod 0755 "$TMP/rootfs/pause"
 tar --create --file "$TMP/layer.tar" --directory "$TMP/rootfs" --format=gnu --sort=name \
 	--owner=0 --group=0 --numeric-owner --mtime=@0 pause
 
-# crane mutate (the entrypoint) works on registry images only: a throwaway
-# in-memory registry on loopback holds it between the steps, as in build-image.sh.
-"$CRANE" registry serve --address 127.0.0.1:0 2>"$TMP/registry.log" &
-REGISTRY_PID=$!
-port=""
-for _ in $(seq 100); do
-	port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$TMP/registry.log")"
-	[[ -z "$port" ]] || break
-	kill -0 "$REGISTRY_PID" 2>/dev/null || pdie "crane registry exited: $(cat "$TMP/registry.log")"
-	sleep 0.1
-done
-[[ -n "$port" ]] || pdie "crane registry did not start: $(cat "$TMP/registry.log")"
-staging="127.0.0.1:$port/pause:3.10"
-"$CRANE" append --insecure --oci-empty-base --new_layer "$TMP/layer.tar" --new_tag "$staging" \
-	>"$TMP/crane.log" 2>&1 || pdie "crane append failed: $(cat "$TMP/crane.log")"
-"$CRANE" mutate --insecure "$staging" --entrypoint /pause --user 65535:65535 \
+crane_stage "$TMP/layer.tar" pause:3.10 "$TMP"
+"$CRANE" mutate --insecure "$STAGING" --entrypoint /pause --user 65535:65535 \
 	--set-platform "$IMAGE_PLATFORM" --tag "$PAUSE_TAG" --output "$TMP/pause.tar" \
 	>>"$TMP/crane.log" 2>&1 || pdie "crane mutate failed: $(cat "$TMP/crane.log")"
 mv -f "$TMP/pause.tar" "$OUT"

@@ -185,7 +185,7 @@ PY
 }
 
 build_image() {
-	local started moddir mtime port="" staging
+	local started moddir mtime
 	started=$SECONDS
 	ensure_crane
 	moddir="$(cd "$GOMOD_DIR" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' "$PROM_MODULE")"
@@ -195,23 +195,10 @@ build_image() {
 	TMP="$(mktemp -d "$OUT_DIR/.image.XXXXXX")"
 	write_layer "$TMP/layer.tar" "$moddir" "$mtime"
 
-	# crane mutate (entrypoint, user, ...) works on registry images only: a throwaway
-	# in-memory registry on loopback holds it between the steps, as in build-image.sh.
-	"$CRANE" registry serve --address 127.0.0.1:0 2>"$TMP/registry.log" &
-	REGISTRY_PID=$!
-	for _ in $(seq 100); do
-		port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$TMP/registry.log")"
-		[[ -z "$port" ]] || break
-		kill -0 "$REGISTRY_PID" 2>/dev/null || die "crane registry exited: $(cat "$TMP/registry.log")"
-		sleep 0.1
-	done
-	[[ -n "$port" ]] || die "crane registry did not start: $(cat "$TMP/registry.log")"
-	staging="127.0.0.1:$port/prometheus:v$PROM_VERSION"
-	"$CRANE" append --insecure --oci-empty-base --new_layer "$TMP/layer.tar" --new_tag "$staging" \
-		>"$TMP/crane.log" 2>&1 || die "crane append failed: $(cat "$TMP/crane.log")"
+	crane_stage "$TMP/layer.tar" "prometheus:v$PROM_VERSION" "$TMP"
 	# Upstream's config (its Dockerfile), but for VOLUME, which crane cannot set and pods
 	# ignore; the labels say where this one came from.
-	"$CRANE" mutate --insecure "$staging" \
+	"$CRANE" mutate --insecure "$STAGING" \
 		--entrypoint=/bin/prometheus \
 		--cmd=--config.file=/etc/prometheus/prometheus.yml,--storage.tsdb.path=/prometheus \
 		--user=nobody --workdir=/prometheus --exposed-ports=9090/tcp \

@@ -35,6 +35,26 @@ ensure_crane() {
 	[[ "$("$CRANE" version)" == "$CRANE_VERSION" ]] || die "$CRANE does not report version $CRANE_VERSION"
 }
 
+# crane_stage LAYER NAME DIR: an image of the one layer tarball LAYER on an empty base, pushed as
+# NAME to a throwaway in-memory crane registry on loopback; sets STAGING to its reference and
+# REGISTRY_PID (the caller's EXIT trap kills it). `crane mutate` works on registry images only,
+# so every image script stages its image this way before setting its config. Logs go to DIR.
+crane_stage() {
+	local layer="$1" name="$2" dir="$3" port=""
+	"$CRANE" registry serve --address 127.0.0.1:0 2>"$dir/registry.log" &
+	REGISTRY_PID=$!
+	for _ in $(seq 100); do
+		port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$dir/registry.log")"
+		[[ -z "$port" ]] || break
+		kill -0 "$REGISTRY_PID" 2>/dev/null || die "crane registry exited: $(cat "$dir/registry.log")"
+		sleep 0.1
+	done
+	[[ -n "$port" ]] || die "crane registry did not start: $(cat "$dir/registry.log")"
+	STAGING="127.0.0.1:$port/$name"
+	"$CRANE" append --insecure --oci-empty-base --new_layer "$layer" --new_tag "$STAGING" \
+		>"$dir/crane.log" 2>&1 || die "crane append failed: $(cat "$dir/crane.log")"
+}
+
 # The image table. Each image is one static binary of one workspace package,
 # staged into a FROM-scratch image by the Dockerfile in its directory; that
 # Dockerfile declares ARG VERSION and ARG REVISION, which both scripts pass,
