@@ -12,8 +12,12 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cap_closes_with_1013_and_frees_places() {
     let server = Server::start(&["--max-connections", "2"]);
+    // Admission happens after the upgrade, so a client can see its 101 before its place is
+    // taken: wait for each place to be taken or a later client may win it.
     let mut a = connect(&server.url("/")).await;
+    server.wait_metric("wsload_server_connections_active", 1.0);
     let _b = connect(&server.url("/")).await;
+    server.wait_metric("wsload_server_connections_active", 2.0);
     let mut c = connect(&server.url("/")).await;
     assert_eq!(
         close_code(&mut c, Duration::from_secs(5)).await,
@@ -70,7 +74,11 @@ async fn silent_tcp_client_is_dropped_at_the_handshake_timeout() {
         "dropped too early: {waited:?}"
     );
     assert_eq!(
-        server.metric(r#"wsload_server_connections_rejected_total{reason="handshake_timeout"}"#),
+        // The socket is dropped just before the rejection is counted.
+        server.wait_metric(
+            r#"wsload_server_connections_rejected_total{reason="handshake_timeout"}"#,
+            1.0
+        ),
         1.0
     );
     assert_eq!(
@@ -92,7 +100,11 @@ async fn bad_upgrade_request_counts_as_handshake_error() {
     let _ = tcp.read_to_string(&mut answer);
     assert!(!answer.contains(" 101 "), "answered {answer:?}");
     assert_eq!(
-        server.metric(r#"wsload_server_connections_rejected_total{reason="handshake_error"}"#),
+        // The socket is dropped just before the rejection is counted.
+        server.wait_metric(
+            r#"wsload_server_connections_rejected_total{reason="handshake_error"}"#,
+            1.0
+        ),
         1.0
     );
 }

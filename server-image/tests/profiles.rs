@@ -104,11 +104,19 @@ async fn sink_counts_without_answering() {
     let series = r#"wsload_server_messages_received_total{profile="sink",format="binary"}"#;
     assert_eq!(server.wait_metric(series, N as f64), N as f64);
     assert_eq!(
-        server.metric(r#"wsload_server_bytes_received_total{profile="sink",format="binary"}"#),
+        server.wait_metric(
+            r#"wsload_server_bytes_received_total{profile="sink",format="binary"}"#,
+            (N * 64) as f64
+        ),
         (N * 64) as f64
     );
+    // The prefixed frame went out last, so it may still be in flight when the binary count
+    // is complete: wait for it rather than read it once.
     assert_eq!(
-        server.metric(r#"wsload_server_messages_received_total{profile="sink",format="msgpack"}"#),
+        server.wait_metric(
+            r#"wsload_server_messages_received_total{profile="sink",format="msgpack"}"#,
+            1.0
+        ),
         1.0
     );
     // Nothing comes back: the only frame we may see within a short wait is none at all.
