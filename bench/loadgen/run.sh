@@ -366,6 +366,11 @@ phase_storm() {
     local spec conns rep dir first tool
     spec=$(render_spec storm.yaml)
     conns=$(spec_number "$spec" connections)
+    # An untimed storm first: a fresh server spends ~20% of its first storm's CPU faulting in
+    # memory (clear_page_erms), which would be charged to whichever tool happened to go first.
+    log "storm, $conns connections, server warm-up (not recorded)"
+    RUST_LOG=warn "$wsload_bin" run "$spec" >/dev/null 2>&1 || log "warm-up storm failed (ignored)"
+    sleep 2
     for rep in $(seq 1 "$repeat"); do
         first=wsload
         ((rep % 2)) || first=k6

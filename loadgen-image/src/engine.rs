@@ -137,7 +137,9 @@ async fn worker(
     let stats = Rc::new(RefCell::new(Measure::default()));
     let opened: Rc<RefCell<Vec<(u64, Ws)>>> = Rc::new(RefCell::new(Vec::new()));
 
-    // Phase 1: connect this worker's part of each batch, batches on a common clock.
+    // Phase 1: connect this worker's part of each batch, batches on a common clock. The
+    // connect rate is timed from the first dial, not from before the common start.
+    tokio::time::sleep_until(gate.connect_start).await;
     let first_dial = Instant::now();
     let batch = cell.batch_size.max(1);
     let mut dials = tokio::task::JoinSet::new();
