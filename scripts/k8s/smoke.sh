@@ -112,7 +112,12 @@ spec:
             properties:
               phase: {type: string, enum: [Pending, Done]}
 EOF
-kubectl wait --for=condition=Established --timeout=60s "crd/$CRD"
+# Polled, not `kubectl wait`: a CRD read before its first condition makes wait error out.
+for ((i = 0; ; i++)); do
+	[[ "$(kubectl get "crd/$CRD" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
+	((i < 240)) || fail "crd/$CRD not Established after 60s"
+	sleep 0.25
+done
 
 widget() { # name min max
 	printf 'apiVersion: smoke.wsload.dev/v1alpha1\nkind: Widget\nmetadata: {name: %s, namespace: %s}\nspec: {min: %s, max: %s}\n' \

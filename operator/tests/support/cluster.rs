@@ -391,12 +391,25 @@ impl Cluster {
         };
         let path = file.to_str().expect("UTF-8 path");
         self.kubectl_ok(&["apply", "--server-side", "-f", path]);
-        self.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "-f",
-            path,
-        ]);
+        // Polled, not `kubectl wait`: a CRD read before its first condition makes wait fail at
+        // once (`.status.conditions accessor error: <nil>`), which it did under CPU load.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let established = self.kubectl_ok(&[
+                "get",
+                "-f",
+                path,
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
+            ]);
+            if established.trim() == "True" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} not Established within 60 s (status: {established:?})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
