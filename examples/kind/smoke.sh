@@ -60,18 +60,10 @@ for arg in "$@"; do
 	esac
 done
 
-step() { printf '\n==> %s\n' "$*"; }
+STEP_NAME=kind-smoke
+# shellcheck source=scripts/lib/steps.sh
+source "$ROOT/scripts/lib/steps.sh"
 say() { printf 'kind-smoke: %s\n' "$*"; }
-fail() {
-	printf 'kind-smoke: FAILED: %s\n' "$*" >&2
-	exit 1
-}
-TIMES=()
-MARK=$SECONDS
-timed() {
-	TIMES+=("$1 $((SECONDS - MARK))s")
-	MARK=$SECONDS
-}
 started=$SECONDS
 
 step "tools"

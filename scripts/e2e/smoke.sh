@@ -45,18 +45,10 @@ case "${1:-}" in
 	;;
 esac
 
-step() { printf '\n==> %s\n' "$*"; }
-fail() {
-	printf 'e2e: FAILED: %s\n' "$*" >&2
-	exit 1
-}
+STEP_NAME=e2e
+# shellcheck source=scripts/lib/steps.sh
+source "$ROOT/scripts/lib/steps.sh"
 kubectl() { "$KUBECTL" "$@"; }
-TIMES=()
-MARK=$SECONDS
-timed() {
-	TIMES+=("$1 $((SECONDS - MARK))s")
-	MARK=$SECONDS
-}
 started=$SECONDS
 mkdir -p "$OUT"
 

@@ -25,16 +25,9 @@ ROOT="$(cd "$K8S_DIR/../.." && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
 
-step() { printf '\n==> %s\n' "$*"; }
-fail() {
-	printf 'node-smoke: FAILED: %s\n' "$*" >&2
-	exit 1
-}
-TIMES=()
-timed() { # label: records the seconds since the last mark
-	TIMES+=("$1 $((SECONDS - MARK))s")
-	MARK=$SECONDS
-}
+STEP_NAME=node-smoke
+# shellcheck source=scripts/lib/steps.sh
+source "$ROOT/scripts/lib/steps.sh"
 
 [[ $EUID -eq 0 ]] || fail "needs root (containerd, kubelet, network namespaces)"
 # One node cluster per machine (cluster.sh): two runs at once (two people's

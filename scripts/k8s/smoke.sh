@@ -22,11 +22,9 @@ source "$K8S_DIR/versions.sh"
 NS=wsload-smoke
 CRD=widgets.smoke.wsload.dev
 
-step() { printf '\n==> %s\n' "$*"; }
-fail() {
-	printf 'smoke: FAILED: %s\n' "$*" >&2
-	exit 1
-}
+STEP_NAME=smoke
+# shellcheck source=scripts/lib/steps.sh
+source "$K8S_DIR/../../scripts/lib/steps.sh"
 
 started=$SECONDS
 step "dependencies and binaries ($K8S_VERSION)"
