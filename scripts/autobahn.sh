@@ -16,6 +16,8 @@
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/common.sh
+source "$repo_root/scripts/lib/common.sh"
 req_file=$repo_root/scripts/autobahn-requirements.txt
 cache_root=${WSLOAD_CACHE:-$HOME/.cache/wsload}
 report_dir=${WSLOAD_AUTOBAHN_REPORT_DIR:-$repo_root/target/autobahn}
@@ -32,31 +34,11 @@ wstest_pid=
 bootstrap_dir=
 started_at=$SECONDS
 
-log() { printf 'autobahn: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-cleanup() {
-    local rc=$?
-    if [[ -n $wstest_pid ]]; then
-        kill -TERM "$wstest_pid" 2>/dev/null || true
-        wait "$wstest_pid" 2>/dev/null || true
-    fi
-    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -TERM "$server_pid" 2>/dev/null || true
-        # The server drains on SIGTERM; give it its drain bound, then stop waiting.
-        for _ in $(seq 1 150); do
-            kill -0 "$server_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    if [[ -n $bootstrap_dir ]]; then
-        rm -rf "$bootstrap_dir"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
+# The server drains on SIGTERM; give it its drain bound, then stop waiting.
+# At exit: wstest stopped, then the server, then the bootstrap directory removed.
+at_exit '[[ -z $bootstrap_dir ]] || rm -rf "$bootstrap_dir"'
+at_exit 'stop_process "$server_pid" 15'
+at_exit 'if [[ -n $wstest_pid ]]; then kill -TERM "$wstest_pid" 2>/dev/null; wait "$wstest_pid" 2>/dev/null; fi'
 # Without these, Ctrl-C or a CI cancel would kill bash before the EXIT trap stops the server.
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -112,8 +94,9 @@ ensure_venv() {
         PYTHONPATH=$bootstrap_dir "$py2" -m virtualenv --quiet --no-download "$venv" >/dev/null
         # Through `python -m` rather than bin/ scripts: their shebangs hold the venv's full
         # path, which breaks past the kernel's shebang length limit in a deep cache dir.
+        # pip's output on stderr, as every tool's here.
         PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --no-deps -r "$req_file"
+            --no-deps -r "$req_file" >&2
         PYTHONWARNINGS=ignore "$venv/bin/python" -m pip check --disable-pip-version-check >/dev/null \
             || die "$req_file is not a complete dependency set: $("$venv/bin/python" -m pip check 2>&1)"
         PYTHONWARNINGS=ignore "$venv/bin/python" -m autobahntestsuite.wstest --autobahnversion >/dev/null \
@@ -129,17 +112,6 @@ ensure_venv() {
         done
     fi
     exec {lock_fd}>&-
-}
-
-# Two distinct free loopback ports: both sockets are held open while the kernel picks.
-free_ports() {
-    python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
 }
 
 http_ok() {
@@ -180,7 +152,7 @@ fi
 rm -f "$report_dir"/index.json "$report_dir"/index.html "$report_dir"/wsload_server_case_*.json \
     "$report_dir"/wsload_server_case_*.html "$report_dir"/wstest.log "$report_dir"/server.log
 
-read -r ws_port metrics_port < <(free_ports)
+read -r ws_port metrics_port < <(free_ports 2)
 
 # WSLOAD_SERVER_* variables are the server's own configuration; one left in the caller's
 # environment (a cap, a route, a profile) would change what is being tested.
@@ -202,16 +174,14 @@ env "${server_env[@]}" "$server_bin" \
     >"$report_dir/server.log" 2>&1 &
 server_pid=$!
 
-for _ in $(seq 1 300); do
-    http_ok "http://127.0.0.1:$metrics_port/readyz" && break
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        tail -n 20 "$report_dir/server.log" >&2 || true
-        die "wsload-server exited before becoming ready (log: $report_dir/server.log)"
-    fi
-    sleep 0.1
-done
-http_ok "http://127.0.0.1:$metrics_port/readyz" \
-    || die "wsload-server not ready after 30s (log: $report_dir/server.log)"
+ready_rc=0
+WAIT_INTERVAL=0.1 wait_until 30 --pid "$server_pid" http_ok "http://127.0.0.1:$metrics_port/readyz" || ready_rc=$?
+if ((ready_rc == 1)); then
+    tail -n 20 "$report_dir/server.log" >&2 || true
+    die "wsload-server exited before becoming ready (log: $report_dir/server.log)"
+elif ((ready_rc == 2)); then
+    die "wsload-server not ready after 30s (log: $report_dir/server.log)"
+fi
 
 python3 - "$report_dir/fuzzingclient.json" "$report_dir" "$agent" "ws://127.0.0.1:$ws_port" "$cases" <<'EOF'
 import json, sys

@@ -24,6 +24,8 @@
 #   SOURCE_DATE_EPOCH     file times inside the layer (default: last commit's time)
 set -euo pipefail
 
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/images.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/images.sh"
 
@@ -36,33 +38,8 @@ cargo_facts
 
 DOCKERFILE_PY="$WSLOAD_ROOT/scripts/lib/dockerfile.py"
 BUILDER="${WSLOAD_IMAGE_BUILDER:-auto}"
-REGISTRY_PID=""
 TMP_DIR=""
-
-cleanup() {
-	if [[ -n "$REGISTRY_PID" ]]; then
-		kill "$REGISTRY_PID" 2>/dev/null || true
-		wait "$REGISTRY_PID" 2>/dev/null || true
-	fi
-	if [[ -n "$TMP_DIR" ]]; then
-		rm -rf "$TMP_DIR"
-	fi
-}
-trap cleanup EXIT
-
-apt_install() {
-	local sudo=()
-	if [[ $EUID -ne 0 ]]; then
-		command -v sudo >/dev/null || die "$* is needed: apt-get install -y $* (as root)"
-		sudo=(sudo)
-	fi
-	# A new machine may have no package lists yet, so update only when the
-	# plain install fails; a second run never gets here.
-	if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; then
-		"${sudo[@]}" apt-get update -qq
-		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
-	fi
-}
+at_exit '[[ -z "$TMP_DIR" ]] || rm -rf "$TMP_DIR"'
 
 ensure_musl_toolchain() {
 	local installed
@@ -75,8 +52,7 @@ ensure_musl_toolchain() {
 	# C in the dependency tree (mimalloc, ring) must be compiled against musl's
 	# headers; cc-rs looks for musl-gcc for this target.
 	if ! command -v musl-gcc >/dev/null; then
-		log "installing musl-tools (musl-gcc)"
-		apt_install musl-tools
+		need_packages musl-tools
 	fi
 }
 

@@ -39,6 +39,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHART="$ROOT/charts/wsload"
 HERE="$ROOT/scripts/chart"
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 # shellcheck source=scripts/k8s/versions.sh
 source "$ROOT/scripts/k8s/versions.sh"
 WSLOAD_CACHE="${WSLOAD_CACHE:-$HOME/.cache/wsload}"
@@ -49,12 +51,6 @@ NS=wsload-system
 WATCH_NS=wsload-tests
 CASES=(default namespaced full)
 
-step() { printf '\n==> %s\n' "$*"; }
-fail() {
-	printf 'check-chart: FAILED: %s\n' "$*" >&2
-	exit 1
-}
-
 started=$SECONDS
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/wsload-chart.XXXXXX")"
 CLUSTER="$WORK/cluster"
@@ -62,26 +58,13 @@ OK=0
 UP_PID=""
 OPERATOR_PID=""
 PROMETHEUS_PID=""
-cleanup() {
-	if [[ -n "$OPERATOR_PID" ]]; then
-		kill "$OPERATOR_PID" 2>/dev/null || true
-		wait "$OPERATOR_PID" 2>/dev/null || true
-	fi
-	if [[ -n "$PROMETHEUS_PID" ]]; then
-		kill "$PROMETHEUS_PID" 2>/dev/null || true
-		wait "$PROMETHEUS_PID" 2>/dev/null || true
-	fi
-	if [[ -n "$UP_PID" ]]; then
-		wait "$UP_PID" 2>/dev/null || true
-	fi
-	"$ROOT/scripts/k8s/control-plane.sh" down "$CLUSTER" 2>/dev/null || true
-	if ((OK)) && [[ "${WSLOAD_CHART_KEEP:-0}" != 1 ]]; then
-		rm -rf "$WORK"
-	else
-		printf 'check-chart: kept %s (renderings, schemas, cluster/*.log, operator.log)\n' "$WORK" >&2
-	fi
-}
-trap cleanup EXIT
+# At exit, in this order: the operator and Prometheus stopped, the control plane's start
+# awaited, the control plane down, the work directory removed (or kept).
+at_exit 'if ((OK)) && [[ "${WSLOAD_CHART_KEEP:-0}" != 1 ]]; then rm -rf "$WORK"; else log "kept $WORK (renderings, schemas, cluster/*.log, operator.log)"; fi'
+at_exit '"$ROOT/scripts/k8s/control-plane.sh" down "$CLUSTER" 2>/dev/null'
+at_exit '[[ -z "$UP_PID" ]] || wait "$UP_PID" 2>/dev/null'
+at_exit 'stop_process "$PROMETHEUS_PID"'
+at_exit 'stop_process "$OPERATOR_PID"'
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -95,7 +78,9 @@ step "tools: helm, kubeconform (scripts/tools.sh), kube-apiserver, kubectl (scri
 [[ -x "${HELM:-}" && -x "${KUBECONFORM:-}" ]] || fail "scripts/tools.sh could not install helm and kubeconform (above)"
 "$ROOT/scripts/k8s/install-deps.sh"
 "$ROOT/scripts/k8s/build.sh" kube-apiserver kubectl
-kubectl() { "$K8S_BIN_DIR/kubectl" "$@"; }
+# kubectl (scripts/lib/common.sh) is the one just built, of the control plane's release, even
+# when the caller's environment names another in KUBECTL.
+KUBECTL=""
 export KUBECACHEDIR="$WORK/kube-cache"
 
 # The control plane starts in the background while helm works.
@@ -205,13 +190,8 @@ printf '%s schemas\n' "$(find "$CORE_SCHEMAS" -name '*.json' | wc -l)"
 
 step "CRDs: LoadTest (the chart's crds/), minimal ServiceMonitor and PodMonitor; their schemas"
 kubectl apply --server-side -f "$CHART/crds/loadtest.yaml" -f "$HERE/monitoring-crds.yaml"
-# Polled, not `kubectl wait`: a CRD read before its first condition makes wait error out.
 for crd in loadtests.wsload.dev servicemonitors.monitoring.coreos.com podmonitors.monitoring.coreos.com; do
-	for ((i = 0; ; i++)); do
-		[[ "$(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
-		((i < 120)) || fail "CRD $crd not Established after 30s (logs: $CLUSTER/kube-apiserver.log)"
-		sleep 0.25
-	done
+	wait_until 30 crd_established "$crd" || fail "CRD $crd not Established after 30s (logs: $CLUSTER/kube-apiserver.log)"
 done
 kubectl get crd loadtests.wsload.dev servicemonitors.monitoring.coreos.com podmonitors.monitoring.coreos.com \
 	-o json >"$WORK/crds.json"
@@ -281,9 +261,12 @@ if not cm:
 sys.stdout.write(cm[0]["data"]["prometheus.yml"])
 PY
 }
-# Built by scripts/k8s/prometheus.sh; empty when it is not cached.
-PROMTOOL="$("$ROOT/scripts/k8s/prometheus.sh" --no-build promtool 2>/dev/null || true)"
-PROMETHEUS="$("$ROOT/scripts/k8s/prometheus.sh" --no-build prometheus 2>/dev/null || true)"
+# Built by scripts/k8s/prometheus.sh; empty when it is not cached. Its last line is the path,
+# and anything else (not a program) is no path.
+PROMTOOL="$("$ROOT/scripts/k8s/prometheus.sh" --no-build promtool 2>/dev/null | tail -n 1 || true)"
+[[ -x "$PROMTOOL" ]] || PROMTOOL=""
+PROMETHEUS="$("$ROOT/scripts/k8s/prometheus.sh" --no-build prometheus 2>/dev/null | tail -n 1 || true)"
+[[ -x "$PROMETHEUS" ]] || PROMETHEUS=""
 for values in full namespaced; do
 	prometheus_config "$values" "$WORK/prometheus-$values.yml" || fail "the $values rendering has no Prometheus config (above)"
 	if [[ -n "$PROMTOOL" ]]; then
@@ -325,20 +308,16 @@ operator_log_tail() {
 	grep -E '"level":"(WARN|ERROR)"|(WARN|ERROR) ' "$WORK/operator-$values.log" | tail -n 5 >&2 ||
 		tail -n 5 "$WORK/operator-$values.log" >&2
 }
-wait_for() { # seconds description command...
-	local deadline=$((SECONDS + $1)) what="$2"
+operator_wait() { # seconds description command...
+	local seconds="$1" what="$2" rc=0
 	shift 2
-	until "$@" >/dev/null 2>&1; do
-		kill -0 "$OPERATOR_PID" 2>/dev/null || {
-			operator_log_tail
-			fail "wsload-operator exited while waiting for: $what ($values install)"
-		}
-		((SECONDS < deadline)) || {
-			operator_log_tail
-			fail "timed out waiting for: $what ($values install)"
-		}
-		sleep 0.3
-	done
+	wait_until "$seconds" --pid "$OPERATOR_PID" "$@" || rc=$?
+	((rc)) || return 0
+	operator_log_tail
+	if ((rc == 1)); then
+		fail "wsload-operator exited while waiting for: $what ($values install)"
+	fi
+	fail "timed out waiting for: $what ($values install)"
 }
 # pod_has POD IMAGE NODE_SELECTOR_JSON TOLERATION_KEY|- NODE_AFFINITY(true|false)
 pod_has() {
@@ -405,7 +384,7 @@ if n != 1:
     sys.exit("expected one `- role: pod` in the chart's prometheus.yml, found %d" % n)
 sys.stdout.write(out)
 PY
-	PROM_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+	PROM_PORT="$(free_ports 1)"
 	"$PROMETHEUS" --config.file="$WORK/prometheus-$values-offcluster.yml" --storage.tsdb.path="$WORK/prometheus-data-$values" \
 		--web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus-$values.log" 2>&1 &
 	PROMETHEUS_PID=$!
@@ -413,8 +392,10 @@ PY
 
 # The managed server pod (marked Running by hand) must be an active target with the labels the
 # dashboards and the relabelling promise; the shard, still Pending, must not.
+# What it found goes to $WORK/prometheus-targets.txt.
 prometheus_targets_ok() {
-	curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/targets" | python3 -c '
+	{
+		curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/targets" | python3 -c '
 import json, sys
 ns, port = sys.argv[1], sys.argv[2]
 targets = json.load(sys.stdin)["data"]["activeTargets"]
@@ -426,35 +407,31 @@ shards = [t for t in pods if t["labels"].get("pod", "").startswith("quickstart-s
 print("targets: %s" % [(t["labels"].get("pod"), t["scrapeUrl"]) for t in pods])
 sys.exit(0 if len(ok) == 1 and not shards else 1)
 ' "$WATCH_NS" "$1"
+	} >"$WORK/prometheus-targets.txt" 2>&1
 }
 
 prometheus_check() {
-	local port
+	local port rc=0
 	[[ -n "$PROMETHEUS" ]] || {
 		printf 'skipped: the chart'"'"'s prometheus.yml run by Prometheus 3.9.1 (not built; scripts/k8s/prometheus.sh)\n'
 		return 0
 	}
 	port="$(kubectl -n "$WATCH_NS" get pod quickstart-server -o jsonpath='{.metadata.annotations.prometheus\.io/port}')"
-	local deadline=$((SECONDS + 45))
-	until prometheus_targets_ok "$port" >"$WORK/prometheus-targets.txt" 2>&1; do
-		kill -0 "$PROMETHEUS_PID" 2>/dev/null || {
-			tail -n 20 "$WORK/prometheus-$values.log" >&2
-			fail "Prometheus exited with the $values rendering's prometheus.yml (above)"
-		}
-		((SECONDS < deadline)) || {
-			cat "$WORK/prometheus-targets.txt" >&2
-			grep -i 'level=error' "$WORK/prometheus-$values.log" | tail -n 5 >&2 || true
-			fail "the chart's Prometheus ($values install) did not discover quickstart-server as a target with namespace, pod and wsload_dev_* labels on 10.244.0.10:$port within 45s (above; log: $WORK/prometheus-$values.log)"
-		}
-		sleep 1
-	done
+	WAIT_INTERVAL=1 wait_until 45 --pid "$PROMETHEUS_PID" prometheus_targets_ok "$port" || rc=$?
+	if ((rc == 1)); then
+		tail -n 20 "$WORK/prometheus-$values.log" >&2
+		fail "Prometheus exited with the $values rendering's prometheus.yml (above)"
+	elif ((rc == 2)); then
+		cat "$WORK/prometheus-targets.txt" >&2
+		grep -i 'level=error' "$WORK/prometheus-$values.log" | tail -n 5 >&2 || true
+		fail "the chart's Prometheus ($values install) did not discover quickstart-server as a target with namespace, pod and wsload_dev_* labels on 10.244.0.10:$port within 45s (above; log: $WORK/prometheus-$values.log)"
+	fi
 	printf 'Prometheus %s (%s install, as %s): %s\n' "$("$PROMETHEUS" --version 2>&1 | head -n1 | cut -d' ' -f3)" \
 		"$values" "$PROM_SA" "$(cat "$WORK/prometheus-targets.txt")"
 	if grep -Ei 'forbidden' "$WORK/prometheus-$values.log" | tail -n 3 >&2; then
 		fail "Prometheus was refused a request with the $values install's RBAC (above)"
 	fi
-	kill "$PROMETHEUS_PID"
-	wait "$PROMETHEUS_PID" 2>/dev/null || true
+	stop_process "$PROMETHEUS_PID"
 	PROMETHEUS_PID=""
 }
 
@@ -504,7 +481,7 @@ EOF
 
 	# The container's env from the Deployment as the server stored it, the downward API filled
 	# in as the kubelet would, metrics on loopback.
-	port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+	port="$(free_ports 1)"
 	mapfile -t op_env < <(kubectl -n "$NS" get deploy "$RELEASE" -o json | python3 -c '
 import json, sys
 c = json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]
@@ -521,14 +498,14 @@ for e in c["env"]:
 		"$OPERATOR_BIN" run >"$WORK/operator-$values.log" 2>&1 &
 	OPERATOR_PID=$!
 
-	wait_for 30 "the operator holding the Lease (/readyz 200)" curl -fsS "http://127.0.0.1:$port/readyz"
+	operator_wait 30 "the operator holding the Lease (/readyz 200)" curl -fsS "http://127.0.0.1:$port/readyz"
 	holder="$(kubectl -n "$NS" get lease wsload-operator -o jsonpath='{.spec.holderIdentity}')"
 	[[ "$holder" == wsload-check-0 ]] || fail "Lease wsload-operator is held by '$holder', not wsload-check-0"
 	printf 'leader: %s holds Lease %s/wsload-operator\n' "$holder" "$NS"
 
 	kubectl -n "$WATCH_NS" apply -f "$WORK/notes-loadtest.yaml" >/dev/null
-	wait_for 30 "the managed server pod quickstart-server" kubectl -n "$WATCH_NS" get pod quickstart-server
-	wait_for 30 "the managed server Service quickstart-server" kubectl -n "$WATCH_NS" get service quickstart-server
+	operator_wait 30 "the managed server pod quickstart-server" kubectl -n "$WATCH_NS" get pod quickstart-server
+	operator_wait 30 "the managed server Service quickstart-server" kubectl -n "$WATCH_NS" get service quickstart-server
 	if [[ "$placed" == true ]]; then
 		pod_has quickstart-server "$server_image" '{"pool": "servers"}' - true || fail "(above)"
 	else
@@ -540,7 +517,7 @@ for e in c["env"]:
 EOF
 	kubectl -n "$WATCH_NS" patch pod quickstart-server --subresource=status --type=merge -p \
 		'{"status": {"phase": "Running", "podIP": "10.244.0.10", "podIPs": [{"ip": "10.244.0.10"}], "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}' >/dev/null
-	wait_for 30 "the shard pod quickstart-shard-0" kubectl -n "$WATCH_NS" get pod quickstart-shard-0
+	operator_wait 30 "the shard pod quickstart-shard-0" kubectl -n "$WATCH_NS" get pod quickstart-shard-0
 	if [[ "$placed" == true ]]; then
 		pod_has quickstart-shard-0 "$loadgen_image" '{"pool": "loadgen"}' dedicated false || fail "(above)"
 	else
@@ -548,13 +525,12 @@ EOF
 	fi
 	phase="$(kubectl -n "$WATCH_NS" get lt quickstart -o jsonpath='{.status.phase}')"
 	[[ "$phase" == Starting ]] || fail "LoadTest quickstart is in phase '$phase', expected Starting (status written by the operator)"
-	wait_for 15 "an Event on the LoadTest" has_events
+	operator_wait 15 "an Event on the LoadTest" has_events
 	events="$(kubectl -n "$WATCH_NS" get events.events.k8s.io -o name | wc -l)"
 	printf 'LoadTest quickstart: phase %s, %s Event(s)\n' "$phase" "$events"
 	prometheus_check
 
-	kill -TERM "$OPERATOR_PID"
-	wait "$OPERATOR_PID" 2>/dev/null || true
+	stop_process "$OPERATOR_PID"
 	OPERATOR_PID=""
 	if grep -Ei 'forbidden|\b403\b' "$WORK/operator-$values.log" | tail -n 5 >&2; then
 		fail "wsload-operator was refused a request with the $values install's RBAC (above; all: $WORK/operator-$values.log)"
@@ -571,5 +547,6 @@ operator_binary
 live_run full "registry.test:5000/wsload/loadgen:0.1.0-check" "registry.test:5000/wsload/server:$app_version" true
 live_run namespaced "wsload/loadgen:$app_version" "wsload/server:$app_version" false
 
+# shellcheck disable=SC2034 # read by the clean-up at exit (at_exit above)
 OK=1
 printf '\n==> chart checks passed in %ss\n' "$((SECONDS - started))"

@@ -27,27 +27,29 @@ The PNGs are also copied to target/dashboard-check/. About 30 s when warm.
 """
 
 import argparse
+import functools
 import glob
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 # No __pycache__ left in the work tree by the import below.
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(HERE, "lib"))
+import common  # noqa: E402
 import grafana  # noqa: E402
+from common import Failed, free_port, http_status, run, tail, wait_until  # noqa: E402
+
+log = common.logger("check-dashboards")
 
 SCRAPE_SECONDS = 1
 TEST = "dash-check"
@@ -91,49 +93,6 @@ RUN_PNG = (1200, 900)  # loadgen-image/src/plot.rs WIDTH x HEIGHT
 RENDER_PNG = (1200, 800)  # render-dashboard.py: 12 x 4 inches per panel at 100 dpi, 2 panels
 
 
-def log(msg):
-    print(f"check-dashboards: {msg}", flush=True)
-
-
-class Failed(Exception):
-    pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_status(url, timeout=2):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
-
-
-def wait_for(what, pred, timeout, proc=None, log_path=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        if proc is not None and proc.poll() is not None:
-            raise Failed(f"{what}: the process exited ({proc.returncode}){tail(log_path)}")
-        time.sleep(0.2)
-    raise Failed(f"{what}: not after {timeout}s{tail(log_path)}")
-
-
-def tail(path, n=25):
-    if not path or not os.path.exists(path):
-        return ""
-    with open(path, errors="replace") as f:
-        lines = f.readlines()[-n:]
-    return f"\n--- last lines of {path}:\n" + "".join("    " + line for line in lines)
-
-
 def png_size(path):
     """(width, height, bytes) of a PNG, from its IHDR chunk."""
     with open(path, "rb") as f:
@@ -154,76 +113,13 @@ def check_png(path, size, min_bytes, what):
     log(f"{what}: {os.path.relpath(path, REPO) if path.startswith(REPO) else path} {w}x{h}, {n} bytes")
 
 
-class Processes:
-    """What this check started, stopped in reverse order, each by its own pid."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, name, argv, log_path, env=None, stderr_pipe=False):
-        out = open(log_path, "ab")
-        p = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.PIPE if stderr_pipe else subprocess.STDOUT,
-            env=env,
-        )
-        out.close()
-        self.procs.append((name, p))
-        return p
-
-    def stop_all(self):
-        for name, p in reversed(self.procs):
-            if p.poll() is None:
-                # A wsload run stopped early (a failed check) cannot stop the server it
-                # started: note its children first, stop them after it.
-                children = child_pids(p.pid)
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    log(f"{name} (pid {p.pid}) ignored SIGTERM for 15s; killing it")
-                    p.kill()
-                    p.wait()
-                for pid, cmdline in children:
-                    try:
-                        with open(f"/proc/{pid}/cmdline", "rb") as f:
-                            same = f.read() == cmdline
-                        if same:
-                            os.kill(pid, signal.SIGTERM)
-                    except OSError:
-                        pass
-
-
-def child_pids(pid):
-    """(pid, cmdline) of `pid`'s children now; the command line tells a reused pid later."""
-    out = []
-    for children in glob.glob(f"/proc/{pid}/task/*/children"):
-        try:
-            with open(children) as f:
-                for c in f.read().split():
-                    with open(f"/proc/{c}/cmdline", "rb") as cf:
-                        out.append((int(c), cf.read()))
-        except OSError:
-            pass
-    return out
-
-
-def run(argv, what, env=None, timeout=600):
-    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise Failed(f"{what}: exit {r.returncode}\n{r.stdout}{r.stderr}")
-    return r.stdout
-
-
 def structure(paths):
     errors = []
     uids = {}
     for path in paths:
         name = os.path.relpath(path, REPO)
         try:
-            d = grafana.load(path)
+            d = common.load_json(path)
         except (OSError, ValueError) as e:
             errors.append(f"{name}: not JSON: {e}")
             continue
@@ -236,7 +132,7 @@ def structure(paths):
 
 def structure_self_test(path):
     """The structure check must reject what it exists to catch."""
-    d = grafana.load(path)
+    d = common.load_json(path)
     panel = next(p for p in grafana.all_panels(d) if p.get("type") != "row")
     panel["datasource"] = {"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}
     del panel["gridPos"]
@@ -283,7 +179,7 @@ def main(argv):
     if errors:
         raise Failed("dashboard structure:\n  " + "\n  ".join(errors))
     structure_self_test(paths[0])
-    dashboards = {os.path.relpath(p, REPO): grafana.load(p) for p in paths}
+    dashboards = {os.path.relpath(p, REPO): common.load_json(p) for p in paths}
     log(f"structure of {len(paths)} dashboards OK (and a broken one is rejected)")
 
     t = time.time()
@@ -306,7 +202,7 @@ def main(argv):
 
     work = tempfile.mkdtemp(prefix="wsload-dashboards.")
     cluster = os.path.join(work, "cluster")
-    procs = Processes()
+    procs = common.Processes(log)
     ok = False
     cluster_up = {}
 
@@ -348,7 +244,7 @@ scrape_configs:
             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn",
         ], prom_log)
         prom_url = f"http://127.0.0.1:{prom_port}"
-        wait_for("Prometheus ready", lambda: http_status(f"{prom_url}/-/ready") == 200, 30, prom_proc, prom_log)
+        wait_until("Prometheus ready", lambda: http_status(f"{prom_url}/-/ready") == 200, 30, prom_proc, prom_log)
         prom = grafana.Prometheus(prom_url)
 
         def scraping():
@@ -360,7 +256,7 @@ scrape_configs:
             active = prom.get("/api/v1/targets", state="active")["activeTargets"]
             return sum(1 for t in active if t.get("lastScrape", "").startswith("20")) >= 2
 
-        wait_for("Prometheus scraping its static targets", scraping, 30, prom_proc, prom_log)
+        wait_until("Prometheus scraping its static targets", scraping, 30, prom_proc, prom_log)
         begin = time.time()
         log(f"Prometheus {prom_url} scraping every {SCRAPE_SECONDS}s")
 
@@ -399,14 +295,13 @@ scrape_configs:
         env = dict(os.environ, KUBECONFIG=os.path.join(cluster, "kubeconfig"),
                    KUBECACHEDIR=os.path.join(work, "kube-cache"))
 
-        def kubectl(*a, stdin=None):
-            r = subprocess.run([kubectl_bin, *a], env=env, input=stdin, capture_output=True, text=True, timeout=60)
-            if r.returncode != 0:
-                raise Failed(f"kubectl {' '.join(a)}: exit {r.returncode}\n{r.stdout}{r.stderr}")
-            return r.stdout
-
+        kubectl = functools.partial(common.kubectl, kubectl_bin, env)
         kubectl("apply", "--server-side", "-f", os.path.join(REPO, "crds", "loadtest.yaml"))
-        kubectl("wait", "--for", "condition=established", "crd/loadtests.wsload.dev", "--timeout=60s")
+        # Polled, not `kubectl wait --for=condition=established`: that fails at once when it reads
+        # the CRD before its first condition is set.
+        wait_until("the LoadTest CRD Established", lambda: kubectl(
+            "get", "crd/loadtests.wsload.dev",
+            "-o", 'jsonpath={.status.conditions[?(@.type=="Established")].status}') == "True", 60)
         op_log = os.path.join(work, "operator.log")
         op = procs.start("wsload-operator", [
             os.path.join(bins, "wsload-operator"), "run", "--leader-elect", "true",
@@ -414,7 +309,7 @@ scrape_configs:
         ], op_log, env=env)
         # Ready = holds the Lease; then a few scrapes before the LoadTest, so the reconciles
         # show as an increase, not as the first value of a new series.
-        wait_for("wsload-operator ready (leader)", lambda: http_status(f"http://127.0.0.1:{op_port}/readyz") == 200,
+        wait_until("wsload-operator ready (leader)", lambda: http_status(f"http://127.0.0.1:{op_port}/readyz") == 200,
                  60, op, op_log)
         time.sleep(3 * SCRAPE_SECONDS)
         kubectl("apply", "-f", "-", stdin=INVALID_LOADTEST)
@@ -425,7 +320,7 @@ scrape_configs:
             status["s"] = out
             return out == "Failed/InvalidSpec"
 
-        wait_for(f"the operator judging LoadTest {INVALID} Failed/InvalidSpec (now {status.get('s')!r})", judged, 60, op, op_log)
+        wait_until(f"the operator judging LoadTest {INVALID} Failed/InvalidSpec (now {status.get('s')!r})", judged, 60, op, op_log)
         log("operator: LoadTest dash-invalid is Failed/InvalidSpec")
 
         try:
@@ -508,8 +403,4 @@ scrape_configs:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except Failed as e:
-        print(f"check-dashboards: FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
+    common.main_guard("check-dashboards", main)

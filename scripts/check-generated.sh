@@ -5,26 +5,27 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/wsload-generated.XXXXXX")"
-trap 'rm -rf "$TMP" "$TMP.diff" "$TMP.dirs"' EXIT
+at_exit 'rm -rf "$TMP" "$TMP.diff" "$TMP.dirs"'
 
 # generate.sh names the directories it owns wholly (sync_dir) in this file.
 : >"$TMP.dirs"
 if ! WSLOAD_GENERATED_DIRS="$TMP.dirs" "$ROOT/scripts/generate.sh" "$TMP" 2>"$TMP.diff"; then
 	cat "$TMP.diff" >&2
-	printf 'check-generated: scripts/generate.sh failed (above)\n' >&2
-	exit 1
+	die "scripts/generate.sh failed (above)"
 fi
 
 stale=0
 while IFS= read -r -d '' file; do
 	rel="${file#"$TMP"/}"
 	if [[ ! -f "$ROOT/$rel" ]]; then
-		printf 'check-generated: %s is missing; run scripts/generate.sh and commit it\n' "$rel" >&2
+		log "$rel is missing; run scripts/generate.sh and commit it"
 		stale=1
 	elif ! diff -u --label "$rel (committed)" --label "$rel (generated now)" "$ROOT/$rel" "$file" >"$TMP.diff"; then
 		head -n 40 "$TMP.diff" >&2
-		printf 'check-generated: %s is stale; run scripts/generate.sh and commit it\n' "$rel" >&2
+		log "$rel is stale; run scripts/generate.sh and commit it"
 		stale=1
 	fi
 done < <(find "$TMP" -type f -print0)
@@ -36,7 +37,7 @@ while IFS= read -r dir; do
 	while IFS= read -r -d '' file; do
 		rel="${file#"$ROOT"/}"
 		if [[ ! -e "$TMP/$rel" ]]; then
-			printf 'check-generated: %s is no longer generated (its source is gone); run scripts/generate.sh, which removes it, and commit\n' "$rel" >&2
+			log "$rel is no longer generated (its source is gone); run scripts/generate.sh, which removes it, and commit"
 			stale=1
 		fi
 	done < <(find "$ROOT/$dir" -type f -print0)

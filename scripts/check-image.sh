@@ -13,6 +13,8 @@
 # env:   WSLOAD_IMAGE_MAX_MB (size bound, default 30), WSLOAD_IMAGE_VERSION (tag)
 set -euo pipefail
 
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/images.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/images.sh"
 
@@ -34,25 +36,18 @@ LIB="$WSLOAD_ROOT/scripts/lib"
 
 WORK=""
 SERVER_PID=""
-cleanup() {
-	if [[ -n "$SERVER_PID" ]]; then
-		kill -KILL "$SERVER_PID" 2>/dev/null || true
-		wait "$SERVER_PID" 2>/dev/null || true
-	fi
-	if [[ -n "$WORK" ]]; then
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
+at_exit '[[ -z "$WORK" ]] || rm -rf "$WORK"'
+at_exit 'if [[ -n "$SERVER_PID" ]]; then kill -KILL "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi'
 WORK="$(mktemp -d)"
 
+# ok / not_ok: one check's outcome, counted; not_ok does not stop the other checks.
 PASSED=0
 FAILED=0
-pass() {
+ok() {
 	PASSED=$((PASSED + 1))
 	printf 'ok: %s\n' "$*"
 }
-fail() {
+not_ok() {
 	FAILED=$((FAILED + 1))
 	printf 'FAIL: %s\n' "$*"
 }
@@ -72,24 +67,24 @@ python3 "$LIB/image_tar.py" "$TARBALL" --expect "$WORK/expect.json" --tag "$IMAG
 	die "could not read the image: $(cat "$WORK/inspect.out")"
 while IFS= read -r line; do
 	case "$line" in
-	ok:\ *) pass "${line#ok: }" ;;
-	FAIL:\ *) fail "${line#FAIL: }" ;;
+	ok:\ *) ok "${line#ok: }" ;;
+	FAIL:\ *) not_ok "${line#FAIL: }" ;;
 	*) echo "$line" ;;
 	esac
 done <"$WORK/inspect.out"
 
 BIN="$ROOTFS$ENTRY"
 if [[ ! -f "$BIN" ]]; then
-	fail "nothing to run: $ENTRY is not in the image"
+	not_ok "nothing to run: $ENTRY is not in the image"
 	echo "check-image: $PASSED passed, $FAILED failed"
 	exit 1
 fi
 
 if msg="$( (assert_static "$BIN") 2>&1)"; then
-	pass "$ENTRY is statically linked ($(file -b "$BIN" 2>/dev/null | cut -d, -f1-5 || echo 'no interpreter, no NEEDED'))"
+	ok "$ENTRY is statically linked ($(file -b "$BIN" 2>/dev/null | cut -d, -f1-5 || echo 'no interpreter, no NEEDED'))"
 else
-	msg="${msg#error: }"
-	fail "${msg//"$BIN"/"$ENTRY"}"
+	msg="${msg#"$LOG_NAME: error: "}"
+	not_ok "${msg//"$BIN"/"$ENTRY"}"
 fi
 
 mapfile -t RUNTIME <"$WORK/runtime"
@@ -138,14 +133,10 @@ set -e
 HELP_OK=0
 if [[ $rc -eq 0 && -s "$WORK/help.out" ]]; then
 	HELP_OK=1
-	pass "$ENTRY --help exits 0 $WHERE: \"$(head -n1 "$WORK/help.out")\""
+	ok "$ENTRY --help exits 0 $WHERE: \"$(head -n1 "$WORK/help.out")\""
 else
-	fail "$ENTRY --help $WHERE: exit $rc, output: $(head -c 600 "$WORK/help.out")"
+	not_ok "$ENTRY --help $WHERE: exit $rc, output: $(head -c 600 "$WORK/help.out")"
 fi
-
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # http_status URL: the status URL answers with once it answers at all (polled
 # for up to 15 s while the process starts), else "no answer".
@@ -183,30 +174,25 @@ entry_pid() {
 # otherwise every pod deletion waits out the grace period and is killed.
 smoke_server() {
 	local ws metrics code child deadline rc
-	ws="$(free_port)"
-	metrics="$(free_port)"
+	read -r ws metrics < <(free_ports 2)
 	image_cmd --pid1 --listen "127.0.0.1:$ws" --metrics-listen "127.0.0.1:$metrics" --drain-timeout 2s
 	"${CMD[@]}" >"$WORK/server.log" 2>&1 &
 	SERVER_PID=$!
 	code="$(http_status "http://127.0.0.1:$metrics/healthz")"
 	if [[ "$code" == 200 ]]; then
-		pass "server answers /healthz 200 $WHERE"
+		ok "server answers /healthz 200 $WHERE"
 	else
-		fail "server /healthz: $code; log: $(head -c 800 "$WORK/server.log")"
+		not_ok "server /healthz: $code; log: $(head -c 800 "$WORK/server.log")"
 	fi
 
 	child="$(entry_pid)"
 	if [[ -z "$child" ]]; then
-		fail "server exited before SIGTERM; log: $(head -c 800 "$WORK/server.log")"
+		not_ok "server exited before SIGTERM; log: $(head -c 800 "$WORK/server.log")"
 		return
 	fi
 	kill -TERM "$child" 2>/dev/null || true
-	deadline=$((SECONDS + 15))
-	while kill -0 "$SERVER_PID" 2>/dev/null && ((SECONDS < deadline)); do
-		sleep 0.2
-	done
-	if kill -0 "$SERVER_PID" 2>/dev/null; then
-		fail "server still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
+	if ! WAIT_INTERVAL=0.2 wait_until 15 process_gone "$SERVER_PID"; then
+		not_ok "server still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
 		return
 	fi
 	set +e
@@ -215,9 +201,9 @@ smoke_server() {
 	set -e
 	SERVER_PID=""
 	if [[ $rc -eq 0 ]]; then
-		pass "server exits 0 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
+		ok "server exits 0 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
 	else
-		fail "server exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/server.log")"
+		not_ok "server exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/server.log")"
 	fi
 }
 
@@ -234,15 +220,15 @@ smoke_loadgen() {
 	((IN_IMAGE)) || in_image_spec="$ROOTFS/tmp/quickstart.yaml"
 	image_cmd validate "$in_image_spec"
 	if out="$(timeout 20 "${CMD[@]}" 2>&1)" && [[ "$out" == *"valid LoadTest"* ]]; then
-		pass "wsload validate examples/quickstart.yaml $WHERE: \"$out\""
+		ok "wsload validate examples/quickstart.yaml $WHERE: \"$out\""
 	else
-		fail "wsload validate examples/quickstart.yaml $WHERE: $out"
+		not_ok "wsload validate examples/quickstart.yaml $WHERE: $out"
 	fi
 
 	# Nothing listens on port 9: the shard only has to get ready, not to connect.
 	spec="$(printf '%s\n' 'apiVersion: wsload.dev/v1alpha1' 'kind: LoadTest' 'metadata: {name: smoke}' \
 		'spec:' '  target: {url: "ws://127.0.0.1:9/"}' '  scenario: connectionStorm' '  connections: [10]')"
-	port="$(free_port)"
+	port="$(free_ports)"
 	EXTRA_ENV=("WSLOAD_LOADTEST=$spec" WSLOAD_SHARD_INDEX=0 WSLOAD_SHARD_COUNT=1
 		WSLOAD_AWAIT_START=true "WSLOAD_METRICS_LISTEN=127.0.0.1:$port")
 	image_cmd --pid1 shard
@@ -251,29 +237,25 @@ smoke_loadgen() {
 	SERVER_PID=$!
 	code="$(http_status "http://127.0.0.1:$port/readyz")"
 	if [[ "$code" == 200 ]]; then
-		pass "shard --await-start configured by env answers /readyz 200 $WHERE"
+		ok "shard --await-start configured by env answers /readyz 200 $WHERE"
 	else
-		fail "shard /readyz: $code; log: $(head -c 800 "$WORK/shard.log")"
+		not_ok "shard /readyz: $code; log: $(head -c 800 "$WORK/shard.log")"
 	fi
 	code="$(http_status "http://127.0.0.1:$port/control/result")"
 	if [[ "$code" == 409 ]]; then
-		pass "shard answers /control/result 409 before its start"
+		ok "shard answers /control/result 409 before its start"
 	else
-		fail "shard /control/result before the start: $code"
+		not_ok "shard /control/result before the start: $code"
 	fi
 
 	child="$(entry_pid)"
 	if [[ -z "$child" ]]; then
-		fail "shard exited before SIGTERM; log: $(head -c 800 "$WORK/shard.log")"
+		not_ok "shard exited before SIGTERM; log: $(head -c 800 "$WORK/shard.log")"
 		return
 	fi
 	kill -TERM "$child" 2>/dev/null || true
-	deadline=$((SECONDS + 15))
-	while kill -0 "$SERVER_PID" 2>/dev/null && ((SECONDS < deadline)); do
-		sleep 0.2
-	done
-	if kill -0 "$SERVER_PID" 2>/dev/null; then
-		fail "shard still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
+	if ! WAIT_INTERVAL=0.2 wait_until 15 process_gone "$SERVER_PID"; then
+		not_ok "shard still running 15 s after SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1')"
 		return
 	fi
 	set +e
@@ -283,9 +265,9 @@ smoke_loadgen() {
 	SERVER_PID=""
 	# 128 + SIGTERM: told to stop before it ran, it did not finish.
 	if [[ $rc -eq 143 ]]; then
-		pass "a waiting shard exits 143 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
+		ok "a waiting shard exits 143 on SIGTERM$( ((${#PIDNS[@]})) && echo ' as PID 1 of its PID namespace')"
 	else
-		fail "shard exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/shard.log")"
+		not_ok "shard exit status $rc after SIGTERM; log: $(tail -c 800 "$WORK/shard.log")"
 	fi
 }
 
@@ -297,15 +279,15 @@ smoke_operator() {
 	image_cmd crd
 	if out="$(timeout 20 "${CMD[@]}" 2>&1)" && grep -q '^kind: CustomResourceDefinition$' <<<"$out" &&
 		grep -q 'name: loadtests.wsload.dev' <<<"$out"; then
-		pass "wsload-operator crd prints the LoadTest CRD $WHERE"
+		ok "wsload-operator crd prints the LoadTest CRD $WHERE"
 	else
-		fail "wsload-operator crd $WHERE: $(head -c 600 <<<"$out")"
+		not_ok "wsload-operator crd $WHERE: $(head -c 600 <<<"$out")"
 		return
 	fi
 	if cmp -s <(printf '%s\n' "$out") "$WSLOAD_ROOT/crds/loadtest.yaml"; then
-		pass "the image's CRD is crds/loadtest.yaml"
+		ok "the image's CRD is crds/loadtest.yaml"
 	else
-		fail "the image's CRD differs from crds/loadtest.yaml (stale image? rebuild it)"
+		not_ok "the image's CRD differs from crds/loadtest.yaml (stale image? rebuild it)"
 	fi
 }
 
@@ -314,7 +296,7 @@ if ! declare -F "smoke_$IMAGE_NAME" >/dev/null; then
 elif ((HELP_OK)); then
 	"smoke_$IMAGE_NAME"
 else
-	fail "smoke test not run: the binary does not start"
+	not_ok "smoke test not run: the binary does not start"
 fi
 
 echo "check-image: $PASSED passed, $FAILED failed"

@@ -25,6 +25,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 # shellcheck source=scripts/k8s/versions.sh
 source "$ROOT/scripts/k8s/versions.sh"
 WSLOAD_CACHE="${WSLOAD_CACHE:-$HOME/.cache/wsload}"
@@ -35,11 +37,6 @@ ACTIONLINT_PKG=github.com/rhysd/actionlint/cmd/actionlint
 WORKFLOW="$ROOT/.github/workflows/kind-smoke.yml"
 KIND_CONFIG="$ROOT/examples/kind/cluster.yaml"
 
-step() { printf '\n==> %s\n' "$*"; }
-fail() {
-	printf 'check-kind: FAILED: %s\n' "$*" >&2
-	exit 1
-}
 started=$SECONDS
 
 command -v go >/dev/null || fail "go is needed to build kind-render and actionlint (e.g. /usr/local/go/bin on PATH)"
@@ -47,17 +44,14 @@ command -v jq >/dev/null || fail "jq is needed"
 # actionlint runs shellcheck on the workflow's run: blocks only when it finds it, so install it
 # where this can (CI runs as root); elsewhere both lints say they went without it.
 if ! command -v shellcheck >/dev/null && [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
-	echo "check-kind: installing shellcheck (apt-get)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null 2>&1 ||
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; } ||
-		echo "check-kind: apt-get install shellcheck failed; going on without it"
+	(need_packages shellcheck) || log "could not install shellcheck; going on without it"
 fi
 # The kind release whose code judges the config: the one the script and workflow install.
 KIND_VERSION="$(sed -n 's/^KIND_VERSION=\(v[0-9][0-9.]*\)$/\1/p' "$ROOT/examples/kind/smoke.sh")"
 [[ -n "$KIND_VERSION" ]] || fail "no KIND_VERSION=vX.Y.Z line in examples/kind/smoke.sh"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/wsload-check-kind.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+at_exit 'rm -rf "$WORK"'
 mkdir -p "$BIN_DIR"
 # Two checks on a cold cache would both build; the second waits, then finds the binaries.
 exec {lock_fd}>"$BIN_DIR/.check-kind.lock"

@@ -16,11 +16,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 OUT="${1:-$ROOT}"
 cd "$ROOT"
 
 # Write through a temporary file so that a failed build leaves the old file, not an empty one.
-emit() { # path (relative to OUT), then the command printing its content
+generate() { # path (relative to OUT), then the command printing its content
 	local rel="$1" path="$OUT/$1"
 	shift
 	mkdir -p "$(dirname "$path")"
@@ -37,7 +39,7 @@ sync_dir() {
 	shift
 	mkdir -p "$dir"
 	for src in "$@"; do
-		emit "$rel/$(basename "$src")" cat "$src"
+		generate "$rel/$(basename "$src")" cat "$src"
 	done
 	for have in "$dir"/*; do
 		[[ -e "$have" ]] || continue
@@ -55,7 +57,7 @@ sync_dir() {
 cargo build --quiet --locked -p wsload-operator --bin wsload-operator
 OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/wsload-operator"
 
-emit crds/loadtest.yaml "$OPERATOR" crd
+generate crds/loadtest.yaml "$OPERATOR" crd
 
 # The chart's copies. Helm cannot read files outside the chart directory, so the chart carries
 # its own; the originals stay the source of truth.
@@ -63,5 +65,5 @@ sync_dir charts/wsload/crds "$OUT/crds/loadtest.yaml"
 shopt -s nullglob
 dashboards=("$ROOT"/dashboards/*.json)
 shopt -u nullglob
-((${#dashboards[@]})) || { printf 'generate: no dashboards/*.json in %s\n' "$ROOT" >&2; exit 1; }
+((${#dashboards[@]})) || die "no dashboards/*.json in $ROOT"
 sync_dir charts/wsload/dashboards "${dashboards[@]}"

@@ -37,11 +37,10 @@ IN_VENV = "WSLOAD_RENDER_VENV"
 # No __pycache__ left in the work tree by the import below.
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(HERE, "lib"))
+import common  # noqa: E402
 import grafana  # noqa: E402
 
-
-def log(msg):
-    print(f"render-dashboard: {msg}", file=sys.stderr)
+log = common.logger("render-dashboard")
 
 
 def venv_dir():
@@ -70,13 +69,15 @@ def ensure_venv():
             return python
         log(f"installing matplotlib into {venv} (once; pins in {os.path.relpath(REQUIREMENTS, REPO)})")
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        # pip and venv print progress on stdout: to stderr, by the scripts' stdout contract.
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, stdout=sys.stderr)
         pip = [python, "-m", "pip", "--disable-pip-version-check"]
-        subprocess.run(pip + ["install", "--quiet", "--no-deps", "-r", REQUIREMENTS], check=True)
+        subprocess.run(pip + ["install", "--quiet", "--no-deps", "-r", REQUIREMENTS], check=True, stdout=sys.stderr)
         check = subprocess.run(pip + ["check"], capture_output=True, text=True)
         if check.returncode != 0:
             sys.exit(f"render-dashboard: {REQUIREMENTS} is not a complete dependency set:\n{check.stdout}{check.stderr}")
-        subprocess.run([python, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"], check=True)
+        subprocess.run([python, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"], check=True,
+                       stdout=sys.stderr)
         open(os.path.join(venv, ".complete"), "w").close()
         # Environments of earlier pins would otherwise pile up in the cache.
         for old in os.listdir(cache):
@@ -118,7 +119,7 @@ def render(args):
     import matplotlib.pyplot as plt
     from datetime import datetime
 
-    dashboard = grafana.load(args.dashboard)
+    dashboard = common.load_json(args.dashboard)
     titles = args.panel or DEFAULT_PANELS
     by_title = {p.get("title"): p for p in grafana.all_panels(dashboard)}
     missing = [t for t in titles if t not in by_title]

@@ -16,6 +16,10 @@
 # Environment:
 #   WSLOAD_CACHE  cache root (default ~/.cache/wsload)
 set -euo pipefail
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# The paths are this script's stdout; go's output and the messages go to stderr.
+stdout_is_data
 
 WSLOAD_CACHE="${WSLOAD_CACHE:-$HOME/.cache/wsload}"
 BIN_DIR="$WSLOAD_CACHE/bin"
@@ -25,25 +29,6 @@ HELM_VERSION="v3.22.0"
 HELM_MODULE="helm.sh/helm/v3"
 KUBECONFORM_VERSION="v0.8.0"
 KUBECONFORM_MODULE="github.com/yannh/kubeconform"
-
-log() { printf 'tools: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-usage() {
-	printf 'usage: %s TOOL...    (TOOL: helm | kubeconform)\n' "$0"
-}
-
-# What an installed binary says its version is; empty when it is missing or broken.
-reported_version() { # tool path
-	[[ -x "$2" ]] || return 0
-	case "$1" in
-	helm) "$2" version --template '{{.Version}}' 2>/dev/null || true ;;
-	kubeconform) "$2" -v 2>/dev/null || true ;;
-	esac
-}
 
 # The Kubernetes minor helm's own client-go modules implement. helm's Makefile passes it as
 # ldflags (lint's deprecation check and `.Capabilities.KubeVersion` of `helm template` use it);
@@ -60,9 +45,13 @@ helm_k8s_minor() {
 
 install_tool() { # tool
 	local tool="$1" module pkg version ldflags minor tmp started
+	# How the installed binary reports its version (reported_version: empty when it is missing
+	# or broken).
+	local -a version_args
 	case "$tool" in
 	helm)
 		module="$HELM_MODULE" pkg="$HELM_MODULE/cmd/helm" version="$HELM_VERSION"
+		version_args=(version --template '{{.Version}}')
 		minor="$(helm_k8s_minor)"
 		ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$version"
 		ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
@@ -71,14 +60,12 @@ install_tool() { # tool
 		;;
 	kubeconform)
 		module="$KUBECONFORM_MODULE" pkg="$KUBECONFORM_MODULE/cmd/kubeconform" version="$KUBECONFORM_VERSION"
+		version_args=(-v)
 		ldflags="-s -w -X main.version=$version"
 		;;
-	*)
-		usage >&2
-		exit 2
-		;;
+	*) usage ;;
 	esac
-	if [[ "$(reported_version "$tool" "$BIN_DIR/$tool")" == "$version" ]]; then
+	if [[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]]; then
 		return
 	fi
 	command -v go >/dev/null || die "go is needed to install $tool $version (Go >= 1.26, e.g. /usr/local/go/bin on PATH)"
@@ -91,34 +78,24 @@ install_tool() { # tool
 	# download a toolchain the proxy may refuse. GOFLAGS cleared: -mod settings of the caller
 	# do not apply to `go install pkg@version`.
 	if ! GOBIN="$tmp" GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 \
-		go install -trimpath -ldflags="$ldflags" "$pkg@$version"; then
+		go install -trimpath -ldflags="$ldflags" "$pkg@$version" >&2; then
 		rm -rf "$tmp"
 		die "go install $pkg@$version failed (see above); $module $version must be served by the Go module proxy"
 	fi
 	mv -f "$tmp/$tool" "$BIN_DIR/$tool"
 	rm -rf "$tmp"
-	[[ "$(reported_version "$tool" "$BIN_DIR/$tool")" == "$version" ]] ||
-		die "$BIN_DIR/$tool reports version '$(reported_version "$tool" "$BIN_DIR/$tool")', not $version"
+	[[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]] ||
+		die "$BIN_DIR/$tool reports version '$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")', not $version"
 	log "$tool $version installed in $((SECONDS - started))s"
 }
 
 main() {
 	local tool
-	if (($# == 0)); then
-		usage >&2
-		exit 2
-	fi
+	(($#)) || usage
 	for tool in "$@"; do
 		case "$tool" in
-		-h | --help)
-			usage
-			exit 0
-			;;
 		helm | kubeconform) ;;
-		*)
-			usage >&2
-			exit 2
-			;;
+		*) usage ;;
 		esac
 	done
 	mkdir -p "$BIN_DIR"
@@ -128,7 +105,7 @@ main() {
 	flock "$lock_fd"
 	for tool in "$@"; do
 		install_tool "$tool"
-		printf '%s\n' "$BIN_DIR/$tool"
+		emit "$BIN_DIR/$tool"
 	done
 }
 

@@ -46,14 +46,9 @@ cache=${WSLOAD_CACHE:-$HOME/.cache/wsload}
 runs=$out/runs
 specs=$out/specs
 
-log() { printf '[bench-loadgen] %s\n' "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
-
 # --- process bookkeeping -----------------------------------------------------------------------
 # Every background process started here is recorded and ended on exit, whatever the exit path.
+LOG_NAME=bench-loadgen
 # shellcheck source=bench/lib.sh
 source "$here/../lib.sh"
 
@@ -133,47 +128,7 @@ fi
 [[ -x $server_bin ]] || die "no wsload-server binary at $server_bin"
 
 # --- server ------------------------------------------------------------------------------------
-server_pid=
-server_port=
-metrics_port=
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# The next free loopback port pair from next_port (a fresh pair per start, so no TIME_WAIT of
-# an earlier phase touches the next).
-take_ports() {
-    while ! port_free "$next_port" || ! port_free $((next_port + 1)); do
-        next_port=$((next_port + 2))
-    done
-    server_port=$next_port
-    metrics_port=$((next_port + 1))
-    next_port=$((next_port + 2))
-}
-
-start_server() {
-    local phase=$1
-    take_ports
-    local log_file=$out/server-$phase.log
-    # No server pings and no idle timeout: the server sends nothing the clients did not ask
-    # for. RUST_LOG=warn: nothing logged per connection.
-    RUST_LOG=warn "$server_bin" --profile echo --listen "127.0.0.1:$server_port" \
-        --metrics-listen "127.0.0.1:$metrics_port" --ping-interval 0 --idle-timeout 0 \
-        --drain-timeout 2s >"$log_file" 2>&1 &
-    server_pid=$!
-    started_pids+=("$server_pid")
-    for _ in $(seq 1 100); do
-        kill -0 "$server_pid" 2>/dev/null || die "wsload-server exited at start-up: $(tail -5 "$log_file")"
-        port_free "$server_port" || return 0
-        sleep 0.1
-    done
-    die "wsload-server did not listen on 127.0.0.1:$server_port within 10 s"
-}
-
-stop_server() {
-    [[ -n $server_pid ]] || return 0
-    stop_pid "$server_pid"
-    server_pid=
-}
+# start_server, stop_server (../lib.sh): one wsload-server per phase, on a fresh port pair.
 
 # The LoadTest file $1 of this directory with the server's ports (and, for the hold, the
 # connection count) substituted, written under $specs.
@@ -213,14 +168,13 @@ sample_cpu() {
 
 # The first child of process $1, waiting up to 5 s for it to appear.
 child_of() {
-    local kids=
-    for _ in $(seq 1 500); do
-        kids=$(cat "/proc/$1/task/$1/children" 2>/dev/null || true)
-        [[ -z $kids ]] || break
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.01
-    done
+    kids=
+    WAIT_INTERVAL=0.01 wait_until 5 --pid "$1" has_children "$1" || true
     printf '%s\n' "${kids%% *}"
+}
+has_children() {
+    kids=$(cat "/proc/$1/task/$1/children" 2>/dev/null || true)
+    [[ -n $kids ]]
 }
 
 # measured DIR LIMIT_SECONDS CMD...: runs CMD under /usr/bin/time (whole-process CPU and peak
@@ -299,7 +253,7 @@ now_ms() { printf '%s\n' "$(($(date +%s%N) / 1000000))"; }
 
 # --- phases ------------------------------------------------------------------------------------
 phase_throughput() {
-    start_server throughput
+    start_server wsload-server "$out/server-throughput.log"
     local name spec size warmup duration rep dir win_start first tool
     for name in throughput-64b.yaml throughput-1k.yaml; do
         spec=$(render_spec "$name")
@@ -337,7 +291,7 @@ phase_throughput() {
 }
 
 phase_ping() {
-    start_server ping
+    start_server wsload-server "$out/server-ping.log"
     local conns spec pings rep dir first tool
     for conns in 1 100; do
         spec=$(render_spec "ping-$conns.yaml")
@@ -362,7 +316,7 @@ phase_ping() {
 }
 
 phase_storm() {
-    start_server storm
+    start_server wsload-server "$out/server-storm.log"
     local spec conns rep dir first tool
     spec=$(render_spec storm.yaml)
     conns=$(spec_number "$spec" connections)
@@ -397,7 +351,6 @@ wsload_metric() {
     curl -s --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
         awk -v name="$2" 'index($1, name "{") == 1 || $1 == name { s += $2; n++ } END { if (n) printf "%d\n", s }'
 }
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || true; }
 
 # Runs hold LoadTest $2 into dir $1 with live metrics; records VmRSS once all connections
 # are open (+2 s) and once every open connection has had its first ping answered (+1 s).
@@ -446,7 +399,7 @@ hold_run() {
 }
 
 phase_hold() {
-    start_server hold
+    start_server wsload-server "$out/server-hold.log"
     local base spec
     base=$(render_spec hold-baseline.yaml)
     spec=$(render_spec hold.yaml)

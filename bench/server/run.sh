@@ -37,11 +37,9 @@ results=$out/results
 clk_tck=$(getconf CLK_TCK)
 
 # Every process this script starts is recorded here and ended on exit, whatever the exit path.
+LOG_NAME=bench-server
 # shellcheck source=bench/lib.sh
 source "$here/../lib.sh"
-
-log() { printf '[bench] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 for tool in cargo go node npm timeout getconf; do
     command -v "$tool" >/dev/null || die "$tool is required"
@@ -69,51 +67,22 @@ client_bin=$repo_root/target/release/wsload-bench-client
 [[ -x $server_bin ]] || die "no wsload-server binary at $server_bin"
 
 # --- servers -------------------------------------------------------------------------------
-server_pid=
-server_port=
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# Starts server $1 on a fresh loopback port (a new one each time, so no TIME_WAIT from an
-# earlier phase touches the next) and waits until it accepts TCP connections.
-start_server() {
-    local name=$1 metrics_port
-    while ! port_free "$next_port" || ! port_free $((next_port + 1)); do
-        next_port=$((next_port + 2))
-    done
-    server_port=$next_port
-    metrics_port=$((next_port + 1))
-    next_port=$((next_port + 2))
-    local log_file=$out/$name-server.log
+# Starts server $1 (wsload, go or node) on a fresh loopback port pair and waits until it
+# accepts TCP connections (start_server in ../lib.sh; stop_server ends it).
+start_echo_server() {
+    local name=$1 log_file=$out/$1-server.log
     case $name in
-    wsload)
-        # RUST_LOG=warn: the peers log nothing per connection, so neither should this one.
-        RUST_LOG=warn "$server_bin" --profile echo --listen "127.0.0.1:$server_port" \
-            --metrics-listen "127.0.0.1:$metrics_port" --ping-interval 0 --idle-timeout 0 \
-            --drain-timeout 2s >"$log_file" 2>&1 &
-        ;;
-    go) "$bin_dir/go-echo" --listen "127.0.0.1:$server_port" >"$log_file" 2>&1 & ;;
-    node) node "$here/node-echo/server.js" --listen "127.0.0.1:$server_port" >"$log_file" 2>&1 & ;;
+    wsload) start_server "$name" "$log_file" ;;
+    go) start_server "$name" "$log_file" "$bin_dir/go-echo" ;;
+    node) start_server "$name" "$log_file" node "$here/node-echo/server.js" ;;
     *) die "unknown server $name" ;;
     esac
-    server_pid=$!
-    started_pids+=("$server_pid")
-    for _ in $(seq 1 100); do
-        kill -0 "$server_pid" 2>/dev/null || die "$name exited at start-up: $(tail -5 "$log_file")"
-        port_free "$server_port" || return 0
-        sleep 0.1
-    done
-    die "$name did not listen on 127.0.0.1:$server_port within 10 s"
 }
-
-stop_server() { stop_pid "$server_pid"; }
-
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 # --- throughput ----------------------------------------------------------------------------
 run_throughput() {
     local name=$1 size
-    start_server "$name"
+    start_echo_server "$name"
     for size in $sizes; do
         log "$name: throughput, $connections connections, $size B, window $window, ${warmup}s + ${duration}s"
         timeout $((warmup + duration + 60)) "$client_bin" --url "ws://127.0.0.1:$server_port/" \
@@ -128,7 +97,7 @@ run_throughput() {
 # --- idle memory ---------------------------------------------------------------------------
 run_idle() {
     local name=$1 count=$2 before after client_pid line
-    start_server "$name"
+    start_echo_server "$name"
     sleep 1 # let start-up allocations settle before the baseline
     before=$(rss_kib "$server_pid")
     log "$name: idle, $count connections (server RSS before: $before KiB)"
@@ -138,17 +107,13 @@ run_idle() {
         --connections "$count" --hold 300 >"$client_out" &
     client_pid=$!
     started_pids+=("$client_pid")
-    for _ in $(seq 1 1200); do
-        grep -q '"event":"open"' "$client_out" && break
-        kill -0 "$client_pid" 2>/dev/null || break
-        sleep 0.1
-    done
+    WAIT_INTERVAL=0.1 wait_until 120 --pid "$client_pid" grep -q '"event":"open"' "$client_out" || true
     line=$(grep '"event":"open"' "$client_out" || true)
     [[ -n $line ]] || die "$name: idle client did not report open connections within 120 s"
     sleep 2 # let the server finish its per-connection set-up before reading RSS
     after=$(rss_kib "$server_pid")
     # Closing 19,000 connections takes a while: up to 30 s before KILL.
-    stop_pid "$client_pid" 300
+    stop_pid "$client_pid" 30
     stop_server
     # The client's "closed" line says whether any connection was lost during the hold.
     node -e '

@@ -31,6 +31,9 @@ set -euo pipefail
 
 KIND_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$KIND_DIR/../.." && pwd)"
+LOG_NAME=kind-smoke
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 # The kind release the pinned node image in cluster.yaml was published with; the workflow
 # installs this one and scripts/check-kind.sh keeps the two in step.
 KIND_VERSION=v0.30.0
@@ -44,26 +47,15 @@ HELM="${HELM:-}"
 E2E_ARGS=()
 DELETE=0
 
-usage() { sed -n '10,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 for arg in "$@"; do
 	case "$arg" in
 	--faults) E2E_ARGS+=(--faults) ;;
 	--delete) DELETE=1 ;;
-	-h | --help)
-		usage
-		exit 0
-		;;
-	*)
-		usage >&2
-		exit 2
-		;;
+	*) usage ;; # -h and --help too
 	esac
 done
 
-STEP_NAME=kind-smoke
-# shellcheck source=scripts/lib/steps.sh
-source "$ROOT/scripts/lib/steps.sh"
-say() { printf 'kind-smoke: %s\n' "$*"; }
+say() { printf '%s: %s\n' "$LOG_NAME" "$*"; }
 started=$SECONDS
 
 step "tools"
@@ -96,7 +88,7 @@ else
 	need "$HELM" "Helm v3 (https://helm.sh/docs/intro/install/)"
 fi
 if ((${#missing[@]})); then
-	printf 'kind-smoke: missing:\n' >&2
+	log "missing:"
 	printf '  %s\n' "${missing[@]}" >&2
 	exit 1
 fi
@@ -124,14 +116,8 @@ fi
 # A kubeconfig of its own: every kubectl and helm call below reaches this cluster whatever
 # the user's current context is, and the user's context is left as it was.
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/wsload-kind.XXXXXX")"
-cleanup() {
-	rm -rf "$WORK"
-	if ((DELETE)); then
-		step "deleting kind cluster $CLUSTER"
-		"$KIND" delete cluster --name "$CLUSTER" || true
-	fi
-}
-trap cleanup EXIT
+at_exit 'if ((DELETE)); then step "deleting kind cluster $CLUSTER"; "$KIND" delete cluster --name "$CLUSTER" || true; fi'
+at_exit 'rm -rf "$WORK"'
 trap 'exit 130' INT
 trap 'exit 143' TERM
 export KUBECONFIG="$WORK/kubeconfig"

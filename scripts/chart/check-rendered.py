@@ -15,17 +15,18 @@ import os
 import re
 import sys
 
+# No __pycache__ left in the work tree by the import below.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import common  # noqa: E402
+
 RELEASE, NAMESPACE, WATCH = "wsload", "wsload-system", "wsload-tests"
 # The release name contains the chart name, so objects are named after the release alone.
 FULL = RELEASE
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-    return ok
+CHECKS = common.Checks()
+check = CHECKS.check
+failures = CHECKS.failures
 
 
 def check_prometheus(case, by_kind, one, operator_labels):

@@ -27,6 +27,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LOG_NAME=e2e
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
+# The kubectl that common.sh's kubectl() runs.
 KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-helm}"
 NS=wsload-system
@@ -39,16 +43,9 @@ FAULTS=0
 case "${1:-}" in
 "") ;;
 --faults) FAULTS=1 ;;
-*)
-	sed -n '8,19p' "${BASH_SOURCE[0]}" >&2
-	exit 2
-	;;
+*) usage ;;
 esac
 
-STEP_NAME=e2e
-# shellcheck source=scripts/lib/steps.sh
-source "$ROOT/scripts/lib/steps.sh"
-kubectl() { "$KUBECTL" "$@"; }
 started=$SECONDS
 mkdir -p "$OUT"
 
@@ -104,25 +101,24 @@ apply_loadtest() {
 }
 status() { kubectl -n "$TEST_NS" get loadtest "$1" -o json | jq "${2:-.status}"; }
 phase() { kubectl -n "$TEST_NS" get loadtest "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
+# phase_is NAME PHASE...: the LoadTest's phase is one of PHASE.
+phase_is() {
+	local p want
+	p="$(phase "$1")"
+	shift
+	for want; do [[ "$p" != "$want" ]] || return 0; done
+	return 1
+}
 wait_phase() { # name phase seconds
-	local deadline=$((SECONDS + $3))
-	until [[ "$(phase "$1")" == "$2" ]]; do
-		((SECONDS < deadline)) || fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
-		sleep 0.5
-	done
+	WAIT_INTERVAL=0.5 wait_until "$3" phase_is "$1" "$2" ||
+		fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
 }
 # wait_done NAME: until Succeeded or Failed; then keeps the status in $OUT/NAME.json.
 wait_done() {
-	local deadline=$((SECONDS + 300)) p
-	while :; do
-		p="$(phase "$1")"
-		[[ "$p" == Succeeded || "$p" == Failed ]] && break
-		if ((SECONDS >= deadline)); then
-			kubectl -n "$TEST_NS" describe loadtest "$1" | tail -n 30 >&2 || true
-			fail "LoadTest $1 not finished after 300 s (phase '$p')"
-		fi
-		sleep 1
-	done
+	if ! WAIT_INTERVAL=1 wait_until 300 phase_is "$1" Succeeded Failed; then
+		kubectl -n "$TEST_NS" describe loadtest "$1" | tail -n 30 >&2 || true
+		fail "LoadTest $1 not finished after 300 s (phase '$(phase "$1")')"
+	fi
 	kubectl -n "$TEST_NS" get loadtest "$1" -o json >"$OUT/$1.json"
 }
 diagnose() { # name: what a reader needs when an expectation fails
@@ -177,21 +173,22 @@ promql() {
 	kubectl get --raw "/api/v1/namespaces/$NS/services/http:$PROM_SVC:9090/proxy/api/v1/query?query=$(jq -rn --arg q "$1" '$q | @uri')" |
 		jq -c '.data.result'
 }
+# reaches QUERY WANT: QUERY's single value (kept in GOT, "?" when the query fails) is at
+# least WANT.
+reaches() {
+	GOT="$(promql "$1" | jq -r '.[0].value[1] // "0"')" || GOT="?"
+	[[ "$GOT" != "?" ]] && (($(printf '%.0f' "$GOT") >= $2))
+}
 # scraped WHAT QUERY WANT: QUERY's single value reaches WANT within 30 s (a scrape is 5 s;
 # series of deleted pods stay queryable through last_over_time).
 scraped() {
-	local deadline=$((SECONDS + 30)) got=""
-	while :; do
-		got="$(promql "$2" | jq -r '.[0].value[1] // "0"')" || got="?"
-		[[ "$got" != "?" ]] && (($(printf '%.0f' "$got") >= $3)) && break
-		if ((SECONDS >= deadline)); then
-			kubectl get --raw "/api/v1/namespaces/$NS/services/http:$PROM_SVC:9090/proxy/api/v1/targets" |
-				jq '[.data.activeTargets[] | {pod: .labels.pod, health, lastError}]' >&2 || true
-			fail "Prometheus: $1: '$2' is $got, want >= $3 (targets above)"
-		fi
-		sleep 2
-	done
-	printf 'Prometheus: %-48s %s\n' "$1" "$got"
+	GOT=""
+	if ! WAIT_INTERVAL=2 wait_until 30 reaches "$2" "$3"; then
+		kubectl get --raw "/api/v1/namespaces/$NS/services/http:$PROM_SVC:9090/proxy/api/v1/targets" |
+			jq '[.data.activeTargets[] | {pod: .labels.pod, health, lastError}]' >&2 || true
+		fail "Prometheus: $1: '$2' is $GOT, want >= $3 (targets above)"
+	fi
+	printf 'Prometheus: %-48s %s\n' "$1" "$GOT"
 }
 if [[ "$prometheus" == install ]]; then
 	step "Prometheus ($PROM_SVC, Kubernetes pod discovery) scraped the operator, the server and both shards"

@@ -26,23 +26,16 @@ set -euo pipefail
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
-# shellcheck source=scripts/lib/go.sh
-source "$K8S_DIR/../lib/go.sh"
+LOG_NAME=k8s/build
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
+# Its stdout stays empty, whatever it runs: callers capture it (scripts/check-dashboards.py) or
+# hand their own stdout to theirs (control-plane.sh up). go build and progress go to stderr.
+stdout_is_data
 GOMOD_DIR="$K8S_DIR/gomod"
 
 ALL_COMPONENTS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
 DEFAULT_COMPONENTS=(kube-apiserver kubectl)
-
-log() { printf 'k8s/build: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-usage() {
-	printf 'usage: %s [component...]\ncomponents: %s (default: %s)\n' \
-		"$0" "${ALL_COMPONENTS[*]}" "${DEFAULT_COMPONENTS[*]}"
-}
 
 # gomod/go.mod carries the version a second time (Go cannot read versions.sh);
 # a half-done bump would otherwise build one release into the other's cache.
@@ -71,19 +64,8 @@ version_ldflags() {
 	printf '%s ' -s -w "${flags[@]}"
 }
 
-# What binary $2 (component $1) says about itself; proves the ldflags took.
-reported_version() {
-	case "$1" in
-	kubectl) "$2" version --client -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | head -n1 ;;
-	*) "$2" --version | sed -n 's/^Kubernetes \(v[^ ]*\).*/\1/p' ;;
-	esac
-}
-
 TMP_BIN=""
-cleanup() {
-	if [[ -n "$TMP_BIN" ]]; then rm -f "$TMP_BIN"; fi
-}
-trap cleanup EXIT
+at_exit '[[ -z "$TMP_BIN" ]] || rm -f "$TMP_BIN"'
 # Turned into exits so that the EXIT trap also runs on Ctrl-C and kill.
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -112,8 +94,13 @@ build_one() {
 	(cd "$GOMOD_DIR" && GOTOOLCHAIN=local CGO_ENABLED=0 nice -n "${WSLOAD_BUILD_NICE:-19}" go build \
 		-mod=readonly -buildvcs=false -trimpath -tags=selinux,notest \
 		-ldflags="$LDFLAGS" -o "$TMP_BIN" "k8s.io/kubernetes/cmd/$c")
-	got="$(reported_version "$c" "$TMP_BIN")"
-	[[ "$got" == "$K8S_VERSION" ]] || die "$c reports version '$got', not $K8S_VERSION"
+	# What the binary says about itself proves the ldflags took.
+	if [[ "$c" == kubectl ]]; then
+		got="$(reported_version "$TMP_BIN" version --client)"
+	else
+		got="$(reported_version "$TMP_BIN" --version)"
+	fi
+	[[ "$got" == "${K8S_VERSION#v}" ]] || die "$c reports version '$got', not $K8S_VERSION"
 	chmod 0755 "$TMP_BIN"
 	mv -f "$TMP_BIN" "$target"
 	TMP_BIN=""
@@ -123,18 +110,10 @@ build_one() {
 main() {
 	local c ok known components=()
 	for c in "$@"; do
-		case "$c" in
-		-h | --help)
-			usage
-			exit 0
-			;;
-		esac
 		known=0
 		for ok in "${ALL_COMPONENTS[@]}"; do [[ "$c" == "$ok" ]] && known=1; done
-		if ((!known)); then
-			usage >&2
-			exit 2
-		fi
+		# Anything else, -h and --help included: the usage, exit 2.
+		((known)) || usage
 		components+=("$c")
 	done
 	((${#components[@]})) || components=("${DEFAULT_COMPONENTS[@]}")

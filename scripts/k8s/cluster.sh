@@ -31,16 +31,13 @@
 set -euo pipefail
 
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# Process helpers (spawn, stop, running_pid, wait_until, log_tail) and the
+LOG_NAME=k8s/cluster
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
+# Process helpers (spawn, stop, running_pid, wait_daemon, log_tail) and the
 # version and cache paths; sourcing runs no command.
 # shellcheck source=scripts/k8s/control-plane.sh
 source "$K8S_DIR/control-plane.sh"
-
-log() { printf 'k8s/cluster: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
 
 NODE_NAME="${WSLOAD_NODE_NAME:-wsload-node}"
 NODE_LABELS="${WSLOAD_NODE_LABELS:-wsload.dev/server-pool=true,wsload.dev/loadgen-pool=true}"
@@ -56,13 +53,13 @@ OWNER_FILE=/run/wsload-k8s-node.owner
 NODE_PORTS=(10248 10249 10250 10256 10257 10259)
 NODE_DAEMONS=(kubelet kube-proxy kube-scheduler kube-controller-manager containerd)
 
-kubectl() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 ctr_() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
 set_paths() {
 	CONTAINERD_SOCK="$DIR/containerd/containerd.sock"
 	NODE_DIR="$DIR/node"
-	export KUBECACHEDIR="$DIR/kube-cache"
+	# For kubectl (common.sh's: the pinned one, K8S_BIN_DIR).
+	export KUBECONFIG="$DIR/kubeconfig" KUBECACHEDIR="$DIR/kube-cache"
 }
 
 # --- checks ------------------------------------------------------------------
@@ -185,12 +182,12 @@ EOF
 
 # --- daemons -----------------------------------------------------------------
 
-# wait_for NAME WHAT COMMAND...: until COMMAND succeeds; dies naming NAME's log
+# wait_started NAME WHAT COMMAND...: until COMMAND succeeds; dies naming NAME's log
 # if NAME exits or the timeout passes.
-wait_for() {
+wait_started() {
 	local name="$1" what="$2" rc=0
 	shift 2
-	wait_until "$name" "$START_TIMEOUT" "$@" || rc=$?
+	wait_daemon "$name" "$START_TIMEOUT" "$@" || rc=$?
 	((rc == 0)) && return 0
 	log_tail "$name" 40
 	if ((rc == 2)); then
@@ -227,7 +224,7 @@ state = "$DIR/containerd/state"
     conf_dir = "$DIR/cni/net.d"
 EOF
 	spawn containerd containerd --config "$DIR/containerd/config.toml"
-	wait_for containerd "serving on $CONTAINERD_SOCK" ctr_ version
+	wait_started containerd "serving on $CONTAINERD_SOCK" ctr_ version
 }
 
 # import_images TARBALL...: into containerd's k8s.io namespace, where the
@@ -402,7 +399,7 @@ teardown_network() {
 	done
 }
 
-cmd_down() {
+cluster_down() {
 	local name m
 	set_paths
 	for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$name"; done
@@ -422,14 +419,14 @@ cmd_down() {
 
 # --- up ----------------------------------------------------------------------
 
-on_up_exit() {
+on_cluster_up_exit() {
 	if ((!UP_DONE)); then
 		log "start failed; stopping what started (logs stay in $DIR)"
-		cmd_down || true
+		cluster_down || true
 	fi
 }
 
-cmd_up() {
+cluster_up() {
 	local started=$SECONDS t name cp_out
 	set_paths
 	for name in "${NODE_DAEMONS[@]}"; do
@@ -440,17 +437,18 @@ cmd_up() {
 	preflight
 	ensure_node_binaries
 	UP_DONE=0
-	trap on_up_exit EXIT
+	at_exit on_cluster_up_exit
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 	printf '%s\n' "$DIR" >"$OWNER_FILE"
 	t=$SECONDS
 	setup_network
-	# Our lock closed for it: etcd and the API server would inherit it and
-	# hold it for their lifetime, and the next `down` would wait forever.
+	# Our lock and our caller's stdout closed for it: etcd and the API server
+	# would inherit them and hold them for their lifetime; the next `down` would
+	# wait forever, and so would our caller's $(...).
 	cp_out="$(WSLOAD_K8S_EXTRA_SANS="IP:$NODE_IP${WSLOAD_K8S_EXTRA_SANS:+,$WSLOAD_K8S_EXTRA_SANS}" \
 		WSLOAD_K8S_ADVERTISE_ADDRESS="$NODE_IP" WSLOAD_K8S_BIND_ADDRESS=0.0.0.0 \
-		"$K8S_DIR/control-plane.sh" up "$DIR" {LOCK_FD}>&-)" || die "control-plane.sh up $DIR failed (above; logs $DIR/etcd.log, $DIR/kube-apiserver.log)"
+		"$K8S_DIR/control-plane.sh" up "$DIR" {LOCK_FD}>&- {DATA_FD}>&-)" || die "control-plane.sh up $DIR failed (above; logs $DIR/etcd.log, $DIR/kube-apiserver.log)"
 	[[ "$cp_out" == *KUBECONFIG* ]] || die "control-plane.sh up printed no KUBECONFIG: $cp_out"
 	check_apiserver_san
 	make_node_pki
@@ -460,28 +458,28 @@ cmd_up() {
 	import_images "$PAUSE_TAR"
 	start_control_plane_daemons
 	start_kubelet
-	wait_for kubelet "Ready (node $NODE_NAME)" node_ready
+	wait_started kubelet "Ready (node $NODE_NAME)" node_ready
 	for name in kube-controller-manager kube-scheduler kube-proxy; do
 		running_pid "$name" >/dev/null || {
 			log_tail "$name" 40
 			die "$name exited (see $DIR/$name.log)"
 		}
 	done
-	wait_for kube-controller-manager "making default ServiceAccounts" controllers_ready
+	wait_started kube-controller-manager "making default ServiceAccounts" controllers_ready
 	log "node $NODE_NAME Ready in $((SECONDS - t))s (labels $NODE_LABELS)"
 	UP_DONE=1
 	log "up in $((SECONDS - started))s; logs in $DIR/*.log; \`$0 load $DIR TARBALL\` imports images"
 	cmd_env
 }
 
-cmd_load() {
+cluster_load() {
 	set_paths
 	running_pid containerd >/dev/null || die "no containerd runs for $DIR; run \`$0 up $DIR\` first"
 	import_images "$@"
 }
 
 cluster_main() {
-	[[ $# -ge 2 && -n "$2" ]] || usage_cluster
+	[[ $# -ge 2 && -n "$2" ]] || usage
 	local cmd="$1"
 	case "$cmd" in
 	up) mkdir -p "$2" ;;
@@ -489,13 +487,18 @@ cluster_main() {
 		[[ "$cmd" == down ]] && exit 0
 		die "$2: no such directory"
 	} ;;
-	*) usage_cluster ;;
+	*) usage ;;
 	esac
-	[[ "$cmd" == load ]] || [[ $# -eq 2 ]] || usage_cluster
-	[[ "$cmd" != load ]] || [[ $# -ge 3 ]] || usage_cluster
+	[[ "$cmd" == load ]] || [[ $# -eq 2 ]] || usage
+	[[ "$cmd" != load ]] || [[ $# -ge 3 ]] || usage
 	DIR="$(cd "$2" && pwd -P)"
 	shift 2
 	START_TIMEOUT="${WSLOAD_K8S_START_TIMEOUT:-120}"
+	# up and env print the export line for the caller's eval, and nothing else: what up
+	# installs and builds (apt, go, crane) on a cold machine reports on stderr.
+	if [[ "$cmd" == up || "$cmd" == env ]]; then
+		stdout_is_data
+	fi
 	if [[ "$cmd" == env ]]; then
 		cmd_env
 		return
@@ -504,12 +507,7 @@ cluster_main() {
 	# which up and down run, takes DIR/.lock.
 	exec {LOCK_FD}>"$DIR/.cluster.lock"
 	flock "$LOCK_FD"
-	"cmd_$cmd" "$@"
-}
-
-usage_cluster() {
-	printf 'usage: %s up DIR | down DIR | load DIR TARBALL... | env DIR\n' "$0" >&2
-	exit 2
+	"cluster_$cmd" "$@"
 }
 
 cluster_main "$@"

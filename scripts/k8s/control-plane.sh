@@ -30,6 +30,10 @@ set -euo pipefail
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
+# Sourced by cluster.sh, its messages keep cluster.sh's name.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then LOG_NAME=k8s/control-plane; fi
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
 
 SERVICE_CIDR=10.96.0.0/16
 # The first address of SERVICE_CIDR: the `kubernetes` Service, which in-cluster
@@ -40,17 +44,6 @@ START_TIMEOUT="${WSLOAD_K8S_START_TIMEOUT:-120}"
 # How often a start is retried with new ports when one was taken between our
 # pick and the daemon's bind (another cluster starting at the same moment).
 PORT_ATTEMPTS=5
-
-log() { printf 'k8s/control-plane: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-usage() {
-	printf 'usage: %s up DIR | down DIR | env DIR\n' "$0" >&2
-	exit 2
-}
 
 # --- processes ---------------------------------------------------------------
 
@@ -76,36 +69,46 @@ running_pid() {
 	printf '%s\n' "$pid"
 }
 
+stopped() { ! running_pid "$1" >/dev/null; }
+
 stop() {
-	local name="$1" pid i
+	local name="$1" pid
 	if pid="$(running_pid "$name")"; then
 		kill -TERM "$pid" 2>/dev/null || true
 		# Not our child (up has exited), so poll instead of `wait`.
-		for ((i = 0; i < 100; i++)); do
-			running_pid "$name" >/dev/null || break
-			sleep 0.2
-		done
-		if running_pid "$name" >/dev/null; then
+		if ! wait_until 20 stopped "$name"; then
 			log "$name (pid $pid) ignored SIGTERM for 20s; killing it"
 			kill -KILL "$pid" 2>/dev/null || true
-			for ((i = 0; i < 50; i++)); do
-				running_pid "$name" >/dev/null || break
-				sleep 0.1
-			done
+			wait_until 5 stopped "$name" || true
 		fi
 	fi
 	rm -f "$DIR/$name.pid"
 }
 
 # Start a daemon detached from this script: output to DIR/NAME.log, stdin from
-# /dev/null, and the DIR lock's descriptor closed, so neither a caller reading
-# our stdout (a test harness capturing output) nor the next `up` waits for it.
+# /dev/null, and the DIR lock's descriptor and the caller's stdout (DATA_FD, when
+# stdout_is_data kept it) closed, so neither a caller reading our stdout (eval
+# "$(... up DIR)", a test harness capturing output) nor the next `up` waits for it.
 spawn() {
 	local name="$1"
 	shift
 	printf '\n==== %s: %s\n' "$(date -u +%FT%TZ)" "$*" >>"$DIR/$name.log"
-	"$@" </dev/null >>"$DIR/$name.log" 2>&1 {LOCK_FD}>&- &
+	(
+		# Closed here, not by a redirection below: `{DATA_FD}>&-` is an error while DATA_FD is
+		# unset (down, or cluster.sh's down and load, do not call stdout_is_data).
+		[[ -z "${DATA_FD:-}" ]] || exec {DATA_FD}>&-
+		exec "$@"
+	) </dev/null >>"$DIR/$name.log" 2>&1 {LOCK_FD}>&- &
 	printf '%s\n' "$!" >"$DIR/$name.pid"
+}
+
+# wait_daemon NAME SECONDS COMMAND...: wait_until COMMAND succeeds while NAME, which this
+# script spawned, runs: 0, 1 when NAME exited first, 2 when SECONDS passed.
+wait_daemon() {
+	local name="$1" seconds="$2" pid
+	shift 2
+	pid="$(running_pid "$name")" || return 1
+	wait_until "$seconds" --pid "$pid" "$@"
 }
 
 log_tail() {
@@ -226,16 +229,6 @@ EOF
 
 # --- daemons -----------------------------------------------------------------
 
-wait_until() { # name deadline-seconds command...
-	local name="$1" deadline=$((SECONDS + $2))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		running_pid "$name" >/dev/null || return 1
-		((SECONDS < deadline)) || return 2
-		sleep 0.25
-	done
-}
-
 start_etcd() {
 	local attempt client peer rc
 	for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
@@ -254,7 +247,7 @@ start_etcd() {
 			--initial-cluster "wsload=http://127.0.0.1:$peer" \
 			--initial-cluster-state new --logger zap --log-outputs stderr
 		rc=0
-		wait_until etcd "$START_TIMEOUT" curl -fsS "$ETCD_URL/health" || rc=$?
+		wait_daemon etcd "$START_TIMEOUT" curl -fsS "$ETCD_URL/health" || rc=$?
 		((rc == 0)) && return 0
 		if ((rc == 1)) && bind_conflict etcd; then
 			log "etcd: port $client or $peer was taken meanwhile; retrying"
@@ -314,7 +307,7 @@ start_apiserver() {
 			--kubelet-client-key "$pki/apiserver-kubelet-client.key" \
 			--kubelet-preferred-address-types InternalIP,Hostname
 		rc=0
-		wait_until kube-apiserver "$START_TIMEOUT" apiserver_ready || rc=$?
+		wait_daemon kube-apiserver "$START_TIMEOUT" apiserver_ready || rc=$?
 		((rc == 0)) && return 0
 		if ((rc == 1)) && bind_conflict kube-apiserver; then
 			log "kube-apiserver: port $port was taken meanwhile; retrying"
@@ -362,7 +355,7 @@ cmd_up() {
 		fi
 	done
 	UP_DONE=0
-	trap on_up_exit EXIT
+	at_exit on_up_exit
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 	ensure_binaries
@@ -383,7 +376,9 @@ cmd_down() {
 }
 
 cmd_env() {
-	printf 'export KUBECONFIG=%q\n' "$DIR/kubeconfig"
+	local line
+	printf -v line 'export KUBECONFIG=%q' "$DIR/kubeconfig"
+	emit "$line"
 }
 
 main() {
@@ -399,6 +394,11 @@ main() {
 	*) usage ;;
 	esac
 	DIR="$(cd "$2" && pwd -P)"
+	# up and env print the export line for the caller's eval, and nothing else: what up
+	# installs and builds on a cold machine reports on stderr.
+	if [[ "$cmd" != down ]]; then
+		stdout_is_data
+	fi
 	case "$cmd" in
 	env)
 		cmd_env
@@ -413,7 +413,7 @@ main() {
 }
 
 # cluster.sh sources this file for its process helpers (spawn, stop,
-# running_pid, wait_until, log_tail) without running a command.
+# running_pid, wait_daemon, log_tail) without running a command.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 	main "$@"
 fi

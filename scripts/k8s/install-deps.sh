@@ -18,45 +18,17 @@
 # usage: install-deps.sh [--node]
 set -euo pipefail
 
+LOG_NAME=k8s/install-deps
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+
 PACKAGES=(etcd-server openssl curl)
 NODE_PACKAGES=(containerd runc containernetworking-plugins jq iptables musl-tools)
 case "${1:-}" in
 "") ;;
 --node) PACKAGES+=("${NODE_PACKAGES[@]}") ;;
-*)
-	printf 'usage: %s [--node]\n' "$0" >&2
-	exit 2
-	;;
+*) usage ;;
 esac
-
-log() { printf 'k8s/install-deps: %s\n' "$*" >&2; }
-
-missing=()
-for p in "${PACKAGES[@]}"; do
-	# dpkg-query, not `command -v`: a binary of the same name elsewhere on
-	# PATH is not the package this harness was proven with.
-	if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" != installed ]]; then
-		missing+=("$p")
-	fi
-done
-if ((${#missing[@]} == 0)); then
-	exit 0
-fi
-
-sudo=()
-if [[ $EUID -ne 0 ]]; then
-	command -v sudo >/dev/null || {
-		log "needs root: apt-get install -y ${missing[*]}"
-		exit 1
-	}
-	sudo=(sudo)
-fi
-
-log "installing ${missing[*]}"
-# Package lists may be absent (fresh machine) or stale (a superseded version is
-# no longer downloadable); refresh only when the plain install fails, so the
-# common case costs no network round trip.
-if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
-	"${sudo[@]}" apt-get update -qq
-	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# Only those missing; apt-get's output on stderr (callers such as `control-plane.sh up` and
+# `cluster.sh up` hand a value to theirs on stdout).
+need_packages "${PACKAGES[@]}"

@@ -25,9 +25,8 @@ ROOT="$(cd "$K8S_DIR/../.." && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
 
-STEP_NAME=node-smoke
-# shellcheck source=scripts/lib/steps.sh
-source "$ROOT/scripts/lib/steps.sh"
+# shellcheck source=scripts/lib/common.sh
+source "$ROOT/scripts/lib/common.sh"
 
 [[ $EUID -eq 0 ]] || fail "needs root (containerd, kubelet, network namespaces)"
 # One node cluster per machine (cluster.sh): two runs at once (two people's
@@ -56,7 +55,7 @@ done
 [[ "${TAG[server]##*:}" == "${TAG[operator]##*:}" && "${TAG[loadgen]##*:}" == "${TAG[operator]##*:}" ]] ||
 	fail "the images disagree on their tag (${TAG[*]}): rebuild them from one checkout"
 # The chart's minimal Prometheus, built from source (no image can be pulled here).
-TAR[prometheus]="$(nice -n 19 "$K8S_DIR/prometheus.sh" | tail -n 1)" || fail "scripts/k8s/prometheus.sh failed (above)"
+TAR[prometheus]="$(nice -n 19 "$K8S_DIR/prometheus.sh")" || fail "scripts/k8s/prometheus.sh failed (above)"
 HELM="$("$ROOT/scripts/tools.sh" helm)" || fail "scripts/tools.sh helm failed (above)"
 timed "images+helm"
 
@@ -64,7 +63,9 @@ timed "images+helm"
 WORK="$(mktemp -d /tmp/wsload-node.XXXXXX)"
 CLUSTER="$WORK/c"
 OK=0
-cleanup() {
+DOWN=0 # set once the closing check has run `cluster.sh down` itself
+node_teardown() {
+	((DOWN)) && return
 	step "teardown"
 	"$K8S_DIR/cluster.sh" down "$CLUSTER" || true
 	if ((OK)) && [[ "${WSLOAD_K8S_KEEP:-0}" != 1 ]]; then
@@ -73,29 +74,14 @@ cleanup() {
 		printf 'kept %s (logs: %s/*.log, pod logs gone with the node)\n' "$WORK" "$CLUSTER" >&2
 	fi
 }
-trap cleanup EXIT
+at_exit node_teardown
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# kubectl: common.sh's, the one build.sh made (K8S_BIN_DIR), pointed at the
+# cluster by `cluster.sh up`'s KUBECONFIG.
 export KUBECACHEDIR="$WORK/kube-cache" HELM_CACHE_HOME="$WORK/helm/cache" \
 	HELM_CONFIG_HOME="$WORK/helm/config" HELM_DATA_HOME="$WORK/helm/data"
-kubectl() { "$K8S_BIN_DIR/kubectl" "$@"; }
-
-# wait_phase KIND/NAME SECONDS [NAMESPACE]: until .status.phase is Succeeded (0)
-# or Failed (fail).
-wait_phase() {
-	local obj="$1" deadline=$((SECONDS + $2)) ns="${3:-default}" phase=""
-	while ((SECONDS < deadline)); do
-		phase="$(kubectl -n "$ns" get "$obj" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
-		case "$phase" in
-		Succeeded) return 0 ;;
-		Failed) return 1 ;;
-		esac
-		sleep 1
-	done
-	printf 'node-smoke: %s still %s after %ss\n' "$obj" "${phase:-without a phase}" "$2" >&2
-	return 1
-}
 
 step "cluster up"
 # The lock closed for it, or the daemons would hold it after a crash of this script.
@@ -155,8 +141,19 @@ spec:
   - {name: pod, image: "${TAG[loadgen]}", imagePullPolicy: Never, args: [run, /lt/pod.yaml], volumeMounts: [{name: lt, mountPath: /lt}]}
   - {name: service, image: "${TAG[loadgen]}", imagePullPolicy: Never, args: [run, /lt/service.yaml], volumeMounts: [{name: lt, mountPath: /lt}]}
 EOF
+pod_phase() { kubectl get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
+pod_ended() {
+	local phase
+	phase="$(pod_phase "$1")"
+	[[ "$phase" == Succeeded || "$phase" == Failed ]]
+}
 ok=0
-wait_phase pod/loadgen 120 && ok=1
+if WAIT_INTERVAL=1 wait_until 120 pod_ended loadgen; then
+	[[ "$(pod_phase loadgen)" == Succeeded ]] && ok=1
+else
+	phase="$(pod_phase loadgen)"
+	log "pod/loadgen still ${phase:-without a phase} after 120s"
+fi
 for c in pod service; do kubectl logs loadgen -c "$c" | grep -E 'Verdict|^\| 10 ' || true; done
 ((ok)) || fail "pod loadgen did not succeed (kubectl logs loadgen -c pod|service)"
 timed "pod traffic"
@@ -170,7 +167,7 @@ KUBECTL="$K8S_BIN_DIR/kubectl" HELM="$HELM" WSLOAD_E2E_TAG="${TAG[operator]##*:}
 timed "e2e smoke + faults"
 
 step "teardown leaves nothing behind"
-trap - EXIT
+DOWN=1
 "$K8S_DIR/cluster.sh" down "$CLUSTER"
 timed "cluster down"
 leftover=()

@@ -15,15 +15,14 @@ source "$K8S_DIR/versions.sh"
 # crane, pinned and cached as scripts/build-image.sh keeps it.
 # shellcheck source=scripts/lib/images.sh
 source "$K8S_DIR/../lib/images.sh"
+LOG_NAME=k8s/pause
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
+# The path is this script's stdout; apt, go and crane report on stderr.
+stdout_is_data
 
 PAUSE_TAG=registry.k8s.io/pause:3.10
 SRC="$K8S_DIR/pause/pause.c"
-
-plog() { printf 'k8s/pause: %s\n' "$*" >&2; }
-pdie() {
-	plog "error: $*"
-	exit 1
-}
 
 command -v musl-gcc >/dev/null || "$K8S_DIR/install-deps.sh" --node
 ensure_crane
@@ -35,7 +34,7 @@ key="$({
 OUT_DIR="$WSLOAD_CACHE/k8s/pause-3.10/$key"
 OUT="$OUT_DIR/pause.tar"
 if [[ -f "$OUT" ]]; then
-	printf '%s\n' "$OUT"
+	emit "$OUT"
 	exit 0
 fi
 
@@ -43,18 +42,12 @@ started=$SECONDS
 mkdir -p "$OUT_DIR"
 TMP="$(mktemp -d "$OUT_DIR/.build.XXXXXX")"
 REGISTRY_PID=""
-cleanup() {
-	if [[ -n "$REGISTRY_PID" ]]; then
-		kill "$REGISTRY_PID" 2>/dev/null || true
-		wait "$REGISTRY_PID" 2>/dev/null || true
-	fi
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+at_exit 'rm -rf "$TMP"'
+at_exit 'if [[ -n "$REGISTRY_PID" ]]; then kill "$REGISTRY_PID" 2>/dev/null || true; wait "$REGISTRY_PID" 2>/dev/null || true; fi'
 
 mkdir -p "$TMP/rootfs"
 musl-gcc -static -Os -s -o "$TMP/rootfs/pause" "$SRC" >"$TMP/cc.log" 2>&1 ||
-	pdie "musl-gcc failed on $SRC: $(cat "$TMP/cc.log")"
+	die "musl-gcc failed on $SRC: $(cat "$TMP/cc.log")"
 chmod 0755 "$TMP/rootfs/pause"
 tar --create --file "$TMP/layer.tar" --directory "$TMP/rootfs" --format=gnu --sort=name \
 	--owner=0 --group=0 --numeric-owner --mtime=@0 pause
@@ -62,7 +55,7 @@ tar --create --file "$TMP/layer.tar" --directory "$TMP/rootfs" --format=gnu --so
 crane_stage "$TMP/layer.tar" pause:3.10 "$TMP"
 "$CRANE" mutate --insecure "$STAGING" --entrypoint /pause --user 65535:65535 \
 	--set-platform "$IMAGE_PLATFORM" --tag "$PAUSE_TAG" --output "$TMP/pause.tar" \
-	>>"$TMP/crane.log" 2>&1 || pdie "crane mutate failed: $(cat "$TMP/crane.log")"
+	>>"$TMP/crane.log" 2>&1 || die "crane mutate failed: $(cat "$TMP/crane.log")"
 mv -f "$TMP/pause.tar" "$OUT"
-plog "built $PAUSE_TAG in $((SECONDS - started))s: $OUT"
-printf '%s\n' "$OUT"
+log "built $PAUSE_TAG in $((SECONDS - started))s: $OUT"
+emit "$OUT"

@@ -4,7 +4,7 @@
 # out like upstream's (/bin/prometheus, /bin/promtool, /etc/prometheus/prometheus.yml, user
 # nobody, WORKDIR /prometheus), so the chart's `prometheus.install` runs unchanged here, with
 # the same image name and tag it defaults to elsewhere. Prints the path asked for on stdout
-# (the last line); progress goes to stderr.
+# (its only line); progress and the tools' output go to stderr.
 #
 # usage: scripts/k8s/prometheus.sh [--no-build] [image|prometheus|promtool]
 #   image       the image tarball, for `cluster.sh load` or `ctr -n k8s.io images import`
@@ -37,8 +37,11 @@ K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # script here shares.
 # shellcheck source=scripts/lib/images.sh
 source "$K8S_DIR/../lib/images.sh"
-# shellcheck source=scripts/lib/go.sh
-source "$K8S_DIR/../lib/go.sh"
+LOG_NAME=k8s/prometheus
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
+# The path is this script's stdout; go, crane and the rest report on stderr.
+stdout_is_data
 
 # Upstream numbers the Go module v0.3MM.P for Prometheus v3.MM.P; both are pinned here and the
 # module's version again in prometheus/go.mod (checked below).
@@ -51,42 +54,23 @@ OUT_DIR="$WSLOAD_CACHE/prometheus/v$PROM_VERSION"
 # Upstream's image runs as busybox's nobody.
 NOBODY=65534
 
-log() { printf 'k8s/prometheus: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-usage() {
-	printf 'usage: %s [--no-build] [image|prometheus|promtool]\n' "$0"
-}
-
 check_gomod_version() {
 	grep -Eq "^require ${PROM_MODULE//./\\.} ${PROM_MODULE_VERSION//./\\.}\$" "$GOMOD_DIR/go.mod" ||
 		die "scripts/k8s/prometheus/go.mod does not require $PROM_MODULE $PROM_MODULE_VERSION (PROM_MODULE_VERSION here): edit it, then run GOFLAGS=-mod=mod go mod tidy there"
 }
 
-# What binary $1 says its version is; proves the version ldflags took.
-reported_version() {
-	"$1" --version 2>/dev/null | sed -n 's/^[a-z]*, version \([^ ]*\) .*/\1/p' | head -n1 || true
-}
-
+# What a binary says its version is proves the version ldflags took. -x first: for a missing
+# binary, reported_version would find the version in bash's error message, which names OUT_DIR.
 cached_binaries() {
-	[[ "${WSLOAD_PROMETHEUS_REBUILD:-0}" != 1 &&
-		"$(reported_version "$OUT_DIR/prometheus")" == "$PROM_VERSION" &&
-		"$(reported_version "$OUT_DIR/promtool")" == "$PROM_VERSION" ]]
+	[[ "${WSLOAD_PROMETHEUS_REBUILD:-0}" != 1 && -x "$OUT_DIR/prometheus" && -x "$OUT_DIR/promtool" &&
+		"$(reported_version "$OUT_DIR/prometheus" --version)" == "$PROM_VERSION" &&
+		"$(reported_version "$OUT_DIR/promtool" --version)" == "$PROM_VERSION" ]]
 }
 
 TMP=""
 REGISTRY_PID=""
-cleanup() {
-	if [[ -n "$REGISTRY_PID" ]]; then
-		kill "$REGISTRY_PID" 2>/dev/null || true
-		wait "$REGISTRY_PID" 2>/dev/null || true
-	fi
-	if [[ -n "$TMP" ]]; then rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
+at_exit '[[ -z "$TMP" ]] || rm -rf "$TMP"'
+at_exit 'if [[ -n "$REGISTRY_PID" ]]; then kill "$REGISTRY_PID" 2>/dev/null || true; wait "$REGISTRY_PID" 2>/dev/null || true; fi'
 # Turned into exits so that the EXIT trap also runs on Ctrl-C and kill.
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -121,8 +105,8 @@ build_binaries() {
 		die "go build of $PROM_MODULE $PROM_MODULE_VERSION failed (above); every module in scripts/k8s/prometheus/go.sum must be served by the Go module proxy"
 	for bin in prometheus promtool; do
 		assert_static "$TMP/$bin"
-		[[ "$(reported_version "$TMP/$bin")" == "$PROM_VERSION" ]] ||
-			die "$bin reports version '$(reported_version "$TMP/$bin")', not $PROM_VERSION"
+		[[ "$(reported_version "$TMP/$bin" --version)" == "$PROM_VERSION" ]] ||
+			die "$bin reports version '$(reported_version "$TMP/$bin" --version)', not $PROM_VERSION"
 		chmod 0755 "$TMP/$bin"
 	done
 	# Renamed into place only once both are good: an interrupted build leaves no half binary.
@@ -230,16 +214,9 @@ main() {
 	local what=image no_build=0 arg path
 	for arg in "$@"; do
 		case "$arg" in
-		-h | --help)
-			usage
-			exit 0
-			;;
 		--no-build) no_build=1 ;;
 		image | prometheus | promtool) what="$arg" ;;
-		*)
-			usage >&2
-			exit 2
-			;;
+		*) usage ;; # -h and --help too
 		esac
 	done
 	path="$OUT_DIR/$what"
@@ -247,7 +224,7 @@ main() {
 
 	if ((no_build)); then
 		if cached_binaries && { [[ "$what" != image ]] || cached_image; }; then
-			printf '%s\n' "$path"
+			emit "$path"
 			exit 0
 		fi
 		log "$what $PROM_VERSION is not cached in $OUT_DIR; build it with scripts/k8s/prometheus.sh $what (~6 min cold)"
@@ -274,7 +251,7 @@ main() {
 			build_image
 		fi
 	fi
-	printf '%s\n' "$path"
+	emit "$path"
 }
 
 main "$@"

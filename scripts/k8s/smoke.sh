@@ -19,12 +19,11 @@ K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/k8s/versions.sh
 source "$K8S_DIR/versions.sh"
 
+# shellcheck source=scripts/lib/common.sh
+source "$K8S_DIR/../lib/common.sh"
+
 NS=wsload-smoke
 CRD=widgets.smoke.wsload.dev
-
-STEP_NAME=smoke
-# shellcheck source=scripts/lib/steps.sh
-source "$K8S_DIR/../../scripts/lib/steps.sh"
 
 started=$SECONDS
 step "dependencies and binaries ($K8S_VERSION)"
@@ -36,7 +35,7 @@ printf 'binaries ready in %ss\n' "$((SECONDS - t))"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/wsload-k8s-smoke.XXXXXX")"
 CLUSTER="$WORK/cluster"
 OK=0
-cleanup() {
+smoke_teardown() {
 	step "teardown"
 	"$K8S_DIR/control-plane.sh" down "$CLUSTER" || true
 	if ((OK)) && [[ "${WSLOAD_K8S_KEEP:-0}" != 1 ]]; then
@@ -45,14 +44,14 @@ cleanup() {
 		printf 'kept %s (logs: %s/*.log)\n' "$WORK" "$CLUSTER" >&2
 	fi
 }
-trap cleanup EXIT
+at_exit smoke_teardown
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # kubectl's discovery cache defaults to ~/.kube/cache; keep it with the
-# cluster so nothing outside WORK is written.
+# cluster so nothing outside WORK is written. kubectl: common.sh's, the one
+# build.sh made (K8S_BIN_DIR), pointed at the cluster by `up`'s KUBECONFIG.
 export KUBECACHEDIR="$WORK/kube-cache"
-kubectl() { "$K8S_BIN_DIR/kubectl" "$@"; }
 
 step "control plane up"
 t=$SECONDS
@@ -110,12 +109,7 @@ spec:
             properties:
               phase: {type: string, enum: [Pending, Done]}
 EOF
-# Polled, not `kubectl wait`: a CRD read before its first condition makes wait error out.
-for ((i = 0; ; i++)); do
-	[[ "$(kubectl get "crd/$CRD" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]] && break
-	((i < 240)) || fail "crd/$CRD not Established after 60s"
-	sleep 0.25
-done
+wait_until 60 crd_established "$CRD" || fail "crd/$CRD not Established after 60s"
 
 widget() { # name min max
 	printf 'apiVersion: smoke.wsload.dev/v1alpha1\nkind: Widget\nmetadata: {name: %s, namespace: %s}\nspec: {min: %s, max: %s}\n' \

@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034  # sourced: the variables are used by the sourcing scripts
 # The one place that pins the Kubernetes release the harness builds and runs.
-# Sourced by build.sh and control-plane.sh; gomod/go.mod must name the same
-# release (build.sh refuses to build when they disagree).
+# Sourced by build.sh, control-plane.sh (so cluster.sh) and the smoke scripts,
+# whose kubectl (scripts/lib/common.sh) is K8S_BIN_DIR's; gomod/go.mod must name
+# the same release (build.sh refuses to build when they disagree).
 #
 # Why v1.33.13: it is the release the Go module proxy serves here together with
 # all its staging modules (v0.33.13); v1.32 is not served. To move on, change

@@ -24,6 +24,10 @@ import re
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 # The kubelet's safe sysctls in Kubernetes v1.33 (pkg/kubelet/sysctl/safe_sysctls.go): a pod
 # may set these without allowedUnsafeSysctls. The newer entries need a recent kernel, which
 # kind nodes (the host's kernel) have on current runners.
@@ -57,11 +61,6 @@ SHA_PIN = re.compile(r"^[^@]+@[0-9a-f]{40}$")
 SMOKE_LOADTEST = "examples/smoke.yaml"
 WORKFLOW = ".github/workflows/kind-smoke.yml"
 SMOKE_SCRIPT = "examples/kind/smoke.sh"
-
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def read(root, rel):
@@ -100,14 +99,14 @@ class Inputs:
     def __init__(self, root, work, k8s_version, safe_go):
         self.root = root
         self.k8s_version = k8s_version
-        self.cluster = load(os.path.join(work, "cluster.json"))
-        self.chart = load(os.path.join(work, "chart.json"))
-        self.workflow = load(os.path.join(work, "workflow.json"))[0]
+        self.cluster = common.load_json(os.path.join(work, "cluster.json"))
+        self.chart = common.load_json(os.path.join(work, "chart.json"))
+        self.workflow = common.load_json(os.path.join(work, "workflow.json"))[0]
         self.examples = {}
         for p in sorted(glob.glob(os.path.join(work, "loadtests", "*.json"))):
             with open(p + ".path") as f:
                 rel = f.read().strip()
-            self.examples[rel] = load(p)
+            self.examples[rel] = common.load_json(p)
         self.safe = set(SAFE_SYSCTLS_V1_33)
         self.safe_go = parse_safe_sysctls_go(safe_go) if safe_go else None
         self.prose = {rel: read(root, rel) for rel in PROSE_SOURCES}

@@ -26,11 +26,6 @@ GRID_COLUMNS = 24
 VARIABLE = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)")
 
 
-def load(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def all_panels(dashboard):
     """Every panel, with those folded inside collapsed rows, in order."""
     for p in dashboard.get("panels", []):

@@ -24,10 +24,14 @@ import shutil
 import sys
 import tarfile
 
+# No __pycache__ left in the work tree by the import below.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
-def say(ok, msg):
-    print("%s: %s" % ("ok" if ok else "FAIL", msg))
-    return ok
+
+# check-image.sh counts the `ok: ...` and `FAIL: ...` lines this prints.
+say = common.Checks(verbose=True).check
 
 
 def norm_tag(tag):

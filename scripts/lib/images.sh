@@ -2,9 +2,15 @@
 # shellcheck disable=SC2034 # the variables set here are for the scripts that source this
 # Shared by scripts/build-image.sh and scripts/check-image.sh; sourced, never run.
 # Both scripts must agree on the image table, the tag and the tarball path, so
-# they live here once.
+# they live here once. Brings scripts/lib/common.sh (log, die, at_exit) along
+# when the script has not sourced it yet.
 
 WSLOAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# Not sourced twice: a second sourcing would drop the clean-ups already registered.
+if ! declare -F at_exit >/dev/null; then
+	# shellcheck source=scripts/lib/common.sh
+	source "$WSLOAD_ROOT/scripts/lib/common.sh"
+fi
 WSLOAD_CACHE="${WSLOAD_CACHE:-$HOME/.cache/wsload}"
 MUSL_TARGET="x86_64-unknown-linux-musl"
 IMAGE_PLATFORM="linux/amd64"
@@ -12,12 +18,6 @@ IMAGE_PLATFORM="linux/amd64"
 # (`go list -m -versions github.com/google/go-containerregistry` lists them).
 CRANE_VERSION="v0.22.1"
 CRANE_MODULE="github.com/google/go-containerregistry/cmd/crane"
-
-log() { printf '==> %s\n' "$*" >&2; }
-die() {
-	printf 'error: %s\n' "$*" >&2
-	exit 1
-}
 
 # ensure_crane: sets CRANE to the pinned crane, installing it into the cache first when it is
 # missing or another version (every image script builds its tarballs with it).
@@ -29,30 +29,45 @@ ensure_crane() {
 	command -v go >/dev/null || die "go is needed to install crane $CRANE_VERSION"
 	log "installing crane $CRANE_VERSION into $WSLOAD_CACHE/bin"
 	mkdir -p "$WSLOAD_CACHE/bin"
-	# CGO off keeps crane static, so a later change of the C toolchain can't break it.
+	# CGO off keeps crane static, so a later change of the C toolchain can't break it. go's
+	# output on stderr: a script whose stdout is data (stdout_is_data) may call this.
 	GOBIN="$WSLOAD_CACHE/bin" CGO_ENABLED=0 nice -n "${WSLOAD_BUILD_NICE:-19}" \
-		go install "$CRANE_MODULE@$CRANE_VERSION"
+		go install "$CRANE_MODULE@$CRANE_VERSION" >&2
 	[[ "$("$CRANE" version)" == "$CRANE_VERSION" ]] || die "$CRANE does not report version $CRANE_VERSION"
 }
 
 # crane_stage LAYER NAME DIR: an image of the one layer tarball LAYER on an empty base, pushed as
 # NAME to a throwaway in-memory crane registry on loopback; sets STAGING to its reference and
-# REGISTRY_PID (the caller's EXIT trap kills it). `crane mutate` works on registry images only,
-# so every image script stages its image this way before setting its config. Logs go to DIR.
+# REGISTRY_PID (stopped at exit, or earlier by stop_registry; one registry at a time). `crane
+# mutate` works on registry images only, so every image script stages its image this way
+# before setting its config. Logs go to DIR.
 crane_stage() {
 	local layer="$1" name="$2" dir="$3" port=""
-	"$CRANE" registry serve --address 127.0.0.1:0 2>"$dir/registry.log" &
+	stop_registry
+	# Its stdout on stderr: nothing it prints may reach a stdout that a caller reads.
+	"$CRANE" registry serve --address 127.0.0.1:0 >&2 2>"$dir/registry.log" &
 	REGISTRY_PID=$!
-	for _ in $(seq 100); do
-		port="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$dir/registry.log")"
-		[[ -z "$port" ]] || break
-		kill -0 "$REGISTRY_PID" 2>/dev/null || die "crane registry exited: $(cat "$dir/registry.log")"
-		sleep 0.1
-	done
-	[[ -n "$port" ]] || die "crane registry did not start: $(cat "$dir/registry.log")"
+	at_exit stop_registry
+	local rc=0
+	WAIT_INTERVAL=0.1 wait_until 10 --pid "$REGISTRY_PID" registry_port "$dir/registry.log" || rc=$?
+	((rc != 1)) || die "crane registry exited: $(cat "$dir/registry.log")"
+	((rc != 2)) || die "crane registry did not start in 10s: $(cat "$dir/registry.log")"
+	port="$REGISTRY_PORT"
 	STAGING="127.0.0.1:$port/$name"
 	"$CRANE" append --insecure --oci-empty-base --new_layer "$layer" --new_tag "$STAGING" \
 		>"$dir/crane.log" 2>&1 || die "crane append failed: $(cat "$dir/crane.log")"
+}
+
+# registry_port LOG: sets REGISTRY_PORT once the registry logging to LOG says where it serves.
+registry_port() {
+	REGISTRY_PORT="$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$1")"
+	[[ -n "$REGISTRY_PORT" ]]
+}
+
+# stop_registry: stops crane_stage's registry if it runs (REGISTRY_PID); a no-op otherwise.
+stop_registry() {
+	stop_process "${REGISTRY_PID:-}"
+	REGISTRY_PID=""
 }
 
 # The image table. Each image is one static binary of one workspace package,
