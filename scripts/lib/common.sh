@@ -97,14 +97,19 @@ stop_process() {
 }
 
 # free_ports [N]: N (default 1) distinct loopback ports free now, on one line. All are held open
-# together while the kernel picks, so they differ; a daemon that then fails to bind one (another
-# process took it meanwhile) is the caller's retry.
+# together while the kernel picks, so they differ, and all are closed before the line is
+# printed: a caller reading it through `< <(free_ports 2)` (which does not wait for the process
+# to end) must never race the picker's own sockets. A daemon that then fails to bind one
+# (another process took it meanwhile) is the caller's retry.
 free_ports() {
 	python3 -c 'import socket, sys
 socks = [socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks:
     s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "${1:-1}"
+ports = [s.getsockname()[1] for s in socks]
+for s in socks:
+    s.close()
+print(" ".join(map(str, ports)), flush=True)' "${1:-1}"
 }
 
 # reported_version COMMAND...: the first version X.Y.Z that COMMAND prints (stdout or stderr),
