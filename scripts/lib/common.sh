@@ -52,9 +52,9 @@ timed() {
 stdout_is_data() { exec {DATA_FD}>&1 1>&2; }
 emit() { printf '%s\n' "$@" >&"${DATA_FD:?stdout_is_data was not called}"; }
 
-# at_exit COMMAND: runs COMMAND (a string, eval'd) when the script exits, after those registered
-# before it, in reverse order. One EXIT trap for every clean-up a script and its libraries need;
-# a failing clean-up step does not stop the others.
+# at_exit COMMAND: runs COMMAND (a string, eval'd then, so it sees the variables' values at exit)
+# when the script exits; clean-ups run in the reverse order of their registration. One EXIT trap
+# for every clean-up a script and its libraries need; a failing clean-up does not stop the others.
 declare -p AT_EXIT >/dev/null 2>&1 || AT_EXIT=()
 at_exit() {
 	AT_EXIT+=("$1")
