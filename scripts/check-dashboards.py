@@ -297,11 +297,8 @@ scrape_configs:
 
         kubectl = functools.partial(common.kubectl, kubectl_bin, env)
         kubectl("apply", "--server-side", "-f", os.path.join(REPO, "crds", "loadtest.yaml"))
-        # Polled, not `kubectl wait --for=condition=established`: that fails at once when it reads
-        # the CRD before its first condition is set.
-        wait_until("the LoadTest CRD Established", lambda: kubectl(
-            "get", "crd/loadtests.wsload.dev",
-            "-o", 'jsonpath={.status.conditions[?(@.type=="Established")].status}') == "True", 60)
+        wait_until("the LoadTest CRD Established",
+                   lambda: common.crd_established(kubectl_bin, env, "loadtests.wsload.dev"), 60)
         op_log = os.path.join(work, "operator.log")
         op = procs.start("wsload-operator", [
             os.path.join(bins, "wsload-operator"), "run", "--leader-elect", "true",

@@ -180,3 +180,13 @@ def kubectl(binary, env, *args, stdin=None):
 def load_json(path):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def crd_established(binary, env, name):
+    """The CustomResourceDefinition `name` is Established (for wait_until). Polled, not `kubectl
+    wait`; and before the API server sets the CRD's first condition kubectl's jsonpath fails
+    (`<nil> is not array`), which means 'not yet', quietly."""
+    r = subprocess.run([binary, "get", f"crd/{name}", "-o",
+                        'jsonpath={.status.conditions[?(@.type=="Established")].status}'],
+                       env=env, capture_output=True, text=True, timeout=60)
+    return r.returncode == 0 and r.stdout == "True"
