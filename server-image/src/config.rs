@@ -86,6 +86,12 @@ pub struct Cli {
     #[arg(long = "route", env = "WSLOAD_SERVER_ROUTES", value_delimiter = ',')]
     pub routes: Vec<String>,
 
+    /// Set SO_REUSEPORT on every WebSocket listener, so several server processes (replicas) can
+    /// listen on the same ADDR:PORT and the kernel spreads new connections among them. Each
+    /// replica needs its own --metrics-listen port.
+    #[arg(long, env = "WSLOAD_SERVER_REUSE_PORT")]
+    pub reuse_port: bool,
+
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(
         long,
@@ -188,6 +194,7 @@ pub struct Config {
     pub listeners: Vec<Listener>,
     pub default_profile: Profile,
     pub routes: Vec<(String, Profile)>,
+    pub reuse_port: bool,
     pub metrics_listen: SocketAddr,
     pub max_connections: u64,
     pub max_message_size: usize,
@@ -270,6 +277,7 @@ impl Config {
             listeners,
             default_profile: cli.profile,
             routes,
+            reuse_port: cli.reuse_port,
             metrics_listen: cli.metrics_listen,
             max_connections: cli.max_connections,
             max_message_size: cli.max_message_size,

@@ -1,6 +1,7 @@
 //! wsload-server: the reference WebSocket server of wsload. See `docs/server.md`.
 
 pub mod config;
+mod files;
 mod server;
 mod session;
 pub mod stats;
@@ -12,11 +13,13 @@ pub use server::run;
 pub enum Error {
     #[error("{0}")]
     Config(String),
-    #[error("cannot bind the {what} on {addr}: {source}")]
+    #[error("cannot bind the {what} on {addr}: {source}{hint}")]
     Bind {
         what: &'static str,
         addr: std::net::SocketAddr,
         source: std::io::Error,
+        /// What to do about it, `; ...`, or empty.
+        hint: &'static str,
     },
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -3,7 +3,7 @@
 use crate::config::{Config, Profile};
 use crate::session::{self, Discard, Echo};
 use crate::stats::{AcceptError, Rejected, Stats};
-use crate::{Error, Result, wse};
+use crate::{Error, Result, files, wse};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +39,7 @@ pub struct Shared {
     ws_config: WebSocketConfig,
     broadcast: Option<broadcast::Sender<Message>>,
     admitted: AtomicU64,
+    accept_error_log: AcceptErrorLog,
 }
 
 impl Shared {
@@ -111,11 +112,24 @@ impl HandshakeInfo {
     }
 }
 
-fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    let err = |source| Error::Bind {
-        what: "WebSocket listener",
-        addr,
-        source,
+fn bind(addr: SocketAddr, reuse_port: bool) -> Result<TcpListener> {
+    let err = |source: std::io::Error| {
+        let hint = match (source.kind(), reuse_port) {
+            (std::io::ErrorKind::AddrInUse, false) => {
+                "; another process holds it: pick another port, or give every replica that \
+                 shares it --reuse-port"
+            }
+            (std::io::ErrorKind::AddrInUse, true) => {
+                "; the process holding it did not set --reuse-port (or runs as another user)"
+            }
+            _ => "",
+        };
+        Error::Bind {
+            what: "WebSocket listener",
+            addr,
+            source,
+            hint,
+        }
     };
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
@@ -124,6 +138,12 @@ fn bind(addr: SocketAddr) -> Result<TcpListener> {
     }
     .map_err(err)?;
     socket.set_reuseaddr(true).map_err(err)?;
+    if reuse_port {
+        // Replicas bind the same ADDR:PORT; the kernel hashes each new connection to one of
+        // their listeners, so N processes share the load and each stays under its own
+        // open-file limit.
+        socket.set_reuseport(true).map_err(err)?;
+    }
     // Latency tests measure the server, not Nagle's algorithm. Accepted sockets inherit the
     // option from the listener on Linux, which saves a system call per connection.
     socket.set_nodelay(true).map_err(err)?;
@@ -134,16 +154,27 @@ fn bind(addr: SocketAddr) -> Result<TcpListener> {
 /// Runs the server until `shutdown_signal` resolves, then drains within `--drain-timeout`.
 /// Prints one `listening` line per socket on stdout once every socket is bound.
 pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> Result<()> {
+    let open_files_limit = files::raise_open_file_limit();
+    if let Some(limit) = open_files_limit
+        && let Some(warning) = files::capacity_warning(config.max_connections, limit)
+    {
+        tracing::warn!("{warning}");
+    }
     let listeners = config
         .listeners
         .iter()
-        .map(|l| Ok((bind(l.addr)?, l.profile)))
+        .map(|l| Ok((bind(l.addr, config.reuse_port)?, l.profile)))
         .collect::<Result<Vec<_>>>()?;
     let metrics = TcpListener::bind(config.metrics_listen)
         .await
         .map_err(|source| Error::Bind {
             what: "metrics listener",
             addr: config.metrics_listen,
+            hint: if source.kind() == std::io::ErrorKind::AddrInUse {
+                "; every replica needs its own --metrics-listen port"
+            } else {
+                ""
+            },
             source,
         })?;
 
@@ -156,8 +187,12 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     let broadcast = config
         .serves(Profile::Broadcast)
         .then(|| broadcast::channel(BROADCAST_BACKLOG).0);
+    let stats = Stats::new(config.profiles());
+    if let Some(limit) = open_files_limit {
+        stats.set_open_files_limit(limit);
+    }
     let shared = Arc::new(Shared {
-        stats: Stats::new(config.profiles()),
+        stats,
         validation: Validation {
             issuer: config.jwt_issuer.clone(),
             audience: config.jwt_audience.clone(),
@@ -166,6 +201,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
         ws_config,
         broadcast,
         admitted: AtomicU64::new(0),
+        accept_error_log: AcceptErrorLog::new(),
         config,
     });
 
@@ -210,6 +246,48 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     Ok(())
 }
 
+/// Accept failures are logged at most once a second (for all listeners together): out of
+/// descriptors, accept fails on every retry until a connection closes, and a line per retry
+/// would flood the log.
+struct AcceptErrorLog {
+    epoch: Instant,
+    /// Milliseconds from `epoch` to the last line written; `NEVER` before the first.
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl AcceptErrorLog {
+    const EVERY_MS: u64 = 1000;
+    const NEVER: u64 = u64::MAX;
+
+    fn new() -> Self {
+        AcceptErrorLog {
+            epoch: Instant::now(),
+            last_ms: AtomicU64::new(Self::NEVER),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(failures not logged since the last line)` when a line may be written now.
+    fn due(&self, now: Instant) -> Option<u64> {
+        let now_ms = u64::try_from(now.saturating_duration_since(self.epoch).as_millis())
+            .unwrap_or(Self::NEVER - 1);
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let quiet = last == Self::NEVER || now_ms >= last.saturating_add(Self::EVERY_MS);
+        // The exchange makes one listener the writer when several fail at the same moment.
+        if quiet
+            && self
+                .last_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
 async fn accept_loop(
     listener: TcpListener,
     pinned: Option<Profile>,
@@ -233,8 +311,28 @@ async fn accept_loop(
                     AcceptError::Other
                 };
                 shared.stats.accept_error(kind);
-                tracing::warn!(error = %e, "accept failed");
-                // Out of descriptors the listener stays readable; back off instead of spinning.
+                if let Some(suppressed) = shared.accept_error_log.due(Instant::now()) {
+                    if out_of_files {
+                        let limit = shared
+                            .stats
+                            .open_files_limit()
+                            .map_or_else(|| "unknown".to_string(), |l| l.to_string());
+                        tracing::warn!(
+                            error = %e,
+                            open_files_limit = %limit,
+                            admitted = shared.admitted.load(Ordering::Relaxed),
+                            suppressed,
+                            "accept failed: out of file descriptors; new connections wait in the \
+                             listen backlog until some close. Raise the hard open-file limit \
+                             (ulimit -Hn, the container runtime's nofile) or run more replicas \
+                             (target.server.replicas)"
+                        );
+                    } else {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
+                }
+                // Out of descriptors the listener stays readable, so retrying at once would spin
+                // a core; the pending connections wait in the backlog meanwhile.
                 tokio::time::sleep(Duration::from_millis(if out_of_files { 100 } else { 5 })).await;
             }
         }
@@ -310,7 +408,7 @@ mod tests {
 
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay_from_the_listener() {
-        let listener = bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let listener = bind("127.0.0.1:0".parse().expect("addr"), false).expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let client = TcpStream::connect(addr).await.expect("connect");
         let (accepted, _) = listener.accept().await.expect("accept");
@@ -318,6 +416,33 @@ mod tests {
         assert!(
             !client.nodelay().expect("nodelay"),
             "the control socket has Nagle on"
+        );
+    }
+
+    #[test]
+    fn accept_errors_are_logged_at_most_once_a_second() {
+        let log = AcceptErrorLog::new();
+        let t0 = Instant::now();
+        assert_eq!(log.due(t0), Some(0));
+        for ms in [100, 500, 999] {
+            assert_eq!(log.due(t0 + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(log.due(t0 + Duration::from_millis(1000)), Some(3));
+        assert_eq!(log.due(t0 + Duration::from_millis(1500)), None);
+    }
+
+    #[tokio::test]
+    async fn reuse_port_lets_two_listeners_share_an_address() {
+        let first = bind("127.0.0.1:0".parse().expect("addr"), true).expect("bind");
+        let addr = first.local_addr().expect("local addr");
+        let second = bind(addr, true).expect("a second listener on the same port");
+        assert_eq!(second.local_addr().expect("local addr"), addr);
+        let err = bind(addr, false).expect_err("without SO_REUSEPORT the port is taken");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("cannot bind the WebSocket listener on {addr}"))
+                && text.contains("--reuse-port"),
+            "{text}"
         );
     }
 }

@@ -143,6 +143,8 @@ pub struct Stats {
     handshake: [AtomicHistogram; Profile::COUNT],
     broadcast_lagged: AtomicU64,
     accept_errors: [AtomicU64; 2],
+    /// The soft RLIMIT_NOFILE after start-up; 0 when unknown.
+    open_files_limit: AtomicU64,
     ready: AtomicBool,
     /// Profiles this process serves; only these appear in the exposition.
     profiles: Vec<Profile>,
@@ -160,6 +162,7 @@ impl Stats {
             handshake: std::array::from_fn(|_| AtomicHistogram::default()),
             broadcast_lagged: AtomicU64::new(0),
             accept_errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            open_files_limit: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             profiles,
         }
@@ -217,6 +220,14 @@ impl Stats {
 
     pub fn accept_error(&self, kind: AcceptError) {
         self.accept_errors[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn set_open_files_limit(&self, limit: u64) {
+        self.open_files_limit.store(limit, Relaxed);
+    }
+
+    pub fn open_files_limit(&self) -> Option<u64> {
+        Some(self.open_files_limit.load(Relaxed)).filter(|l| *l > 0)
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -399,6 +410,21 @@ impl Stats {
                 "wsload_server_accept_errors_total{{kind=\"{label}\"}} {v}"
             );
         }
+
+        if let Some(limit) = self.open_files_limit() {
+            header(
+                &mut o,
+                "wsload_server_open_files_limit",
+                "gauge",
+                "Soft open-file limit (RLIMIT_NOFILE) of this process after start-up: each connection takes one.",
+            );
+            // RLIM_INFINITY is u64::MAX; Prometheus spells an unbounded value +Inf.
+            if limit == u64::MAX {
+                let _ = writeln!(o, "wsload_server_open_files_limit +Inf");
+            } else {
+                let _ = writeln!(o, "wsload_server_open_files_limit {limit}");
+            }
+        }
         o
     }
 }
@@ -478,7 +504,14 @@ mod tests {
         stats.closed(Profile::Echo, Closed::IdleTimeout);
         stats.rejected(Rejected::Capacity);
         stats.auth_failure("expired");
+        assert!(
+            !stats.render().contains("wsload_server_open_files_limit"),
+            "an unknown limit is not exposed"
+        );
+        stats.set_open_files_limit(20_000);
         let text = stats.render();
+        assert!(text.contains("# TYPE wsload_server_open_files_limit gauge"));
+        assert_eq!(value(&text, "wsload_server_open_files_limit"), 20_000);
         assert_eq!(value(&text, "wsload_server_connections_active"), 2);
         assert_eq!(
             value(

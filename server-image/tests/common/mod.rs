@@ -5,7 +5,7 @@ use futures_util::{SinkExt, StreamExt};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream as StdTcpStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -22,6 +22,8 @@ pub struct Server {
     /// `ws://ADDR` of each listener, in flag order.
     pub ws: Vec<String>,
     pub metrics: String,
+    /// Everything the server wrote on stderr so far, when started with `capture_stderr`.
+    stderr: Option<Arc<Mutex<String>>>,
 }
 
 impl Server {
@@ -31,16 +33,42 @@ impl Server {
     }
 
     pub fn start_with_listeners(listeners: &[&str], args: &[&str]) -> Server {
+        Self::spawn(Self::command(listeners, args), false)
+    }
+
+    /// The server's command line: `listeners`, an ephemeral metrics port, `args`, logs at warn.
+    pub fn command(listeners: &[&str], args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wsload-server"));
         for l in listeners {
             cmd.args(["--listen", l]);
         }
         cmd.args(["--metrics-listen", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .env("RUST_LOG", "warn");
+        cmd
+    }
+
+    /// Runs `cmd` (a server command line, possibly wrapped) and waits for its addresses.
+    pub fn spawn(mut cmd: Command, capture_stderr: bool) -> Server {
+        cmd.stdout(Stdio::piped()).stderr(if capture_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
         let mut child = cmd.spawn().expect("spawn wsload-server");
+        let stderr = child.stderr.take().map(|pipe| {
+            let text = Arc::new(Mutex::new(String::new()));
+            let sink = text.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    let mut t = sink.lock().expect("stderr lock");
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+            });
+            text
+        });
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -61,7 +89,22 @@ impl Server {
                 break rest.trim_end_matches("/metrics").to_string();
             }
         };
-        Server { child, ws, metrics }
+        Server {
+            child,
+            ws,
+            metrics,
+            stderr,
+        }
+    }
+
+    /// What the server logged so far (started with `capture_stderr`).
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .as_ref()
+            .expect("started with capture_stderr")
+            .lock()
+            .expect("stderr lock")
+            .clone()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -141,6 +184,16 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// utime+stime of process `pid` in clock ticks, from /proc/PID/stat.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // The command name (field 2) may hold spaces; fields after its ')' are fixed.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
 }
 
 pub fn parse_metric(body: &str, series: &str) -> Option<f64> {
