@@ -20,6 +20,8 @@
 #   WSLOAD_BENCH_WARMUP        throughput warm-up seconds, both tools (default: the YAML's, 2)
 #   WSLOAD_BENCH_DURATION      throughput measured seconds, both tools (default: the YAML's, 10)
 #   WSLOAD_BENCH_HOLD          idle connections of the hold phase (default: 19000)
+#   WSLOAD_BENCH_K6            0: run wsload alone (no k6 install, no k6 runs; the table shows
+#                              "-" for k6), e.g. to compare two wsload builds (default: 1)
 #   WSLOAD_BENCH_K6_VERSION    k6 module version to install (default: v1.8.1)
 #   WSLOAD_BENCH_K6_API        k6 WebSocket module: ws (k6/ws) or websockets (k6/websockets)
 #                              (default: ws, the faster one here)
@@ -40,6 +42,7 @@ k6_version=${WSLOAD_BENCH_K6_VERSION:-v1.8.1}
 k6_api=${WSLOAD_BENCH_K6_API:-ws}
 k6_gogc=${WSLOAD_BENCH_K6_GOGC-400}
 k6_storm_vus=${WSLOAD_BENCH_K6_STORM_VUS:-50}
+with_k6=${WSLOAD_BENCH_K6:-1}
 next_port=${WSLOAD_BENCH_PORT:-18900}
 out=${WSLOAD_BENCH_OUT:-$repo_root/target/bench-loadgen}
 cache=${WSLOAD_CACHE:-$HOME/.cache/wsload}
@@ -65,7 +68,7 @@ run_step() {
 }
 
 # --- prerequisites -----------------------------------------------------------------------------
-for tool in cargo go python3 curl timeout getconf; do
+for tool in cargo python3 curl timeout getconf; do
     command -v "$tool" >/dev/null || die "$tool is required"
 done
 [[ -x /usr/bin/time ]] || die "/usr/bin/time is required (Debian package: time)"
@@ -94,6 +97,7 @@ install_k6() {
         return
     fi
     local gobin
+    command -v go >/dev/null || die "go is required to install k6 (or run wsload alone: WSLOAD_BENCH_K6=0)"
     gobin=$(mktemp -d "$cache/bin/.k6-install.XXXXXX")
     tmp_dirs+=("$gobin")
     log "installing k6 $k6_version with go install (a few minutes on 2 cores, once)"
@@ -104,7 +108,18 @@ install_k6() {
     mv -f "$gobin/k6" "$k6_bin"
     [[ $("$k6_bin" version) == *" $k6_version ("* ]] || die "installed k6 is not $k6_version"
 }
-install_k6
+# The hold phase runs wsload alone: a hold-only run neither builds nor needs k6.
+needs_k6=false
+if [[ $with_k6 != 0 ]]; then
+    for phase in $phases; do
+        [[ $phase == hold ]] || needs_k6=true
+    done
+fi
+k6_versions="k6 not run"
+if $needs_k6; then
+    install_k6
+    k6_versions="$("$k6_bin" version); k6 API k6/$k6_api, GOGC=${k6_gogc:-default}"
+fi
 
 # k6 never reports usage, never resolves extensions, serves no REST API (--address '').
 k6_env=(K6_NO_USAGE_REPORT=true K6_AUTO_EXTENSION_RESOLUTION=false)
@@ -249,6 +264,16 @@ run_k6() {
     fi
 }
 
+# The tools of one cell in the order they run: $1, then the other (wsload alone with
+# WSLOAD_BENCH_K6=0).
+tool_order() {
+    if [[ $with_k6 == 0 ]]; then
+        echo wsload
+    else
+        echo "$1" "$([[ $1 == wsload ]] && echo k6 || echo wsload)"
+    fi
+}
+
 now_ms() { printf '%s\n' "$(($(date +%s%N) / 1000000))"; }
 
 # --- phases ------------------------------------------------------------------------------------
@@ -264,7 +289,7 @@ phase_throughput() {
             # Alternate which tool goes first, so a drift in the machine's load hits both.
             first=wsload
             ((rep % 2)) || first=k6
-            for tool in $first $([[ $first == wsload ]] && echo k6 || echo wsload); do
+            for tool in $(tool_order "$first"); do
                 dir=$runs/throughput-$size-$tool-$rep
                 log "throughput ${size} B, $tool, run $rep/$repeat (${warmup}s warm-up + ${duration}s)"
                 if [[ $tool == wsload ]]; then
@@ -299,7 +324,7 @@ phase_ping() {
         for rep in $(seq 1 "$repeat"); do
             first=wsload
             ((rep % 2)) || first=k6
-            for tool in $first $([[ $first == wsload ]] && echo k6 || echo wsload); do
+            for tool in $(tool_order "$first"); do
                 dir=$runs/ping-$conns-$tool-$rep
                 log "ping, $conns connection(s) x $pings round trips, $tool, run $rep/$repeat"
                 if [[ $tool == wsload ]]; then
@@ -328,7 +353,7 @@ phase_storm() {
     for rep in $(seq 1 "$repeat"); do
         first=wsload
         ((rep % 2)) || first=k6
-        for tool in $first $([[ $first == wsload ]] && echo k6 || echo wsload); do
+        for tool in $(tool_order "$first"); do
             dir=$runs/storm-$tool-$rep
             log "storm, $conns connections, $tool, run $rep/$repeat"
             if [[ $tool == wsload ]]; then
@@ -424,6 +449,6 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 run_step timeout 120 python3 -B "$here/report.py" "$runs" \
     --clk-tck "$(getconf CLK_TCK)" --cores "$(nproc)" --repeat "$repeat" \
-    --versions "$("$wsload_bin" --version) at $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo '?'); $("$k6_bin" version); k6 API k6/$k6_api, GOGC=${k6_gogc:-default}" \
+    --versions "$("$wsload_bin" --version) at $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo '?'); $k6_versions" \
     --load "$load_start" "$load_end" --seconds $((SECONDS - started)) | tee "$out/report.md"
 log "raw results: $runs; table: $out/report.md"

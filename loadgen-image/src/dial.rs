@@ -22,12 +22,14 @@ use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
 
 pub use crate::wsconn::Ws;
 
-/// Per-connection read buffer for scenarios that move data: one read takes several messages.
+/// What one read takes at most, for scenarios that move data: several messages. The buffer is
+/// the worker's, lent to each connection for a read (`wsconn::Spare`), so the size costs
+/// memory once per worker, not per connection.
 const READ_BUFFER: usize = 4 * 1024;
-/// The most one connection's read buffer starts at, for large windows of large messages.
+/// The most one read starts at, for large windows of large messages.
 const MAX_READ_BUFFER: usize = 64 * 1024;
-/// ...and for scenarios that mostly hold connections and read small pongs: 100K idle
-/// connections each keep one (tungstenite grows it for a larger message).
+/// ...and for scenarios that mostly hold connections and read small pongs (a larger message
+/// grows the buffer).
 const IDLE_READ_BUFFER: usize = 1024;
 
 /// How a dial went.
@@ -63,7 +65,6 @@ pub struct Dialer {
     token: Token,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     read_size: usize,
-    release_idle: bool,
 }
 
 enum Token {
@@ -130,8 +131,8 @@ fn idle_heavy(s: wsload_spec::Scenario) -> bool {
     )
 }
 
-/// Scenarios whose connections mostly sit idle: they give their buffers back between reads
-/// (a ping every few seconds allocates them again), so 100K held connections keep none.
+/// Scenarios whose connections mostly sit idle: they leave Nagle on (one small frame at a
+/// time, and one system call less per connection).
 fn mostly_holding(s: wsload_spec::Scenario) -> bool {
     use wsload_spec::Scenario::*;
     matches!(s, ConnectionStorm | SustainedHold | ConnectionLimit)
@@ -270,7 +271,6 @@ impl Dialer {
             },
             tls,
             read_size: read_buffer(spec),
-            release_idle: mostly_holding(spec.scenario),
         })
     }
 
@@ -362,7 +362,7 @@ impl Dialer {
                     .map_err(|e| tls_error(&e))?,
             )),
         };
-        let mut ws = Ws::new(io, self.read_size, self.release_idle);
+        let mut ws = Ws::new(io, self.read_size);
         let (request, accept) = self.request(n);
         ws.handshake(&request)
             .await

@@ -8,16 +8,18 @@
 //! connection storm its handshake future (10.8 KB, moved into every dial task) and its 8 KiB of
 //! handshake buffers were most of the memory the storm touched. Here:
 //!
-//! - reads go into one `BytesMut` per connection through `read_buf` (never zero-filled); a
-//!   message's payload is split off that buffer (no copy), and the buffer is reused once the
-//!   messages read from it are gone;
-//! - each outgoing frame is written straight into one write buffer: header, payload copied
-//!   once, masked in place with a fresh random key per frame (RFC 6455 5.3, from the same
-//!   thread-local CSPRNG tungstenite uses); `flush` writes the buffer in one call;
+//! - reads go through `read_buf` (never zero-filled) into a buffer the thread's connections take
+//!   turns with (see [`Spare`]); a message's payload is split off it (no copy), and it is reused
+//!   once the messages read from it are gone;
+//! - each outgoing frame is written straight into a write buffer, also the thread's: header,
+//!   payload copied once, masked in place with a fresh random key per frame (RFC 6455 5.3, from
+//!   the same thread-local CSPRNG tungstenite uses); `flush` writes the buffer in one call;
+//! - so a connection with nothing buffered owns no buffer at all: an idle connection is its
+//!   socket, this struct and its task;
 //! - counting loops ([`Ws::poll_recv`]) count every complete data frame buffered without building
 //!   a message for each, UTF-8 of text frames still checked;
 //! - the handshake request is rendered once per target (only the key and a per-connection
-//!   token change) and the response is read into the connection's own read buffer.
+//!   token change) and the response is read into the thread's read buffer too.
 //!
 //! Messages and errors are tungstenite's types, and [`Ws`] is a `Stream` + `Sink` of messages as
 //! tokio-tungstenite's stream was: pings are answered with pongs, a server's close is answered,
@@ -26,6 +28,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -46,6 +49,44 @@ const MAX_FRAME: usize = 16 << 20;
 const WRITE_SOFT_LIMIT: usize = 128 * 1024;
 /// The largest HTTP response head accepted in the handshake.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// An incomplete frame up to this size is copied out of the thread's read buffer into one of
+/// the connection's own (a frame cut by the end of a read); a larger one keeps the buffer it is
+/// in, or a large message arriving over many reads would be copied again after every read.
+const COPY_OUT_MAX: usize = 4 * 1024;
+
+/// The buffers the connections of one thread take turns with. A wsload worker is one thread
+/// with its own runtime, so this is the worker's: one read and one write buffer stay warm in
+/// cache instead of one of each per connection (at 1 KiB echoes, 100 connections' 64 KiB read
+/// buffers were 6 MB the kernel copied into), and an idle connection keeps none (at 15,000 held
+/// connections their own buffers and the handshakes' were most of the client's memory).
+///
+/// A connection borrows the read buffer for one poll and gives it back before returning,
+/// keeping it only while it holds a complete frame not yet taken (its next poll takes it) or a
+/// large incomplete one; the write buffer it keeps while frames are queued. Either way the next
+/// connection finds an empty buffer (possibly with no capacity) and grows it.
+struct Spare {
+    read: BytesMut,
+    write: Vec<u8>,
+}
+
+thread_local! {
+    static SPARE: RefCell<Spare> = RefCell::new(Spare {
+        read: BytesMut::new(),
+        write: Vec::new(),
+    });
+}
+
+impl Spare {
+    /// Runs `f` on this thread's spare buffers, for a moment (never across a poll of anything
+    /// else). `None` when they cannot be reached (the thread is ending): the connection then
+    /// works on buffers of its own.
+    fn with<R>(f: impl FnOnce(&mut Spare) -> R) -> Option<R> {
+        SPARE
+            .try_with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+            .ok()
+            .flatten()
+    }
+}
 
 /// The transport: plain TCP, or TLS over it.
 pub enum Io {
@@ -118,13 +159,14 @@ struct Fragments {
 /// One client WebSocket connection after its handshake.
 pub struct Ws {
     io: Io,
-    /// Bytes read and not yet parsed.
+    /// Bytes read and not yet parsed: empty with no capacity while idle, the thread's spare
+    /// read buffer during a poll (see [`Spare`]).
     rd: BytesMut,
     /// Capacity a read aims for (one read takes a burst of echoes).
     read_size: u32,
-    /// Give the read buffer back while the connection idles (holding scenarios).
-    release_idle: bool,
-    /// Frames queued; `wr[wr_pos..]` is not written yet.
+    /// `rd` is the thread's read buffer, kept past a poll (a complete frame is still in it).
+    holds_spare: bool,
+    /// Frames queued; `wr[wr_pos..]` is not written yet. No capacity while nothing is queued.
     wr: Vec<u8>,
     wr_pos: usize,
     frag: Option<Box<Fragments>>,
@@ -137,14 +179,13 @@ pub struct Ws {
 }
 
 impl Ws {
-    /// A connection over `io` whose reads aim at `read_size` bytes; `release_idle` gives the
-    /// read buffer back whenever it is empty (many idle connections).
-    pub fn new(io: Io, read_size: usize, release_idle: bool) -> Ws {
+    /// A connection over `io` whose reads aim at `read_size` bytes.
+    pub fn new(io: Io, read_size: usize) -> Ws {
         Ws {
             io,
             rd: BytesMut::new(),
             read_size: read_size.clamp(256, 1 << 30) as u32,
-            release_idle,
+            holds_spare: false,
             wr: Vec::new(),
             wr_pos: 0,
             frag: None,
@@ -169,29 +210,29 @@ impl Ws {
             .await
             .map_err(HandshakeError::Io)?;
         self.io.flush().await.map_err(HandshakeError::Io)?;
-        self.rd.reserve(512);
+        std::future::poll_fn(|cx| self.with_spare_read(|ws| ws.poll_head(cx))).await
+    }
+
+    /// Reads until the response head is complete and takes it off the buffer.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, HandshakeError>> {
         loop {
             if let Some(end) = find_head_end(&self.rd) {
-                let head = parse_head(&self.rd[..end])?;
+                let head = parse_head(&self.rd[..end]);
                 self.rd.advance(end);
-                if self.rd.is_empty() && self.release_idle {
-                    self.rd = BytesMut::new();
-                }
-                return Ok(head);
+                return Poll::Ready(head);
             }
             if self.rd.len() >= MAX_RESPONSE_HEAD {
-                return Err(HandshakeError::Malformed);
+                return Poll::Ready(Err(HandshakeError::Malformed));
             }
-            if self.rd.capacity() == self.rd.len() {
+            if self.rd.capacity() - self.rd.len() < 256 {
                 self.rd.reserve(1024);
             }
-            let n = self
-                .io
-                .read_buf(&mut self.rd)
-                .await
-                .map_err(HandshakeError::Io)?;
-            if n == 0 {
-                return Err(HandshakeError::Eof);
+            let Ws { io, rd, .. } = self;
+            let read = std::pin::pin!(io.read_buf(rd));
+            match ready!(read.poll(cx)) {
+                Ok(0) => return Poll::Ready(Err(HandshakeError::Eof)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(HandshakeError::Io(e))),
             }
         }
     }
@@ -211,6 +252,9 @@ impl Ws {
     /// Queues one frame (FIN set, masked with a fresh random key).
     fn frame(&mut self, opcode: u8, payload: &[u8]) {
         let len = payload.len();
+        if self.wr.is_empty() {
+            self.take_spare_write();
+        }
         self.wr.reserve(len + 14);
         self.wr.push(0x80 | opcode);
         if len < 126 {
@@ -245,10 +289,32 @@ impl Ws {
         }
         self.wr.clear();
         self.wr_pos = 0;
-        if self.release_idle && self.wr.capacity() > 0 {
-            self.wr = Vec::new();
-        }
+        self.give_back_write();
         Poll::Ready(Ok(()))
+    }
+
+    /// Takes the thread's write buffer before queueing into an empty one (unless this one is
+    /// larger already).
+    fn take_spare_write(&mut self) {
+        Spare::with(|s| {
+            if s.write.capacity() > self.wr.capacity() {
+                std::mem::swap(&mut self.wr, &mut s.write);
+            }
+        });
+    }
+
+    /// Everything queued is written: the buffer goes back to the thread (the larger of the two
+    /// is kept), and the connection holds none.
+    fn give_back_write(&mut self) {
+        if self.wr.capacity() == 0 {
+            return;
+        }
+        let mine = std::mem::take(&mut self.wr);
+        Spare::with(|s| {
+            if mine.capacity() > s.write.capacity() {
+                s.write = mine;
+            }
+        });
     }
 
     /// Ready when more may be queued: below the soft limit, writing first if above it.
@@ -316,11 +382,44 @@ impl Ws {
         read.poll(cx)
     }
 
-    /// Gives the read buffer back when nothing is buffered, for connections that idle.
-    fn maybe_release(&mut self) {
-        if self.release_idle && self.rd.is_empty() && self.rd.capacity() > 0 {
-            self.rd = BytesMut::new();
+    /// Runs one read step `f` on the thread's read buffer (see [`Spare`]): what this
+    /// connection had buffered (an incomplete frame) is copied in first, and what `f` leaves
+    /// is copied back out after, unless it is a complete frame or a large incomplete one: then
+    /// the connection keeps the buffer until a later step empties it.
+    fn with_spare_read<R>(&mut self, f: impl FnOnce(&mut Ws) -> R) -> R {
+        // The connection's own buffer while it borrows the spare: it takes the rest, if any.
+        let mut own = BytesMut::new();
+        let lent = !self.holds_spare;
+        if lent {
+            let mut shared = Spare::with(|s| std::mem::take(&mut s.read)).unwrap_or_default();
+            shared.extend_from_slice(&self.rd);
+            own = std::mem::replace(&mut self.rd, shared);
+            own.clear();
         }
+        let r = f(self);
+        if !self.rd.is_empty() && (self.rd.len() > COPY_OUT_MAX || frame_buffered(&self.rd)) {
+            // The next step takes the rest; meanwhile another connection grows a buffer of its
+            // own from an empty spare.
+            self.holds_spare = true;
+            return r;
+        }
+        self.holds_spare = false;
+        if self.rd.is_empty() {
+            // Nothing to hold: no capacity kept.
+            own = BytesMut::new();
+        } else {
+            own.extend_from_slice(&self.rd);
+        }
+        let mut shared = std::mem::replace(&mut self.rd, own);
+        shared.clear();
+        // Two buffers meet when another connection grew one while this one held the spare:
+        // the larger stays.
+        Spare::with(|s| {
+            if shared.capacity() >= s.read.capacity() {
+                s.read = shared;
+            }
+        });
+        r
     }
 
     /// The next complete frame's header, without consuming it: (first byte, header length,
@@ -496,54 +595,14 @@ impl Ws {
         Poll::Ready(Some(Err(e)))
     }
 
-    /// [`Ws::poll_recv`] through `shared`, a read buffer the worker thread's connections take
-    /// turns with: one buffer that stays in cache instead of one per connection (at 1 KiB
-    /// echoes, 100 connections' 64 KiB buffers were 6 MB the kernel copied into). Only an
-    /// incomplete frame's bytes stay with the connection. `shared` is empty between calls.
-    pub fn poll_recv_shared(
-        &mut self,
-        cx: &mut Context<'_>,
-        shared: &mut BytesMut,
-    ) -> Poll<Option<Result<Recv, WsError>>> {
-        if !self.rd.is_empty() {
-            shared.extend_from_slice(&self.rd);
-            self.rd.clear();
-        }
-        std::mem::swap(&mut self.rd, shared);
-        let r = self.poll_recv(cx);
-        std::mem::swap(&mut self.rd, shared);
-        if !shared.is_empty() {
-            self.rd.extend_from_slice(shared);
-            shared.clear();
-        }
-        r
-    }
-
-    /// Lends this connection's write buffer `spare` when nothing is queued, taking `spare`
-    /// (a buffer the worker's connections take turns with, warm in cache) in its place; the
-    /// buffer queued into goes back with [`Ws::return_write_buffer`].
-    pub fn borrow_write_buffer(&mut self, spare: &mut Vec<u8>) {
-        if self.queued() == 0 {
-            self.wr.clear();
-            self.wr_pos = 0;
-            std::mem::swap(&mut self.wr, spare);
-        }
-    }
-
-    /// Gives the write buffer back once it is written out (else it stays, and the spare is
-    /// whatever this connection had).
-    pub fn return_write_buffer(&mut self, spare: &mut Vec<u8>) {
-        if self.queued() == 0 {
-            self.wr.clear();
-            self.wr_pos = 0;
-            std::mem::swap(&mut self.wr, spare);
-        }
-    }
-
     /// Counting reads: every complete, unfragmented data frame already buffered (reading once
     /// if none is), as one count, without building messages; anything else comes as a message
     /// of its own. `None` once the stream has ended.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
+        self.with_spare_read(|ws| ws.poll_recv_step(cx))
+    }
+
+    fn poll_recv_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
         loop {
             if self.ended {
                 return Poll::Ready(None);
@@ -572,12 +631,10 @@ impl Ws {
                 }
             }
             if n > 0 {
-                self.maybe_release();
                 return Poll::Ready(Some(Ok(Recv::Data { n, bytes })));
             }
             match self.parse_message() {
                 Ok(Some(msg)) => {
-                    self.maybe_release();
                     if let Err(e) = self.push_replies(cx) {
                         return self.fail(e);
                     }
@@ -601,13 +658,31 @@ impl Ws {
                 Poll::Ready(Ok(0)) => return Poll::Ready(self.eof().map(|r| r.map(Recv::Other))),
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return self.fail(WsError::Io(e)),
-                Poll::Pending => {
-                    self.maybe_release();
-                    return Poll::Pending;
-                }
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
+}
+
+/// Whether `b` starts with a complete frame (by its length fields alone; `peek_frame` checks
+/// the rest when it is taken).
+fn frame_buffered(b: &[u8]) -> bool {
+    if b.len() < 2 {
+        return false;
+    }
+    let (head, len) = match b[1] & 0x7f {
+        126 if b.len() >= 4 => (4, u64::from(u16::from_be_bytes([b[2], b[3]]))),
+        127 if b.len() >= 10 => {
+            let mut l = [0u8; 8];
+            l.copy_from_slice(&b[2..10]);
+            (10, u64::from_be_bytes(l))
+        }
+        126 | 127 => return false,
+        n => (2, u64::from(n)),
+    };
+    // Only a heuristic of who keeps the buffer: a masked frame (a protocol error, its key not
+    // counted here) fails at the next step whatever this says.
+    (b.len() as u64).saturating_sub(head) >= len
 }
 
 /// ASCII (the templates' JSON) takes the word-at-a-time check; anything else the full one.
@@ -666,7 +741,13 @@ impl Stream for Ws {
     type Item = Result<Message, WsError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
+        self.get_mut().with_spare_read(|ws| ws.poll_next_step(cx))
+    }
+}
+
+impl Ws {
+    fn poll_next_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, WsError>>> {
+        let this = self;
         loop {
             if this.ended {
                 return Poll::Ready(None);
@@ -676,7 +757,6 @@ impl Stream for Ws {
             }
             match this.parse_message() {
                 Ok(Some(msg)) => {
-                    this.maybe_release();
                     if let Err(e) = this.push_replies(cx) {
                         return this.fail(e);
                     }
@@ -689,10 +769,7 @@ impl Stream for Ws {
                 Poll::Ready(Ok(0)) => return Poll::Ready(this.eof()),
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return this.fail(WsError::Io(e)),
-                Poll::Pending => {
-                    this.maybe_release();
-                    return Poll::Pending;
-                }
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
@@ -910,7 +987,7 @@ mod tests {
         let addr = l.local_addr().expect("addr");
         let (c, s) = tokio::join!(TcpStream::connect(addr), l.accept());
         (
-            Ws::new(Io::Plain(c.expect("connect")), read_size, false),
+            Ws::new(Io::Plain(c.expect("connect")), read_size),
             s.expect("accept").0,
         )
     }
@@ -1042,5 +1119,70 @@ mod tests {
             ws.next().await.expect("message").expect("ok"),
             Message::Binary(payload.into())
         );
+    }
+
+    /// Idle connections own no buffers: reads borrow the thread's, a frame cut by the end of
+    /// a read is copied out into a small buffer of the connection's own, and a connection that
+    /// still has a complete frame buffered keeps the thread's buffer until it takes that frame
+    /// while another connection reads meanwhile.
+    #[tokio::test]
+    async fn connections_take_turns_with_the_threads_buffers() {
+        use futures_util::{SinkExt, StreamExt};
+        use std::time::Duration;
+        let (mut a, mut sa) = pair(4096).await;
+        let (mut b, mut sb) = pair(4096).await;
+        let idle = |ws: &Ws| ws.rd.capacity() == 0 && ws.wr.capacity() == 0 && !ws.holds_spare;
+
+        // A sends and reads a whole message: nothing left with it.
+        a.send(Message::Text("hello".into())).await.expect("send");
+        assert_eq!(client_frame(&mut sa).await, (0x81, b"hello".to_vec()));
+        sa.write_all(&server_frame(0x81, b"hello"))
+            .await
+            .expect("write");
+        assert_eq!(
+            a.next().await.expect("message").expect("ok"),
+            Message::Text("hello".into())
+        );
+        assert!(idle(&a));
+
+        // Half a frame: copied out, the rest completes it.
+        let frame = server_frame(0x82, &[9u8; 100]);
+        sa.write_all(&frame[..40]).await.expect("write");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), a.next())
+                .await
+                .is_err()
+        );
+        assert_eq!(a.rd.len(), 40);
+        assert!(!a.holds_spare && a.rd.capacity() < 4096);
+        sa.write_all(&frame[40..]).await.expect("write");
+        assert_eq!(
+            a.next().await.expect("message").expect("ok"),
+            Message::Binary(vec![9u8; 100].into())
+        );
+        assert!(idle(&a));
+
+        // Two frames in one read: A keeps the buffer after the first, B reads in between.
+        let mut two = server_frame(0x81, b"one");
+        two.extend(server_frame(0x81, b"two"));
+        sa.write_all(&two).await.expect("write");
+        assert_eq!(
+            a.next().await.expect("one").expect("ok"),
+            Message::Text("one".into())
+        );
+        assert!(a.holds_spare);
+        sb.write_all(&server_frame(0x81, b"bee"))
+            .await
+            .expect("write");
+        assert_eq!(
+            b.next().await.expect("bee").expect("ok"),
+            Message::Text("bee".into())
+        );
+        assert!(idle(&b));
+        assert_eq!(
+            a.next().await.expect("two").expect("ok"),
+            Message::Text("two".into())
+        );
+        assert!(idle(&a));
     }
 }
