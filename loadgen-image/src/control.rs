@@ -1,63 +1,40 @@
-//! `wsload shard --await-start`: the shard side of the operator's shard control protocol
-//! (docs/operator.md, "Shard control protocol").
+//! `wsload shard --await-start`: the shard side of the shard control protocol
+//! (wsload_control::protocol; docs/operator.md, "Shard control protocol"), which the operator
+//! and `wsload run` over shard processes both conduct.
 //!
-//! The shard loads its spec and gets ready (target resolved, dialer built), then waits on
-//! its endpoint for `POST /control/start {"startAt": unix_ms}`. A worker thread sleeps until
-//! that wall-clock instant, runs the share, stores the result, and the main thread waits for
-//! `POST /control/finish` (the operator has stored the result) or `--linger`, whichever comes
-//! first. The threshold verdict is the operator's to judge over the merged shards, so it does
-//! not decide the exit code here.
+//! The shard loads its spec and gets ready (target resolved, dialer built), then waits on its
+//! endpoint for `POST /control/start {"startAt": unix_ms}`. A worker thread sleeps until that
+//! wall-clock instant and runs the first cell; after each cell it is `between` until the
+//! conductor orders the next (`POST /control/cell`, all shards at one instant) or the end
+//! (`POST /control/end`). It then stores the result, and the main thread waits for
+//! `POST /control/finish` (the conductor has the result) or `--linger`, whichever comes first.
+//! Delivery and the verdict are the conductor's to judge over every shard, so neither decides
+//! the exit code here.
 
+use crate::gate::{self, Gate};
 use crate::live::Live;
-use crate::report::RunResult;
+use crate::report::{CellResult, RunResult};
 use crate::runner::{self, Options};
 use crate::{Error, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
+use wsload_control::{CellKey, Conductor};
 use wsload_metrics::{Exposition, Reply, Request};
 use wsload_spec::LoadTest;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Loading or ready; no start time yet.
-    #[default]
-    Waiting,
-    /// Has its start time, sleeps until it.
-    Armed,
-    Running,
-    /// Measured; the result is ready.
-    Done,
-    /// Could not prepare, or the run broke off (the result holds what was measured).
-    Failed,
-}
-
-/// What `GET /control` answers (and every other control request, beside its status).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct State {
-    pub state: Phase,
-    /// The common start, Unix milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_at: Option<u64>,
-    /// When this shard's load began, Unix microseconds (wall clock, after the sleep).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at_micros: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at_micros: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Anything else the operator should know: a start time already past when it arrived.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StartRequest {
-    start_at: u64,
+/// What the conductor asked the run thread for and it has not taken yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Order {
+    /// A cell at an instant; without a key, the spec's first cell.
+    Cell {
+        start_at: u64,
+        cell: Option<CellKey>,
+    },
+    /// No more cells: build the result.
+    End,
 }
 
 /// How the control session ended.
@@ -78,6 +55,12 @@ struct Inner {
     state: State,
     /// Ready to be started: `/readyz` answers 200.
     prepared: bool,
+    /// The start request and the last cell order accepted: a retry of either is answered
+    /// alike, anything else is a conflict.
+    started: Option<StartRequest>,
+    last_order: Option<CellOrder>,
+    ended_cells: bool,
+    order: Option<Order>,
     /// The RunResult JSON, once done or failed after starting.
     result: Option<Arc<str>>,
     /// When the state became done or failed: `--linger` counts from here.
@@ -94,12 +77,7 @@ pub struct Control {
     live: Arc<Live>,
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use runner::unix_ms;
 
 fn json(status: u16, value: &impl Serialize) -> Reply {
     match serde_json::to_string(value) {
@@ -131,39 +109,102 @@ impl Control {
         self.lock().state.clone()
     }
 
-    /// `POST /control/start`.
+    /// Arms the run thread with `order` at `start_at` (saying so when the instant has passed).
+    fn arm(inner: &mut Inner, start_at: u64, order: Order) {
+        inner.state.state = Phase::Armed;
+        inner.state.start_at = Some(start_at);
+        let now = unix_ms();
+        inner.state.note = (start_at < now).then(|| {
+            format!(
+                "startAt {start_at} was {} ms in the past when it arrived: starting now",
+                now - start_at
+            )
+        });
+        inner.order = Some(order);
+    }
+
+    /// `POST /control/start`: the first cell.
     pub fn start(&self, body: &[u8]) -> Reply {
-        let start_at = match serde_json::from_slice::<StartRequest>(body) {
-            Ok(r) => r.start_at,
+        let request = match serde_json::from_slice::<StartRequest>(body) {
+            Ok(r) => r,
             Err(e) => {
                 return Reply::text(
                     400,
-                    format!("body must be {{\"startAt\": <unix ms>}}: {e}\n"),
+                    format!("body must be {{\"startAt\": <unix ms>, \"cell\"?: {{...}}}}: {e}\n"),
                 );
             }
         };
         let mut inner = self.lock();
-        match inner.state.start_at {
+        match &inner.started {
             // A retry of the request that armed the shard: same answer, nothing changes.
-            Some(armed) if armed == start_at => json(202, &inner.state),
+            Some(prev) if *prev == request => json(202, &inner.state),
             Some(_) => json(409, &inner.state),
             None if inner.state.state != Phase::Waiting => json(409, &inner.state),
             None => {
-                inner.state.start_at = Some(start_at);
-                inner.state.state = Phase::Armed;
-                let now = unix_ms();
-                if start_at < now {
-                    inner.state.note = Some(format!(
-                        "startAt {start_at} was {} ms in the past when it arrived: starting now",
-                        now - start_at
-                    ));
-                }
+                let order = Order::Cell {
+                    start_at: request.start_at,
+                    cell: request.cell.clone(),
+                };
+                Self::arm(&mut inner, request.start_at, order);
+                inner.started = Some(request);
                 let reply = json(202, &inner.state);
                 drop(inner);
                 self.changed.notify_all();
                 reply
             }
         }
+    }
+
+    /// `POST /control/cell`: the next cell, once the last one is over.
+    pub fn cell(&self, body: &[u8]) -> Reply {
+        let request = match serde_json::from_slice::<CellOrder>(body) {
+            Ok(r) => r,
+            Err(e) => {
+                return Reply::text(
+                    400,
+                    format!(
+                        "body must be {{\"startAt\": <unix ms>, \"cell\": {{\"index\", \"label\", \"connections\", \"size\", \"format\"}}}}: {e}\n"
+                    ),
+                );
+            }
+        };
+        let mut inner = self.lock();
+        if inner.last_order.as_ref() == Some(&request) {
+            return json(202, &inner.state);
+        }
+        if inner.state.state != Phase::Between
+            || inner.ended_cells
+            || request.cell.index != inner.state.cells_done
+        {
+            return json(409, &inner.state);
+        }
+        let order = Order::Cell {
+            start_at: request.start_at,
+            cell: Some(request.cell.clone()),
+        };
+        Self::arm(&mut inner, request.start_at, order);
+        inner.last_order = Some(request);
+        let reply = json(202, &inner.state);
+        drop(inner);
+        self.changed.notify_all();
+        reply
+    }
+
+    /// `POST /control/end`: no more cells.
+    pub fn end(&self) -> Reply {
+        let mut inner = self.lock();
+        if inner.ended_cells {
+            return json(202, &inner.state);
+        }
+        if inner.state.state != Phase::Between {
+            return json(409, &inner.state);
+        }
+        inner.ended_cells = true;
+        inner.order = Some(Order::End);
+        let reply = json(202, &inner.state);
+        drop(inner);
+        self.changed.notify_all();
+        reply
     }
 
     /// `GET /control/result`.
@@ -175,15 +216,15 @@ impl Control {
         }
     }
 
-    /// Blocks until a start time arrives (or the session ends); returns it.
-    fn wait_for_start(&self) -> Option<u64> {
+    /// Blocks until the conductor orders something (or the session ends: `None`).
+    fn wait_order(&self) -> Option<Order> {
         let mut inner = self.lock();
         loop {
             if inner.finish || inner.terminated {
                 return None;
             }
-            if let Some(at) = inner.state.start_at {
-                return Some(at);
+            if let Some(order) = inner.order.take() {
+                return Some(order);
             }
             inner = self
                 .changed
@@ -246,14 +287,16 @@ impl Exposition for Control {
         let get = matches!(request.method, "GET" | "HEAD");
         let post = request.method == "POST";
         Some(match request.path {
-            "/control" if get => json(200, &self.state()),
-            "/control/start" if post => self.start(request.body),
-            "/control/result" if get => self.result(),
-            "/control/finish" if post => json(200, &self.state()),
-            "/control" | "/control/result" => {
+            protocol::STATE if get => json(200, &self.state()),
+            protocol::START if post => self.start(request.body),
+            protocol::CELL if post => self.cell(request.body),
+            protocol::END if post => self.end(),
+            protocol::RESULT if get => self.result(),
+            protocol::FINISH if post => json(200, &self.state()),
+            protocol::STATE | protocol::RESULT => {
                 Reply::text(405, format!("{}: only GET\n", request.path))
             }
-            "/control/start" | "/control/finish" => {
+            protocol::START | protocol::CELL | protocol::END | protocol::FINISH => {
                 Reply::text(405, format!("{}: only POST\n", request.path))
             }
             _ => return None,
@@ -263,7 +306,7 @@ impl Exposition for Control {
     fn answered(&self, request: &Request<'_>) {
         // After the 200 is on its way, not before: the operator must not see the connection
         // drop and retry a finish that worked.
-        if request.method == "POST" && request.path == "/control/finish" {
+        if request.method == "POST" && request.path == protocol::FINISH {
             self.update(|i| i.finish = true);
         }
     }
@@ -318,33 +361,17 @@ fn run_session(
     };
     control.update(|i| i.prepared = true);
     tracing::info!("ready; waiting for POST /control/start");
-    let Some(start_at) = control.wait_for_start() else {
-        return;
+    let mut gate = ControlGate {
+        control,
+        first: Conductor::first(&lt.spec),
+        index: 0,
+        stopped: false,
     };
-    let now = unix_ms();
-    if start_at < now {
-        control.update(|i| {
-            i.state.note.get_or_insert_with(|| {
-                format!(
-                    "startAt {start_at} was {} ms in the past when the shard got to it: started at once",
-                    now - start_at
-                )
-            });
-        });
-    } else {
-        tracing::info!(
-            wait_ms = start_at - now,
-            "armed; waiting for the common start"
-        );
+    let (mut result, error) = runner::measure(lt, opts, &prepared, &mut gate);
+    if gate.stopped {
+        // Finished or terminated before the end of the cells: nobody waits for a result.
+        return;
     }
-    runner::sleep_until_unix_ms(start_at);
-    // The same instant the result records as its start is set by `measure`; this one only
-    // feeds `GET /control` while the run goes on.
-    control.update(|i| {
-        i.state.state = Phase::Running;
-        i.state.started_at_micros = Some(runner::unix_micros());
-    });
-    let (mut result, error) = runner::measure(lt, opts, &prepared);
     drop(prepared);
     let note = control.state().note;
     if let Some(n) = note {
@@ -375,6 +402,54 @@ fn run_session(
         }
         i.ended = Some(Instant::now());
     });
+}
+
+/// The shard's cells as the conductor orders them over the control protocol.
+struct ControlGate<'a> {
+    control: &'a Control,
+    /// What a start without a named cell runs.
+    first: Option<CellKey>,
+    /// The index of the cell running.
+    index: u32,
+    /// The session ended before the conductor ended the cells.
+    stopped: bool,
+}
+
+impl Gate for ControlGate<'_> {
+    fn next(&mut self, done: Option<&mut CellResult>) -> Option<CellKey> {
+        if let Some(cell) = done {
+            let summary = gate::summary(self.index, cell);
+            self.control.update(|i| {
+                i.state.state = Phase::Between;
+                i.state.cells_done = self.index + 1;
+                i.state.last_cell = Some(summary);
+                i.state.start_at = None;
+            });
+        }
+        let (start_at, key) = match self.control.wait_order() {
+            None => {
+                self.stopped = true;
+                return None;
+            }
+            Some(Order::End) => return None,
+            Some(Order::Cell { start_at, cell }) => {
+                (start_at, cell.or_else(|| self.first.clone())?)
+            }
+        };
+        self.index = key.index;
+        let now = unix_ms();
+        if start_at > now {
+            tracing::info!(cell = %key.label, wait_ms = start_at - now, "armed; waiting for the cell's start");
+        }
+        runner::sleep_until_unix_ms(start_at);
+        self.control.update(|i| {
+            i.state.state = Phase::Running;
+            i.state
+                .started_at_micros
+                .get_or_insert_with(runner::unix_micros);
+        });
+        Some(key)
+    }
 }
 
 /// A pod deletion sends SIGTERM; PID 1 ignores it unless handled, and the pod would then wait
@@ -449,7 +524,13 @@ mod tests {
         let other = c.start(format!("{{\"startAt\": {}}}", at + 1).as_bytes());
         assert_eq!(other.status, 409);
         assert_eq!(state(&other).start_at, Some(at));
-        assert_eq!(c.wait_for_start(), Some(at));
+        assert_eq!(
+            c.wait_order(),
+            Some(Order::Cell {
+                start_at: at,
+                cell: None
+            })
+        );
         assert_eq!(c.start(b"{\"startAt\": \"soon\"}").status, 400);
         assert_eq!(c.start(b"").status, 400);
     }
@@ -505,6 +586,55 @@ mod tests {
         };
         assert_eq!(c.handle(&wrong).expect("handled").status, 405);
         assert!(c.handle(&post("/other", b"")).is_none());
+    }
+
+    #[test]
+    fn cells_are_ordered_one_at_a_time_and_end_once() {
+        let c = control();
+        let key = |index: u32| CellKey {
+            index,
+            label: "100".into(),
+            connections: 100,
+            size: 64,
+            format: wsload_spec::Format::Json,
+        };
+        let order = |index: u32, at: u64| {
+            serde_json::to_vec(&CellOrder {
+                start_at: at,
+                cell: key(index),
+            })
+            .expect("json")
+        };
+        // Before the first cell finished: nothing to order yet.
+        assert_eq!(c.cell(&order(1, 5)).status, 409);
+        assert_eq!(c.end().status, 409);
+        c.update(|i| {
+            i.state.state = Phase::Between;
+            i.state.cells_done = 1;
+        });
+        // The next cell is 1: an order for another is a conflict.
+        assert_eq!(c.cell(&order(2, 5)).status, 409);
+        let at = unix_ms() + 60_000;
+        let first = c.cell(&order(1, at));
+        assert_eq!((first.status, state(&first).state), (202, Phase::Armed));
+        // A retry of the same order is answered alike.
+        assert_eq!(c.cell(&order(1, at)).status, 202);
+        assert_eq!(
+            c.wait_order(),
+            Some(Order::Cell {
+                start_at: at,
+                cell: Some(key(1))
+            })
+        );
+        c.update(|i| {
+            i.state.state = Phase::Between;
+            i.state.cells_done = 2;
+        });
+        assert_eq!(c.end().status, 202);
+        assert_eq!(c.end().status, 202);
+        assert_eq!(c.wait_order(), Some(Order::End));
+        assert_eq!(c.cell(&order(2, at)).status, 409);
+        assert_eq!(c.cell(b"{}").status, 400);
     }
 
     #[test]

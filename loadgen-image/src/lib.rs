@@ -1,10 +1,13 @@
 //! wsload: the load generator. `wsload run FILE` runs a LoadTest on this machine;
 //! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
 
+pub mod capacity;
 pub mod control;
 pub mod dial;
 pub mod drive;
 pub mod engine;
+pub mod fleet;
+pub mod gate;
 pub mod live;
 pub mod local_server;
 pub mod message;

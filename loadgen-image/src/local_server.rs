@@ -1,5 +1,8 @@
 //! The managed server of a LoadTest run on one machine: the `wsload-server` binary of the same
-//! build, on ephemeral loopback ports, stopped (SIGTERM, then kill) when the run ends.
+//! build, on ephemeral loopback ports, stopped (SIGTERM, then kill) when the run ends. With
+//! `target.server.replicas: N`, N processes share one WebSocket port (SO_REUSEPORT: the kernel
+//! spreads connections over them), each with its own metrics port: one process's open-file
+//! limit no longer caps the test.
 
 use crate::{Error, Result};
 use std::io::{BufRead, BufReader};
@@ -30,17 +33,74 @@ pub fn find_binary(explicit: Option<PathBuf>) -> PathBuf {
     PathBuf::from("wsload-server")
 }
 
+/// Every replica of a managed server.
+pub struct LocalServers {
+    /// Stopped on drop, together.
+    replicas: Vec<LocalServer>,
+    pub ws_url: String,
+    pub metrics_urls: Vec<String>,
+}
+
+impl LocalServers {
+    pub fn start(bin: PathBuf, spec: &LoadTestSpec, server: &ManagedServer) -> Result<Self> {
+        let n = server.replicas.max(1);
+        let shared = n > 1;
+        let first = LocalServer::start(&bin, spec, server, "127.0.0.1:0", shared)?;
+        let ws_url = first.ws_url.clone();
+        let port = port_of(&ws_url).ok_or_else(|| {
+            Error::Target(format!("the managed server printed no port: {ws_url}"))
+        })?;
+        let mut replicas = vec![first];
+        let listen = format!("127.0.0.1:{port}");
+        for _ in 1..n {
+            replicas.push(LocalServer::start(&bin, spec, server, &listen, true)?);
+        }
+        let metrics_urls: Vec<String> = replicas.iter().map(|r| r.metrics_url.clone()).collect();
+        // Said so that Prometheus (or a person with curl) can watch the servers too.
+        eprintln!(
+            "managed wsload-server{} on {ws_url}, metrics on {}",
+            if shared {
+                format!(" x{n} (SO_REUSEPORT)")
+            } else {
+                String::new()
+            },
+            metrics_urls.join(" ")
+        );
+        Ok(LocalServers {
+            replicas,
+            ws_url,
+            metrics_urls,
+        })
+    }
+}
+
+/// The port of `ws://host:port/path`.
+fn port_of(url: &str) -> Option<u16> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
+
 impl LocalServer {
-    pub fn start(bin: PathBuf, spec: &LoadTestSpec, server: &ManagedServer) -> Result<LocalServer> {
-        let mut cmd = Command::new(&bin);
+    fn start(
+        bin: &PathBuf,
+        spec: &LoadTestSpec,
+        server: &ManagedServer,
+        listen: &str,
+        reuse_port: bool,
+    ) -> Result<LocalServer> {
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--metrics-listen",
             "127.0.0.1:0",
             "--profile",
             server.profile.as_str(),
         ]);
+        if reuse_port {
+            cmd.arg("--reuse-port");
+        }
         if let Some(jwt) = spec.auth.as_ref().and_then(|a| a.jwt.as_ref()) {
             if let Some(secret) = jwt.secret.value.clone().or_else(|| {
                 jwt.secret
@@ -123,10 +183,25 @@ impl LocalServer {
     }
 }
 
-impl Drop for LocalServer {
-    fn drop(&mut self) {
+impl LocalServer {
+    fn terminate(&self) {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+}
+
+impl Drop for LocalServers {
+    fn drop(&mut self) {
+        // SIGTERM to every replica first, so that their drains overlap.
+        for r in &self.replicas {
+            r.terminate();
+        }
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.terminate();
         for _ in 0..100 {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
                 return;

@@ -41,7 +41,8 @@ struct Common {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a whole LoadTest here (all shards in this process).
+    /// Run a whole LoadTest here: one shard in this process, or `spec.shards` shard processes
+    /// conducted as the operator conducts pods.
     Run {
         file: String,
         #[command(flatten)]
@@ -165,7 +166,12 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                 plot,
                 ..Default::default()
             };
-            finish(&runner::run(&lt, &opts)?, &common.out)
+            let result = if lt.spec.shards > 1 {
+                wsload::fleet::run(&lt, std::path::Path::new(&file), &opts)?
+            } else {
+                runner::run(&lt, &opts)?
+            };
+            finish(&result, &common.out)
         }
         Command::Shard {
             file,
@@ -179,6 +185,10 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             server_metrics_url,
             server_bin,
         } => {
+            // A shard `wsload run` started ends with it: a killed run leaves no load behind.
+            if std::env::var_os(wsload::fleet::EXIT_WITH_PARENT).is_some() {
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+            }
             if count == 0 || index >= count {
                 return Err(Error::Spec(format!(
                     "--index {index} --count {count}: the index must be below the count"

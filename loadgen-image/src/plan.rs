@@ -7,6 +7,7 @@ use crate::message::Template;
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
+use wsload_control::{CellKey, sequence};
 use wsload_spec::shares::{count_offset, count_share, rate_share};
 use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile};
 
@@ -21,10 +22,6 @@ impl Shard {
     pub const WHOLE: Shard = Shard { index: 0, count: 1 };
 }
 
-/// Payload sizes of the payloadMatrix scenario when the spec lists none (the seed's).
-pub const DEFAULT_SIZES: [u32; 6] = [64, 256, 1024, 4096, 16384, 65536];
-/// Formats of the formatComparison scenario when the spec lists none.
-pub const DEFAULT_FORMATS: [Format; 3] = [Format::Json, Format::Msgpack, Format::Zlib];
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
@@ -159,59 +156,25 @@ pub fn cell(
     }
 }
 
-/// Every cell of a spec, in run order (connectionLimit's probes are planned as it goes).
-pub fn cells(spec: &LoadTestSpec, shard: Shard) -> Vec<Planned> {
-    let size = spec.message.size;
-    let format = spec.message.format;
-    let tiers = &spec.connections;
-    match spec.scenario {
-        Scenario::PayloadMatrix => {
-            let sizes: Vec<u32> = if spec.sizes.is_empty() {
-                DEFAULT_SIZES.to_vec()
-            } else {
-                spec.sizes.clone()
-            };
-            sizes
-                .iter()
-                .flat_map(|&s| tiers.iter().map(move |&n| (s, n)))
-                .map(|(s, n)| {
-                    cell(
-                        spec,
-                        shard,
-                        format!("{} x {n}", human_bytes(s)),
-                        n,
-                        s,
-                        format,
-                    )
-                })
-                .collect()
-        }
-        Scenario::FormatComparison => {
-            let formats: Vec<Format> = if spec.formats.is_empty() {
-                DEFAULT_FORMATS.to_vec()
-            } else {
-                spec.formats.clone()
-            };
-            formats
-                .iter()
-                .flat_map(|&f| tiers.iter().map(move |&n| (f, n)))
-                .map(|(f, n)| cell(spec, shard, format!("{} x {n}", f.as_str()), n, size, f))
-                .collect()
-        }
-        Scenario::ConnectionLimit => Vec::new(),
-        _ => tiers
-            .iter()
-            .map(|&n| cell(spec, shard, n.to_string(), n, size, format))
-            .collect(),
-    }
+/// The cell the conductor named, this shard's share of it.
+pub fn keyed(spec: &LoadTestSpec, shard: Shard, key: &CellKey) -> Planned {
+    cell(
+        spec,
+        shard,
+        key.label.clone(),
+        key.connections,
+        key.size,
+        key.format,
+    )
 }
 
-pub fn human_bytes(b: u32) -> String {
-    match b {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1024 && b % 1024 == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
+/// Every planned cell of a spec, in run order (connectionLimit's probes are decided as it
+/// goes, by the conductor).
+pub fn cells(spec: &LoadTestSpec, shard: Shard) -> Vec<Planned> {
+    sequence::planned(spec)
+        .iter()
+        .map(|k| keyed(spec, shard, k))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
-//! One run of a LoadTest in this process: the whole test (`wsload run`) or one shard's share
-//! (`wsload shard`). Starts the managed server when the test has one, runs the cells, reads
-//! the server's counter around each, and judges the thresholds.
+//! One run of a LoadTest in this process: the whole test (`wsload run` with one shard) or one
+//! shard's share (`wsload shard`). Starts the managed server when the test has one, runs the
+//! cells its gate orders (crate::gate), and judges the thresholds.
 
+use crate::capacity;
 use crate::dial::Dialer;
 use crate::engine::Engine;
+use crate::gate::{Gate, LocalGate};
 use crate::live::{Labels, Live};
-use crate::local_server::{self, LocalServer};
+use crate::local_server::{self, LocalServers};
 use crate::measure::ConnectError;
 use crate::plan::{self, Planned, Shard};
-use crate::report::{CellResult, Probe, RunResult, ShardInfo};
+use crate::report::{CellResult, RunResult, ShardInfo};
 use crate::server_metrics::Counter;
 use crate::{Error, Result};
 use std::io::IsTerminal;
@@ -17,8 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use wsload_spec::shares::count_share;
-use wsload_spec::{LoadTest, Scenario};
+use wsload_spec::LoadTest;
 
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -36,12 +37,7 @@ pub struct Options {
     pub plot: Option<PathBuf>,
 }
 
-/// The server's counter has settled when it has not moved for this long...
-const SETTLE_QUIET: Duration = Duration::from_secs(2);
-/// ...or after this long in any case.
-const SETTLE_MAX: Duration = Duration::from_secs(60);
-
-fn unix_ms() -> u64 {
+pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -123,64 +119,40 @@ impl Drop for Background {
 pub struct Prepared {
     shard: Shard,
     url: String,
-    counter: Option<Counter>,
+    /// Every server replica's received counter (empty when none is known).
+    counters: Vec<Counter>,
     dialer: Arc<Dialer>,
     engine: Engine,
-    /// Dropped with the run: stops the managed server.
-    _local: Option<LocalServer>,
+    /// Dropped with the run: stops the managed servers.
+    _local: Option<LocalServers>,
 }
 
 pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepared> {
     let spec = &lt.spec;
     let shard = opts.shard.unwrap_or(Shard::WHOLE);
-    let peak = wsload_spec::validate::peak_connections(spec);
-    raise_open_file_limit(count_share(peak, shard.index, shard.count));
+    capacity::check(spec, shard, capacity::raise())?;
     let mut local = None;
-    let (url, metrics_url) = match (&opts.target_url, &spec.target.url, &spec.target.server) {
-        (Some(u), _, _) => (u.clone(), opts.server_metrics_url.clone()),
-        (None, Some(u), _) => (u.clone(), None),
+    let (url, metrics_urls) = match (&opts.target_url, &spec.target.url, &spec.target.server) {
+        (Some(u), _, _) => (u.clone(), opts.server_metrics_url.iter().cloned().collect()),
+        (None, Some(u), _) => (u.clone(), Vec::new()),
         (None, None, Some(server)) => {
-            let s = LocalServer::start(
+            let s = LocalServers::start(
                 local_server::find_binary(opts.server_bin.clone()),
                 spec,
                 server,
             )?;
-            // Said so that Prometheus (or a person with curl) can watch the server too.
-            eprintln!(
-                "managed wsload-server on {}, metrics on {}",
-                s.ws_url, s.metrics_url
-            );
-            let urls = (s.ws_url.clone(), Some(s.metrics_url.clone()));
+            let urls = (s.ws_url.clone(), s.metrics_urls.clone());
             local = Some(s);
             urls
         }
         (None, None, None) => return Err(Error::Spec("spec.target: no url and no server".into())),
     };
-    let counter = spec
-        .server_metrics
-        .as_ref()
-        .map(|m| Counter {
-            url: m.url.clone().or(metrics_url.clone()).unwrap_or_default(),
-            name: m.received.clone(),
-            labels: m.labels.clone(),
-        })
-        .or_else(|| {
-            // A managed server is ours: its counter is known.
-            metrics_url
-                .clone()
-                .filter(|_| spec.target.server.is_some())
-                .map(|url| Counter {
-                    url,
-                    name: wsload_spec::DEFAULT_RECEIVED_METRIC.to_string(),
-                    labels: Default::default(),
-                })
-        })
-        .filter(|c| !c.url.is_empty());
+    let counters = counters(lt, &metrics_urls);
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     Ok(Prepared {
         shard,
         url,
-        counter,
+        counters,
         dialer,
         engine: Engine {
             threads: threads(opts),
@@ -188,6 +160,37 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
         },
         _local: local,
     })
+}
+
+/// The received counters of a test's servers: the spec's `serverMetrics` (its own URL, else
+/// each of `metrics_urls`), else for a managed server, ours on each replica.
+pub fn counters(lt: &LoadTest, metrics_urls: &[String]) -> Vec<Counter> {
+    let spec = &lt.spec;
+    match &spec.server_metrics {
+        Some(m) => {
+            let urls: Vec<String> = match &m.url {
+                Some(u) => vec![u.clone()],
+                None => metrics_urls.to_vec(),
+            };
+            urls.into_iter()
+                .filter(|u| !u.is_empty())
+                .map(|url| Counter {
+                    url,
+                    name: m.received.clone(),
+                    labels: m.labels.clone(),
+                })
+                .collect()
+        }
+        None if spec.target.server.is_some() => metrics_urls
+            .iter()
+            .map(|url| Counter {
+                url: url.clone(),
+                name: wsload_spec::DEFAULT_RECEIVED_METRIC.to_string(),
+                labels: Default::default(),
+            })
+            .collect(),
+        None => Vec::new(),
+    }
 }
 
 impl Prepared {
@@ -220,29 +223,25 @@ impl Prepared {
         }
     }
 
-    /// Runs every cell into `result`, so that if one panics the cells before it are kept.
-    pub fn run_cells(&self, lt: &LoadTest, result: &mut RunResult) {
-        if lt.spec.scenario == Scenario::ConnectionLimit {
-            limit_search(
-                lt,
-                self.shard,
-                &self.engine,
-                &self.dialer,
-                self.counter.as_ref(),
-                result,
-            );
-        } else {
-            for planned in plan::cells(&lt.spec, self.shard) {
-                let cell = run_planned(
-                    &self.engine,
-                    &self.dialer,
-                    self.counter.as_ref(),
-                    &planned,
-                    &mut result.notes,
-                );
-                result.cells.push(cell);
-            }
+    /// The servers' received counters, for a gate that judges delivery.
+    pub fn counters(&self) -> Vec<Counter> {
+        self.counters.clone()
+    }
+
+    /// Runs every cell `gate` orders into `result`, so that if one panics the cells before it
+    /// are kept.
+    pub fn run_cells(&self, lt: &LoadTest, result: &mut RunResult, gate: &mut dyn Gate) {
+        let mut done: Option<usize> = None;
+        while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
+            let planned = plan::keyed(&lt.spec, self.shard, &key);
+            let started = unix_micros();
+            let mut cell = run_planned(&self.engine, &self.dialer, &planned);
+            cell.started_first_micros = started;
+            cell.started_last_micros = started;
+            result.cells.push(cell);
+            done = Some(result.cells.len() - 1);
         }
+        gate.conclude(result);
     }
 
     /// What the reader must know of the cells, and the verdict.
@@ -295,13 +294,23 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Measures `prepared` from now: the cells, the shard's wall-clock start and finish, the
 /// verdict. A run that broke off (a panic) returns what was measured before, and why.
-pub fn measure(lt: &LoadTest, opts: &Options, prepared: &Prepared) -> (RunResult, Option<String>) {
-    let started = unix_micros();
-    let mut result = prepared.empty_result(lt, started / 1000);
+pub fn measure(
+    lt: &LoadTest,
+    opts: &Options,
+    prepared: &Prepared,
+    gate: &mut dyn Gate,
+) -> (RunResult, Option<String>) {
+    let mut result = prepared.empty_result(lt, unix_ms());
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        prepared.run_cells(lt, &mut result)
+        prepared.run_cells(lt, &mut result, gate)
     }));
     let error = ran.err().map(|p| panic_message(&*p));
+    // The gate may have waited for the start: the load began with the first cell.
+    let started = result
+        .cells
+        .first()
+        .map_or_else(unix_micros, |c| c.started_first_micros);
+    result.started_at_unix_ms = started / 1000;
     if let Some(shard) = opts.shard {
         result.shard_info.push(ShardInfo {
             index: shard.index,
@@ -329,14 +338,16 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
         opts.progress,
     )?;
     let prepared = prepare(lt, opts, live.clone())?;
-    if let Some(at) = opts.start_at_unix_ms {
-        let now = unix_ms();
-        if at > now {
-            tracing::info!(wait_ms = at - now, "waiting for the common start time");
-        }
-        sleep_until_unix_ms(at);
-    }
-    let (mut result, error) = measure(lt, opts, &prepared);
+    // The whole test in this process reads the servers itself; a shard of several never
+    // judges delivery (its conductor does, over every shard).
+    let whole = opts.shard.is_none_or(|s| s.count == 1);
+    let counters = if whole {
+        prepared.counters()
+    } else {
+        Vec::new()
+    };
+    let mut gate = LocalGate::new(&lt.spec, counters, opts.start_at_unix_ms);
+    let (mut result, error) = measure(lt, opts, &prepared, &mut gate);
     drop(prepared);
     drop(background);
     if let Some(path) = &opts.plot {
@@ -369,88 +380,11 @@ fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut R
     }
 }
 
-/// Raises the soft open-file limit to the hard one (each connection is a descriptor) and
-/// warns when even the hard limit is short of `connections`.
-fn raise_open_file_limit(connections: u32) {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    // The runtime, the worker threads' epoll and event descriptors, stdio, the endpoint.
-    const OVERHEAD: u64 = 64;
-    let needed = u64::from(connections) + OVERHEAD;
-    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the open-file limit");
-            return;
-        }
-    };
-    let mut soft = soft;
-    if soft < hard {
-        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => {
-                tracing::info!(from = soft, to = hard, "raised the soft open-file limit");
-                soft = hard;
-            }
-            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the open-file limit"),
-        }
-    }
-    if soft < needed {
-        tracing::warn!(
-            "open-file limit {soft} (hard {hard}) is below the {needed} descriptors {connections} connections need; connections past it fail as file_limit: raise the hard limit (ulimit -Hn, the container runtime's nofile) or use more shards"
-        );
-    }
-}
-
-fn run_planned(
-    engine: &Engine,
-    dialer: &Arc<Dialer>,
-    counter: Option<&Counter>,
-    planned: &Planned,
-    notes: &mut Vec<String>,
-) -> CellResult {
+fn run_planned(engine: &Engine, dialer: &Arc<Dialer>, planned: &Planned) -> CellResult {
     engine
         .live
         .set_phase(&planned.cell.label, planned.target_rate);
-    let before = counter.map(Counter::read);
     let run = engine.run_cell(&planned.cell, dialer);
-    let server_received = match (counter, before) {
-        (Some(c), Some(Ok(before))) => {
-            // The server may still be working through what sits in socket buffers (zlib
-            // frames decode slowly): wait while its counter still moves, until it has
-            // everything, at most SETTLE_MAX.
-            let started = std::time::Instant::now();
-            let mut last: Option<u64> = None;
-            let mut last_change = started;
-            loop {
-                match c.read() {
-                    Ok(after) => {
-                        let delta = after.saturating_sub(before);
-                        if last != Some(delta) {
-                            last_change = std::time::Instant::now();
-                        }
-                        last = Some(delta);
-                        let still = last_change.elapsed() >= SETTLE_QUIET;
-                        if delta >= run.measure.counts.sent_with_warmup
-                            || still
-                            || started.elapsed() >= SETTLE_MAX
-                        {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        notes.push(format!("server counter {}: {e}", c.name));
-                        break;
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            last
-        }
-        (Some(c), Some(Err(e))) => {
-            notes.push(format!("server counter {} unreadable: {e}", c.name));
-            None
-        }
-        _ => None,
-    };
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
@@ -461,75 +395,14 @@ fn run_planned(
         measured_secs: run.measured_secs,
         start_skew_us: run.start_skew_us,
         measure: run.measure,
-        server_received,
+        server_received: None,
+        started_first_micros: 0,
+        started_last_micros: 0,
         figures: Default::default(),
     };
     cell.compute();
     tracing::info!(cell = %cell.label, sent = cell.measure.counts.sent, received = cell.measure.counts.received, connected = cell.measure.counts.connected, "cell done");
     cell
-}
-
-/// Exponential probe from `limit.start`, then binary search down to `limit.resolution`.
-fn limit_search(
-    lt: &LoadTest,
-    shard: Shard,
-    engine: &Engine,
-    dialer: &Arc<Dialer>,
-    counter: Option<&Counter>,
-    result: &mut RunResult,
-) {
-    let l = lt.spec.limit;
-    let probe = |n: u32, result: &mut RunResult| -> bool {
-        let planned = plan::cell(
-            &lt.spec,
-            shard,
-            n.to_string(),
-            n,
-            lt.spec.message.size,
-            lt.spec.message.format,
-        );
-        let cell = run_planned(engine, dialer, counter, &planned, &mut result.notes);
-        let c = &cell.measure.counts;
-        let bad = c.failed_total() + c.dropped_total();
-        let error_rate = if c.attempted > 0 {
-            bad as f64 / c.attempted as f64
-        } else {
-            1.0
-        };
-        let passed = error_rate < l.max_error_rate.0;
-        result.probes.push(Probe {
-            connections: n,
-            error_rate,
-            passed,
-        });
-        result.cells.push(cell);
-        passed
-    };
-    let (mut lo, mut hi) = (0u32, None);
-    let mut n = l.start;
-    loop {
-        if probe(n, result) {
-            lo = n;
-            if n >= l.max {
-                break;
-            }
-            n = n.saturating_mul(2).min(l.max);
-        } else {
-            hi = Some(n);
-            break;
-        }
-    }
-    if let Some(mut hi) = hi {
-        while hi - lo > l.resolution {
-            let mid = lo + (hi - lo) / 2;
-            if probe(mid, result) {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-    }
-    result.limit = (lo > 0).then_some(lo);
 }
 
 /// Starts the background thread, serving `endpoint` (a bound listener and what it exposes)

@@ -1,9 +1,10 @@
 //! Reads the server's own received-message counter from its Prometheus endpoint, so the
-//! report can reconcile what clients sent with what the server got.
+//! report can reconcile what clients sent with what the server got. The parsing is
+//! `wsload_metrics::scrape`'s, shared with the operator, which scrapes every replica pod.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wsload_metrics::http_client;
+use wsload_metrics::scrape;
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -11,9 +12,15 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
     #[error(transparent)]
-    Http(#[from] http_client::Error),
-    #[error("GET {url}: HTTP {status}")]
-    Status { url: String, status: u16 },
+    Scrape(#[from] scrape::Error),
+    /// The matching series add up to something no message count can be (NaN, infinite,
+    /// negative): a wrong metric named, or a broken exporter.
+    #[error("{url}: {name} is {value}, not a count")]
+    NotACount {
+        url: String,
+        name: String,
+        value: f64,
+    },
 }
 
 /// One scrape target: a counter name and the labels its series must carry.
@@ -27,70 +34,62 @@ pub struct Counter {
 impl Counter {
     /// The sum of every matching series. Blocking: called between cells, never in a runtime.
     pub fn read(&self) -> Result<u64, ScrapeError> {
-        let url = with_default_path(&self.url);
-        let answer = http_client::get_blocking(&url, SCRAPE_TIMEOUT)?;
-        if answer.status != 200 {
-            return Err(ScrapeError::Status {
-                url,
-                status: answer.status,
+        let value = scrape::read_blocking(&self.url, &self.name, &self.labels, SCRAPE_TIMEOUT)?;
+        if !value.is_finite() || value < 0.0 {
+            return Err(ScrapeError::NotACount {
+                url: self.url.clone(),
+                name: self.name.clone(),
+                value,
             });
         }
-        Ok(sum(&answer.body, &self.name, &self.labels) as u64)
+        // Counters are integers carried as floats; exact up to 2^53 messages.
+        Ok(value.round() as u64)
     }
-}
-
-/// `http://host:port` means its `/metrics`, as Prometheus would read it.
-fn with_default_path(url: &str) -> String {
-    let authority = url.strip_prefix("http://").unwrap_or(url);
-    if authority.contains('/') {
-        url.to_string()
-    } else {
-        format!("{url}/metrics")
-    }
-}
-
-/// Sums the series of `name` whose labels include every pair of `want`.
-pub fn sum(body: &str, name: &str, want: &BTreeMap<String, String>) -> f64 {
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            if n != name {
-                return None;
-            }
-            let have: BTreeMap<&str, &str> = labels
-                .split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
-                .collect();
-            want.iter()
-                .all(|(k, v)| have.get(k.as_str()) == Some(&v.as_str()))
-                .then(|| value.trim().parse::<f64>().ok())?
-        })
-        .sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
 
-    #[test]
-    fn sums_matching_series() {
-        let body = "# TYPE x counter\nx{profile=\"echo\",format=\"text\"} 5\nx{profile=\"echo\",format=\"binary\"} 7\nx{profile=\"sink\",format=\"text\"} 100\nxy 3\n";
-        let mut want = BTreeMap::new();
-        assert_eq!(sum(body, "x", &want), 112.0);
-        want.insert("profile".to_string(), "echo".to_string());
-        assert_eq!(sum(body, "x", &want), 12.0);
-        assert_eq!(sum(body, "xy", &BTreeMap::new()), 3.0);
+    /// Serves `body` once as /metrics on a loopback port.
+    fn serve_once(body: &'static str) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        format!("http://{addr}")
     }
 
     #[test]
-    fn a_bare_address_means_its_metrics_path() {
-        assert_eq!(with_default_path("http://h:9090"), "http://h:9090/metrics");
-        assert_eq!(with_default_path("http://h:9090/m"), "http://h:9090/m");
+    fn reads_the_sum_of_matching_series_with_timestamps() {
+        let url = serve_once("# TYPE x counter\nx{p=\"a\"} 5 1700000000000\nx{p=\"b\"} 7\n");
+        let c = Counter {
+            url,
+            name: "x".into(),
+            labels: BTreeMap::from([("p".to_string(), "a".to_string())]),
+        };
+        assert_eq!(c.read().expect("read"), 5);
+    }
+
+    #[test]
+    fn nan_is_not_a_count() {
+        let url = serve_once("x NaN\n");
+        let c = Counter {
+            url,
+            name: "x".into(),
+            labels: BTreeMap::new(),
+        };
+        let e = c.read().expect_err("NaN");
+        assert!(e.to_string().contains("not a count"), "{e}");
     }
 }

@@ -253,7 +253,8 @@ fn shards_merge_exactly() {
         server.metric("wsload_server_messages_received_total", &[]),
         sent_all
     );
-    assert!(m.server_received.is_some_and(|s| s <= sent_all));
+    // Shards without a conductor never judge delivery: each saw the others' messages too.
+    assert_eq!(m.server_received, None);
 
     // A shard merged twice is refused, naming the shard.
     let o = wsload(&[

@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use wsload::control::{Phase, State};
 use wsload::report::RunResult;
+use wsload_control::protocol::{Phase, State};
 use wsload_metrics::http_client::{self, Response};
 
 const T: Duration = Duration::from_secs(5);
@@ -122,6 +122,26 @@ impl Shard {
         let deadline = Instant::now() + WATCHDOG;
         while self.get("/readyz").status != 200 {
             assert!(Instant::now() < deadline, "the shard never got ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls `/control` until the shard finished cell `index` and waits between cells.
+    fn await_between(&self, index: u32) -> State {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let state = self.state();
+            if state.state == Phase::Between && state.cells_done == index + 1 {
+                return state;
+            }
+            assert!(
+                matches!(state.state, Phase::Armed | Phase::Running | Phase::Between),
+                "{state:?}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "cell {index} never ended: {state:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -266,6 +286,23 @@ fn shards_start_together_hand_over_results_and_exit_when_finished() {
         assert_eq!(state.start_at, Some(start_at));
     }
 
+    // After its cell, each shard waits for the conductor: no result until the end.
+    let mut attempted = Vec::new();
+    for s in &shards {
+        let state = s.await_between(0);
+        let cell = state.last_cell.expect("the cell's summary");
+        assert_eq!(cell.index, 0);
+        assert!(cell.started_at_micros >= start_at * 1000, "{cell:?}");
+        attempted.push(cell.attempted);
+        assert_eq!(s.get("/control/result").status, 409);
+    }
+    assert_eq!(attempted, [11, 10]);
+    for s in &shards {
+        let r = s.post("/control/end", "{}");
+        assert_eq!(r.status, 202, "{}", r.body);
+        // The conductor retries: the same end again is a no-op.
+        assert_eq!(s.post("/control/end", "{}").status, 202);
+    }
     let mut parts = Vec::new();
     for s in &shards {
         let (result, _) = s.await_result();
@@ -326,6 +363,69 @@ fn shards_start_together_hand_over_results_and_exit_when_finished() {
 }
 
 #[test]
+fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
+    let server = Server::start(&[]);
+    let doc = loadtest(
+        "cells",
+        &format!(
+            "  target: {{url: {}/}}\n  scenario: pingLatency\n  connections: [4, 6]\n  ping: {{count: 3}}\n  shards: 2\n",
+            server.ws
+        ),
+    );
+    let shards: Vec<Shard> = (0..2)
+        .map(|i| {
+            let index = i.to_string();
+            Shard::start(
+                &["--index", &index, "--count", "2"],
+                &[("WSLOAD_LOADTEST", doc.as_str())],
+                None,
+            )
+        })
+        .collect();
+    for s in &shards {
+        s.await_ready();
+    }
+    // Shard 1 is released 400 ms after shard 0 (a slow node, a late POST) for cell 0...
+    let at = unix_ms() + 300;
+    assert_eq!(shards[0].start_at(at).0, 202);
+    assert_eq!(shards[1].start_at(at + 400).0, 202);
+    for s in &shards {
+        s.await_between(0);
+    }
+    // ...and both together for cell 1, which the conductor names.
+    let at = unix_ms() + 300;
+    let order = format!(
+        "{{\"startAt\": {at}, \"cell\": {{\"index\": 1, \"label\": \"6\", \"connections\": 6, \"size\": 64, \"format\": \"json\"}}}}"
+    );
+    for s in &shards {
+        let r = s.post("/control/cell", &order);
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    for s in &shards {
+        s.await_between(1);
+        assert_eq!(s.post("/control/end", "{}").status, 202);
+    }
+    let mut parts = shards.iter().map(|s| s.await_result().0);
+    let mut merged = parts.next().expect("shard 0");
+    for p in parts {
+        merged.merge(&p).expect("the shards merge");
+    }
+    let skew: Vec<f64> = merged
+        .cells
+        .iter()
+        .map(|c| c.shard_skew_ms().expect("a skew per cell"))
+        .collect();
+    eprintln!("per-cell skew {skew:?} ms");
+    assert!((400.0..600.0).contains(&skew[0]), "{skew:?}");
+    assert!(skew[1] < 100.0, "{skew:?}");
+    assert_eq!(merged.cells[1].measure.counts.connected, 6);
+    assert!(merged.render().contains("start skew per cell"));
+    for s in &shards {
+        assert_eq!(s.post("/control/finish", "{}").status, 200);
+    }
+}
+
+#[test]
 fn a_late_start_runs_at_once_and_an_unclaimed_result_lingers_out() {
     let server = Server::start(&[]);
     let doc = loadtest(
@@ -345,6 +445,8 @@ fn a_late_start_runs_at_once_and_an_unclaimed_result_lingers_out() {
     assert_eq!(status, 202);
     let note = state.note.expect("the state says the start was late");
     assert!(note.contains("in the past"), "{note}");
+    s.await_between(0);
+    assert_eq!(s.post("/control/end", "{}").status, 202);
     let (result, _) = s.await_result();
     assert_eq!(result.cells[0].measure.counts.sent, 6);
     assert!(result.notes.iter().any(|n| n.contains("in the past")));
@@ -381,7 +483,7 @@ fn the_environment_names_what_is_wrong_with_it() {
 }
 
 #[test]
-fn the_soft_open_file_limit_is_raised_and_a_short_hard_limit_named() {
+fn the_soft_open_file_limit_is_raised_and_a_share_above_the_hard_one_refused() {
     // Nothing listens on port 9: the shard only has to get ready, not to connect.
     let doc = loadtest(
         "many",
@@ -390,7 +492,7 @@ fn the_soft_open_file_limit_is_raised_and_a_short_hard_limit_named() {
     let mut s = Shard::start(
         &["--index", "0", "--count", "1"],
         &[("WSLOAD_LOADTEST", doc.as_str()), ("RUST_LOG", "info")],
-        Some("ulimit -Sn 256 && ulimit -Hn 512"),
+        Some("ulimit -Sn 256 && ulimit -Hn 2048"),
     );
     s.await_ready();
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.child.id()))
@@ -400,13 +502,28 @@ fn the_soft_open_file_limit_is_raised_and_a_short_hard_limit_named() {
         .find(|l| l.starts_with("Max open files"))
         .expect("an open-files line");
     let numbers: Vec<&str> = open_files.split_whitespace().skip(3).take(2).collect();
-    assert_eq!(numbers, ["512", "512"], "{open_files}");
-    s.await_log(|l| {
-        l.contains("open-file limit 512 (hard 512)")
-            && l.contains("1064 descriptors 1000 connections need")
-    });
+    assert_eq!(numbers, ["2048", "2048"], "{open_files}");
+    s.await_log(|l| l.contains("raised the soft open-file limit"));
     // A pod deletion: SIGTERM ends a waiting shard at once, not after the grace period.
     common::signal(s.child.id(), "TERM");
     let status = s.exit(Duration::from_secs(5));
     assert_eq!(status.code(), Some(143));
+
+    // A hard limit short of the share: refused before any load, with the numbers and the fix.
+    let mut s = Shard::start(
+        &["--index", "0", "--count", "1"],
+        &[("WSLOAD_LOADTEST", doc.as_str())],
+        Some("ulimit -Sn 256 && ulimit -Hn 512"),
+    );
+    let status = s.exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(2), "{:?}", s.log);
+    let log = s.log.join("\n");
+    for part in [
+        "shard 0 of 1 must open 1000 connections",
+        "only 512 files (ulimit -n 512, hard 512",
+        "to at least 1064",
+        "spec.shards: 3 or more",
+    ] {
+        assert!(log.contains(part), "{part:?} not in {log}");
+    }
 }

@@ -19,13 +19,6 @@ use wsload_spec::{
     Spread,
 };
 
-/// Where a test's shards find the server, decided once the server is ready.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoints {
-    pub target_url: String,
-    pub server_metrics_url: Option<String>,
-}
-
 pub fn owner(lt: &LoadTestResource) -> Option<OwnerReference> {
     lt.controller_owner_ref(&())
 }
@@ -169,8 +162,9 @@ fn placement_spec(p: &Placement, affinity: Option<Affinity>) -> PodSpec {
     }
 }
 
-/// The server's pod: the reference server (or the user's image) bound to the pod IP.
-pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer) -> Pod {
+/// Server replica `replica`'s pod: the reference server (or the user's image) bound to the pod
+/// IP. Every replica carries the labels the Service selects.
+pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -> Pod {
     let test = lt.name_any();
     let spec = &lt.spec;
     let mut envs = vec![
@@ -196,11 +190,19 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer) -> Pod {
     envs.extend(server.env.iter().map(|e| env(&e.name, e.value.clone())));
     let mut labels = names::labels(&test, names::ROLE_SERVER);
     labels.insert("app.kubernetes.io/name".into(), "wsload-server".into());
-    let mut metadata = meta(lt, names::server(&test), labels);
+    labels.insert(names::LABEL_REPLICA.into(), replica.to_string());
+    let mut metadata = meta(lt, names::server_replica(&test, replica), labels);
     metadata.annotations = Some(scrape_annotations(server.metrics_port));
+    // Replicas on nodes of their own where there are nodes to spare: the point of several is
+    // more of a machine's sockets, memory and cores; one node may still hold them all.
+    let apart = if server.replicas > 1 {
+        vec![host_term(&test, names::ROLE_SERVER)]
+    } else {
+        vec![]
+    };
     let mut pod_spec = placement_spec(
         &server.placement,
-        affinity(server.placement.affinity.as_ref(), vec![], vec![]),
+        affinity(server.placement.affinity.as_ref(), vec![], apart),
     );
     pod_spec.restart_policy = Some("Never".to_string());
     pod_spec.termination_grace_period_seconds = Some(15);
@@ -250,8 +252,9 @@ fn secret_source_env(name: &str, s: &SecretValue) -> Vec<EnvVar> {
     }
 }
 
-/// The Service in front of the server: a stable name for users and Prometheus (shards dial the
-/// pod IP, which needs neither DNS nor kube-proxy).
+/// The Service in front of the server replicas: a stable name for users and Prometheus. With
+/// one replica the shards dial its pod IP (neither DNS nor kube-proxy in the way); with more,
+/// the Service's cluster IP, and kube-proxy spreads their connections over the replicas.
 pub fn server_service(lt: &LoadTestResource, server: &ManagedServer) -> Service {
     let test = lt.name_any();
     Service {
@@ -318,7 +321,7 @@ pub fn loadtest_document(lt: &LoadTestResource) -> Result<String, serde_yaml::Er
 
 /// Shard `index`'s pod. `restartPolicy: Never`: a restarted shard would repeat load the
 /// others did not; the operator sees the failure and applies the test's policy instead.
-pub fn shard_pod(lt: &LoadTestResource, index: u32, endpoints: &Endpoints, document: &str) -> Pod {
+pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: &str) -> Pod {
     let test = lt.name_any();
     let spec = &lt.spec;
     let lg = &spec.loadgen;
@@ -329,11 +332,10 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, endpoints: &Endpoints, docum
         env("WSLOAD_SHARD_COUNT", spec.shards.to_string()),
         env("WSLOAD_AWAIT_START", "true"),
         env("WSLOAD_METRICS_LISTEN", format!("$(POD_IP):{SHARD_PORT}")),
-        env("WSLOAD_TARGET_URL", endpoints.target_url.clone()),
+        // No server metrics URL: delivery is the operator's to reconcile, over every replica
+        // and every shard at once, never one shard's against a shared counter.
+        env("WSLOAD_TARGET_URL", target_url),
     ];
-    if let Some(m) = &endpoints.server_metrics_url {
-        envs.push(env("WSLOAD_SERVER_METRICS_URL", m.clone()));
-    }
     for (secret, key) in secret_refs(spec) {
         envs.push(secret_env(
             wsload_spec::secret_env_name(&secret, &key),
@@ -484,11 +486,7 @@ mod tests {
     #[test]
     fn a_shard_pod_is_told_its_share_target_and_secrets_and_is_placed_apart() {
         let lt = lt(SPEC);
-        let endpoints = Endpoints {
-            target_url: "ws://10.0.0.9:8443/".into(),
-            server_metrics_url: Some("http://10.0.0.9:9090/metrics".into()),
-        };
-        let pod = shard_pod(&lt, 2, &endpoints, "doc");
+        let pod = shard_pod(&lt, 2, "ws://10.0.0.9:8443/", "doc");
         assert_eq!(pod.metadata.name.as_deref(), Some("t-shard-2"));
         let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
         assert_eq!((owner.uid.as_str(), owner.controller), ("u-1", Some(true)));
@@ -500,6 +498,7 @@ mod tests {
             Some("ws://10.0.0.9:8443/")
         );
         assert_eq!(value("WSLOAD_LOADTEST").as_deref(), Some("doc"));
+        assert!(env_of(&pod, "WSLOAD_SERVER_METRICS_URL").is_none());
         assert_eq!(
             value("WSLOAD_METRICS_LISTEN").as_deref(),
             Some("$(POD_IP):9464")
@@ -587,15 +586,7 @@ mod tests {
         let lt = lt(
             "  target: {url: \"ws://example:80/\"}\n  scenario: pingLatency\n  shards: 2\n  loadgen: {spread: none}\n",
         );
-        let pod = shard_pod(
-            &lt,
-            0,
-            &Endpoints {
-                target_url: "ws://example:80/".into(),
-                server_metrics_url: None,
-            },
-            "doc",
-        );
+        let pod = shard_pod(&lt, 0, "ws://example:80/", "doc");
         let spec = pod.spec.expect("spec");
         assert!(spec.affinity.is_none());
         assert!(spec.init_containers.is_none());
@@ -606,7 +597,15 @@ mod tests {
     fn the_server_pod_binds_its_pod_ip_and_gets_the_jwt_secret() {
         let lt = lt(SPEC);
         let server = lt.spec.target.server.clone().expect("server");
-        let pod = server_pod(&lt, &server);
+        let pod = server_pod(&lt, &server, 0);
+        assert_eq!(pod.metadata.name.as_deref(), Some("t-server"));
+        // One replica: nothing to keep apart.
+        assert!(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref())
+                .is_none()
+        );
         let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
         assert_eq!(
             value("WSLOAD_SERVER_LISTEN").as_deref(),
@@ -628,6 +627,42 @@ mod tests {
             .map(|p| p.port)
             .collect();
         assert_eq!(ports, [8443, 9090]);
+    }
+
+    #[test]
+    fn server_replicas_are_named_labelled_for_the_service_and_kept_apart() {
+        let lt =
+            lt("  target: {server: {replicas: 3}}\n  scenario: throughput\n  connections: [30]\n");
+        let server = lt.spec.target.server.clone().expect("server");
+        let svc = server_service(&lt, &server);
+        let selector = svc.spec.and_then(|s| s.selector).expect("selector");
+        for replica in 0..3 {
+            let pod = server_pod(&lt, &server, replica);
+            let name = pod.metadata.name.clone().expect("name");
+            assert_eq!(name, names::server_replica("t", replica));
+            let labels = pod.metadata.labels.clone().expect("labels");
+            assert!(
+                selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+                "{name}: {labels:?} not selected by {selector:?}"
+            );
+            assert_eq!(
+                labels.get(names::LABEL_REPLICA).map(String::as_str),
+                Some(replica.to_string().as_str())
+            );
+            let preferred = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref()?.pod_anti_affinity.as_ref())
+                .and_then(|a| {
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
+                .expect("preferred anti-affinity among replicas");
+            assert_eq!(
+                preferred[0].pod_affinity_term.topology_key,
+                "kubernetes.io/hostname"
+            );
+        }
     }
 
     #[test]

@@ -57,12 +57,12 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
         controller: "wsload-operator".into(),
         instance: opts.leader.as_ref().map(|l| l.identity.clone()),
     };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        metrics: metrics.clone(),
-        config: opts.config.clone(),
-    });
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        Recorder::new(client.clone(), reporter),
+        metrics.clone(),
+        opts.config.clone(),
+    ));
     let children = watcher::Config::default().labels(names::LABEL_LOADTEST);
     let controller = Controller::new(lts, watcher::Config::default())
         .owns(pods, children)

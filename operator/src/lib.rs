@@ -11,7 +11,7 @@ pub mod names;
 pub mod pods;
 pub mod reconcile;
 pub mod results;
-pub mod shard_client;
+pub mod server_counter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -41,6 +41,12 @@ impl Error {
             Error::LeaseLost(_) => "lease",
             Error::Io(_) => "io",
         }
+    }
+}
+
+impl From<wsload_control::Error> for Error {
+    fn from(e: wsload_control::Error) -> Self {
+        Error::Shard(e.to_string())
     }
 }
 

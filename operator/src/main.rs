@@ -52,6 +52,10 @@ enum Command {
         /// How often a running test is looked at when nothing changes.
         #[arg(long, env = "WSLOAD_OPERATOR_POLL", default_value = "2s", value_parser = humantime::parse_duration)]
         poll: Duration,
+        /// From deciding a test's next cell to its start instant (every shard hears of it
+        /// first, so all begin it together).
+        #[arg(long, env = "WSLOAD_OPERATOR_CELL_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
+        cell_delay: Duration,
         #[arg(long, env = "WSLOAD_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Load-generator image for LoadTests that keep the built-in one (a private registry).
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
             lease_namespace,
             identity,
             poll,
+            cell_delay,
             log_format,
             loadgen_image,
             server_image,
@@ -126,6 +131,7 @@ fn main() -> ExitCode {
                 leader: leader_elect.then(|| LeaderConfig::new(lease_namespace, identity)),
                 config: Config {
                     poll,
+                    cell_delay,
                     defaults,
                     ..Config::default()
                 },

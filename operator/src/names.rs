@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 pub const LABEL_LOADTEST: &str = "wsload.dev/loadtest";
 pub const LABEL_ROLE: &str = "wsload.dev/role";
 pub const LABEL_SHARD: &str = "wsload.dev/shard";
+pub const LABEL_REPLICA: &str = "wsload.dev/replica";
 pub const ROLE_SERVER: &str = "server";
 pub const ROLE_SHARD: &str = "shard";
 /// Field manager of every server-side apply the operator makes.
@@ -13,8 +14,30 @@ pub const MANAGER: &str = "wsload-operator";
 /// Port of a shard's metrics and control endpoint.
 pub const SHARD_PORT: u16 = 9464;
 
+/// The server's Service (and replica 0's pod).
 pub fn server(test: &str) -> String {
     format!("{test}-server")
+}
+
+/// Server replica `replica`'s pod. Replica 0 keeps the name a single server always had, so a
+/// one-replica test's pod is named as before (scripts, dashboards and users look for it);
+/// replica i > 0 is `<test>-server-<i>`.
+pub fn server_replica(test: &str, replica: u32) -> String {
+    match replica {
+        0 => server(test),
+        i => format!("{test}-server-{i}"),
+    }
+}
+
+/// Which server replica a pod name belongs to, if it is one of `test`'s.
+pub fn server_replica_index(test: &str, pod: &str) -> Option<u32> {
+    let rest = pod.strip_prefix(test)?.strip_prefix("-server")?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let i: u32 = rest.strip_prefix('-')?.parse().ok()?;
+    // `<test>-server-0` is not a name the operator gives: replica 0 has none.
+    (i > 0 && rest == format!("-{i}")).then_some(i)
 }
 
 pub fn shard(test: &str, index: u32) -> String {
@@ -72,5 +95,14 @@ mod tests {
         assert_eq!(shard_index("t", "t-server"), None);
         assert_eq!(shard_index("t", "tt-shard-3"), None);
         assert_eq!(results("t"), "t-results");
+        assert_eq!(server_replica("t", 0), "t-server");
+        assert_eq!(server_replica("t", 2), "t-server-2");
+        for i in [0, 1, 7] {
+            assert_eq!(server_replica_index("t", &server_replica("t", i)), Some(i));
+        }
+        assert_eq!(server_replica_index("t", "t-server-0"), None);
+        assert_eq!(server_replica_index("t", "t-server-01"), None);
+        assert_eq!(server_replica_index("t", "t-shard-1"), None);
+        assert_eq!(server_replica_index("t", "tt-server"), None);
     }
 }

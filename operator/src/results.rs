@@ -4,6 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeMap;
+use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::shares::{count_share, rate_share};
@@ -66,8 +67,15 @@ pub enum SummaryError {
     Serialize(serde_json::Error),
 }
 
-/// Merges the shards' results (index, JSON) exactly and judges the spec's thresholds.
-pub fn summarize(spec: &LoadTestSpec, results: &[(u32, &String)]) -> Result<Summary, SummaryError> {
+/// Merges the shards' results (index, JSON) exactly, completes the merge with what only the
+/// conductor knows (`received[i]`: what every server replica counted during cell i;
+/// connectionLimit's probes and limit) and judges the spec's thresholds once, over it all.
+pub fn summarize(
+    spec: &LoadTestSpec,
+    results: &[(u32, &String)],
+    received: &[Option<u64>],
+    conductor: &Conductor,
+) -> Result<Summary, SummaryError> {
     let mut merged: Option<RunResult> = None;
     for (index, json) in results {
         let r: RunResult = serde_json::from_str(json).map_err(|source| SummaryError::Parse {
@@ -90,10 +98,13 @@ pub fn summarize(spec: &LoadTestSpec, results: &[(u32, &String)]) -> Result<Summ
     };
     // Thresholds come from the spec the operator holds, not from what a shard echoed back.
     merged.thresholds = spec.thresholds.clone();
+    // Cells past the recorded ones (a run cut short) keep no server count: shards never read
+    // one.
     for c in &mut merged.cells {
+        c.server_received = None;
         c.compute();
     }
-    merged.judge();
+    wsload_control::assemble::complete(&mut merged, received, conductor);
     let tiers: Vec<TierFigures> = merged.cells.iter().map(tier).collect();
     let thresholds = merged
         .verdict
@@ -189,6 +200,10 @@ fn tier(c: &CellResult) -> TierFigures {
         messages_per_second: f.sent_per_sec,
         bytes_per_second: f.bytes_sent_per_sec,
         connects_per_second: f.connect_rate,
+        connected: counts.connected,
+        survived: counts.survived,
+        survival: (counts.connected > 0).then_some(f.survival),
+        connect_seconds: c.connect_secs,
         connect: pct(&f.connect),
         rtt: pct(&f.rtt),
         rtt_raw: pct(&f.rtt_raw),
@@ -241,7 +256,8 @@ mod tests {
         let s = spec(
             "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"rtt.p99 < 5ms\", \"errors < 5%\"]\n",
         );
-        let sum = summarize(&s, &[(0, &a), (1, &b)]).expect("summary");
+        let conductor = Conductor::new(&s);
+        let sum = summarize(&s, &[(0, &a), (1, &b)], &[], &conductor).expect("summary");
         assert_eq!(sum.verdict, Some(Verdict::Fail));
         let failed: Vec<_> = sum.thresholds.iter().filter(|t| !t.pass).collect();
         assert_eq!(failed.len(), 1);
@@ -262,7 +278,31 @@ mod tests {
         assert_eq!(merged.cells[0].measure.counts.sent, 3000);
         // A broken shard result is named, not skipped.
         let bad = "{}".to_string();
-        let err = summarize(&s, &[(0, &a), (3, &bad)]).err().expect("error");
+        let err = summarize(&s, &[(0, &a), (3, &bad)], &[], &conductor)
+            .err()
+            .expect("error");
         assert!(err.to_string().starts_with("shard 3"), "{err}");
+    }
+
+    /// Delivery is every replica's count (summed by the conductor) over every shard's sends,
+    /// judged once on the merge.
+    #[test]
+    fn delivery_is_the_summed_count_over_the_summed_sends() {
+        // Each fixture shard sends n + 10 with warm-up: 2010 + 1010 in all.
+        let a = serde_json::to_string(&shard(0, 2000, 1, 1_000_000)).expect("json");
+        let b = serde_json::to_string(&shard(1, 1000, 1, 1_000_500)).expect("json");
+        let s = spec(
+            "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"delivery > 99%\"]\n",
+        );
+        let conductor = Conductor::new(&s);
+        let all = summarize(&s, &[(0, &a), (1, &b)], &[Some(3020)], &conductor).expect("summary");
+        assert_eq!(all.tiers[0].delivery, Some(1.0));
+        assert_eq!(all.verdict, Some(Verdict::Pass));
+        let short = summarize(&s, &[(0, &a), (1, &b)], &[Some(2010)], &conductor).expect("summary");
+        let d = short.tiers[0].delivery.expect("delivery");
+        assert!((d - 2010.0 / 3020.0).abs() < 1e-9, "{d}");
+        assert_eq!(short.verdict, Some(Verdict::Fail));
+        let unknown = summarize(&s, &[(0, &a), (1, &b)], &[None], &conductor).expect("summary");
+        assert_eq!(unknown.tiers[0].delivery, None);
     }
 }

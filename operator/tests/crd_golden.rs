@@ -6,6 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
 };
 use std::path::Path;
+use wsload_spec::cel;
 
 fn version() -> CustomResourceDefinitionVersion {
     let crd: CustomResourceDefinition = wsload_operator::crd::definition();
@@ -162,12 +163,31 @@ fn schema_bounds_and_rules() {
             .iter()
             .any(|r| r.contains("wss://"))
     );
-    assert!(
-        rules(&at("spec"))
-            .iter()
-            .any(|r| r.contains("19500 * self.shards")),
-        "connections per shard are bounded"
+    // Sane bounds, not one machine's open-file cap.
+    assert_eq!(at("spec.shards").maximum, Some(f64::from(cel::MAX_SHARDS)));
+    assert_eq!(
+        at("spec.connections.[]").maximum,
+        Some(f64::from(cel::MAX_CONNECTIONS_PER_TIER))
     );
+    assert_eq!(
+        at("spec.limit.max").maximum,
+        Some(f64::from(cel::MAX_CONNECTIONS_PER_TIER))
+    );
+    let spec_rules = rules(&at("spec"));
+    assert!(
+        spec_rules
+            .iter()
+            .any(|r| r.contains(&format!("<= {} * self.shards", cel::MAX_SHARD_SHARE))),
+        "a shard's share of connections is bounded: {spec_rules:?}"
+    );
+    assert!(
+        !spec_rules.iter().any(|r| r.contains("19500")),
+        "no rule reflects one machine's open-file cap: {spec_rules:?}"
+    );
+    let replicas = at("spec.target.server.replicas");
+    assert_eq!(replicas.minimum, Some(1.0));
+    assert_eq!(replicas.maximum, Some(f64::from(cel::MAX_SERVER_REPLICAS)));
+    assert_eq!(replicas.default.map(|d| d.0), Some(1.into()));
     // Durations take "10s" or 10, never an object.
     let d = at("spec.duration");
     assert_eq!(d.x_kubernetes_int_or_string, Some(true));

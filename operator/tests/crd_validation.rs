@@ -101,14 +101,52 @@ fn cases() -> Vec<Case> {
             same("spec.thresholds[0]", "needs a time unit"),
         ),
         case(
-            "more connections per shard than one process can open",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [100000]\n",
+            "a shard's share above 10,000,000 connections",
+            "  target: {server: {}}\n  scenario: throughput\n  connections: [25000000]\n  shards: 2\n",
             "spec.shards",
-            "above the 19500 one process can open",
+            "above 10000000 connections per shard",
             same(
                 "spec.shards",
-                "above the 19500 one process can open; use shards: 6",
+                "is 12500000 per shard, above the 10000000 one process may hold; use shards: 3",
             ),
+        ),
+        case(
+            "a tier above 100,000,000 connections",
+            "  target: {server: {}}\n  scenario: throughput\n  connections: [100000001]\n  shards: 20\n",
+            "spec.connections[0]",
+            "should be less than or equal to 100000000",
+            same(
+                "spec.connections[0]",
+                "100000001 connections; at most 100000000 in one tier",
+            ),
+        ),
+        case(
+            "limit.max above 100,000,000 connections",
+            "  target: {server: {}}\n  scenario: connectionLimit\n  limit: {max: 100000001}\n  shards: 20\n",
+            "spec.limit.max",
+            "should be less than or equal to 100000000",
+            same("spec.limit.max", "100000001 connections; at most 100000000"),
+        ),
+        case(
+            "more than 5,000 shards",
+            "  target: {server: {}}\n  scenario: throughput\n  connections: [10000]\n  shards: 5001\n",
+            "spec.shards",
+            "should be less than or equal to 5000",
+            same("spec.shards", "5001 shards; at most 5000"),
+        ),
+        case(
+            "zero server replicas",
+            "  target: {server: {replicas: 0}}\n  scenario: throughput\n",
+            "spec.target.server.replicas",
+            "should be greater than or equal to 1",
+            same("spec.target.server.replicas", "must be at least 1"),
+        ),
+        case(
+            "more than 1,000 server replicas",
+            "  target: {server: {replicas: 1001}}\n  scenario: throughput\n",
+            "spec.target.server.replicas",
+            "should be less than or equal to 1000",
+            same("spec.target.server.replicas", "1001 replicas; at most 1000"),
         ),
         case(
             "more connections than the listed source addresses carry",
@@ -388,6 +426,58 @@ async fn the_api_server_rejects_nonsense_naming_the_field() {
         eprintln!("| {what} | `{}` |", message.replace('|', "\\|"));
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// The bounds are sane limits, not one machine's: a tier far above any one host's open-file
+/// cap (100,000 connections on one shard) is accepted by both checkers, and so are the edges
+/// of every bound (a shard checks its own open-file limit when it starts).
+#[tokio::test]
+async fn large_tests_within_the_bounds_are_accepted() {
+    let cluster = support::shared().await;
+    cluster.apply_crds().await;
+    let ns = cluster.namespace("crd-large").await;
+    let api: Api<LoadTestResource> = Api::namespaced(cluster.client().await, &ns);
+    let specs = [
+        (
+            "one-shard",
+            "  target: {server: {}}\n  scenario: throughput\n  connections: [100000]\n",
+        ),
+        (
+            "full-share",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [10000000]\n",
+        ),
+        (
+            "largest",
+            "  target: {server: {replicas: 1000}}\n  scenario: throughput\n  connections: [100000000]\n  shards: 5000\n",
+        ),
+        (
+            "limit-search",
+            "  target: {server: {}}\n  scenario: connectionLimit\n  limit: {max: 10000000}\n",
+        ),
+    ];
+    for (name, spec) in specs {
+        let doc = document(name, spec);
+        let local = LoadTest::from_yaml(&doc, "large.yaml")
+            .unwrap_or_else(|e| panic!("wsload validate rejects\n{doc}\n{e}"));
+        let stored = api
+            .patch(name, &apply_params(true), &Patch::Apply(yaml_value(&doc)))
+            .await
+            .unwrap_or_else(|e| panic!("the API server rejects\n{doc}\n{}", api_message(&e)));
+        assert_eq!(stored.spec, local.spec, "{doc}");
+    }
+    let stored = api
+        .patch(
+            "one-shard",
+            &apply_params(true),
+            &Patch::Apply(yaml_value(&document("one-shard", SERVER))),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", api_message(&e)));
+    assert_eq!(
+        stored.spec.target.server.map(|s| s.replicas),
+        Some(1),
+        "replicas defaults to 1"
+    );
 }
 
 #[tokio::test]

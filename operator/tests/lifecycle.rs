@@ -1,6 +1,7 @@
 //! The operator's whole lifecycle against a real kube-apiserver: pods are real `wsload shard`
 //! and `wsload-server` processes run by the test kubelet (tests/support/kubelet.rs) on
-//! loopback addresses, so the start barrier, the results and the merge are the real ones. The
+//! loopback addresses, so the start barrier, the per-cell barriers, the server counters summed
+//! over replicas, the results and the merge are the real ones. The
 //! operator runs in this process, scoped to the test's namespace, and is stopped and started
 //! again the way a crashed operator pod would be.
 
@@ -28,6 +29,15 @@ struct Env {
 }
 
 async fn env(prefix: &str) -> Env {
+    // The operator's log with the test's output when RUST_LOG asks for it
+    // (`RUST_LOG=wsload_operator=debug`).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
     let cluster = support::shared().await;
     cluster.apply_crds().await;
     let ns = cluster.namespace(prefix).await;
@@ -168,7 +178,20 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
     assert!(st.shards.iter().all(|s| s.started_at.is_some()));
     let skew = st.start_skew_millis.expect("skew measured");
     assert!(skew >= 0.0);
+    // One cell, conducted by the operator: both shards finished it, and the server's counter
+    // (read before it and settled after it) took in exactly what they sent.
+    assert!(st.server_received_baseline.is_some());
+    assert_eq!(st.cells.len(), 1, "{:?}", st.cells);
+    let cell = &st.cells[0];
+    assert!(
+        cell.done && cell.shards == 2 && cell.attempted == 20,
+        "{cell:?}"
+    );
+    assert!(cell.sent > 0);
+    assert_eq!(cell.server_received, Some(cell.sent), "{cell:?}");
+    assert!(cell.start_skew_millis.is_some_and(|s| s >= 0.0));
     let tier = &st.tiers[0];
+    assert_eq!(tier.delivery, Some(1.0), "{tier:?}");
     assert_eq!(tier.connections, 20);
     assert!(tier.messages_per_second > 0.0);
     assert!(
@@ -405,17 +428,30 @@ async fn a_shard_restarted_after_release_is_detected() {
 async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() {
     let e = env("lt-resume").await;
     let op = operator(&e, None);
-    create(&e, "resume", SLOW).await;
+    create(
+        &e,
+        "resume",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [6, 10]\n  duration: 2s\n  window: 2\n  shards: 2\n",
+    )
+    .await;
     let before = wait_phase(&e, "resume", Phase::Running).await;
     op.abort();
     let _ = op.await;
-    // While no operator runs, the shards keep going on their own.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // While no operator runs, the shards finish their cell and wait between cells: the next
+    // one is the operator's to release.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let op = operator(&e, None);
     let st = wait_finished(&e, "resume").await;
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
     assert_eq!(st.start_at, before.start_at, "the start instant is kept");
     assert!(st.shards.iter().all(|s| s.state == ShardState::Collected));
+    // Both cells conducted, the first settled by the new operator, delivery reconciled.
+    assert_eq!(st.cells.len(), 2, "{:?}", st.cells);
+    for (cell, tier) in st.cells.iter().zip(&st.tiers) {
+        assert!(cell.done, "{cell:?}");
+        assert_eq!(cell.server_received, Some(cell.sent), "{cell:?}");
+        assert_eq!(tier.delivery, Some(1.0), "{tier:?}");
+    }
     op.abort();
     e.kubelet.stop().await;
 }
@@ -612,6 +648,120 @@ async fn a_run_past_its_deadline_fails_and_keeps_nothing_half_done() {
         st.message.unwrap_or_default().contains("3s"),
         "the limit is named"
     );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+/// Server replicas: N pods behind the one Service the shards dial (the test kubelet plays
+/// kube-proxy), every replica's counter scraped by pod IP and summed per cell against every
+/// shard's sends: delivery is exactly 100%, in each of two cells the shards began together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_shards_over_two_server_replicas_reconcile_delivery_exactly() {
+    let e = env("lt-replicas").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "rep",
+        "  target: {server: {replicas: 2}}
+  scenario: throughput
+  connections: [12, 24]
+  duration: 2s
+  window: 4
+  shards: 3
+  run: {cleanup: keep}
+  thresholds: [\"delivery > 99.99%\", \"errors < 1%\"]
+",
+    )
+    .await;
+    let st = wait_finished(&e, "rep").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.verdict, Some(Verdict::Pass), "{:?}", st.thresholds);
+    // The shards dialed the Service, not one replica's pod.
+    let svcs: Api<Service> = Api::namespaced(e.client.clone(), &e.ns);
+    let svc = svcs.get("rep-server").await.expect("server Service");
+    let cluster_ip = svc.spec.and_then(|s| s.cluster_ip).expect("cluster IP");
+    assert_eq!(
+        st.target_url.as_deref(),
+        Some(format!("ws://{cluster_ip}:8080/").as_str())
+    );
+    assert_eq!(st.cells.len(), 2, "{:?}", st.cells);
+    for (cell, tier) in st.cells.iter().zip(&st.tiers) {
+        assert!(cell.done && cell.shards == 3, "{cell:?}");
+        assert!(cell.sent > 0);
+        assert_eq!(cell.server_received, Some(cell.sent), "{cell:?}");
+        assert!(cell.start_skew_millis.is_some(), "{cell:?}");
+        assert_eq!(tier.delivery, Some(1.0), "{tier:?}");
+    }
+    assert_eq!(
+        st.cells.iter().map(|c| c.connections).collect::<Vec<_>>(),
+        [12, 24]
+    );
+    // The second cell was released after the first ended, at one instant for all.
+    assert!(st.cells[1].start_at_millis > st.cells[0].started_at_millis.expect("started"));
+    // Both replicas took connections, and their counters add up to every cell's sends.
+    let mut total = 0u64;
+    for pod in ["rep-server", "rep-server-1"] {
+        let p = e.pods.get(pod).await.expect("replica pod");
+        let ip = p.status.and_then(|s| s.pod_ip).expect("pod IP");
+        let n = wsload_metrics::scrape::read(
+            &format!("http://{ip}:9090"),
+            wsload_spec::DEFAULT_RECEIVED_METRIC,
+            &Default::default(),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("replica metrics");
+        assert!(n > 0.0, "{pod} received nothing: kube-proxy did not spread");
+        total += n as u64;
+    }
+    let baseline = st.server_received_baseline.expect("baseline");
+    assert_eq!(
+        total - baseline,
+        st.cells.iter().map(|c| c.sent).sum::<u64>()
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+/// connectionLimit over 2 shards is one search: each probe split over both shards and judged
+/// on the merged outcome, so it finds the cap of a server that admits 40 connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_limit_over_two_shards_finds_the_server_cap() {
+    const CAP: u32 = 40;
+    const RESOLUTION: u32 = 4;
+    let e = env("lt-limit").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "cap",
+        &format!(
+            "  target: {{server: {{args: [\"--max-connections\", \"{CAP}\"]}}}}
+  scenario: connectionLimit
+  shards: 2
+  limit: {{start: 10, max: 160, resolution: {RESOLUTION}, maxErrorRate: 1%, hold: 1s}}
+"
+        ),
+    )
+    .await;
+    let st = wait_finished(&e, "cap").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    let probes: Vec<u32> = st.cells.iter().map(|c| c.connections).collect();
+    assert_eq!(&probes[..3], &[10, 20, 40], "{probes:?}");
+    assert!(
+        st.cells.iter().all(|c| c.done && c.shards == 2),
+        "{:?}",
+        st.cells
+    );
+    let merged: serde_json::Value =
+        serde_json::from_str(&results(&e, "cap").await["merged.json"]).expect("json");
+    let limit = merged["limit"].as_u64().expect("a limit") as u32;
+    assert!(
+        limit <= CAP && CAP - limit <= RESOLUTION,
+        "limit {limit}, cap {CAP}, probes {probes:?}"
+    );
+    // The conductor's probes are the cells run, each judged once over both shards.
+    let judged = merged["probes"].as_array().expect("probes");
+    assert_eq!(judged.len(), probes.len());
     op.abort();
     e.kubelet.stop().await;
 }

@@ -4,9 +4,11 @@
 //! One request per connection, answered with `Connection: close`, needs no HTTP framework:
 //! Prometheus, kubelet probes and [`http_client`] speak plain HTTP/1.1 and read to the end of
 //! the body. A request (headers and body) is read into one fixed buffer; nothing here is on a
-//! measured path.
+//! measured path. [`scrape`] reads a counter back from such an endpoint (or any Prometheus
+//! one).
 
 pub mod http_client;
+pub mod scrape;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -65,12 +65,29 @@ pub struct CellResult {
     pub start_skew_us: u64,
     #[serde(flatten)]
     pub measure: Measure,
-    /// Messages the server counted during the cell (its own counter's increase).
+    /// Messages the servers counted during the cell: every replica's counter's increase,
+    /// summed by the conductor once every shard finished the cell. A shard never sets it.
     pub server_received: Option<u64>,
+    /// When the first and the last shard began the cell, Unix microseconds (0: not recorded).
+    /// Cells begin at one instant released to every shard; the spread is the skew.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_first_micros: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_last_micros: u64,
     pub figures: Figures,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 impl CellResult {
+    /// How far apart the shards began this cell, milliseconds (when more than one did).
+    pub fn shard_skew_ms(&self) -> Option<f64> {
+        (self.started_first_micros > 0 && self.started_last_micros >= self.started_first_micros)
+            .then(|| (self.started_last_micros - self.started_first_micros) as f64 / 1000.0)
+    }
+
     pub fn compute(&mut self) {
         let c = &self.measure.counts;
         let h = &self.measure.hists;
@@ -261,9 +278,14 @@ impl RunResult {
             a.connect_secs = a.connect_secs.max(b.connect_secs);
             a.measured_secs = a.measured_secs.max(b.measured_secs);
             a.start_skew_us = a.start_skew_us.max(b.start_skew_us);
-            // Every shard reads the same server counter over the same window: the largest
-            // increase seen covers them all.
-            a.server_received = a.server_received.max(b.server_received);
+            // What the servers received is the conductor's to read, over all shards at once
+            // (wsload_control::assemble); a shard's own reading would count the others'.
+            a.server_received = None;
+            a.started_first_micros = match (a.started_first_micros, b.started_first_micros) {
+                (0, x) | (x, 0) => x,
+                (x, y) => x.min(y),
+            };
+            a.started_last_micros = a.started_last_micros.max(b.started_last_micros);
             a.compute();
         }
         self.notes.extend(other.notes.iter().cloned());
@@ -310,6 +332,18 @@ impl RunResult {
                     num(f64::from(l))
                 ))
             );
+        }
+        if self.shard_count > 1 && self.cells.iter().any(|c| c.shard_skew_ms().is_some()) {
+            let _ = writeln!(
+                o,
+                "\nShards began each cell together (released per cell); start skew per cell:"
+            );
+            let skews: Vec<String> = self
+                .cells
+                .iter()
+                .filter_map(|c| c.shard_skew_ms().map(|s| format!("{} {s:.1} ms", c.label)))
+                .collect();
+            let _ = writeln!(o, "  {}", skews.join(", "));
         }
         for n in &self.notes {
             let _ = writeln!(o, "note: {n}");
@@ -594,6 +628,15 @@ mod tests {
             vec![0, 1]
         );
         assert_eq!(merged.start_skew_micros(), Some(12_345));
+        // Each cell's skew: the spread of the shards' starts of that cell.
+        assert_eq!(c.shard_skew_ms(), Some(12.345));
+        assert!(
+            merged.render().contains("100 12.3 ms"),
+            "{}",
+            merged.render()
+        );
+        // A merge of shard results never claims a delivery: the conductor reads the servers.
+        assert_eq!(c.server_received, None);
         // A shard merged twice is refused, not double-counted.
         assert!(merged.merge(&a).is_err());
         assert_eq!(merged.cells[0].measure.counts.sent, 3000);

@@ -6,7 +6,6 @@
 //! Rules stay cheap enough for the API server's cost estimate: every list or string a rule
 //! walks has a `maxItems` / `maxLength` (the limits below, also enforced by `validate.rs`).
 
-use crate::validate::MAX_CONNECTIONS_PER_SHARD;
 use schemars::Schema;
 use serde_json::{Value, json};
 
@@ -29,6 +28,29 @@ pub const MAX_UNIT_LEN: usize = 64;
 /// Longest LoadTest name: the managed server's Service is `<name>-server`, a DNS label of at
 /// most 63 characters.
 pub const MAX_NAME_LEN: usize = 56;
+
+// Size bounds. They protect the system (the API server, etcd, the operator, integer
+// arithmetic) from typos like an extra zero; they do not describe any one machine. Whether a
+// shard's host can open its share of the connections is the shard's own check at run time
+// (its open-file limit), not the spec's.
+
+/// Most shards. `status.shards` holds one entry per shard (~200 bytes of JSON with a long
+/// name), and the whole LoadTest must fit one etcd object (1.5 MiB by default): 5,000 entries
+/// take about 1 MB and leave room for the rest. It is also the node count Kubernetes supports
+/// in one cluster, and by default (`loadgen.spread: onePerNode`) every shard needs its own node.
+pub const MAX_SHARDS: u32 = 5_000;
+/// Most connections of one tier (or `limit.max`), over all shards: ten times the most one
+/// shard may hold, and far below `u32::MAX` (4.29e9) so that no sum of shares overflows.
+pub const MAX_CONNECTIONS_PER_TIER: u32 = 100_000_000;
+/// Most connections one shard's share (the largest tier, or `limit.max`, over `shards`, rounded
+/// up) may be. One process needs a file descriptor per connection: Linux's `fs.nr_open` (the
+/// ceiling of any process's open-file limit) defaults to 1,048,576 and can be raised to 2^30,
+/// and ten million sockets already need tens of GB of kernel memory. A share above this is a
+/// typo or needs more shards, whatever the node.
+pub const MAX_SHARD_SHARE: u32 = 10_000_000;
+/// Most managed-server replicas (`target.server.replicas`): pods the operator creates behind
+/// one Service, or local processes; far more than a test needs to saturate any client.
+pub const MAX_SERVER_REPLICAS: u32 = 1_000;
 
 /// Every metric a threshold may name, as in the error messages of both checkers.
 pub const KNOWN_METRICS: &str = crate::threshold::Metric::NAMES;
@@ -144,7 +166,7 @@ pub fn null_is_unset(schema: &mut Schema) {
 /// rest. Messages are constant: the API server cannot bound the cost of a message that
 /// formats numbers (`string(int)`), so they name the fields to compare instead.
 pub fn spec_rules(schema: &mut Schema) {
-    let max = MAX_CONNECTIONS_PER_SHARD;
+    let max = MAX_SHARD_SHARE;
     // The largest tier, or the largest limit probe (connectionLimit).
     let peak = "(self.scenario == 'connectionLimit' ? self.limit.max : self.connections.max())";
     let per_shard = format!("(({peak} + self.shards - 1) / self.shards)");
@@ -169,7 +191,7 @@ pub fn spec_rules(schema: &mut Schema) {
             at(
                 rule(
                     &format!(
-                        "self.shards < 1 || self.scenario == 'connectionLimit' || size(self.connections) == 0 || self.connections.max() <= {max} * self.shards"
+                        "self.shards < 1 || (self.scenario != 'connectionLimit' && size(self.connections) == 0) || {peak} <= {max} * self.shards"
                     ),
                     &msg_per_shard(),
                 ),
@@ -219,9 +241,9 @@ pub const MSG_PROTOCOL: &str =
 
 /// The CEL form of `validate.rs`'s per-shard message.
 pub fn msg_per_shard() -> String {
-    let max = MAX_CONNECTIONS_PER_SHARD;
+    let max = MAX_SHARD_SHARE;
     format!(
-        "the largest tier over shards is above the {max} one process can open; use shards: the largest tier / {max}, rounded up, or more"
+        "the largest tier (or limit.max) over shards is above {max} connections per shard, the most one process may hold; use shards: the largest tier / {max}, rounded up, or more"
     )
 }
 

@@ -56,7 +56,10 @@ pub struct LoadTestSpec {
     pub scenario: Scenario,
     /// Connection tiers: each count is one row of the report, run one after another.
     #[serde(default = "default_connections")]
-    #[schemars(length(max = cel::MAX_TIERS), inner(range(min = 1)))]
+    #[schemars(
+        length(max = cel::MAX_TIERS),
+        inner(range(min = 1, max = cel::MAX_CONNECTIONS_PER_TIER))
+    )]
     pub connections: Vec<u32>,
     /// Measured time of each tier (or cell) for timed scenarios.
     #[serde(default = "default_duration")]
@@ -100,7 +103,7 @@ pub struct LoadTestSpec {
     pub sources: SourcesSpec,
     /// Load-generator pods sharing the load; `wsload run` runs them all in one process.
     #[serde(default = "default_shards")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = cel::MAX_SHARDS))]
     pub shards: u32,
     /// Pass/fail rules, `METRIC OP VALUE`; every one must hold in every tier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -166,6 +169,12 @@ pub struct ManagedServer {
     /// The reference server's profile (`WSLOAD_SERVER_PROFILE`).
     #[serde(default)]
     pub profile: ServerProfile,
+    /// How many server processes serve the test, all on `port`: locally N `wsload-server`
+    /// processes share the one port through `SO_REUSEPORT`; in a cluster N pods behind the
+    /// server's Service.
+    #[serde(default = "default_server_replicas")]
+    #[schemars(range(min = 1, max = cel::MAX_SERVER_REPLICAS))]
+    pub replicas: u32,
     /// Port of the WebSocket listener.
     #[serde(default = "default_server_port")]
     pub port: u16,
@@ -190,6 +199,9 @@ pub const DEFAULT_SERVER_IMAGE: &str = concat!("wsload/server:", env!("CARGO_PKG
 
 fn default_server_image() -> String {
     DEFAULT_SERVER_IMAGE.to_string()
+}
+fn default_server_replicas() -> u32 {
+    1
 }
 fn default_server_port() -> u16 {
     8080
@@ -578,6 +590,7 @@ pub struct LimitSpec {
     pub start: u32,
     /// Never probe above this.
     #[serde(default = "default_limit_max")]
+    #[schemars(range(max = cel::MAX_CONNECTIONS_PER_TIER))]
     pub max: u32,
     /// A probe passes while failed connections stay under this share.
     #[serde(default = "default_limit_errors")]

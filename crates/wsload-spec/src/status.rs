@@ -50,6 +50,17 @@ pub struct LoadTestStatus {
     /// Latest minus earliest shard start, in milliseconds (includes the nodes' clock offset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_skew_millis: Option<f64>,
+    /// The servers' received counter, summed over every replica, read when the first cell was
+    /// released: each cell's `serverReceived` counts from here on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_received_baseline: Option<u64>,
+    /// Every cell released so far, in order: when all shards were told to begin it and, once
+    /// every live shard finished it, its outcome summed over them. The next cell is decided
+    /// from these (connectionLimit's search replays them), so they are written before any
+    /// shard hears of the next.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_CELLS))]
+    pub cells: Vec<CellStatus>,
     /// One entry per shard pod.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardStatus>,
@@ -76,6 +87,55 @@ pub struct LoadTestStatus {
     /// Shards whose result is missing (`shardFailure: continue`): figures cover the others.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<u32>,
+}
+
+/// Most cells a test can run: a payloadMatrix of the most tiers by the most sizes (a
+/// formatComparison has fewer formats, a connectionLimit search under 64 probes).
+pub const MAX_CELLS: usize = crate::cel::MAX_TIERS * crate::cel::MAX_SIZES;
+
+/// One cell of the run, as the operator conducted it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CellStatus {
+    /// Position in the run, from 0.
+    pub index: u32,
+    /// The report's row label (`1000`, `4 KiB x 1000`).
+    pub label: String,
+    /// Connections of the whole test in this cell (all shards).
+    pub connections: u32,
+    /// The instant every shard was told to begin it, Unix milliseconds.
+    pub start_at_millis: u64,
+    /// Every live shard finished it, and the fields below are its outcome.
+    pub done: bool,
+    /// Shards released into it; once done, those that finished it. Fewer finished than were
+    /// released: a shard was lost during the cell, its sends are unknown, and so is the
+    /// cell's delivery.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub shards: u32,
+    /// Connections attempted, and those that failed or dropped, summed over the shards.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub attempted: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub failed: u64,
+    /// Data messages sent, warm-up included, summed over the shards: what the servers
+    /// should have received.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sent: u64,
+    /// What the servers counted during the cell, every replica summed; unset when the counter
+    /// could not be read (or there is none: an external server without `serverMetrics`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_received: Option<u64>,
+    /// When the first shard actually began it, Unix milliseconds (its own clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at_millis: Option<u64>,
+    /// Last shard's actual start minus the first's, milliseconds (includes the nodes' clock
+    /// offset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_skew_millis: Option<f64>,
+}
+
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -176,6 +236,18 @@ pub struct TierFigures {
     pub bytes_per_second: f64,
     /// Connections established per second during the connect phase.
     pub connects_per_second: f64,
+    /// Connections established (all shards).
+    #[serde(default)]
+    pub connected: u64,
+    /// Connections that lasted to the end of the tier with no error and no lost ping.
+    #[serde(default)]
+    pub survived: u64,
+    /// `survived` over `connected`, 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub survival: Option<f64>,
+    /// First dial to the last connection established, seconds (the slowest shard).
+    #[serde(default)]
+    pub connect_seconds: f64,
     /// Handshake (TCP + upgrade + ready), ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connect: Option<Percentiles>,

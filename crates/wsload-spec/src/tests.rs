@@ -36,6 +36,7 @@ fn minimal_file_gets_defaults() {
         (8080, 9090, "/")
     );
     assert_eq!(server.image, spec::DEFAULT_SERVER_IMAGE);
+    assert_eq!(server.replicas, 1);
 }
 
 #[test]
@@ -125,18 +126,103 @@ spec:
 }
 
 #[test]
-fn capacity_errors_say_how_many_shards() {
-    let e = errors(&MINIMAL.replace(
+fn connections_are_bounded_by_sane_limits_not_one_machine() {
+    // No host's open-file limit is a spec rule: a shard checks its own at run time.
+    let lt = parse(&MINIMAL.replace(
         "scenario: throughput",
         "scenario: throughput\n  connections: [100000]",
+    ))
+    .expect("100000 connections on one shard are valid");
+    assert_eq!((lt.spec.connections[0], lt.spec.shards), (100_000, 1));
+    let max_share = cel::MAX_SHARD_SHARE;
+    assert!(
+        parse(&MINIMAL.replace(
+            "scenario: throughput",
+            &format!("scenario: throughput\n  connections: [{max_share}]"),
+        ))
+        .is_ok()
+    );
+
+    // One shard's share above the bound: the fix is more shards.
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  connections: [25000000]\n  shards: 2",
     ));
-    assert!(e.contains("use shards: 6 or more"), "{e}");
+    assert!(
+        e.contains("spec.shards: the largest tier (25000000 connections) over 2 shard(s) is 12500000 per shard, above the 10000000 one process may hold; use shards: 3 or more"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: connectionLimit\n  limit: {max: 20000001}",
+    ));
+    assert!(
+        e.contains("spec.shards: limit.max (20000001 connections)")
+            && e.contains("use shards: 3 or more"),
+        "{e}"
+    );
+
+    // A tier, limit.max and shards have bounds of their own.
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  connections: [100000001]\n  shards: 20",
+    ));
+    assert!(
+        e.contains("spec.connections[0]: 100000001 connections; at most 100000000 in one tier"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: connectionLimit\n  limit: {max: 100000001}\n  shards: 20",
+    ));
+    assert!(
+        e.contains("spec.limit.max: 100000001 connections; at most 100000000"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  connections: [10000]\n  shards: 5001",
+    ));
+    assert!(
+        e.contains("spec.shards: 5001 shards; at most 5000 (status keeps one entry per shard)"),
+        "{e}"
+    );
+    assert!(
+        parse(&MINIMAL.replace(
+            "scenario: throughput",
+            "scenario: throughput\n  connections: [100000000]\n  shards: 5000",
+        ))
+        .is_ok(),
+        "the largest tier on the most shards"
+    );
+
+    // Ephemeral ports per source address are real: that rule stays.
     let e = errors(&MINIMAL.replace(
         "scenario: throughput",
         "scenario: throughput\n  connections: [5000]\n  sources: {addresses: [10.0.0.1], perAddress: 1000}",
     ));
     assert!(
         e.contains("spec.sources.addresses") && e.contains("add addresses"),
+        "{e}"
+    );
+}
+
+#[test]
+fn server_replicas_default_to_one_and_are_bounded() {
+    let lt = parse(MINIMAL).expect("valid");
+    let server = lt.spec.target.server.as_ref().expect("server");
+    assert_eq!(server.replicas, 1);
+    let lt = parse(&MINIMAL.replace("target: {server: {}}", "target: {server: {replicas: 8}}"))
+        .expect("valid");
+    assert_eq!(lt.spec.target.server.map(|s| s.replicas), Some(8));
+    let e = errors(&MINIMAL.replace("target: {server: {}}", "target: {server: {replicas: 0}}"));
+    assert!(
+        e.contains("spec.target.server.replicas: must be at least 1"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace("target: {server: {}}", "target: {server: {replicas: 1001}}"));
+    assert!(
+        e.contains("spec.target.server.replicas: 1001 replicas; at most 1000"),
         "{e}"
     );
 }

@@ -29,10 +29,6 @@ impl Errors {
     }
 }
 
-/// Connections one process can hold: this VM (and many containers) cap open files at 20,000
-/// per process, and a few descriptors go to the runtime itself.
-pub const MAX_CONNECTIONS_PER_SHARD: u32 = 19_500;
-
 /// The largest tier (or limit probe) of the spec.
 pub fn peak_connections(spec: &LoadTestSpec) -> u32 {
     match spec.scenario {
@@ -228,6 +224,21 @@ fn target(spec: &LoadTestSpec, e: &mut Errors) {
                     format!("{:?} must start with '/'", server.path),
                 );
             }
+            if server.replicas == 0 {
+                e.add(
+                    "target.server.replicas",
+                    "must be at least 1 (the number of server processes or pods)",
+                );
+            } else if server.replicas > cel::MAX_SERVER_REPLICAS {
+                e.add(
+                    "target.server.replicas",
+                    format!(
+                        "{} replicas; at most {}",
+                        server.replicas,
+                        cel::MAX_SERVER_REPLICAS
+                    ),
+                );
+            }
             if server.port == server.metrics_port {
                 e.add("target.server.metricsPort", "must differ from port");
             }
@@ -304,6 +315,15 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
     let scenario = spec.scenario;
     if spec.shards == 0 {
         e.add("shards", "must be at least 1");
+    } else if spec.shards > cel::MAX_SHARDS {
+        e.add(
+            "shards",
+            format!(
+                "{} shards; at most {} (status keeps one entry per shard)",
+                spec.shards,
+                cel::MAX_SHARDS
+            ),
+        );
     }
     if scenario != Scenario::ConnectionLimit {
         if spec.connections.is_empty() {
@@ -315,6 +335,14 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
         for (i, &n) in spec.connections.iter().enumerate() {
             if n == 0 {
                 e.add(format!("connections[{i}]"), "must be at least 1");
+            } else if n > cel::MAX_CONNECTIONS_PER_TIER {
+                e.add(
+                    format!("connections[{i}]"),
+                    format!(
+                        "{n} connections; at most {} in one tier",
+                        cel::MAX_CONNECTIONS_PER_TIER
+                    ),
+                );
             } else if n < spec.shards {
                 e.add(
                     format!("connections[{i}]"),
@@ -412,6 +440,16 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
                     format!("must be at least limit.start ({})", l.start),
                 );
             }
+            if l.max > cel::MAX_CONNECTIONS_PER_TIER {
+                e.add(
+                    "limit.max",
+                    format!(
+                        "{} connections; at most {}",
+                        l.max,
+                        cel::MAX_CONNECTIONS_PER_TIER
+                    ),
+                );
+            }
             if l.resolution == 0 {
                 e.add("limit.resolution", "must be at least 1");
             }
@@ -421,16 +459,23 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
         }
         _ => {}
     }
-    // Open files: one process holds fewer than ~20K sockets here and in many containers.
+    // A sane bound on one shard's share (see cel::MAX_SHARD_SHARE), not any host's
+    // open-file limit: a shard checks that limit itself when it starts.
     let shards = spec.shards.max(1);
     let peak = peak_connections(spec);
     let per_shard = peak.div_ceil(shards);
-    if per_shard > MAX_CONNECTIONS_PER_SHARD && scenario != Scenario::ConnectionLimit {
-        let need = peak.div_ceil(MAX_CONNECTIONS_PER_SHARD);
+    let max = cel::MAX_SHARD_SHARE;
+    if per_shard > max {
+        let need = peak.div_ceil(max);
+        let what = if scenario == Scenario::ConnectionLimit {
+            "limit.max"
+        } else {
+            "the largest tier"
+        };
         e.add(
             "shards",
             format!(
-                "{peak} connections over {shards} shard(s) is {per_shard} per shard, above the {MAX_CONNECTIONS_PER_SHARD} one process can open; use shards: {need} or more"
+                "{what} ({peak} connections) over {shards} shard(s) is {per_shard} per shard, above the {max} one process may hold; use shards: {need} or more"
             ),
         );
     }

@@ -1,18 +1,20 @@
 //! After the load: every shard's result stored before the shard may exit, the merge judged
 //! into status, cleanup and the TTL.
 
+use super::cells;
 use super::step::{Step, humantime};
 use crate::Result;
+use crate::names::SHARD_PORT;
 use crate::names::{self};
 use crate::pods::{self};
 use crate::results;
-use crate::shard_client::ShardClient;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use std::time::Duration;
+use wsload_control::client::ShardClient;
 use wsload_spec::Cleanup;
 use wsload_spec::status::{Phase, ShardState};
 
@@ -46,7 +48,7 @@ impl Step<'_> {
                     );
                     continue;
                 };
-                match ShardClient::new(&ip, self.ctx.config.http_timeout)
+                match ShardClient::new(&ip, SHARD_PORT, self.ctx.config.http_timeout)
                     .result()
                     .await
                 {
@@ -60,7 +62,7 @@ impl Step<'_> {
             }
             // Stored: the shard may go. A shard that is already gone needs no word.
             if let Some(ip) = ip
-                && let Err(e) = ShardClient::new(&ip, self.ctx.config.http_timeout)
+                && let Err(e) = ShardClient::new(&ip, SHARD_PORT, self.ctx.config.http_timeout)
                     .finish()
                     .await
             {
@@ -109,7 +111,11 @@ impl Step<'_> {
         if shard_results.is_empty() {
             return self.fail("NoResults", "no shard delivered a result").await;
         }
-        match results::summarize(&self.lt.spec, &shard_results) {
+        // The received counts and connectionLimit's probes are the conductor's: what the
+        // cells recorded, replayed.
+        let received = cells::received_per_cell(&self.st.cells);
+        let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
+        match results::summarize(&self.lt.spec, &shard_results, &received, &conductor) {
             Ok(summary) => {
                 self.store(names::MERGED_KEY, summary.merged_json.clone())
                     .await?;
@@ -185,15 +191,13 @@ impl Step<'_> {
     /// the results ConfigMap stays with the LoadTest.
     pub(super) async fn cleanup(&self) -> Result<()> {
         let test = self.test();
-        let mut pods: Vec<String> = self
+        let pods: Vec<String> = self
             .world
             .shards
             .values()
+            .chain(self.world.servers.values())
             .map(ResourceExt::name_any)
             .collect();
-        if self.world.server.is_some() {
-            pods.push(names::server(&test));
-        }
         for name in pods {
             match self.apis.pods.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}

@@ -3,7 +3,9 @@
 //! Every decision comes from the status and the children alone, so a restarted operator resumes
 //! a running test where the old one left it.
 
+mod cells;
 mod collect;
+mod fanout;
 mod running;
 mod start;
 mod step;
@@ -18,8 +20,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase};
@@ -29,6 +31,26 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Config,
+    /// The server counter settling after a cell, per LoadTest uid. In memory only: it is a
+    /// few seconds of readings, and a restarted operator simply settles the cell again.
+    pub settles: Mutex<HashMap<String, cells::Settling>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        config: Config,
+    ) -> Context {
+        Context {
+            client,
+            recorder,
+            metrics,
+            config,
+            settles: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -37,6 +59,9 @@ pub struct Config {
     pub http_timeout: Duration,
     /// How often a running test is looked at even when nothing changes.
     pub poll: Duration,
+    /// From deciding a cell (after the first) to its start: every shard hears of it before
+    /// the instant, so all begin together.
+    pub cell_delay: Duration,
     pub defaults: crate::defaults::Defaults,
 }
 
@@ -45,6 +70,7 @@ impl Default for Config {
         Config {
             http_timeout: Duration::from_secs(5),
             poll: Duration::from_secs(2),
+            cell_delay: Duration::from_secs(1),
             defaults: crate::defaults::Defaults::default(),
         }
     }
@@ -52,7 +78,8 @@ impl Default for Config {
 
 /// What the API server holds for one test, read at the start of a reconcile.
 struct World {
-    pub(super) server: Option<Pod>,
+    /// The managed server's replica pods, by replica index.
+    pub(super) servers: BTreeMap<u32, Pod>,
     pub(super) shards: BTreeMap<u32, Pod>,
     pub(super) results: Option<ConfigMap>,
 }
@@ -72,6 +99,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     let uid = lt.uid().unwrap_or_default();
     if lt.meta().deletion_timestamp.is_some() {
         ctx.metrics.set_phase(&uid, None);
+        cells::forget(&ctx, &uid);
         return Ok(Action::await_change());
     }
     let apis = Apis {
@@ -103,6 +131,9 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         }
     }
     ctx.metrics.set_phase(&uid, st.phase.map(|p| p.as_str()));
+    if st.phase.is_some_and(Phase::is_finished) {
+        cells::forget(&ctx, &uid);
+    }
     action
 }
 
@@ -120,7 +151,7 @@ async fn observe(apis: &Apis, lt: &LoadTestResource) -> Result<World> {
         .list(&ListParams::default().labels(&selector))
         .await?;
     let mut world = World {
-        server: None,
+        servers: BTreeMap::new(),
         shards: BTreeMap::new(),
         results: apis.config_maps.get_opt(&names::results(&test)).await?,
     };
@@ -131,8 +162,8 @@ async fn observe(apis: &Apis, lt: &LoadTestResource) -> Result<World> {
             continue;
         }
         let name = pod.name_any();
-        if name == names::server(&test) {
-            world.server = Some(pod);
+        if let Some(r) = names::server_replica_index(&test, &name) {
+            world.servers.insert(r, pod);
         } else if let Some(i) = names::shard_index(&test, &name) {
             world.shards.insert(i, pod);
         }

@@ -1,14 +1,16 @@
 //! While the load runs: every shard's pod and control state watched, losses handled by the
 //! test's policy, start skew measured, the run deadline kept.
 
+use super::fanout;
 use super::step::{Step, humantime};
 use crate::Result;
 use crate::pods::{self, PodHealth};
-use crate::shard_client::{RunState, ShardClient};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
+use std::collections::BTreeMap;
 use std::time::Duration;
+use wsload_control::protocol::Phase as ShardPhase;
 use wsload_spec::status::{Phase, ShardState, ShardStatus};
 
 impl Step<'_> {
@@ -39,14 +41,12 @@ impl Step<'_> {
             self.mark_failed("ServerLost", format!("{why} during the run"));
         }
         let indexes: Vec<u32> = self.st.shards.iter().map(|s| s.index).collect();
+        let mut targets = Vec::new();
         for i in indexes {
             let Some(state) = self.shard(i).map(|s| s.state) else {
                 continue;
             };
-            if !matches!(
-                state,
-                ShardState::Running | ShardState::Ready | ShardState::Pending
-            ) {
+            if !live(state) {
                 continue;
             }
             let restarts = self.world.shards.get(&i).map_or(0, pods::restarts);
@@ -57,59 +57,68 @@ impl Step<'_> {
                 self.shard_failed(i, bad, why);
                 continue;
             }
-            let Some(ip) = self.world.shards.get(&i).and_then(pods::ip) else {
-                continue;
-            };
-            match ShardClient::new(&ip, self.ctx.config.http_timeout)
-                .state()
-                .await
-            {
-                Ok(cs) => {
-                    if let (Some(us), Some(s)) = (
-                        cs.started_at_micros,
-                        self.st.shards.iter_mut().find(|s| s.index == i),
-                    ) {
-                        s.started_at = micros_time(us);
-                    }
-                    match cs.state {
-                        RunState::Done | RunState::Failed => {
-                            let note = cs.error.map(|e| format!("finished with an error: {e}"));
-                            self.set_shard(i, ShardState::Done, note);
-                        }
-                        RunState::Waiting => {
-                            // The new process can answer before the kubelet's restartCount
-                            // reaches the watch cache; a failed shard is not looked at again,
-                            // so its count would stay 0 although it restarted.
-                            if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
-                                s.restarts = s.restarts.max(1);
-                            }
-                            self.shard_failed(
-                                i,
-                                ShardState::Lost,
-                                format!(
-                                    "shard {i} is waiting for a start again: it restarted after release"
-                                ),
-                            )
-                        }
-                        RunState::Armed | RunState::Running => {}
-                    }
-                }
+            if let Some(ip) = self.world.shards.get(&i).and_then(pods::ip) {
+                targets.push((i, ip));
+            }
+        }
+        // Every live shard asked at once: the barrier needs all of them, and hundreds of
+        // shards one after another would take longer than a cell.
+        let answers = fanout::each(&targets, self.ctx.config.http_timeout, |c| async move {
+            c.state().await
+        })
+        .await;
+        let mut states = BTreeMap::new();
+        let mut all_answered = targets.len() == self.count_live();
+        for (i, answer) in answers {
+            let cs = match answer {
+                Ok(cs) => cs,
                 Err(e) => {
-                    tracing::debug!(loadtest = %test, shard = i, error = %e, "shard state unknown")
+                    all_answered = false;
+                    tracing::debug!(loadtest = %test, shard = i, error = %e, "shard state unknown");
+                    continue;
+                }
+            };
+            if let (Some(us), Some(s)) = (
+                cs.started_at_micros,
+                self.st.shards.iter_mut().find(|s| s.index == i),
+            ) {
+                s.started_at = micros_time(us);
+            }
+            match cs.state {
+                ShardPhase::Done | ShardPhase::Failed => {
+                    let note = cs
+                        .error
+                        .as_ref()
+                        .map(|e| format!("finished with an error: {e}"));
+                    self.set_shard(i, ShardState::Done, note);
+                }
+                ShardPhase::Waiting => {
+                    // The new process can answer before the kubelet's restartCount reaches
+                    // the watch cache; a failed shard is not looked at again, so its count
+                    // would stay 0 although it restarted.
+                    if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
+                        s.restarts = s.restarts.max(1);
+                    }
+                    self.shard_failed(
+                        i,
+                        ShardState::Lost,
+                        format!(
+                            "shard {i} is waiting for a start again: it restarted after release"
+                        ),
+                    )
+                }
+                ShardPhase::Armed | ShardPhase::Running | ShardPhase::Between => {
+                    states.insert(i, cs);
                 }
             }
         }
         self.st.start_skew_millis = skew_millis(&self.st.shards);
+        let soon = self.conduct(&states, all_answered).await;
         let unfinished: Vec<u32> = self
             .st
             .shards
             .iter()
-            .filter(|s| {
-                matches!(
-                    s.state,
-                    ShardState::Running | ShardState::Ready | ShardState::Pending
-                )
-            })
+            .filter(|s| live(s.state))
             .map(|s| s.index)
             .collect();
         if unfinished.is_empty() {
@@ -133,13 +142,22 @@ impl Step<'_> {
             );
             return Ok(Action::requeue(Duration::from_millis(10)));
         }
-        let running = self.st.shards.len() - unfinished.len();
-        self.st.message = Some(format!(
-            "{running}/{} shards finished",
-            self.st.shards.len()
-        ));
-        Ok(Action::requeue(self.ctx.config.poll))
+        let poll = self.ctx.config.poll;
+        Ok(Action::requeue(soon.map_or(poll, |s| s.min(poll))))
     }
+
+    /// Shards that may still run or report cells.
+    pub(super) fn count_live(&self) -> usize {
+        self.st.shards.iter().filter(|s| live(s.state)).count()
+    }
+}
+
+/// A shard status that may still run or report cells.
+fn live(state: ShardState) -> bool {
+    matches!(
+        state,
+        ShardState::Running | ShardState::Ready | ShardState::Pending
+    )
 }
 
 pub(super) fn micros_time(us: u64) -> Option<Time> {

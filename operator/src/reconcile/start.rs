@@ -1,12 +1,14 @@
 //! From a new LoadTest to released shards: the spec checked, the server started and waited
 //! on, the shards started, and the start barrier.
 
+use super::cells::cell_released;
+use super::fanout;
 use super::step::{CONDITION_FAILED, Step, humantime};
-use crate::builders::{self, Endpoints};
+use crate::builders;
 use crate::names::{self, MANAGER};
 use crate::pods::{self, PodHealth};
 use crate::results;
-use crate::shard_client::ShardClient;
+use crate::server_counter::ServerCounter;
 use crate::{Error, Result};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
@@ -46,101 +48,120 @@ impl Step<'_> {
         };
         let pp = PatchParams::apply(MANAGER).force();
         let test = self.test();
-        if self.world.server.is_none() {
-            let pod = builders::server_pod(self.lt, &server);
-            self.apis
-                .pods
-                .patch(&names::server(&test), &pp, &Patch::Apply(&pod))
-                .await?;
+        let replicas = server.replicas.max(1);
+        for r in 0..replicas {
+            if !self.world.servers.contains_key(&r) {
+                let pod = builders::server_pod(self.lt, &server, r);
+                self.apis
+                    .pods
+                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
+                    .await?;
+            }
         }
         let svc = builders::server_service(self.lt, &server);
-        self.apis
+        let svc = self
+            .apis
             .services
             .patch(&names::server(&test), &pp, &Patch::Apply(&svc))
             .await?;
         let (start_limit, _, _) = self.timeouts();
-        match self.world.server.as_ref().map(pods::health) {
-            Some(PodHealth::Ready { ip }) => {
-                let host = if ip.contains(':') {
-                    format!("[{ip}]")
-                } else {
-                    ip.clone()
-                };
-                let url = format!("ws://{host}:{}{}", server.port, server.path);
-                self.st.target_url = Some(url.clone());
-                self.condition(
-                    "ServerReady",
-                    true,
-                    "PodReady",
-                    format!("{} at {url}", names::server(&test)),
-                );
-                self.enter(
-                    Phase::Starting,
-                    format!("server ready at {url}; starting shards"),
-                );
-                Ok(Action::requeue(Duration::from_millis(200)))
-            }
-            Some(PodHealth::Ended { reason }) => {
-                self.fail(
-                    "ServerFailed",
-                    format!(
-                        "server pod {} ended before the test: {reason}",
-                        names::server(&test)
-                    ),
-                )
-                .await
-            }
-            other => {
-                if self.deadline_passed(start_limit) {
-                    let why = other
-                        .map(|h| h.describe())
-                        .unwrap_or_else(|| "not created".into());
+        let mut ready = Vec::new();
+        let mut waiting = Vec::new();
+        for r in 0..replicas {
+            let pod = names::server_replica(&test, r);
+            match self.world.servers.get(&r).map(pods::health) {
+                Some(PodHealth::Ready { ip }) => ready.push(ip),
+                Some(PodHealth::Ended { reason }) => {
                     return self
                         .fail(
-                            "ServerNotReady",
-                            format!(
-                                "server pod {} not ready within {}: {why}",
-                                names::server(&test),
-                                humantime(start_limit)
-                            ),
+                            "ServerFailed",
+                            format!("server pod {pod} ended before the test: {reason}"),
                         )
                         .await;
                 }
-                Ok(Action::requeue(Duration::from_secs(1)))
+                other => waiting.push((
+                    pod,
+                    other
+                        .map(|h| h.describe())
+                        .unwrap_or_else(|| "not created".into()),
+                )),
             }
         }
-    }
-
-    /// The managed server must stay up while shards start and run.
-    pub(super) fn server_lost(&self) -> Option<String> {
-        self.lt.spec.target.server.as_ref()?;
-        match self.world.server.as_ref().map(pods::health) {
-            None => Some("server pod deleted".into()),
-            Some(PodHealth::Ended { reason }) => Some(format!("server pod ended: {reason}")),
-            _ => None,
-        }
-    }
-
-    pub(super) fn endpoints(&self) -> Endpoints {
-        let spec = &self.lt.spec;
-        let server_metrics_url = spec
-            .server_metrics
-            .as_ref()
-            .and_then(|m| m.url.clone())
-            .or_else(|| {
-                let server = spec.target.server.as_ref()?;
-                let ip = self.world.server.as_ref().and_then(pods::ip)?;
-                let host = if ip.contains(':') {
-                    format!("[{ip}]")
-                } else {
-                    ip
+        if !waiting.is_empty() {
+            if self.deadline_passed(start_limit) {
+                let limit = humantime(start_limit);
+                let message = match waiting.as_slice() {
+                    [(pod, why)] if replicas == 1 => {
+                        format!("server pod {pod} not ready within {limit}: {why}")
+                    }
+                    _ => format!(
+                        "{}/{replicas} server pods not ready within {limit}: {}",
+                        waiting.len(),
+                        waiting
+                            .iter()
+                            .map(|(pod, why)| format!("{pod}: {why}"))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
                 };
-                Some(format!("http://{host}:{}/metrics", server.metrics_port))
-            });
-        Endpoints {
-            target_url: self.st.target_url.clone().unwrap_or_default(),
-            server_metrics_url,
+                return self.fail("ServerNotReady", message).await;
+            }
+            if replicas > 1 {
+                self.st.message = Some(format!("{}/{replicas} server pods ready", ready.len()));
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
         }
+        // One replica: its pod IP, which needs neither DNS nor kube-proxy. More: the Service,
+        // whose kube-proxy rules spread the shards' connections over every replica.
+        let host = if replicas == 1 {
+            ready.first().cloned().unwrap_or_default()
+        } else {
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.cluster_ip.clone())
+                .filter(|ip| !ip.is_empty() && ip != "None")
+                .unwrap_or_else(|| {
+                    let ns = self.lt.metadata.namespace.clone().unwrap_or_default();
+                    format!("{}.{ns}.svc", names::server(&test))
+                })
+        };
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let url = format!("ws://{host}:{}{}", server.port, server.path);
+        self.st.target_url = Some(url.clone());
+        let who = if replicas == 1 {
+            names::server(&test)
+        } else {
+            format!(
+                "{replicas} server pods behind Service {}",
+                names::server(&test)
+            )
+        };
+        self.condition("ServerReady", true, "PodReady", format!("{who} at {url}"));
+        self.enter(
+            Phase::Starting,
+            format!("server ready at {url}; starting shards"),
+        );
+        Ok(Action::requeue(Duration::from_millis(200)))
+    }
+
+    /// The managed server must stay up, every replica of it, while shards start and run.
+    pub(super) fn server_lost(&self) -> Option<String> {
+        let server = self.lt.spec.target.server.as_ref()?;
+        let test = self.test();
+        (0..server.replicas.max(1)).find_map(|r| {
+            let pod = names::server_replica(&test, r);
+            match self.world.servers.get(&r).map(pods::health) {
+                None => Some(format!("server pod {pod} deleted")),
+                Some(PodHealth::Ended { reason }) => {
+                    Some(format!("server pod {pod} ended: {reason}"))
+                }
+                _ => None,
+            }
+        })
     }
 
     pub(super) async fn starting(&mut self) -> Result<Action> {
@@ -149,7 +170,7 @@ impl Step<'_> {
         }
         let test = self.test();
         self.ensure_results_config_map().await?;
-        let endpoints = self.endpoints();
+        let target_url = self.st.target_url.clone().unwrap_or_default();
         let document =
             builders::loadtest_document(self.lt).map_err(|e| Error::Serialize(e.to_string()))?;
         let pp = PatchParams::apply(MANAGER).force();
@@ -160,7 +181,7 @@ impl Step<'_> {
             let name = names::shard(&test, i);
             let Some(pod) = self.world.shards.get(&i) else {
                 // Created once: a pod's spec is immutable, and the one made is the one to use.
-                let pod = builders::shard_pod(self.lt, i, &endpoints, &document);
+                let pod = builders::shard_pod(self.lt, i, &target_url, &document);
                 self.apis
                     .pods
                     .patch(&name, &pp, &Patch::Apply(&pod))
@@ -214,9 +235,13 @@ impl Step<'_> {
             "AllReady",
             format!("{} shards ready", ready.len()),
         );
-        // The start instant is written to status before any shard hears it, so an operator that
-        // restarts mid-release sends every shard the same instant.
+        // The start instant (and the server counter's baseline, and cell 0) is written to
+        // status before any shard hears it, so an operator that restarts mid-release sends
+        // every shard the same instant.
         let Some(start_at) = self.st.start_at.as_ref().map(|t| t.0) else {
+            if let Some(wait) = self.read_baseline(start_limit).await {
+                return Ok(Action::requeue(wait));
+            }
             let delay =
                 SignedDuration::try_from(self.lt.spec.run.start_delay.get()).unwrap_or_default();
             let at = self.now.checked_add(delay).unwrap_or(self.now);
@@ -225,14 +250,27 @@ impl Step<'_> {
             return Ok(Action::requeue(Duration::from_millis(10)));
         };
         let start_ms = u64::try_from(start_at.as_millisecond()).unwrap_or(0);
+        if self.st.cells.is_empty()
+            && let Some(first) = wsload_control::Conductor::first(&self.lt.spec)
+        {
+            self.st
+                .cells
+                .push(cell_released(&first, start_ms, ready.len()));
+        }
+        let timeout = self.ctx.config.http_timeout;
+        let answers = fanout::each(&ready, timeout, |c| async move {
+            // No cell named: every shard runs the spec's first cell, the one recorded above.
+            c.start(start_ms, None).await
+        })
+        .await;
         let mut refused = Vec::new();
-        for (i, ip) in &ready {
-            let client = ShardClient::new(ip, self.ctx.config.http_timeout);
-            match client.start(start_ms).await {
-                Ok(_) => self.set_shard(*i, ShardState::Running, None),
+        for (i, answer) in answers {
+            match answer {
+                Ok(_) => self.set_shard(i, ShardState::Running, None),
                 Err(e) => refused.push(format!("shard {i}: {e}")),
             }
         }
+        refused.sort();
         if !refused.is_empty() {
             if self.deadline_passed(start_limit) {
                 return self
@@ -256,6 +294,37 @@ impl Step<'_> {
             format!("{} shards released at {start_at}", ready.len()),
         );
         Ok(Action::requeue(self.ctx.config.poll))
+    }
+
+    /// Reads the servers' summed received counter before the first cell into
+    /// `status.serverReceivedBaseline`; `Some(wait)` to try again (a replica not answering
+    /// yet), until the start deadline, after which the run goes on with delivery unknown.
+    async fn read_baseline(&mut self, start_limit: Duration) -> Option<Duration> {
+        if self.st.server_received_baseline.is_some() {
+            return None;
+        }
+        let counter = match ServerCounter::of(&self.lt.spec, &self.world.servers) {
+            Ok(Some(c)) => c,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(loadtest = %self.test(), error = %e, "no server counter: delivery will be unknown");
+                return None;
+            }
+        };
+        match counter.read(self.ctx.config.http_timeout).await {
+            Ok(n) => {
+                self.st.server_received_baseline = Some(n);
+                None
+            }
+            Err(e) if !self.deadline_passed(start_limit) => {
+                self.st.message = Some(format!("reading the server counter: {e}"));
+                Some(Duration::from_millis(500))
+            }
+            Err(e) => {
+                tracing::warn!(loadtest = %self.test(), error = %e, "server counter unreadable: delivery will be unknown");
+                None
+            }
+        }
     }
 
     pub(super) async fn ensure_results_config_map(&self) -> Result<()> {

@@ -137,9 +137,17 @@ impl Step<'_> {
         let d = &self.lt.spec.run.deadlines;
         let start = d.scheduling.get() + d.ready.get();
         // connectionLimit has no expected length (the search decides): an hour unless set.
-        let run = wsload_spec::timing::run_deadline(&self.lt.spec)
+        let mut run = wsload_spec::timing::run_deadline(&self.lt.spec)
             .unwrap_or(Duration::from_secs(3600))
             + self.lt.spec.run.start_delay.get();
+        if d.run.is_none() {
+            // Between cells: noticing the barrier, the server counter settling, the next
+            // release's delay. A deadline the spec sets is taken as given.
+            let cells = wsload_control::sequence::planned(&self.lt.spec).len();
+            let between =
+                self.ctx.config.cell_delay + self.ctx.config.poll + wsload_control::settle::QUIET;
+            run += between * u32::try_from(cells).unwrap_or(u32::MAX);
+        }
         (start, run, d.collect.get())
     }
 

@@ -16,7 +16,9 @@
 //! - writes status through the status subresource: phase, IPs, conditions, container statuses;
 //!   Ready follows the readiness probe (httpGet or tcpSocket, every 200 ms);
 //! - on exit applies `restartPolicy`; on deletion sends SIGTERM, SIGKILL after the grace
-//!   period, then removes the pod (grace 0), as a kubelet finalizes a deletion.
+//!   period, then removes the pod (grace 0), as a kubelet finalizes a deletion;
+//! - plays kube-proxy for the namespace's Services: a pod reaches `<clusterIP>:<port>` through
+//!   a loopback proxy spreading connections over the ready endpoints ([`super::proxy`]).
 //!
 //! Not modelled: liveness and startup probes, exec probes (taken as succeeding), taints,
 //! required pod affinity, resource requests, volumes, more than one container running.
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, NodeSelectorRequirement, Pod, PodAffinityTerm, Probe, Secret,
+    Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -46,6 +49,7 @@ use tokio::sync::{Notify, OnceCell, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::cluster::{scratch_dir, workspace_root};
+use super::proxy::{self, ServiceProxy};
 
 /// How a [`Kubelet`] sets up its nodes and runs images.
 #[derive(Clone, Debug)]
@@ -110,6 +114,8 @@ struct Shared {
     log: Mutex<std::fs::File>,
     log_path: PathBuf,
     started: Instant,
+    /// The namespace's Services' proxies, by Service uid.
+    proxies: Mutex<HashMap<String, ServiceProxy>>,
 }
 
 #[derive(Clone, Debug)]
@@ -171,6 +177,7 @@ impl Kubelet {
             log: Mutex::new(log),
             log_path,
             started: Instant::now(),
+            proxies: Mutex::new(HashMap::new()),
         });
         let prefix = shared
             .opts
@@ -270,6 +277,7 @@ impl Kubelet {
     /// Kills every process and stops watching; pods stay in the API as they were.
     pub async fn stop(&self) {
         self.main.abort();
+        lock(&self.shared.proxies).clear();
         let runners: Vec<mpsc::UnboundedSender<Ctl>> = lock(&self.shared.runners)
             .values()
             .map(|r| r.ctl.clone())
@@ -311,6 +319,7 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.main.abort();
+        lock(&self.shared.proxies).clear();
         let runners = lock(&self.shared.runners);
         for r in runners.values() {
             // Dropping the runner's task drops its Child, which kill_on_drop kills.
@@ -358,6 +367,38 @@ fn now() -> Time {
 }
 
 impl Shared {
+    /// Points every `<clusterIP>:<port>` in `env` at the Service's proxy, starting proxies for
+    /// Services not seen before (what kube-proxy's rules do to a pod's packets).
+    async fn route_services(&self, env: &mut [(String, String)]) -> Result<(), NotYet> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &self.namespace);
+        let services = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| ("CreateContainerConfigError", format!("list services: {e}")))?;
+        let mut proxies = lock(&self.proxies);
+        for svc in &services.items {
+            let uid = svc.metadata.uid.clone().unwrap_or_default();
+            if let std::collections::hash_map::Entry::Vacant(slot) = proxies.entry(uid) {
+                let ip = next_ip();
+                if let Some(p) = proxy::start(self.client.clone(), &self.namespace, svc, ip) {
+                    self.log(format!(
+                        "service {} ({}) proxied at {}",
+                        svc.metadata.name.as_deref().unwrap_or(""),
+                        p.cluster_ip,
+                        p.ip
+                    ));
+                    slot.insert(p);
+                }
+            }
+        }
+        for (_, value) in env.iter_mut() {
+            for p in proxies.values() {
+                *value = p.rewrite(value);
+            }
+        }
+        Ok(())
+    }
+
     fn log(&self, msg: impl AsRef<str>) {
         let t = self.started.elapsed().as_secs_f64();
         let _ = writeln!(lock(&self.log), "[{t:8.3}s] {}", msg.as_ref());
@@ -1345,7 +1386,8 @@ impl Run {
             .container()
             .ok_or(("CreateContainerConfigError", "pod has no containers".into()))?
             .clone();
-        let env = self.resolve_env(&c).await?;
+        let mut env = self.resolve_env(&c).await?;
+        self.shared.route_services(&mut env).await?;
         let lookup: HashMap<&str, &str> =
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod kubelet;
+pub mod proxy;
 
 // Re-exports for test files, which use some of them each.
 #[allow(unused_imports)]

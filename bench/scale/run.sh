@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# usage: bench/scale/run.sh [LOADTEST.yaml]
+#
+# Holds 100,000 WebSocket connections on this machine with `wsload run` (bench/scale/
+# hold-100k.yaml: sustainedHold, 6 shard processes, 6 server replicas on one port) and prints
+# what a reviewer asks of such a claim: connections held, survival, time to open all, ping
+# p50/p99, and the RSS per connection of the clients (the shard processes) and the servers
+# (the replicas), each measured as the increase over the same processes just before the load.
+# The last line is the summary:
+#   held=N survival=P% open_s=S client_kib_per_conn=C server_kib_per_conn=V
+#
+# Environment (all optional):
+#   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
+#   WSLOAD_BENCH_OUT               result directory (default: target/bench-scale)
+# RSS is read once every connection is open and a full ping round has passed, so that the
+# figure is the connections' live memory, not what the handshakes left behind.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$here/../.." && pwd)
+LOG_NAME=bench-scale
+# shellcheck source=bench/lib.sh
+source "$here/../lib.sh"
+
+spec=${1:-$here/hold-100k.yaml}
+out=${WSLOAD_BENCH_OUT:-$repo_root/target/bench-scale}
+mkdir -p "$out"
+
+if [[ -z ${WSLOAD_BIN:-} || -z ${WSLOAD_SERVER_BIN:-} ]]; then
+    step "building wsload and wsload-server (release)"
+    (cd "$repo_root" && cargo build --release --quiet -p wsload -p wsload-server) >&2
+    WSLOAD_BIN=$repo_root/target/release/wsload
+    WSLOAD_SERVER_BIN=$repo_root/target/release/wsload-server
+fi
+export WSLOAD_SERVER_BIN
+
+log "open-file limit per process: $(ulimit -Sn) soft, $(ulimit -Hn) hard; ephemeral ports $(tr '\t' - </proc/sys/net/ipv4/ip_local_port_range); somaxconn $(cat /proc/sys/net/core/somaxconn)"
+
+# The processes of the run: its shards and its server replicas, children of `wsload run`.
+children() { pgrep -P "$run_pid" -f "$1" || true; }
+sum_rss() {
+    local pid total=0 kib
+    for pid in "$@"; do
+        kib=$(rss_kib "$pid")
+        total=$((total + ${kib:-0}))
+    done
+    echo "$total"
+}
+# Connections the replicas hold now, summed over their /metrics.
+server_connections() {
+    local url total=0 n
+    for url in "${metrics_urls[@]}"; do
+        n=$(curl -fsS --max-time 5 "$url" 2>/dev/null |
+            awk '$1 ~ /^wsload_server_connections_active/ { s += $2 } END { printf "%d", s }')
+        total=$((total + ${n:-0}))
+    done
+    echo "$total"
+}
+
+stderr_log=$out/run.stderr
+result=$out/result.json
+rm -f "$result"
+"$WSLOAD_BIN" run "$spec" --out "$result" >"$out/report.md" 2>"$stderr_log" &
+run_pid=$!
+started_pids+=("$run_pid")
+
+# Before the load: the processes ready and idle (the release line is printed as the shards
+# are told the start instant, 250 ms ahead of it).
+wait_until 120 --pid "$run_pid" grep -q 'released at' "$stderr_log" ||
+    die "the run did not start: $(tail -5 "$stderr_log")"
+mapfile -t shard_pids < <(children 'wsload shard')
+mapfile -t server_pids < <(children wsload-server)
+client_base=$(sum_rss "${shard_pids[@]}")
+server_base=$(sum_rss "${server_pids[@]}")
+read -r -a metrics_urls < <(sed -n 's/.*metrics on \(http[^ ]*\( http[^ ]*\)*\)$/\1/p' "$stderr_log" | head -1)
+log "${#shard_pids[@]} shards (RSS ${client_base} KiB), ${#server_pids[@]} server replicas (RSS ${server_base} KiB)"
+
+want=$(awk '/^  connections:/ { gsub(/[^0-9]/, ""); print; exit }' "$spec")
+# shellcheck disable=SC2317 # called through wait_until
+all_open() { (($(server_connections) >= want)); }
+open_started=$(date +%s.%N)
+if wait_until 300 --pid "$run_pid" all_open; then
+    log "all $want open after $(awk -v a="$open_started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (seen from the servers)"
+else
+    log "not all $want connections opened: $(server_connections) held"
+fi
+ping_every=$(sed -n 's/.*interval: *\([0-9]*\)s.*/\1/p' "$spec" | head -1)
+sleep "$((${ping_every:-10} + 2))"
+client_held=$(sum_rss "${shard_pids[@]}")
+server_held=$(sum_rss "${server_pids[@]}")
+held_now=$(server_connections)
+log "held $held_now: clients RSS ${client_held} KiB, servers RSS ${server_held} KiB"
+
+rc=0
+wait "$run_pid" || rc=$?
+forget_pid "$run_pid"
+[[ -s $result ]] || die "no result (exit $rc): $(tail -5 "$stderr_log")"
+cat "$out/report.md" >&2
+
+python3 - "$result" "$client_base" "$client_held" "$server_base" "$server_held" "$held_now" <<'PY'
+import json, sys
+path, cb, ch, sb, sh, held_now = sys.argv[1], *map(int, sys.argv[2:])
+r = json.load(open(path))
+c = r["cells"][0]
+counts = c["counts"]
+connected = counts["connected"]
+survived = counts["survived"]
+f = c["figures"]
+per = lambda before, after: (after - before) / max(held_now, 1)
+print(f"connections held: {survived} of {connected} opened (servers held {held_now} when RSS was read)", file=sys.stderr)
+print(f"time to open all: {c['connectSecs']:.1f} s", file=sys.stderr)
+print(f"ping p50 {f['rtt']['p50']*1000:.2f} ms, p99 {f['rtt']['p99']*1000:.2f} ms", file=sys.stderr)
+print(f"client RSS per connection {per(cb, ch):.2f} KiB ({ch - cb} KiB over {held_now}); server {per(sb, sh):.2f} KiB ({sh - sb} KiB)", file=sys.stderr)
+print(f"held={survived} survival={f['survival']*100:.2f}% open_s={c['connectSecs']:.1f} client_kib_per_conn={per(cb, ch):.2f} server_kib_per_conn={per(sb, sh):.2f}")
+PY
+exit "$rc"

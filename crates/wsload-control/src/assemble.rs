@@ -1,0 +1,20 @@
+//! The merged result completed with what only the conductor knows: each cell's server receipt
+//! (every replica's counter summed, against every shard's sends), connectionLimit's probes
+//! and limit, and the verdict over it all.
+
+use crate::sequence::Conductor;
+use wsload_report::report::RunResult;
+
+/// Completes `result` (merged from every shard's result): `received[i]` is what the servers
+/// counted during cell i, `None` where it could not be read.
+pub fn complete(result: &mut RunResult, received: &[Option<u64>], conductor: &Conductor) {
+    for (cell, received) in result.cells.iter_mut().zip(received) {
+        cell.server_received = *received;
+        cell.compute();
+    }
+    if conductor.is_search() {
+        result.probes = conductor.probes().to_vec();
+        result.limit = conductor.limit();
+    }
+    result.judge();
+}

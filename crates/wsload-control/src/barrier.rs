@@ -1,0 +1,113 @@
+//! The per-cell barrier: a cell is over when every shard still able to report has finished it.
+
+use crate::protocol::{CellSummary, Phase, State};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Barrier {
+    /// A live shard has not finished the cell yet.
+    Waiting,
+    /// Every live shard finished the cell: its outcome summed over them.
+    Passed(Merged),
+    /// No shard is live any more (each is done or failed).
+    Over,
+}
+
+/// A cell's outcome over the shards that finished it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// Counts summed; `started_at_micros` the first shard's start, `finished_at_micros` the
+    /// last shard's finish.
+    pub outcome: CellSummary,
+    /// The last shard's start minus the first's, microseconds.
+    pub start_spread_micros: u64,
+    pub shards: usize,
+}
+
+/// Whether cell `index` is over for `states`, the shards the conductor still counts (a shard
+/// known lost is left out by the caller; one that failed is left out here).
+pub fn evaluate(index: u32, states: &[&State]) -> Barrier {
+    let live: Vec<&State> = states.iter().copied().filter(|s| s.state.live()).collect();
+    if live.is_empty() {
+        return Barrier::Over;
+    }
+    let finished = |s: &State| {
+        s.state == Phase::Between && s.last_cell.as_ref().is_some_and(|c| c.index == index)
+    };
+    if !live.iter().all(|s| finished(s)) {
+        return Barrier::Waiting;
+    }
+    let cells: Vec<&CellSummary> = live.iter().filter_map(|s| s.last_cell.as_ref()).collect();
+    let mut outcome = CellSummary {
+        index,
+        started_at_micros: u64::MAX,
+        ..Default::default()
+    };
+    let mut last_start = 0;
+    for c in &cells {
+        outcome.attempted += c.attempted;
+        outcome.connected += c.connected;
+        outcome.failed += c.failed;
+        outcome.sent_with_warmup += c.sent_with_warmup;
+        outcome.started_at_micros = outcome.started_at_micros.min(c.started_at_micros);
+        outcome.finished_at_micros = outcome.finished_at_micros.max(c.finished_at_micros);
+        last_start = last_start.max(c.started_at_micros);
+    }
+    Barrier::Passed(Merged {
+        start_spread_micros: last_start.saturating_sub(outcome.started_at_micros),
+        outcome,
+        shards: cells.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn between(index: u32, start: u64, sent: u64) -> State {
+        State {
+            state: Phase::Between,
+            cells_done: index + 1,
+            last_cell: Some(CellSummary {
+                index,
+                attempted: 10,
+                connected: 10,
+                sent_with_warmup: sent,
+                started_at_micros: start,
+                finished_at_micros: start + 5,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn passes_once_every_live_shard_finished_the_cell() {
+        let a = between(0, 1_000, 5);
+        let b = between(0, 1_400, 7);
+        let running = State {
+            state: Phase::Running,
+            cells_done: 0,
+            ..Default::default()
+        };
+        assert_eq!(evaluate(0, &[&a, &running]), Barrier::Waiting);
+        // A shard still between an earlier cell has not finished this one.
+        assert_eq!(evaluate(1, &[&a, &b]), Barrier::Waiting);
+        let failed = State {
+            state: Phase::Failed,
+            ..Default::default()
+        };
+        let Barrier::Passed(m) = evaluate(0, &[&a, &b, &failed]) else {
+            panic!("passed")
+        };
+        assert_eq!(
+            (m.outcome.attempted, m.outcome.sent_with_warmup, m.shards),
+            (20, 12, 2)
+        );
+        assert_eq!(
+            (m.outcome.started_at_micros, m.start_spread_micros),
+            (1_000, 400)
+        );
+        assert_eq!(m.outcome.finished_at_micros, 1_405);
+        assert_eq!(evaluate(0, &[&failed]), Barrier::Over);
+    }
+}

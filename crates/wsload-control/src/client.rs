@@ -1,0 +1,106 @@
+//! The conductor's side of the shard control protocol over HTTP (the operator against pod
+//! IPs, `wsload run` against its shard processes on loopback).
+
+use crate::protocol::{self, CellKey, CellOrder, StartRequest, State};
+use crate::{Error, Result};
+use std::time::Duration;
+use wsload_metrics::http_client::{self, Response};
+
+#[derive(Debug, Clone)]
+pub struct ShardClient {
+    base: String,
+    timeout: Duration,
+}
+
+impl ShardClient {
+    /// A shard at `host:port` (an IPv6 address is bracketed here).
+    pub fn new(host: &str, port: u16, timeout: Duration) -> Self {
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        ShardClient {
+            base: format!("http://{host}:{port}"),
+            timeout,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub async fn state(&self) -> Result<State> {
+        let url = self.url(protocol::STATE);
+        let r = http_client::get(&url, self.timeout).await?;
+        if r.status != 200 {
+            return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
+        }
+        serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("GET {url}: {e}")))
+    }
+
+    async fn post(&self, path: &str, body: String) -> Result<State> {
+        let url = self.url(path);
+        let r = http_client::post_json(&url, &body, self.timeout).await?;
+        accepted(&url, r)
+    }
+
+    /// Releases the shard's first cell at `start_at` (Unix ms). Retrying with the same body
+    /// is safe.
+    pub async fn start(&self, start_at: u64, cell: Option<CellKey>) -> Result<State> {
+        let body = json(&StartRequest { start_at, cell })?;
+        self.post(protocol::START, body).await
+    }
+
+    /// Releases the next cell at `start_at` (Unix ms). Retrying with the same body is safe.
+    pub async fn cell(&self, start_at: u64, cell: CellKey) -> Result<State> {
+        let body = json(&CellOrder { start_at, cell })?;
+        self.post(protocol::CELL, body).await
+    }
+
+    /// No more cells: the shard builds its result.
+    pub async fn end(&self) -> Result<State> {
+        self.post(protocol::END, "{}".into()).await
+    }
+
+    /// The shard's RunResult JSON, once it is done; `None` while it still runs.
+    pub async fn result(&self) -> Result<Option<String>> {
+        let url = self.url(protocol::RESULT);
+        let r = http_client::get(&url, self.timeout).await?;
+        match r.status {
+            200 => Ok(Some(r.body)),
+            409 => Ok(None),
+            s => Err(Error::Shard(format!("GET {url}: HTTP {s}"))),
+        }
+    }
+
+    /// Lets the shard exit: its result is stored.
+    pub async fn finish(&self) -> Result<()> {
+        let url = self.url(protocol::FINISH);
+        let r = http_client::post_json(&url, "{}", self.timeout).await?;
+        if (200..300).contains(&r.status) {
+            Ok(())
+        } else {
+            Err(Error::Shard(format!("POST {url}: HTTP {}", r.status)))
+        }
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Shard(format!("cannot serialize: {e}")))
+}
+
+fn accepted(url: &str, r: Response) -> Result<State> {
+    if !(200..300).contains(&r.status) {
+        return Err(Error::Shard(format!(
+            "POST {url}: HTTP {}: {}",
+            r.status,
+            r.body.trim()
+        )));
+    }
+    serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("POST {url}: {e}")))
+}

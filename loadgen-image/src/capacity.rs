@@ -1,0 +1,110 @@
+//! How many connections this process can open: each is a file descriptor, and the open-file
+//! limit (`ulimit -n`) is the machine's, not the product's. A shard raises its soft limit to
+//! the hard one and refuses, before any load, a share it cannot open.
+
+use crate::plan::Shard;
+use crate::{Error, Result};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use wsload_spec::LoadTestSpec;
+use wsload_spec::shares::count_share;
+
+/// Descriptors a shard needs beside its connections: the runtime, the worker threads' epoll
+/// and event descriptors, stdio, the metrics endpoint.
+pub const OVERHEAD: u64 = 64;
+
+/// The open-file limits after raising the soft one as far as the hard one allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// Raises the soft open-file limit to the hard one.
+pub fn raise() -> Limits {
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            return Limits {
+                soft: u64::MAX,
+                hard: u64::MAX,
+            };
+        }
+    };
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                tracing::info!(from = soft, to = hard, "raised the soft open-file limit");
+                return Limits { soft: hard, hard };
+            }
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the open-file limit"),
+        }
+    }
+    Limits { soft, hard }
+}
+
+/// The most connections one shard of `spec` opens at once: its share of the largest tier, or
+/// of `limit.max` for connectionLimit.
+pub fn peak_share(spec: &LoadTestSpec, shard: Shard) -> u32 {
+    let peak = wsload_spec::validate::peak_connections(spec);
+    count_share(peak, shard.index, shard.count)
+}
+
+/// Refuses a share above what `limits` let this process open, naming the numbers and the fixes.
+pub fn check(spec: &LoadTestSpec, shard: Shard, limits: Limits) -> Result<()> {
+    let share = peak_share(spec, shard);
+    let needed = u64::from(share) + OVERHEAD;
+    if needed <= limits.soft {
+        return Ok(());
+    }
+    let peak = wsload_spec::validate::peak_connections(spec);
+    let what = if spec.scenario == wsload_spec::Scenario::ConnectionLimit {
+        format!("limit.max {peak}")
+    } else {
+        format!("the largest tier, {peak} connections,")
+    };
+    let per_process = limits.soft.saturating_sub(OVERHEAD).max(1);
+    let shards = u64::from(peak).div_ceil(per_process);
+    Err(Error::Spec(format!(
+        "shard {} of {} must open {share} connections ({what} over spec.shards: {}), but this process may open only {} files (ulimit -n {}, hard {}; {OVERHEAD} are the load generator's own): raise the open-file limit (ulimit -Hn as root, the container runtime's nofile, systemd LimitNOFILE) to at least {needed}, or use spec.shards: {shards} or more",
+        shard.index, shard.count, spec.shards, limits.soft, limits.soft, limits.hard,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml_spec: &str) -> LoadTestSpec {
+        let doc = format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nspec:\n{yaml_spec}");
+        wsload_spec::LoadTest::from_yaml(&doc, "t")
+            .expect("valid")
+            .spec
+    }
+
+    #[test]
+    fn a_share_above_the_limit_is_refused_with_the_numbers_and_the_fix() {
+        let s = spec(
+            "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [1000, 100000]\n  shards: 2\n",
+        );
+        let limits = Limits {
+            soft: 20_000,
+            hard: 20_000,
+        };
+        let shard = Shard { index: 1, count: 2 };
+        let e = check(&s, shard, limits).expect_err("refused").to_string();
+        for part in [
+            "shard 1 of 2 must open 50000 connections",
+            "only 20000 files",
+            "at least 50064",
+            "spec.shards: 6 or more",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        let roomy = Limits {
+            soft: 1 << 20,
+            hard: 1 << 20,
+        };
+        assert!(check(&s, shard, roomy).is_ok());
+    }
+}

@@ -1,0 +1,453 @@
+//! `wsload run` with `shards: N` (N > 1): the test's shards as N `wsload shard` processes on
+//! this machine, conducted the way the operator conducts pods (wsload_control): started
+//! together, released cell by cell at one instant, the servers' counters summed over every
+//! replica once every shard finished a cell, the results merged, the verdict judged once.
+//! A per-process limit (open files) then caps a shard, not the test, and a local run goes
+//! through the code a cluster run does.
+
+use crate::capacity;
+use crate::local_server::{self, LocalServers};
+use crate::plan::Shard;
+use crate::report::RunResult;
+use crate::runner::{self, Options};
+use crate::server_metrics::Counter;
+use crate::{Error, Result};
+use futures_util::future::join_all;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use wsload_control::barrier::{self, Barrier};
+use wsload_control::client::ShardClient;
+use wsload_control::settle::{self, Settle};
+use wsload_control::{CellKey, Conductor, Phase, State, assemble};
+use wsload_spec::LoadTest;
+
+/// Set in a shard's environment: it asks the kernel for SIGTERM when this process dies.
+pub const EXIT_WITH_PARENT: &str = "WSLOAD_EXIT_WITH_PARENT";
+/// A shard's control requests go to loopback: a slow answer is a stuck shard.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a shard may take to get ready (parse, resolve, build its dialer).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Between the release and the instant: time for every POST to arrive.
+const LEAD: Duration = Duration::from_millis(250);
+/// How often to ask the shards how far they are.
+const POLL: Duration = Duration::from_millis(50);
+
+struct ShardProc {
+    index: u32,
+    child: Child,
+    client: ShardClient,
+    /// The last lines of its stderr, to say why it stopped.
+    log: mpsc::Receiver<String>,
+    /// Gone: exited or unreachable; its measurements are lost.
+    lost: Option<String>,
+}
+
+impl ShardProc {
+    fn tail(&self) -> String {
+        let lines: Vec<String> = self.log.try_iter().collect();
+        lines
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ShardProc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `lt` (read from `file`) as `lt.spec.shards` shard processes of this binary.
+pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
+    let spec = &lt.spec;
+    if opts.plot.is_some() {
+        return Err(Error::Spec(format!(
+            "--plot draws one process's timeline; spec.shards: {} runs {} processes: run with shards: 1 to plot, or watch the shards' metrics (docs/loadtest.md)",
+            spec.shards, spec.shards
+        )));
+    }
+    // The shards inherit this process's limits: a share none can open fails here, at once.
+    let limits = capacity::raise();
+    for index in 0..spec.shards {
+        capacity::check(
+            spec,
+            Shard {
+                index,
+                count: spec.shards,
+            },
+            limits,
+        )?;
+    }
+    // The servers first: every shard dials the same port (replicas share it).
+    let mut local = None;
+    let (url, metrics_urls) = match (&spec.target.url, &spec.target.server) {
+        (Some(u), _) => (u.clone(), Vec::new()),
+        (None, Some(server)) => {
+            let s = LocalServers::start(
+                local_server::find_binary(opts.server_bin.clone()),
+                spec,
+                server,
+            )?;
+            let urls = (s.ws_url.clone(), s.metrics_urls.clone());
+            local = Some(s);
+            urls
+        }
+        (None, None) => return Err(Error::Spec("spec.target: no url and no server".into())),
+    };
+    let counters = runner::counters(lt, &metrics_urls);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io(format!("cannot build the conductor's runtime: {e}")))?;
+    let mut shards = spawn_all(lt, file, opts, &url)?;
+    let result = rt.block_on(conduct(lt, &mut shards, &counters));
+    drop(shards);
+    drop(local);
+    let mut result = result?;
+    result.target = url;
+    Ok(result)
+}
+
+fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
+    let n = lt.spec.shards;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Io(format!("cannot find this binary to start shards: {e}")))?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    // N processes share the cores: one runtime thread per core over all of them.
+    let threads = opts.threads.unwrap_or((cores / n as usize).max(1));
+    let mut shards = Vec::new();
+    for index in 0..n {
+        let listen: SocketAddr = match opts.metrics_listen {
+            // Consecutive ports from the one given, so a scrape config can list them.
+            Some(a) => SocketAddr::new(a.ip(), a.port().saturating_add(index as u16)),
+            None => SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        shards.push(spawn(&exe, file, index, n, threads, listen, url)?);
+    }
+    Ok(shards)
+}
+
+fn spawn(
+    exe: &PathBuf,
+    file: &Path,
+    index: u32,
+    count: u32,
+    threads: usize,
+    listen: SocketAddr,
+    url: &str,
+) -> Result<ShardProc> {
+    let mut child = Command::new(exe)
+        .arg("shard")
+        .arg(file)
+        .args(["--index", &index.to_string(), "--count", &count.to_string()])
+        .args(["--threads", &threads.to_string()])
+        .args(["--metrics-listen", &listen.to_string()])
+        .args(["--target-url", url])
+        .args(["--await-start", "--linger", "10m"])
+        .env_remove("WSLOAD_LOADTEST")
+        .env_remove("WSLOAD_SERVER_METRICS_URL")
+        .env(EXIT_WITH_PARENT, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Io(format!("cannot start shard {index}: {e}")))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| Error::Io("shard without stderr".into()))?;
+    let (tx, rx) = mpsc::channel();
+    let (addr_tx, addr_rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("shard-{index}-log"))
+        .spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                if let Some(rest) = line.strip_prefix("wsload metrics on http://") {
+                    let _ = addr_tx.send(rest.trim_end_matches("/metrics").to_string());
+                    continue;
+                }
+                eprintln!("[shard {index}] {line}");
+                let _ = tx.send(line);
+            }
+        })
+        .map_err(|e| Error::Io(e.to_string()))?;
+    let mut shard = ShardProc {
+        index,
+        child,
+        client: ShardClient::new("127.0.0.1", 0, HTTP_TIMEOUT),
+        log: rx,
+        lost: None,
+    };
+    let addr = addr_rx.recv_timeout(READY_TIMEOUT).map_err(|_| {
+        Error::Runtime(format!(
+            "shard {index} did not open its endpoint: {}",
+            shard.tail()
+        ))
+    })?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        .ok_or_else(|| Error::Runtime(format!("shard {index}: endpoint {addr:?}")))?;
+    shard.client = ShardClient::new(&host, port, HTTP_TIMEOUT);
+    Ok(shard)
+}
+
+/// Waits until every shard is ready, or says which could not get ready and why.
+async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let mut waiting = 0;
+        for s in shards.iter_mut() {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                // A shard that cannot take its share (open files, bad input) exits at once
+                // with the reason: the test's own error.
+                let tail = s.tail();
+                let why = tail.trim_start_matches("wsload: ").to_string();
+                return Err(match status.code() {
+                    Some(2) => Error::Spec(why),
+                    _ => Error::Runtime(format!("shard {} exited ({status}): {why}", s.index)),
+                });
+            }
+            let ready = wsload_metrics::http_client::get(
+                &format!("{}/readyz", s.client.base()),
+                HTTP_TIMEOUT,
+            )
+            .await
+            .is_ok_and(|r| r.status == 200);
+            if !ready {
+                waiting += 1;
+            }
+        }
+        if waiting == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Runtime(format!(
+                "{waiting} shard(s) not ready within {READY_TIMEOUT:?}"
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn sum(counters: &[Counter]) -> std::result::Result<u64, String> {
+    let mut total = 0;
+    for c in counters {
+        total += c.read().map_err(|e| format!("{}: {e}", c.url))?;
+    }
+    Ok(total)
+}
+
+fn start_instant() -> u64 {
+    runner::unix_ms() + LEAD.as_millis() as u64
+}
+
+/// Marks shards that exited as lost, saying so in `notes`.
+fn reap(shards: &mut [ShardProc], cell: &str, notes: &mut Vec<String>) {
+    for s in shards.iter_mut().filter(|s| s.lost.is_none()) {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            let why = format!(
+                "shard {} exited ({status}) during cell {cell}: its measurements are lost ({})",
+                s.index,
+                s.tail()
+            );
+            eprintln!("wsload: {why}");
+            notes.push(why);
+            s.lost = Some(status.to_string());
+        }
+    }
+}
+
+async fn states(shards: &[ShardProc]) -> Vec<(usize, Option<State>)> {
+    let live: Vec<usize> = (0..shards.len())
+        .filter(|&i| shards[i].lost.is_none())
+        .collect();
+    let answers = join_all(live.iter().map(|&i| shards[i].client.state())).await;
+    live.into_iter()
+        .zip(answers)
+        .map(|(i, a)| (i, a.ok()))
+        .collect()
+}
+
+async fn conduct(
+    lt: &LoadTest,
+    shards: &mut [ShardProc],
+    counters: &[Counter],
+) -> Result<RunResult> {
+    await_ready(shards).await?;
+    let mut notes = Vec::new();
+    let mut conductor = Conductor::new(&lt.spec);
+    let mut received: Vec<Option<u64>> = Vec::new();
+    let mut before = match sum(counters) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            notes.push(format!("server counters unreadable: {e}"));
+            None
+        }
+    };
+    let Some(mut key) = conductor.next(None) else {
+        return Err(Error::Spec("the LoadTest has no cell to run".into()));
+    };
+    let at = start_instant();
+    let released = join_all(shards.iter().map(|s| s.client.start(at, Some(key.clone())))).await;
+    for (s, r) in shards.iter().zip(released) {
+        if let Err(e) = r {
+            return Err(Error::Runtime(format!("shard {}: {e}", s.index)));
+        }
+    }
+    eprintln!(
+        "wsload: {} shards released at {at} (Unix ms), cell {}",
+        shards.len(),
+        key.label
+    );
+    loop {
+        let merged = loop {
+            reap(shards, &key.label, &mut notes);
+            let answers = states(shards).await;
+            let known: Vec<&State> = answers.iter().filter_map(|(_, s)| s.as_ref()).collect();
+            if answers.iter().any(|(_, s)| s.is_none()) {
+                // A shard that does not answer may be busy: ask again (an exit is reaped).
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            match barrier::evaluate(key.index, &known) {
+                Barrier::Waiting => tokio::time::sleep(POLL).await,
+                Barrier::Passed(m) => break Some(m),
+                Barrier::Over => break None,
+            }
+        };
+        let Some(merged) = merged else {
+            notes.push(format!("no shard finished cell {}", key.label));
+            break;
+        };
+        let got = settle_counters(
+            counters,
+            &mut before,
+            merged.outcome.sent_with_warmup,
+            &mut notes,
+        )
+        .await;
+        received.resize(key.index as usize, None);
+        received.push(got);
+        eprintln!(
+            "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",
+            key.label,
+            merged.shards,
+            merged.start_spread_micros as f64 / 1000.0,
+            got.map_or(String::new(), |r| format!(
+                ", servers received {r} of {} sent",
+                merged.outcome.sent_with_warmup
+            ))
+        );
+        let Some(next) = conductor.next(Some(&merged.outcome)) else {
+            break;
+        };
+        key = next;
+        release(shards, start_instant(), &key).await;
+    }
+    end_all(shards).await;
+    let mut result = collect(shards, &mut notes).await?;
+    result.notes.append(&mut notes);
+    assemble::complete(&mut result, &received, &conductor);
+    Ok(result)
+}
+
+/// What the servers received during the cell just over, once they settled.
+async fn settle_counters(
+    counters: &[Counter],
+    before: &mut Option<u64>,
+    sent: u64,
+    notes: &mut Vec<String>,
+) -> Option<u64> {
+    let start = (*before)?;
+    let mut settle = Settle::new(start, sent, Instant::now());
+    loop {
+        match sum(counters) {
+            Ok(reading) => {
+                if let Some(got) = settle.observe(reading, Instant::now()) {
+                    *before = Some(reading);
+                    return Some(got);
+                }
+            }
+            Err(e) => {
+                notes.push(format!("server counters unreadable: {e}"));
+                *before = None;
+                return None;
+            }
+        }
+        tokio::time::sleep(settle::POLL).await;
+    }
+}
+
+async fn release(shards: &mut [ShardProc], at: u64, key: &CellKey) {
+    let live: Vec<usize> = (0..shards.len())
+        .filter(|&i| shards[i].lost.is_none())
+        .collect();
+    let answers = join_all(live.iter().map(|&i| shards[i].client.cell(at, key.clone()))).await;
+    for (i, a) in live.into_iter().zip(answers) {
+        if let Err(e) = a {
+            tracing::warn!(shard = shards[i].index, error = %e, "the cell was not released");
+            shards[i].lost = Some(format!("cell {} not released: {e}", key.label));
+        }
+    }
+}
+
+async fn end_all(shards: &mut [ShardProc]) {
+    let answers = states(shards).await;
+    let between: Vec<usize> = answers
+        .iter()
+        .filter(|(_, s)| s.as_ref().is_some_and(|s| s.state == Phase::Between))
+        .map(|(i, _)| *i)
+        .collect();
+    let _ = join_all(between.iter().map(|&i| shards[i].client.end())).await;
+}
+
+/// Every shard's result, merged; `finish` lets each exit.
+async fn collect(shards: &mut [ShardProc], notes: &mut Vec<String>) -> Result<RunResult> {
+    let mut merged: Option<RunResult> = None;
+    for s in shards.iter_mut() {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let body = loop {
+            if s.lost.is_some() {
+                break None;
+            }
+            match s.client.result().await {
+                Ok(Some(body)) => break Some(body),
+                Ok(None) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+                Ok(None) => {
+                    notes.push(format!("shard {} kept no result", s.index));
+                    break None;
+                }
+                Err(e) => {
+                    notes.push(format!("shard {}: its result is lost: {e}", s.index));
+                    break None;
+                }
+            }
+        };
+        let Some(body) = body else { continue };
+        let part: RunResult = serde_json::from_str(&body)
+            .map_err(|e| Error::Runtime(format!("shard {}: not a result: {e}", s.index)))?;
+        match &mut merged {
+            None => merged = Some(part),
+            Some(m) => m
+                .merge(&part)
+                .map_err(|e| Error::Runtime(format!("shard {}: {e}", s.index)))?,
+        }
+        let _ = s.client.finish().await;
+    }
+    let mut merged = merged.ok_or_else(|| {
+        Error::Runtime(format!("no shard returned a result: {}", notes.join("; ")))
+    })?;
+    merged.shard_count = shards.len() as u32;
+    Ok(merged)
+}

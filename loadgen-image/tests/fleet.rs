@@ -1,0 +1,142 @@
+//! `wsload run` with `shards: N`: N `wsload shard` processes conducted cell by cell, servers
+//! as replicas sharing one port, one reconciliation of delivery over all of them, one
+//! connectionLimit search over all shards, and a share a process cannot open refused before
+//! any load.
+
+mod common;
+
+use common::{WATCHDOG, server_bin};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+use wsload::report::RunResult;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wsload-fleet-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// `wsload run` of a LoadTest with `body` as its spec, behind `shell` (e.g. a ulimit) if
+/// given; the result file is read when the run wrote one.
+fn run(name: &str, body: &str, shell: Option<&str>) -> (Output, Option<RunResult>) {
+    let dir = scratch(name);
+    let file = dir.join("test.yaml");
+    let out = dir.join("result.json");
+    std::fs::write(
+        &file,
+        format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"),
+    )
+    .expect("write spec");
+    let wsload = env!("CARGO_BIN_EXE_wsload");
+    let mut cmd = match shell {
+        Some(prefix) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{prefix} && exec \"$0\" \"$@\""))
+                .arg(wsload);
+            c
+        }
+        None => Command::new(wsload),
+    };
+    let started = Instant::now();
+    let output = cmd
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .env("WSLOAD_SERVER_BIN", server_bin())
+        .env("WSLOAD_THREADS", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("wsload runs");
+    assert!(
+        started.elapsed() < WATCHDOG,
+        "the run took {:?}",
+        started.elapsed()
+    );
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+    let result = std::fs::read_to_string(&out)
+        .ok()
+        .map(|t| serde_json::from_str(&t).expect("a RunResult"));
+    let _ = std::fs::remove_dir_all(&dir);
+    (output, result)
+}
+
+#[test]
+fn three_shards_and_two_replicas_reconcile_delivery_exactly() {
+    let (o, r) = run(
+        "tp",
+        "  target: {server: {replicas: 2}}\n  scenario: throughput\n  connections: [30, 60]\n  duration: 1s\n  warmup: 300ms\n  shards: 3\n  thresholds: [\"delivery >= 100%\"]\n",
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("x2 (SO_REUSEPORT)"), "{err}");
+    let r = r.expect("a result");
+    assert_eq!((r.shards.clone(), r.shard_count), (vec![0, 1, 2], 3));
+    assert_eq!(r.shard_info.len(), 3);
+    for c in &r.cells {
+        let n = &c.measure.counts;
+        assert_eq!(n.connected, u64::from(c.connections), "{}", c.label);
+        assert!(n.sent_with_warmup > 0);
+        // Both replicas took connections (SO_REUSEPORT spreads them): only the sum of both
+        // counters can equal what the three shards sent.
+        assert_eq!(c.server_received, Some(n.sent_with_warmup), "{}", c.label);
+        assert_eq!(c.figures.delivery, Some(1.0));
+        // Released together: every shard began the cell, and the spread is recorded.
+        assert!(c.started_first_micros > 0 && c.shard_skew_ms().is_some());
+    }
+    assert!(r.verdict.is_some_and(|v| v.passed));
+}
+
+#[test]
+fn connection_limit_over_two_shards_is_one_search() {
+    let (o, r) = run(
+        "limit",
+        "  target:\n    server:\n      args: [\"--max-connections\", \"300\"]\n  scenario: connectionLimit\n  limit: {start: 75, max: 1200, maxErrorRate: 1%, hold: 300ms, resolution: 25}\n  connect: {batchSize: 150}\n  shards: 2\n  thresholds: [\"limit >= 275\"]\n",
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let r = r.expect("a result");
+    let limit = r.limit.expect("a limit");
+    assert!((275..=303).contains(&limit), "limit {limit}");
+    // One probe per cell, each judged on both shards' connections together.
+    assert_eq!(r.probes.len(), r.cells.len());
+    for (p, c) in r.probes.iter().zip(&r.cells) {
+        assert_eq!(c.label, p.connections.to_string());
+        assert_eq!(c.measure.counts.attempted, u64::from(p.connections));
+        let bad = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        let rate = bad as f64 / c.measure.counts.attempted as f64;
+        assert!((p.error_rate - rate).abs() < 1e-9, "{p:?}");
+    }
+}
+
+#[test]
+fn a_share_above_the_open_file_limit_is_refused_before_any_load() {
+    for shards in [1, 2] {
+        let (o, r) = run(
+            "files",
+            &format!(
+                "  target: {{server: {{}}}}\n  scenario: sustainedHold\n  connections: [3000]\n  duration: 1s\n  shards: {shards}\n"
+            ),
+            Some("ulimit -Sn 512 && ulimit -Hn 1024"),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        let share = 3000 / shards;
+        for part in [
+            format!("must open {share} connections"),
+            "only 1024 files (ulimit -n 1024, hard 1024".to_string(),
+            format!("to at least {}", share + 64),
+            "spec.shards: 4 or more".to_string(),
+        ] {
+            assert!(err.contains(&part), "{part:?} not in {err}");
+        }
+        assert!(r.is_none(), "no result: nothing was measured");
+        assert!(o.stdout.is_empty(), "no report");
+    }
+}

@@ -1,0 +1,39 @@
+//! One request to many shards at once: a test of hundreds of shards must not wait out one
+//! slow shard's timeout after another within a reconcile.
+
+use crate::names::SHARD_PORT;
+use futures_util::StreamExt;
+use std::future::Future;
+use std::time::Duration;
+use wsload_control::client::ShardClient;
+
+/// Requests in flight at most.
+const CONCURRENCY: usize = 32;
+
+/// Calls `call` on every shard of `targets` (index, pod IP), at most [`CONCURRENCY`] at a
+/// time; the answers by shard index, in no particular order.
+pub(super) async fn each<T, F, Fut>(
+    targets: &[(u32, String)],
+    timeout: Duration,
+    call: F,
+) -> Vec<(u32, T)>
+where
+    F: Fn(ShardClient) -> Fut,
+    Fut: Future<Output = T>,
+{
+    // Futures built up front, owning what they need: a stream mapping borrowed items with a
+    // closure makes the reconcile future's Send-ness depend on higher-ranked lifetimes the
+    // compiler cannot prove.
+    let calls: Vec<_> = targets
+        .iter()
+        .map(|(i, ip)| {
+            let i = *i;
+            let answer = call(ShardClient::new(ip, SHARD_PORT, timeout));
+            async move { (i, answer.await) }
+        })
+        .collect();
+    futures_util::stream::iter(calls)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
