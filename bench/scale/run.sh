@@ -27,7 +27,7 @@ out=${WSLOAD_BENCH_OUT:-$repo_root/target/bench-scale}
 mkdir -p "$out"
 
 if [[ -z ${WSLOAD_BIN:-} || -z ${WSLOAD_SERVER_BIN:-} ]]; then
-    step "building wsload and wsload-server (release)"
+    step "building wsload and wsload-server (release)" >&2
     (cd "$repo_root" && cargo build --release --quiet -p wsload -p wsload-server) >&2
     WSLOAD_BIN=$repo_root/target/release/wsload
     WSLOAD_SERVER_BIN=$repo_root/target/release/wsload-server
