@@ -33,6 +33,8 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Between the release and the instant: time for every POST to arrive.
 const LEAD: Duration = Duration::from_millis(250);
+/// A live process whose endpoint has not answered for this long is stuck: left out, as lost.
+const SILENCE: Duration = Duration::from_secs(60);
 /// How often to ask the shards how far they are.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -44,6 +46,8 @@ struct ShardProc {
     log: mpsc::Receiver<String>,
     /// Gone: exited or unreachable; its measurements are lost.
     lost: Option<String>,
+    /// When its endpoint last answered.
+    answered: Instant,
 }
 
 impl ShardProc {
@@ -187,6 +191,7 @@ fn spawn(
         client: ShardClient::new("127.0.0.1", 0, HTTP_TIMEOUT),
         log: rx,
         lost: None,
+        answered: Instant::now(),
     };
     let addr = addr_rx.recv_timeout(READY_TIMEOUT).map_err(|_| {
         Error::Runtime(format!(
@@ -314,12 +319,33 @@ async fn conduct(
         let merged = loop {
             reap(shards, &key.label, &mut notes);
             let answers = states(shards).await;
-            let known: Vec<&State> = answers.iter().filter_map(|(_, s)| s.as_ref()).collect();
-            if answers.iter().any(|(_, s)| s.is_none()) {
+            let mut silent = false;
+            for (i, answer) in &answers {
+                let s = &mut shards[*i];
+                if answer.is_some() {
+                    s.answered = Instant::now();
+                } else if s.answered.elapsed() > SILENCE {
+                    let why = format!(
+                        "shard {} did not answer for {SILENCE:?} during cell {}: left out, its measurements are lost",
+                        s.index, key.label
+                    );
+                    eprintln!("wsload: {why}");
+                    notes.push(why);
+                    s.lost = Some("silent".into());
+                } else {
+                    silent = true;
+                }
+            }
+            if silent {
                 // A shard that does not answer may be busy: ask again (an exit is reaped).
                 tokio::time::sleep(POLL).await;
                 continue;
             }
+            let known: Vec<&State> = answers
+                .iter()
+                .filter(|(i, _)| shards[*i].lost.is_none())
+                .filter_map(|(_, s)| s.as_ref())
+                .collect();
             match barrier::evaluate(key.index, &known) {
                 Barrier::Waiting => tokio::time::sleep(POLL).await,
                 Barrier::Passed(m) => break Some(m),
