@@ -395,14 +395,16 @@ impl Cluster {
         // once (`.status.conditions accessor error: <nil>`), which it did under CPU load.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let established = self.kubectl_ok(&[
-                "get",
-                "-f",
-                path,
-                "-o",
-                r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
-            ]);
-            if established.trim() == "True" {
+            // Read as JSON: a jsonpath filter over conditions fails outright while the CRD has
+            // none yet, which is "not yet", not an error.
+            let crd: serde_json::Value =
+                serde_json::from_str(&self.kubectl_ok(&["get", "-f", path, "-o", "json"]))
+                    .expect("kubectl prints the CRD as JSON");
+            let established = crd["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Established"))
+                .map(|c| c["status"].clone());
+            if established.as_ref().is_some_and(|s| s == "True") {
                 break;
             }
             assert!(
