@@ -6,7 +6,6 @@
 //! through the code a cluster run does.
 
 use crate::capacity;
-use crate::local_server::{self, LocalServers};
 use crate::plan::Shard;
 use crate::report::RunResult;
 use crate::runner::{self, Options};
@@ -93,21 +92,11 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
         )?;
     }
     // The servers first: every shard dials the same port (replicas share it).
-    let mut local = None;
-    let (url, metrics_urls) = match (&spec.target.url, &spec.target.server) {
-        (Some(u), _) => (u.clone(), Vec::new()),
-        (None, Some(server)) => {
-            let s = LocalServers::start(
-                local_server::find_binary(opts.server_bin.clone()),
-                spec,
-                server,
-            )?;
-            let urls = (s.ws_url.clone(), s.metrics_urls.clone());
-            local = Some(s);
-            urls
-        }
-        (None, None) => return Err(Error::Spec("spec.target: no url and no server".into())),
-    };
+    let runner::Target {
+        url,
+        metrics_urls,
+        local,
+    } = runner::target(lt, opts)?;
     let counters = runner::counters(lt, &metrics_urls);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -131,22 +131,11 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
     let spec = &lt.spec;
     let shard = opts.shard.unwrap_or(Shard::WHOLE);
     capacity::check(spec, shard, capacity::raise())?;
-    let mut local = None;
-    let (url, metrics_urls) = match (&opts.target_url, &spec.target.url, &spec.target.server) {
-        (Some(u), _, _) => (u.clone(), opts.server_metrics_url.iter().cloned().collect()),
-        (None, Some(u), _) => (u.clone(), Vec::new()),
-        (None, None, Some(server)) => {
-            let s = LocalServers::start(
-                local_server::find_binary(opts.server_bin.clone()),
-                spec,
-                server,
-            )?;
-            let urls = (s.ws_url.clone(), s.metrics_urls.clone());
-            local = Some(s);
-            urls
-        }
-        (None, None, None) => return Err(Error::Spec("spec.target: no url and no server".into())),
-    };
+    let Target {
+        url,
+        metrics_urls,
+        local,
+    } = target(lt, opts)?;
     let counters = counters(lt, &metrics_urls);
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     Ok(Prepared {
@@ -159,6 +148,44 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
             live,
         },
         _local: local,
+    })
+}
+
+/// Where a run's connections go: `--target-url`, else the spec's URL, else the managed
+/// server's replicas, started here (and stopped when this is dropped).
+pub struct Target {
+    pub url: String,
+    /// The servers' metrics endpoints, when known.
+    pub metrics_urls: Vec<String>,
+    pub local: Option<LocalServers>,
+}
+
+pub fn target(lt: &LoadTest, opts: &Options) -> Result<Target> {
+    let spec = &lt.spec;
+    let (url, metrics_urls, local) = match (&opts.target_url, &spec.target.url, &spec.target.server)
+    {
+        (Some(u), _, _) => (
+            u.clone(),
+            opts.server_metrics_url.iter().cloned().collect(),
+            None,
+        ),
+        (None, Some(u), _) => (u.clone(), Vec::new(), None),
+        (None, None, Some(server)) => {
+            let s = LocalServers::start(
+                local_server::find_binary(opts.server_bin.clone()),
+                spec,
+                server,
+            )?;
+            (s.ws_url.clone(), s.metrics_urls.clone(), Some(s))
+        }
+        (None, None, None) => {
+            return Err(Error::Spec("spec.target: no url and no server".into()));
+        }
+    };
+    Ok(Target {
+        url,
+        metrics_urls,
+        local,
     })
 }
 

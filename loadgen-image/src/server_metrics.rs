@@ -9,19 +9,8 @@ use wsload_metrics::scrape;
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Debug, thiserror::Error)]
-pub enum ScrapeError {
-    #[error(transparent)]
-    Scrape(#[from] scrape::Error),
-    /// The matching series add up to something no message count can be (NaN, infinite,
-    /// negative): a wrong metric named, or a broken exporter.
-    #[error("{url}: {name} is {value}, not a count")]
-    NotACount {
-        url: String,
-        name: String,
-        value: f64,
-    },
-}
+/// Why the counter could not be read.
+pub type ScrapeError = scrape::Error;
 
 /// One scrape target: a counter name and the labels its series must carry.
 #[derive(Debug, Clone)]
@@ -34,16 +23,7 @@ pub struct Counter {
 impl Counter {
     /// The sum of every matching series. Blocking: called between cells, never in a runtime.
     pub fn read(&self) -> Result<u64, ScrapeError> {
-        let value = scrape::read_blocking(&self.url, &self.name, &self.labels, SCRAPE_TIMEOUT)?;
-        if !value.is_finite() || value < 0.0 {
-            return Err(ScrapeError::NotACount {
-                url: self.url.clone(),
-                name: self.name.clone(),
-                value,
-            });
-        }
-        // Counters are integers carried as floats; exact up to 2^53 messages.
-        Ok(value.round() as u64)
+        scrape::read_blocking(&self.url, &self.name, &self.labels, SCRAPE_TIMEOUT)
     }
 }
 

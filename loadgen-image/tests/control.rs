@@ -39,17 +39,7 @@ impl Shard {
     /// Starts `wsload shard --await-start` with `args` and `env`, through `sh -c` with `shell`
     /// prepended when given (to set limits); waits for its endpoint address.
     fn start(args: &[&str], env: &[(&str, &str)], shell: Option<&str>) -> Shard {
-        let wsload = env!("CARGO_BIN_EXE_wsload");
-        let mut cmd = match shell {
-            Some(prefix) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("{prefix} && exec \"$0\" \"$@\""))
-                    .arg(wsload);
-                c
-            }
-            None => Command::new(wsload),
-        };
+        let mut cmd = common::behind(shell, env!("CARGO_BIN_EXE_wsload"));
         cmd.args(["shard", "--await-start", "--metrics-listen", "127.0.0.1:0"])
             .args(args)
             .env("WSLOAD_THREADS", "2")

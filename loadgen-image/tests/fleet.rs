@@ -7,7 +7,7 @@ mod common;
 
 use common::{WATCHDOG, server_bin};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Instant;
 use wsload::report::RunResult;
 
@@ -30,17 +30,7 @@ fn run(name: &str, body: &str, shell: Option<&str>) -> (Output, Option<RunResult
         format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"),
     )
     .expect("write spec");
-    let wsload = env!("CARGO_BIN_EXE_wsload");
-    let mut cmd = match shell {
-        Some(prefix) => {
-            let mut c = Command::new("sh");
-            c.arg("-c")
-                .arg(format!("{prefix} && exec \"$0\" \"$@\""))
-                .arg(wsload);
-            c
-        }
-        None => Command::new(wsload),
-    };
+    let mut cmd = common::behind(shell, env!("CARGO_BIN_EXE_wsload"));
     let started = Instant::now();
     let output = cmd
         .arg("run")

@@ -16,8 +16,8 @@
 //!
 //! ```text
 //! pub fn sum(body: &str, name: &str, labels: &BTreeMap<String, String>) -> f64
-//! pub async fn read(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<f64>
-//! pub fn read_blocking(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<f64>
+//! pub async fn read(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
+//! pub fn read_blocking(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! ```
 
 use crate::http_client;
@@ -30,6 +30,14 @@ pub enum Error {
     Http(#[from] http_client::Error),
     #[error("GET {url}: HTTP {status}")]
     Status { url: String, status: u16 },
+    /// The matching series add up to something no message count can be (NaN, infinite,
+    /// negative): a wrong metric named, or a broken exporter.
+    #[error("{url}: {name} is {value}, not a count")]
+    NotACount {
+        url: String,
+        name: String,
+        value: f64,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -173,24 +181,33 @@ fn answer(
     r: http_client::Response,
     name: &str,
     labels: &BTreeMap<String, String>,
-) -> Result<f64> {
+) -> Result<u64> {
     if r.status != 200 {
         return Err(Error::Status {
             url,
             status: r.status,
         });
     }
-    Ok(sum(&r.body, name, labels))
+    let value = sum(&r.body, name, labels);
+    if !value.is_finite() || value < 0.0 {
+        return Err(Error::NotACount {
+            url,
+            name: name.to_string(),
+            value,
+        });
+    }
+    // Counters are integers carried as floats; exact up to 2^53 messages.
+    Ok(value.round() as u64)
 }
 
-/// Scrapes `url` (a bare `http://host:port` means its `/metrics`) and sums `name` over the
-/// series carrying `labels`.
+/// Scrapes `url` (a bare `http://host:port` means its `/metrics`) and sums the counter `name`
+/// over the series carrying `labels`.
 pub async fn read(
     url: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
     timeout: Duration,
-) -> Result<f64> {
+) -> Result<u64> {
     let url = with_default_path(url);
     let r = http_client::get(&url, timeout).await?;
     answer(url, r, name, labels)
@@ -202,7 +219,7 @@ pub fn read_blocking(
     name: &str,
     labels: &BTreeMap<String, String>,
     timeout: Duration,
-) -> Result<f64> {
+) -> Result<u64> {
     let url = with_default_path(url);
     let r = http_client::get_blocking(&url, timeout)?;
     answer(url, r, name, labels)
@@ -338,14 +355,14 @@ mod tests {
         let url = format!("http://{addr}");
         let t = Duration::from_secs(5);
         let got = read(&url, "x_total", &labels(&[("a", "b")]), t).await;
-        assert_eq!(got.expect("read"), 41.0);
+        assert_eq!(got.expect("read"), 41);
         let blocking = {
             let url = url.clone();
             tokio::task::spawn_blocking(move || read_blocking(&url, "x", &labels(&[]), t))
                 .await
                 .expect("join")
         };
-        assert_eq!(blocking.expect("read"), 42.0);
+        assert_eq!(blocking.expect("read"), 42);
         let e = read(&format!("{url}/nope"), "x", &labels(&[]), t)
             .await
             .expect_err("404");

@@ -180,6 +180,21 @@ pub fn stop(pid: u32) -> Instant {
     }
 }
 
+/// A command running `program`, behind the shell commands `shell` when given (e.g. a
+/// `ulimit` the program must inherit).
+pub fn behind(shell: Option<&str>, program: &str) -> std::process::Command {
+    match shell {
+        Some(prefix) => {
+            let mut c = std::process::Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{prefix} && exec \"$0\" \"$@\""))
+                .arg(program);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
 /// A LoadTest from the body of its `spec` (YAML indented by two spaces).
 pub fn spec(name: &str, body: &str) -> LoadTest {
     let doc = format!(
