@@ -76,8 +76,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml_spec: &str) -> LoadTestSpec {
-        let doc = format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nspec:\n{yaml_spec}");
-        wsload_spec::LoadTest::from_yaml(&doc, "t")
+        wsload_spec::LoadTest::from_spec_yaml(yaml_spec, "t")
             .expect("valid")
             .spec
     }

@@ -82,6 +82,13 @@ pub struct LoadTest {
 
 impl LoadTest {
     /// Parses and validates a LoadTest document; `path` names it in errors.
+    /// A LoadTest from the YAML of its spec alone (the lines under `spec:`, indented by two),
+    /// as tests write them.
+    pub fn from_spec_yaml(spec_yaml: &str, path: &str) -> Result<LoadTest> {
+        let doc = format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nspec:\n{spec_yaml}");
+        LoadTest::from_yaml(&doc, path)
+    }
+
     pub fn from_yaml(text: &str, path: &str) -> Result<LoadTest> {
         let de = serde_yaml::Deserializer::from_str(text);
         let lt: LoadTest = serde_path_to_error::deserialize(de).map_err(|e| {
