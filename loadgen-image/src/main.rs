@@ -236,11 +236,11 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
         Command::Merge { results, out } => {
             let mut merged: Option<RunResult> = None;
             for p in &results {
-                let text = std::fs::read_to_string(p)
+                let bytes = std::fs::read(p)
                     .map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
-                let r: RunResult = serde_json::from_str(&text).map_err(|e| {
-                    Error::Spec(format!("{}: not a wsload result: {e}", p.display()))
-                })?;
+                // Plain JSON (`--out`) or gzip-compressed, as the operator stores results.
+                let r = wsload_report::stored::decode(&bytes)
+                    .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?;
                 match &mut merged {
                     None => merged = Some(r),
                     Some(m) => m

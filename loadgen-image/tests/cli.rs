@@ -212,10 +212,18 @@ fn shards_merge_exactly() {
     assert_eq!(conns, [11, 10]);
 
     let merged_path = dir.path("merged.json");
+    // One as `--out` wrote it, one gzip-compressed as the operator stores results.
+    let packed = dir.path("shard-1.json.gz");
+    let json = std::fs::read(&outs[1]).expect("read shard 1");
+    std::fs::write(
+        &packed,
+        wsload_report::stored::compress(&json).expect("compress"),
+    )
+    .expect("write");
     let o = wsload(&[
         "merge",
         outs[0].to_str().expect("utf-8 path"),
-        outs[1].to_str().expect("utf-8 path"),
+        packed.to_str().expect("utf-8 path"),
         "--out",
         merged_path.to_str().expect("utf-8 path"),
     ]);

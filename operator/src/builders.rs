@@ -2,6 +2,7 @@
 //! applying them again is a no-op, and they are unit-tested without an API server.
 
 use crate::names::{self, MANAGER, SHARD_PORT};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
@@ -432,10 +433,30 @@ fn secret_refs(spec: &LoadTestSpec) -> Vec<(String, String)> {
 }
 
 /// The ConfigMap that keeps every shard's result; created empty, filled key by key.
-pub fn results_config_map(lt: &LoadTestResource) -> ConfigMap {
+/// The results ConfigMap holding the merged result (gzip-compressed JSON).
+pub fn results_config_map(lt: &LoadTestResource, merged: Vec<u8>) -> ConfigMap {
     let test = lt.name_any();
     ConfigMap {
         metadata: meta(lt, names::results(&test), names::labels(&test, "results")),
+        binary_data: Some(BTreeMap::from([(
+            names::MERGED_KEY.to_string(),
+            ByteString(merged),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// Shard `index`'s own result (gzip-compressed JSON), one object per shard.
+pub fn shard_result_config_map(lt: &LoadTestResource, index: u32, result: Vec<u8>) -> ConfigMap {
+    let test = lt.name_any();
+    let mut labels = names::labels(&test, names::ROLE_RESULT);
+    labels.insert(names::LABEL_SHARD.to_string(), index.to_string());
+    ConfigMap {
+        metadata: meta(lt, names::shard_result(&test, index), labels),
+        binary_data: Some(BTreeMap::from([(
+            names::RESULT_KEY.to_string(),
+            ByteString(result),
+        )])),
         ..Default::default()
     }
 }

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::utils::PredicateConfig;
+use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use wsload_spec::LoadTestResource;
@@ -57,15 +58,30 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
         controller: "wsload-operator".into(),
         instance: opts.leader.as_ref().map(|l| l.identity.clone()),
     };
+    // One watch of the tests' pods feeds both the triggers and the store every reconcile reads.
+    let (pod_store, pod_writer) = reflector::store();
+    let children = watcher::Config::default().labels(names::LABEL_LOADTEST);
+    let pod_events = watcher(pods, children)
+        .default_backoff()
+        .reflect(pod_writer)
+        .touched_objects();
+    // The operator's own status writes do not call for another reconcile (each one scheduled
+    // its next look): only a new or changed spec does.
+    let (lt_store, lt_writer) = reflector::store();
+    let lt_events = watcher(lts, watcher::Config::default())
+        .default_backoff()
+        .reflect(lt_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
     let ctx = Arc::new(Context::new(
         client.clone(),
+        pod_store,
         Recorder::new(client.clone(), reporter),
         metrics.clone(),
         opts.config.clone(),
     ));
-    let children = watcher::Config::default().labels(names::LABEL_LOADTEST);
-    let controller = Controller::new(lts, watcher::Config::default())
-        .owns(pods, children)
+    let controller = Controller::for_stream(lt_events, lt_store)
+        .owns_stream(pod_events)
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {

@@ -12,6 +12,7 @@ pub mod pods;
 pub mod reconcile;
 pub mod results;
 pub mod server_counter;
+pub mod text;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

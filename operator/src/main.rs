@@ -56,6 +56,13 @@ enum Command {
         /// first, so all begin it together).
         #[arg(long, env = "WSLOAD_OPERATOR_CELL_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
         cell_delay: Duration,
+        /// Limit on one control request to a shard (state, release, cell, end, finish): a
+        /// shard silent that long is unreachable and does not hold up the others.
+        #[arg(long, env = "WSLOAD_OPERATOR_CONTROL_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+        control_timeout: Duration,
+        /// Limit on fetching one shard's result.
+        #[arg(long, env = "WSLOAD_OPERATOR_RESULT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+        result_timeout: Duration,
         #[arg(long, env = "WSLOAD_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Load-generator image for LoadTests that keep the built-in one (a private registry).
@@ -96,6 +103,8 @@ fn main() -> ExitCode {
             identity,
             poll,
             cell_delay,
+            control_timeout,
+            result_timeout,
             log_format,
             loadgen_image,
             server_image,
@@ -132,8 +141,9 @@ fn main() -> ExitCode {
                 config: Config {
                     poll,
                     cell_delay,
+                    control_timeout,
+                    result_timeout,
                     defaults,
-                    ..Config::default()
                 },
             };
             let runtime = match tokio::runtime::Runtime::new() {

@@ -48,12 +48,19 @@ pub fn results(test: &str) -> String {
     format!("{test}-results")
 }
 
-/// Key of one shard's result in the results ConfigMap.
-pub fn result_key(index: u32) -> String {
-    format!("shard-{index}.json")
+/// The ConfigMap holding shard `index`'s result: one object per shard, so a result's size is
+/// bounded per object whatever the shard count.
+pub fn shard_result(test: &str, index: u32) -> String {
+    format!("{test}-result-{index}")
 }
 
-pub const MERGED_KEY: &str = "merged.json";
+/// Key of a shard's result (gzip-compressed JSON) in its ConfigMap's `binaryData`.
+pub const RESULT_KEY: &str = "result.json.gz";
+
+/// Key of the merged result (gzip-compressed JSON) in the results ConfigMap's `binaryData`.
+pub const MERGED_KEY: &str = "merged.json.gz";
+
+pub const ROLE_RESULT: &str = "result";
 
 pub fn labels(test: &str, role: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

@@ -2,33 +2,23 @@
 //! how the shards' results become the test's figures and verdict (merged with the same code as
 //! `wsload merge`, so a cluster run and a local run of the same spec report alike).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::BTreeMap;
 use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult};
 use wsload_spec::LoadTestSpec;
-use wsload_spec::shares::{count_share, rate_share};
 use wsload_spec::status::{
-    LoadTestStatus, Percentiles, ShardState, ShardStatus, ThresholdResult, TierFigures, Verdict,
+    LoadTestStatus, MAX_LISTED, Percentiles, ShardState, ShardStatus, ThresholdResult, TierFigures,
+    Verdict,
 };
 
-/// Every shard's share: its part of the largest tier and of the rate.
-pub fn shares(test: &str, spec: &LoadTestSpec) -> Vec<ShardStatus> {
-    let peak = wsload_spec::validate::peak_connections(spec);
-    let rate = spec.rate.as_ref().and_then(|r| {
-        r.messages_per_second
-            .or_else(|| r.stages.iter().map(|s| s.target).reduce(f64::max))
-    });
+/// One status entry per shard, each pending. Its share of the load is the spec's
+/// (`wsload_spec::shares`), not repeated here: status stays small at thousands of shards.
+pub fn shard_entries(spec: &LoadTestSpec) -> Vec<ShardStatus> {
     (0..spec.shards)
-        .map(|i| ShardStatus {
-            index: i,
-            pod: crate::names::shard(test, i),
-            connections: count_share(peak, i, spec.shards),
-            rate: rate.map(|r| rate_share(r, spec.shards)),
+        .map(|index| ShardStatus {
+            index,
             state: ShardState::Pending,
-            started_at: None::<Time>,
-            reason: None,
-            restarts: 0,
+            ..Default::default()
         })
         .collect()
 }
@@ -36,18 +26,23 @@ pub fn shares(test: &str, spec: &LoadTestSpec) -> Vec<ShardStatus> {
 /// What the shards' results add up to.
 pub struct Summary {
     pub tiers: Vec<TierFigures>,
+    pub tiers_omitted: u32,
     pub thresholds: Vec<ThresholdResult>,
+    pub thresholds_omitted: u32,
     pub verdict: Option<Verdict>,
     pub verdict_message: String,
     pub achieved_rate: Option<String>,
     pub p99: Option<String>,
-    pub merged_json: String,
+    /// The merged result, gzip-compressed JSON, as stored.
+    pub merged: Vec<u8>,
 }
 
 impl Summary {
     pub fn apply(&self, st: &mut LoadTestStatus) {
         st.tiers = self.tiers.clone();
+        st.tiers_omitted = self.tiers_omitted;
         st.thresholds = self.thresholds.clone();
+        st.thresholds_omitted = self.thresholds_omitted;
         st.verdict = self.verdict;
         st.achieved_rate = self.achieved_rate.clone();
         st.p99 = self.p99.clone();
@@ -59,43 +54,58 @@ pub enum SummaryError {
     #[error("shard {index}'s result is not a wsload result: {source}")]
     Parse {
         index: u32,
-        source: serde_json::Error,
+        source: wsload_report::stored::StoredError,
     },
     #[error("shard {index}'s result does not merge: {message}")]
     Merge { index: u32, message: String },
-    #[error("cannot serialize the merged result: {0}")]
-    Serialize(serde_json::Error),
+    #[error("no shard result to merge")]
+    Empty,
+    #[error("cannot store the merged result: {0}")]
+    Serialize(wsload_report::stored::StoredError),
 }
 
-/// Merges the shards' results (index, JSON) exactly, completes the merge with what only the
-/// conductor knows (`received[i]`: what every server replica counted during cell i;
-/// connectionLimit's probes and limit) and judges the spec's thresholds once, over it all.
+/// The shards' results folded into one as they are read, in any order: histograms and counts
+/// add, so the fold stays about one result's size whatever the number of shards.
+#[derive(Default)]
+pub struct Merging {
+    merged: Option<RunResult>,
+    shards: usize,
+}
+
+impl Merging {
+    /// Adds shard `index`'s stored result (gzip-compressed or plain JSON).
+    pub fn add(&mut self, index: u32, stored: &[u8]) -> Result<(), SummaryError> {
+        let r = wsload_report::stored::decode(stored)
+            .map_err(|source| SummaryError::Parse { index, source })?;
+        match self.merged.as_mut() {
+            None => self.merged = Some(r),
+            Some(m) => m
+                .merge(&r)
+                .map_err(|message| SummaryError::Merge { index, message })?,
+        }
+        self.shards += 1;
+        Ok(())
+    }
+
+    /// How many results were added.
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    pub fn finish(self) -> Result<RunResult, SummaryError> {
+        self.merged.ok_or(SummaryError::Empty)
+    }
+}
+
+/// Completes the merge of every shard's result with what only the conductor knows
+/// (`received[i]`: what every server replica counted during cell i; connectionLimit's probes
+/// and limit) and judges the spec's thresholds once, over it all.
 pub fn summarize(
     spec: &LoadTestSpec,
-    results: &[(u32, &String)],
+    mut merged: RunResult,
     received: &[Option<u64>],
     conductor: &Conductor,
 ) -> Result<Summary, SummaryError> {
-    let mut merged: Option<RunResult> = None;
-    for (index, json) in results {
-        let r: RunResult = serde_json::from_str(json).map_err(|source| SummaryError::Parse {
-            index: *index,
-            source,
-        })?;
-        match merged.as_mut() {
-            None => merged = Some(r),
-            Some(m) => m.merge(&r).map_err(|message| SummaryError::Merge {
-                index: *index,
-                message,
-            })?,
-        }
-    }
-    let Some(mut merged) = merged else {
-        return Err(SummaryError::Merge {
-            index: 0,
-            message: "no results".into(),
-        });
-    };
     // Thresholds come from the spec the operator holds, not from what a shard echoed back.
     merged.thresholds = spec.thresholds.clone();
     // Cells past the recorded ones (a run cut short) keep no server count: shards never read
@@ -105,8 +115,8 @@ pub fn summarize(
         c.compute();
     }
     wsload_control::assemble::complete(&mut merged, received, conductor);
-    let tiers: Vec<TierFigures> = merged.cells.iter().map(tier).collect();
-    let thresholds = merged
+    let mut tiers: Vec<TierFigures> = merged.cells.iter().map(tier).collect();
+    let mut thresholds = merged
         .verdict
         .iter()
         .flat_map(|v| &v.checks)
@@ -135,8 +145,17 @@ pub fn summarize(
     let verdict_message = match verdict {
         None => "no thresholds".to_string(),
         Some(Verdict::Pass) => format!("all {} threshold checks passed", thresholds.len()),
-        Some(Verdict::Fail) => format!("failed: {}", failed.join(", ")),
+        Some(Verdict::Fail) => format!(
+            "{} of {} threshold checks failed: {}",
+            failed.len(),
+            thresholds.len(),
+            crate::text::listed(&failed, 10)
+        ),
     };
+    // Status lists so much and no more; the merged result holds every check and tier.
+    thresholds.sort_by_key(|t| t.pass);
+    let thresholds_omitted = omit_past(&mut thresholds, MAX_LISTED);
+    let tiers_omitted = omit_past(&mut tiers, MAX_LISTED);
     // The headline figures come from the largest tier, the one the test is about.
     let headline = merged.cells.iter().max_by_key(|c| c.connections);
     let achieved_rate = headline
@@ -144,16 +163,25 @@ pub fn summarize(
         .filter(|r| *r > 0.0)
         .map(wsload_report::human_rate);
     let p99 = headline.and_then(|c| headline_p99(&c.figures));
-    let merged_json = serde_json::to_string(&merged).map_err(SummaryError::Serialize)?;
+    let merged = wsload_report::stored::encode(&merged).map_err(SummaryError::Serialize)?;
     Ok(Summary {
         tiers,
+        tiers_omitted,
         thresholds,
+        thresholds_omitted,
         verdict,
         verdict_message,
         achieved_rate,
         p99,
-        merged_json,
+        merged,
     })
+}
+
+/// Cuts `list` to `max` entries; how many went.
+fn omit_past<T>(list: &mut Vec<T>, max: usize) -> u32 {
+    let omitted = list.len().saturating_sub(max);
+    list.truncate(max);
+    u32::try_from(omitted).unwrap_or(u32::MAX)
 }
 
 /// The P99 column: the round trip's, or, where the scenario times none (storms, throughput
@@ -223,16 +251,12 @@ mod tests {
     }
 
     #[test]
-    fn shares_split_the_largest_tier_and_the_rate_and_add_up() {
-        let s = spec(
-            "target: {server: {}}\nscenario: constantRate\nconnections: [10, 1001]\nshards: 4\nrate: {messagesPerSecond: 1000}\n",
-        );
-        let shares = shares("t", &s);
-        let conns: Vec<u32> = shares.iter().map(|s| s.connections).collect();
-        assert_eq!(conns, [251, 250, 250, 250]);
-        assert!(shares.iter().all(|s| s.rate == Some(250.0)));
-        assert_eq!(shares[3].pod, "t-shard-3");
-        assert!(shares.iter().all(|s| s.state == ShardState::Pending));
+    fn every_shard_starts_pending_in_index_order() {
+        let s = spec("target: {server: {}}\nscenario: echo\nconnections: [10]\nshards: 4\n");
+        let entries = shard_entries(&s);
+        let indexes: Vec<u32> = entries.iter().map(|e| e.index).collect();
+        assert_eq!(indexes, [0, 1, 2, 3]);
+        assert!(entries.iter().all(|e| e.state == ShardState::Pending));
     }
 
     #[test]
@@ -247,17 +271,27 @@ mod tests {
         assert_eq!(headline_p99(&f), Some(wsload_report::ms(0.0005)));
     }
 
+    /// Folds results as the operator does, each gzip-compressed as stored.
+    fn merge(results: &[(u32, &RunResult)]) -> Result<RunResult, SummaryError> {
+        let mut m = Merging::default();
+        for (i, r) in results {
+            m.add(*i, &wsload_report::stored::encode(r).expect("encode"))?;
+        }
+        m.finish()
+    }
+
     #[test]
     fn summarize_merges_exactly_and_judges_with_the_spec_thresholds() {
         // 2000 samples at 1 ms and 1000 at 10 ms: p99 of the union is 10 ms, which fails
         // "rtt.p99 < 5ms" (the spec's), although shard 0 alone would pass.
-        let a = serde_json::to_string(&shard(0, 2000, 1, 1_000_000)).expect("json");
-        let b = serde_json::to_string(&shard(1, 1000, 10, 1_000_500)).expect("json");
+        let a = shard(0, 2000, 1, 1_000_000);
+        let b = shard(1, 1000, 10, 1_000_500);
         let s = spec(
             "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"rtt.p99 < 5ms\", \"errors < 5%\"]\n",
         );
         let conductor = Conductor::new(&s);
-        let sum = summarize(&s, &[(0, &a), (1, &b)], &[], &conductor).expect("summary");
+        let merged = merge(&[(0, &a), (1, &b)]).expect("merge");
+        let sum = summarize(&s, merged, &[], &conductor).expect("summary");
         assert_eq!(sum.verdict, Some(Verdict::Fail));
         let failed: Vec<_> = sum.thresholds.iter().filter(|t| !t.pass).collect();
         assert_eq!(failed.len(), 1);
@@ -274,14 +308,19 @@ mod tests {
             sum.p99.as_deref(),
             Some(wsload_report::ms(rtt.p99 / 1e3).as_str())
         );
-        let merged: RunResult = serde_json::from_str(&sum.merged_json).expect("merged");
+        let merged = wsload_report::stored::decode(&sum.merged).expect("merged");
         assert_eq!(merged.cells[0].measure.counts.sent, 3000);
+        assert_eq!(merged.shards, [0, 1]);
         // A broken shard result is named, not skipped.
-        let bad = "{}".to_string();
-        let err = summarize(&s, &[(0, &a), (3, &bad)], &[], &conductor)
-            .err()
-            .expect("error");
+        let mut m = Merging::default();
+        m.add(0, &wsload_report::stored::encode(&a).expect("encode"))
+            .expect("add");
+        let err = m.add(3, b"{}").expect_err("not a result");
         assert!(err.to_string().starts_with("shard 3"), "{err}");
+        assert!(matches!(
+            Merging::default().finish(),
+            Err(SummaryError::Empty)
+        ));
     }
 
     /// Delivery is every replica's count (summed by the conductor) over every shard's sends,
@@ -289,20 +328,123 @@ mod tests {
     #[test]
     fn delivery_is_the_summed_count_over_the_summed_sends() {
         // Each fixture shard sends n + 10 with warm-up: 2010 + 1010 in all.
-        let a = serde_json::to_string(&shard(0, 2000, 1, 1_000_000)).expect("json");
-        let b = serde_json::to_string(&shard(1, 1000, 1, 1_000_500)).expect("json");
+        let a = shard(0, 2000, 1, 1_000_000);
+        let b = shard(1, 1000, 1, 1_000_500);
         let s = spec(
             "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"delivery > 99%\"]\n",
         );
         let conductor = Conductor::new(&s);
-        let all = summarize(&s, &[(0, &a), (1, &b)], &[Some(3020)], &conductor).expect("summary");
+        let both = || merge(&[(0, &a), (1, &b)]).expect("merge");
+        let all = summarize(&s, both(), &[Some(3020)], &conductor).expect("summary");
         assert_eq!(all.tiers[0].delivery, Some(1.0));
         assert_eq!(all.verdict, Some(Verdict::Pass));
-        let short = summarize(&s, &[(0, &a), (1, &b)], &[Some(2010)], &conductor).expect("summary");
+        let short = summarize(&s, both(), &[Some(2010)], &conductor).expect("summary");
         let d = short.tiers[0].delivery.expect("delivery");
         assert!((d - 2010.0 / 3020.0).abs() < 1e-9, "{d}");
         assert_eq!(short.verdict, Some(Verdict::Fail));
-        let unknown = summarize(&s, &[(0, &a), (1, &b)], &[None], &conductor).expect("summary");
+        let unknown = summarize(&s, both(), &[None], &conductor).expect("summary");
         assert_eq!(unknown.tiers[0].delivery, None);
+    }
+
+    /// The merge of many shards is about one shard's size: histograms add, they do not
+    /// append.
+    #[test]
+    fn the_merge_of_many_shards_stays_about_one_shards_size() {
+        let one = shard(0, 2000, 3, 1_000_000);
+        let one_size = wsload_report::stored::encode(&one).expect("encode").len();
+        let mut m = Merging::default();
+        for i in 0..200 {
+            let mut r = one.clone();
+            r.shards = vec![i];
+            r.shard_info.iter_mut().for_each(|s| s.index = i);
+            m.add(i, &wsload_report::stored::encode(&r).expect("encode"))
+                .expect("add");
+        }
+        let merged = m.finish().expect("merged");
+        assert_eq!(merged.cells[0].measure.counts.sent, 200 * 2000);
+        let merged_size = wsload_report::stored::encode(&merged)
+            .expect("encode")
+            .len();
+        // Only the per-shard list (index, skew) grows with the count.
+        assert!(
+            merged_size < one_size + 200 * 64,
+            "{merged_size} bytes merged vs {one_size} for one shard"
+        );
+    }
+
+    /// Status at the largest spec the schema admits (5,000 shards, 2,048 cells, 32
+    /// thresholds each) stays well below etcd's 1.5 MiB object limit.
+    #[test]
+    fn status_stays_bounded_at_the_largest_spec() {
+        use wsload_spec::status::{CellStatus, Percentiles as P};
+        let s = spec(&format!(
+            "target: {{server: {{}}}}\nscenario: echo\nconnections: [200]\nshards: {}\n",
+            wsload_spec::cel::MAX_SHARDS
+        ));
+        let mut st = LoadTestStatus {
+            shards: shard_entries(&s),
+            ..Default::default()
+        };
+        for e in &mut st.shards {
+            e.state = ShardState::Collected;
+            e.started_at_micros = Some(1_764_000_000_123_456);
+        }
+        let cells = wsload_spec::status::MAX_CELLS;
+        st.cells = (0..cells)
+            .map(|i| CellStatus {
+                index: u32::try_from(i).expect("index"),
+                label: format!("100000 conns x 1 MiB msgpack-deflate {i}"),
+                connections: 100_000,
+                start_at_millis: 1_764_000_000_123,
+                done: true,
+                shards: 5000,
+                attempted: 100_000,
+                failed: 1,
+                sent: 123_456_789,
+                server_received: Some(123_456_789),
+                started_at_millis: Some(1_764_000_000_124),
+                start_skew_millis: Some(12.345),
+            })
+            .collect();
+        let p = P {
+            p50: 1.234,
+            p90: 2.345,
+            p99: 3.456,
+            p999: 4.567,
+            max: 5.678,
+        };
+        let tier = TierFigures {
+            label: "100000 conns x 1 MiB msgpack-deflate".into(),
+            connections: 100_000,
+            messages_per_second: 1_234_567.8,
+            bytes_per_second: 1.2e9,
+            connects_per_second: 12_345.6,
+            connected: 100_000,
+            survived: 100_000,
+            survival: Some(1.0),
+            connect_seconds: 12.3,
+            connect: Some(p),
+            rtt: Some(p),
+            rtt_raw: Some(p),
+            errors: BTreeMap::from([("connect/refused".to_string(), 12)]),
+            loss: Some(0.0),
+            delivery: Some(1.0),
+        };
+        let mut tiers = vec![tier; cells];
+        let mut checks = vec![
+            ThresholdResult {
+                threshold: format!("{:>128}", "rtt.p99 < 5ms [100000 conns x 1 MiB]"),
+                actual: Some(1.0),
+                pass: true,
+            };
+            cells * wsload_spec::cel::MAX_THRESHOLDS
+        ];
+        st.tiers_omitted = omit_past(&mut tiers, MAX_LISTED);
+        st.thresholds_omitted = omit_past(&mut checks, MAX_LISTED);
+        st.tiers = tiers;
+        st.thresholds = checks;
+        let bytes = serde_json::to_vec(&st).expect("json").len();
+        assert!(bytes < 1024 * 1024, "status of {bytes} bytes");
+        assert_eq!(st.tiers_omitted as usize, cells - MAX_LISTED);
     }
 }

@@ -126,13 +126,25 @@ fn condition<'a>(st: &'a LoadTestStatus, t: &str) -> Option<&'a str> {
         .map(|c| c.status.as_str())
 }
 
-async fn results(e: &Env, name: &str) -> std::collections::BTreeMap<String, String> {
+/// A stored result (gzip-compressed JSON in `binaryData`), as JSON; `None` when not stored.
+async fn stored(e: &Env, config_map: &str, key: &str) -> Option<serde_json::Value> {
     let cms: Api<ConfigMap> = Api::namespaced(e.client.clone(), &e.ns);
-    cms.get(&format!("{name}-results"))
+    let cm = cms.get_opt(config_map).await.expect("get ConfigMap")?;
+    let bytes = cm.binary_data?.remove(key)?.0;
+    let json = wsload_report::stored::json_text(&bytes).expect("gzip");
+    Some(serde_json::from_slice(&json).expect("a JSON result"))
+}
+
+/// The merged result of test `name`.
+async fn merged(e: &Env, name: &str) -> serde_json::Value {
+    stored(e, &format!("{name}-results"), "merged.json.gz")
         .await
-        .expect("results ConfigMap")
-        .data
-        .unwrap_or_default()
+        .expect("the merged result is stored")
+}
+
+/// Shard `index`'s own result, when stored.
+async fn shard_result(e: &Env, name: &str, index: u32) -> Option<serde_json::Value> {
+    stored(e, &format!("{name}-result-{index}"), "result.json.gz").await
 }
 
 const TWO_SHARDS: &str = "  target: {server: {}}
@@ -165,17 +177,13 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
     assert_eq!(st.verdict, Some(Verdict::Pass));
     assert_eq!(condition(&st, "ThresholdsPassed"), Some("True"));
     assert_eq!(condition(&st, "Released"), Some("True"));
-    // The split the operator recorded adds up, and every shard delivered.
-    assert_eq!(
-        st.shards.iter().map(|s| s.connections).collect::<Vec<_>>(),
-        [10, 10]
-    );
+    // Every shard delivered.
     assert!(
         st.shards.iter().all(|s| s.state == ShardState::Collected),
         "{:?}",
         st.shards
     );
-    assert!(st.shards.iter().all(|s| s.started_at.is_some()));
+    assert!(st.shards.iter().all(|s| s.started_at_micros.is_some()));
     let skew = st.start_skew_millis.expect("skew measured");
     assert!(skew >= 0.0);
     // One cell, conducted by the operator: both shards finished it, and the server's counter
@@ -212,15 +220,11 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
             .is_some_and(|u| u.starts_with("ws://127."))
     );
     // Each shard's result, with its histograms, outlives the pods; the merge is stored too.
-    let data = results(&e, "two").await;
-    for key in ["shard-0.json", "shard-1.json", "merged.json"] {
-        assert!(
-            data.contains_key(key),
-            "{key} missing from {:?}",
-            data.keys()
-        );
+    for i in 0..2 {
+        let r = shard_result(&e, "two", i).await.expect("a shard result");
+        assert_eq!(r["shards"], serde_json::json!([i]));
     }
-    let merged: serde_json::Value = serde_json::from_str(&data["merged.json"]).expect("json");
+    let merged = merged(&e, "two").await;
     assert_eq!(merged["shards"], serde_json::json!([0, 1]));
 
     // Children: owned by the LoadTest, placed apart, the server behind a Service.
@@ -371,7 +375,7 @@ async fn an_oom_killed_shard_fails_the_test_and_keeps_what_the_others_measured()
     );
     // Shard 0 finished: its result is stored and its figures are in status.
     assert_eq!(st.shards[0].state, ShardState::Collected);
-    assert!(results(&e, "oom").await.contains_key("shard-0.json"));
+    assert!(shard_result(&e, "oom", 0).await.is_some());
     assert_eq!(st.tiers[0].connections, 10);
     assert!(st.tiers[0].messages_per_second > 0.0);
     op.abort();
@@ -752,8 +756,7 @@ async fn a_connection_limit_over_two_shards_finds_the_server_cap() {
         "{:?}",
         st.cells
     );
-    let merged: serde_json::Value =
-        serde_json::from_str(&results(&e, "cap").await["merged.json"]).expect("json");
+    let merged = merged(&e, "cap").await;
     let limit = merged["limit"].as_u64().expect("a limit") as u32;
     assert!(
         limit <= CAP && CAP - limit <= RESOLUTION,

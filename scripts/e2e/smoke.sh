@@ -135,16 +135,23 @@ expect() {
 	fi
 	echo "LoadTest $1: $got, as expected"
 }
-# stored NAME KEY...: each key is in the results ConfigMap (what survives the pods).
+# stored NAME SHARD...: each shard's result is in its ConfigMap NAME-result-SHARD and the merge
+# (of exactly those shards) in NAME-results, as gzip-compressed JSON (what survives the pods).
 stored() {
-	local name="$1" keys
+	local name="$1" shard merged_shards want
 	shift
-	keys="$(kubectl -n "$TEST_NS" get configmap "$name-results" -o json | jq -r '.data // {} | keys | join(" ")')" ||
-		fail "LoadTest $name: no results ConfigMap $name-results"
-	for k in "$@"; do
-		[[ " $keys " == *" $k "* ]] || { diagnose "$name"; fail "LoadTest $name: $k not in ConfigMap $name-results (has: $keys)"; }
+	for shard in "$@"; do
+		kubectl -n "$TEST_NS" get configmap "$name-result-$shard" -o jsonpath='{.binaryData.result\.json\.gz}' |
+			base64 -d | gunzip | jq -e --argjson i "$shard" '.shards == [$i]' >/dev/null ||
+			{ diagnose "$name"; fail "LoadTest $name: shard $shard's result is not in ConfigMap $name-result-$shard"; }
 	done
-	echo "LoadTest $name: results kept in ConfigMap $name-results ($keys)"
+	merged_shards="$(kubectl -n "$TEST_NS" get configmap "$name-results" -o jsonpath='{.binaryData.merged\.json\.gz}' |
+		base64 -d | gunzip | jq -c '.shards')" ||
+		{ diagnose "$name"; fail "LoadTest $name: no merged result in ConfigMap $name-results"; }
+	want="$(printf '%s\n' "$@" | jq -sc 'map(tonumber)')"
+	[[ "$merged_shards" == "$want" ]] ||
+		{ diagnose "$name"; fail "LoadTest $name: the merge holds shards $merged_shards, want $want"; }
+	echo "LoadTest $name: results kept in ConfigMaps $name-result-{$(IFS=,; echo "$*")} and the merge in $name-results"
 }
 
 # --- the smoke run --------------------------------------------------------------------------
@@ -155,7 +162,7 @@ timed "smoke starting"
 wait_done smoke
 kubectl -n "$TEST_NS" get loadtest smoke -o wide
 jq '.status | {phase, verdict, achievedRate, p99, startSkewMillis, targetUrl,
-	shards: [.shards[] | {index, pod, state, connections, startedAt}],
+	shards: [.shards[] | {index, state, startedAtMicros}],
 	tiers: [.tiers[] | {"label": .label, connections, messagesPerSecond, bytesPerSecond, connect, rtt, errors, delivery}],
 	thresholds, resultsConfigMap}' "$OUT/smoke.json" | tee "$OUT/smoke.summary.json"
 expect smoke Succeeded - Pass
@@ -163,7 +170,7 @@ jq -e '[.status.tiers[] | select(.messagesPerSecond > 0)] | length == 2' "$OUT/s
 	fail "LoadTest smoke: status lacks two tiers with a message rate ($OUT/smoke.json)"
 jq -e '[.status.shards[] | select(.state == "Collected")] | length == 2' "$OUT/smoke.json" >/dev/null ||
 	fail "LoadTest smoke: not every shard Collected ($OUT/smoke.json)"
-stored smoke shard-0.json shard-1.json merged.json
+stored smoke 0 1
 timed "smoke run"
 
 # --- Prometheus -----------------------------------------------------------------------------
@@ -216,7 +223,7 @@ if ((FAULTS)); then
 	expect shard-deleted Failed ShardFailed Fail
 	[[ "$(jq -c .status.missingShards "$OUT/shard-deleted.json")" == "[1]" ]] ||
 		{ diagnose shard-deleted; fail "LoadTest shard-deleted: missingShards is not [1]"; }
-	stored shard-deleted shard-0.json merged.json
+	stored shard-deleted 0
 	timed "shard deleted"
 
 	step "fault: the operator pod deleted mid-run"
@@ -224,7 +231,7 @@ if ((FAULTS)); then
 	kubectl -n "$NS" delete pod -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator --wait=false
 	wait_done operator-deleted
 	expect operator-deleted Succeeded - Pass
-	stored operator-deleted shard-0.json shard-1.json merged.json
+	stored operator-deleted 0 1
 	timed "operator deleted"
 
 	step "fault: the server pod deleted mid-run"
@@ -232,7 +239,7 @@ if ((FAULTS)); then
 	kubectl -n "$TEST_NS" delete pod server-deleted-server --wait=false
 	wait_done server-deleted
 	expect server-deleted Failed ServerLost Fail
-	stored server-deleted shard-0.json shard-1.json merged.json
+	stored server-deleted 0 1
 	timed "server deleted"
 fi
 

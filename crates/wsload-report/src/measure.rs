@@ -133,21 +133,29 @@ impl Counts {
     }
 }
 
-/// Latency distributions of one cell.
+/// Latency distributions of one cell. An empty one is left out of the JSON (a cell that
+/// opened no connection, a scenario that times no round trip): a result is stored once per
+/// shard, and empty histograms are most of a small one.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct Hists {
     /// TCP connect.
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub tcp: Hist,
     /// HTTP upgrade (and TLS), after TCP.
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub upgrade: Hist,
     /// Upgrade done to ready (WSE `server_ready`); empty for plain echo.
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub ready: Hist,
     /// TCP connect start to ready: the seeds' "connection latency".
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub connect: Hist,
     /// Round trip; from the intended send time in open-loop scenarios.
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub rtt: Hist,
     /// Round trip from the actual send time.
+    #[serde(skip_serializing_if = "Hist::is_empty")]
     pub rtt_raw: Hist,
 }
 
@@ -178,6 +186,19 @@ impl Measure {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn empty_histograms_are_left_out_and_read_back_empty() {
+        let mut h = Hists::default();
+        h.rtt.record(std::time::Duration::from_millis(2));
+        let json = serde_json::to_string(&h).expect("json");
+        assert!(
+            json.contains("\"rtt\"") && !json.contains("connect"),
+            "{json}"
+        );
+        let back: Hists = serde_json::from_str(&json).expect("read");
+        assert_eq!((back.rtt.len(), back.connect.len()), (1, 0));
+    }
+
     use super::*;
     use std::time::Duration;
 

@@ -47,6 +47,9 @@ pub struct LoadTestStatus {
     /// The start barrier: the instant every shard was told to start its load.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_at: Option<Time>,
+    /// The same instant, Unix milliseconds (`startAt` shows whole seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at_millis: Option<u64>,
     /// Latest minus earliest shard start, in milliseconds (includes the nodes' clock offset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_skew_millis: Option<f64>,
@@ -64,7 +67,8 @@ pub struct LoadTestStatus {
     /// One entry per shard pod.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardStatus>,
-    /// The ConfigMap holding every shard's full result (histograms included).
+    /// The ConfigMap holding the merged result (`merged.json.gz`, histograms included);
+    /// shard i's own result is in ConfigMap `<name>-result-<i>` (`result.json.gz`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub results_config_map: Option<String>,
     /// Figures of each tier (or cell), merged over the shards.
@@ -73,6 +77,12 @@ pub struct LoadTestStatus {
     /// Each threshold against its worst tier.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<ThresholdResult>,
+    /// Tiers past the first [`MAX_LISTED`] (all of them are in the merged result).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tiers_omitted: u32,
+    /// Threshold checks not listed: past [`MAX_LISTED`], passed ones go first.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub thresholds_omitted: u32,
     /// Pass when every threshold held (or there are none), Fail otherwise; set once measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(transform = crate::cel::null_is_unset)]
@@ -91,6 +101,10 @@ pub struct LoadTestStatus {
 
 /// Most cells a test can run: a payloadMatrix of the most tiers by the most sizes (a
 /// formatComparison has fewer formats, a connectionLimit search under 64 probes).
+/// Most tiers and threshold checks listed in status: the merged result holds them all, and
+/// status must stay far below etcd's object limit (1.5 MiB) at any spec the schema admits.
+pub const MAX_LISTED: usize = 128;
+
 pub const MAX_CELLS: usize = crate::cel::MAX_TIERS * crate::cel::MAX_SIZES;
 
 /// One cell of the run, as the operator conducted it.
@@ -176,21 +190,16 @@ impl Phase {
 #[serde(rename_all = "camelCase", default)]
 pub struct ShardStatus {
     pub index: u32,
-    /// The shard's pod.
-    pub pod: String,
-    /// Its share of the largest tier's connections.
-    pub connections: u32,
-    /// Its share of the message rate (open-loop scenarios), msg/s.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate: Option<f64>,
     pub state: ShardState,
-    /// When it started its load (its own clock).
+    /// When it began its first cell, Unix microseconds (its own clock): the moments
+    /// `startSkewMillis` spreads over.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
+    pub started_at_micros: Option<u64>,
     /// Why it failed or was lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Container restarts seen (a restarted shard would repeat load: it fails).
+    #[serde(skip_serializing_if = "is_zero")]
     pub restarts: u32,
 }
 

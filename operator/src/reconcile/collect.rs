@@ -1,139 +1,296 @@
-//! After the load: every shard's result stored before the shard may exit, the merge judged
-//! into status, cleanup and the TTL.
+//! After the load: every shard's result stored (each in its own object) before the shard may
+//! exit, the stored results merged as they are read back and judged into status, cleanup and
+//! the TTL. No error here escapes the collect deadline: what cannot be stored or read ends the
+//! test Failed with the reason, keeping whatever was stored.
 
 use super::cells;
+use super::fanout;
 use super::step::{Step, humantime};
+use super::store::{self, StoreError};
 use crate::Result;
+use crate::builders;
 use crate::names::SHARD_PORT;
 use crate::names::{self};
 use crate::pods::{self};
-use crate::results;
+use crate::results::{self, Merging};
+use crate::text::listed;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use std::time::Duration;
 use wsload_control::client::ShardClient;
-use wsload_spec::Cleanup;
 use wsload_spec::status::{Phase, ShardState};
+use wsload_spec::{Cleanup, LoadTestResource};
+
+/// How one shard's result fared in one collecting pass.
+enum Collected {
+    /// Stored (bytes compressed); the shard was told it may exit.
+    Stored(usize),
+    /// The shard has no result yet.
+    NotYet,
+    /// The shard did not answer; it may later.
+    Unreachable(String),
+    /// Its pod is gone and nothing was stored.
+    Gone,
+    Store(StoreError),
+}
+
+/// Fetches shard `index`'s result, stores it, and tells the shard it may go. A shard that
+/// cannot be asked (its pod gone, or not answering) may have been collected already by a
+/// reconcile whose status write was lost: its stored result counts.
+async fn collect_one(
+    ip: Option<String>,
+    index: u32,
+    config_maps: kube::Api<ConfigMap>,
+    lt: LoadTestResource,
+    timeouts: (Duration, Duration),
+) -> (u32, Collected) {
+    let (result_timeout, control_timeout) = timeouts;
+    let fetched = match &ip {
+        Some(ip) => ShardClient::new(ip, SHARD_PORT, result_timeout)
+            .result()
+            .await
+            .map_err(|e| e.to_string()),
+        None => Err("pod gone".to_string()),
+    };
+    let json = match fetched {
+        Ok(Some(json)) => json,
+        Ok(None) => return (index, Collected::NotYet),
+        Err(e) => {
+            let name = names::shard_result(&lt.name_any(), index);
+            return match config_maps.get_opt(&name).await {
+                Ok(Some(cm)) if builders::is_owned_by(&cm.metadata, &lt) => {
+                    (index, Collected::Stored(0))
+                }
+                _ if ip.is_none() => (index, Collected::Gone),
+                _ => (index, Collected::Unreachable(e)),
+            };
+        }
+    };
+    let stored = match store::shard_result(&config_maps, &lt, index, json.as_bytes()).await {
+        Ok(bytes) => bytes,
+        Err(e) => return (index, Collected::Store(e)),
+    };
+    // Stored: the shard may go. One that does not hear it exits after its linger.
+    if let Some(ip) = &ip
+        && let Err(e) = ShardClient::new(ip, SHARD_PORT, control_timeout)
+            .finish()
+            .await
+    {
+        tracing::debug!(shard = index, error = %e, "finish not delivered");
+    }
+    (index, Collected::Stored(stored))
+}
 
 impl Step<'_> {
     pub(super) async fn collecting(&mut self) -> Result<Action> {
-        let test = self.test();
         let (_, _, collect_limit) = self.timeouts();
-        let stored: Vec<String> = self
-            .world
-            .results
-            .as_ref()
-            .and_then(|cm| cm.data.as_ref())
-            .map(|d| d.keys().cloned().collect())
-            .unwrap_or_default();
-        let done: Vec<u32> = self
-            .st
-            .shards
-            .iter()
-            .filter(|s| s.state == ShardState::Done)
-            .map(|s| s.index)
+        let timeouts = (
+            self.ctx.config.result_timeout,
+            self.ctx.config.control_timeout,
+        );
+        let calls: Vec<_> = self
+            .shards_in(ShardState::Done)
+            .into_iter()
+            .map(|i| {
+                collect_one(
+                    self.world.shards.get(&i).and_then(pods::ip),
+                    i,
+                    self.apis.config_maps.clone(),
+                    self.lt.clone(),
+                    timeouts,
+                )
+            })
             .collect();
-        for i in done {
-            let key = names::result_key(i);
-            let ip = self.world.shards.get(&i).and_then(pods::ip);
-            if !stored.contains(&key) {
-                let Some(ip) = ip.clone() else {
-                    self.shard_failed(
-                        i,
-                        ShardState::Lost,
-                        "pod gone before its result was collected".into(),
-                    );
-                    continue;
-                };
-                match ShardClient::new(&ip, SHARD_PORT, self.ctx.config.http_timeout)
-                    .result()
-                    .await
-                {
-                    Ok(Some(json)) => self.store(&key, json).await?,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::warn!(loadtest = %test, shard = i, error = %e, "cannot fetch result");
-                        continue;
+        let mut waiting = Vec::new();
+        for (i, outcome) in fanout::bounded(calls).await {
+            match outcome {
+                Collected::Stored(bytes) => {
+                    tracing::debug!(loadtest = %self.test(), shard = i, bytes, "result stored");
+                    self.set_shard(i, ShardState::Collected, None);
+                }
+                Collected::NotYet => waiting.push(format!("shard {i}: no result yet")),
+                Collected::Gone => self.shard_failed(
+                    i,
+                    ShardState::Lost,
+                    "pod gone before its result was collected".into(),
+                ),
+                Collected::Unreachable(e) => waiting.push(format!("shard {i}: {e}")),
+                Collected::Store(e) if e.is_transient() => {
+                    waiting.push(format!("shard {i}: storing: {e}"));
+                }
+                Collected::Store(e) => {
+                    // Trying again gets the same answer: the test fails now, with the cause,
+                    // and goes on collecting the others' results.
+                    let reason = match e {
+                        StoreError::TooLarge { .. } => "ResultTooLarge",
+                        _ => "ResultStoreFailed",
+                    };
+                    let why = format!("shard {i}'s result cannot be stored: {e}");
+                    tracing::warn!(loadtest = %self.test(), shard = i, error = %e, "result not stored");
+                    self.set_shard(i, ShardState::Failed, Some(why.clone()));
+                    if !self.st.missing_shards.contains(&i) {
+                        self.st.missing_shards.push(i);
                     }
+                    self.mark_failed(reason, why);
                 }
             }
-            // Stored: the shard may go. A shard that is already gone needs no word.
-            if let Some(ip) = ip
-                && let Err(e) = ShardClient::new(&ip, SHARD_PORT, self.ctx.config.http_timeout)
-                    .finish()
-                    .await
-            {
-                tracing::debug!(loadtest = %test, shard = i, error = %e, "finish not delivered");
-            }
-            self.set_shard(i, ShardState::Collected, None);
         }
-        let pending: Vec<u32> = self
-            .st
-            .shards
-            .iter()
-            .filter(|s| s.state == ShardState::Done)
-            .map(|s| s.index)
-            .collect();
+        waiting.sort();
+        let pending = self.shards_in(ShardState::Done);
         if !pending.is_empty() {
+            let collected = self.shards_in(ShardState::Collected).len();
             if !self.deadline_passed(collect_limit) {
+                self.st.message = Some(format!(
+                    "{collected} results stored, {} to collect: {}",
+                    pending.len(),
+                    listed(&waiting, 5)
+                ));
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }
+            let why = format!(
+                "result not collected within {}: {}",
+                humantime(collect_limit),
+                listed(&waiting, 5)
+            );
             for i in &pending {
-                self.shard_failed(
-                    *i,
-                    ShardState::Lost,
-                    format!("result not collected within {}", humantime(collect_limit)),
-                );
+                self.shard_failed(*i, ShardState::Lost, why.clone());
             }
         }
         self.conclude().await
     }
 
-    /// Merges every stored result, judges the thresholds and ends the test.
-    pub(super) async fn conclude(&mut self) -> Result<Action> {
-        let test = self.test();
-        let cm = self
-            .apis
-            .config_maps
-            .get_opt(&names::results(&test))
-            .await?;
-        let data = cm.and_then(|c| c.data).unwrap_or_default();
-        let shard_results: Vec<(u32, &String)> = self
-            .st
+    fn shards_in(&self, state: ShardState) -> Vec<u32> {
+        self.st
             .shards
             .iter()
-            .filter_map(|s| data.get(&names::result_key(s.index)).map(|d| (s.index, d)))
+            .filter(|s| s.state == state)
+            .map(|s| s.index)
+            .collect()
+    }
+
+    /// Reads every stored result back, folding each into the merge as it arrives.
+    async fn merge_stored(&mut self) -> std::result::Result<Merging, StoreError> {
+        let test = self.test();
+        let reads: Vec<_> = self
+            .shards_in(ShardState::Collected)
+            .into_iter()
+            .map(|i| {
+                let api = self.apis.config_maps.clone();
+                let test = test.clone();
+                async move { (i, store::read_shard_result(&api, &test, i).await) }
+            })
             .collect();
-        self.st.results_config_map = Some(names::results(&test));
-        if shard_results.is_empty() {
-            return self.fail("NoResults", "no shard delivered a result").await;
+        let mut merging = Merging::default();
+        let mut merge_error = None;
+        // Results are decoded and folded in one by one: at most the fan-out's worth of
+        // compressed results are held at once, never all of them.
+        let mut stream = futures_util::stream::iter(reads).buffer_unordered(16);
+        while let Some((i, read)) = stream.next().await {
+            match read {
+                Ok(bytes) => {
+                    if merge_error.is_none()
+                        && let Err(e) = merging.add(i, &bytes)
+                    {
+                        merge_error = Some(e);
+                    }
+                }
+                Err(StoreError::Missing { name }) => {
+                    self.shard_failed(
+                        i,
+                        ShardState::Lost,
+                        format!("its stored result (ConfigMap {name}) was deleted"),
+                    );
+                }
+                Err(e) => return Err(e),
+            }
         }
-        // The received counts and connectionLimit's probes are the conductor's: what the
-        // cells recorded, replayed.
-        let received = cells::received_per_cell(&self.st.cells);
-        let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
-        match results::summarize(&self.lt.spec, &shard_results, &received, &conductor) {
-            Ok(summary) => {
-                self.store(names::MERGED_KEY, summary.merged_json.clone())
-                    .await?;
-                summary.apply(self.st);
-                let pass = self.st.verdict == Some(wsload_spec::status::Verdict::Pass);
-                let verdict_message = summary.verdict_message.clone();
-                self.condition(
-                    "ThresholdsPassed",
-                    pass,
-                    if pass { "Pass" } else { "Fail" },
-                    verdict_message,
-                );
+        if let Some(e) = merge_error {
+            self.mark_failed(
+                "MergeFailed",
+                format!("shard results cannot be merged: {e}"),
+            );
+        }
+        Ok(merging)
+    }
+
+    /// Merges every stored result, judges the thresholds and ends the test. Reading or
+    /// storing may fail for a while; past the collect deadline the test ends Failed.
+    pub(super) async fn conclude(&mut self) -> Result<Action> {
+        let test = self.test();
+        let (_, _, collect_limit) = self.timeouts();
+        let merging = match self.merge_stored().await {
+            Ok(m) => m,
+            Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
+                self.st.message = Some(format!("reading the stored results: {e}"));
+                return Ok(Action::requeue(Duration::from_secs(1)));
             }
             Err(e) => {
-                self.mark_failed(
-                    "MergeFailed",
-                    format!("shard results cannot be merged: {e}"),
-                );
+                return self
+                    .fail(
+                        "ResultsUnreadable",
+                        format!("stored results unreadable: {e}"),
+                    )
+                    .await;
+            }
+        };
+        if merging.shards() == 0 {
+            let why = if self.failing() {
+                format!("no result stored; {}", self.failure_message())
+            } else {
+                "no shard delivered a result".to_string()
+            };
+            return self.fail("NoResults", why).await;
+        }
+        if !self.failing() || self.st.reason.as_deref() != Some("MergeFailed") {
+            // The received counts and connectionLimit's probes are the conductor's: what
+            // the cells recorded, replayed.
+            let received = cells::received_per_cell(&self.st.cells);
+            let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
+            let summary = merging.finish().and_then(|merged| {
+                results::summarize(&self.lt.spec, merged, &received, &conductor)
+            });
+            match summary {
+                Ok(summary) => {
+                    match store::merged(&self.apis.config_maps, self.lt, summary.merged.clone())
+                        .await
+                    {
+                        Ok(()) => self.st.results_config_map = Some(names::results(&test)),
+                        Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
+                            self.st.message = Some(format!("storing the merged result: {e}"));
+                            return Ok(Action::requeue(Duration::from_secs(1)));
+                        }
+                        Err(e) => {
+                            let reason = match e {
+                                StoreError::TooLarge { .. } => "ResultTooLarge",
+                                _ => "ResultStoreFailed",
+                            };
+                            self.mark_failed(
+                                reason,
+                                format!("the merged result cannot be stored: {e}"),
+                            );
+                        }
+                    }
+                    summary.apply(self.st);
+                    let pass = self.st.verdict == Some(wsload_spec::status::Verdict::Pass);
+                    let verdict_message = summary.verdict_message.clone();
+                    self.condition(
+                        "ThresholdsPassed",
+                        pass,
+                        if pass { "Pass" } else { "Fail" },
+                        verdict_message,
+                    );
+                }
+                Err(e) => {
+                    self.mark_failed(
+                        "MergeFailed",
+                        format!("shard results cannot be merged: {e}"),
+                    );
+                }
             }
         }
         self.st.completion_time = Some(Time(self.now));
@@ -217,20 +374,6 @@ impl Step<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
-    }
-
-    /// Adds one key to the results ConfigMap; a merge patch leaves the other shards' keys alone.
-    async fn store(&self, key: &str, value: String) -> Result<()> {
-        let patch = serde_json::json!({ "data": { key: value } });
-        self.apis
-            .config_maps
-            .patch(
-                &names::results(&self.test()),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
         Ok(())
     }
 }

@@ -32,6 +32,14 @@ where
             async move { (i, answer.await) }
         })
         .collect();
+    bounded(calls).await
+}
+
+/// Runs `calls`, at most [`CONCURRENCY`] at a time; their outputs in completion order.
+pub(super) async fn bounded<T, Fut>(calls: Vec<Fut>) -> Vec<T>
+where
+    Fut: Future<Output = T>,
+{
     futures_util::stream::iter(calls)
         .buffer_unordered(CONCURRENCY)
         .collect()

@@ -9,6 +9,7 @@ mod fanout;
 mod running;
 mod start;
 mod step;
+mod store;
 
 use crate::builders;
 use crate::metrics::Metrics;
@@ -16,9 +17,10 @@ use crate::names::{self, MANAGER};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,9 @@ use wsload_spec::status::{LoadTestStatus, Phase};
 
 pub struct Context {
     pub client: kube::Client,
+    /// Every test's pods, from the controller's own watch: a reconcile reads them here, not
+    /// from the API server, however many shards a test has.
+    pub pods: Store<Pod>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Config,
@@ -39,12 +44,14 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: kube::Client,
+        pods: Store<Pod>,
         recorder: Recorder,
         metrics: Arc<Metrics>,
         config: Config,
     ) -> Context {
         Context {
             client,
+            pods,
             recorder,
             metrics,
             config,
@@ -55,8 +62,12 @@ impl Context {
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Limit on one HTTP exchange with a shard.
-    pub http_timeout: Duration,
+    /// Limit on one control exchange with a shard (state, release, cell, end, finish) or a
+    /// server's counter: small bodies inside the cluster, so a shard that has not answered by
+    /// then is unreachable, and must not hold up the others' release.
+    pub control_timeout: Duration,
+    /// Limit on fetching one shard's result (up to megabytes).
+    pub result_timeout: Duration,
     /// How often a running test is looked at even when nothing changes.
     pub poll: Duration,
     /// From deciding a cell (after the first) to its start: every shard hears of it before
@@ -68,7 +79,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            http_timeout: Duration::from_secs(5),
+            control_timeout: Duration::from_secs(2),
+            result_timeout: Duration::from_secs(30),
             poll: Duration::from_secs(2),
             cell_delay: Duration::from_secs(1),
             defaults: crate::defaults::Defaults::default(),
@@ -81,7 +93,6 @@ struct World {
     /// The managed server's replica pods, by replica index.
     pub(super) servers: BTreeMap<u32, Pod>,
     pub(super) shards: BTreeMap<u32, Pod>,
-    pub(super) results: Option<ConfigMap>,
 }
 
 struct Apis {
@@ -108,7 +119,10 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         services: Api::namespaced(ctx.client.clone(), &ns),
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
     };
-    let world = observe(&apis, &lt).await?;
+    if ctx.pods.wait_until_ready().await.is_err() {
+        return Err(Error::Invalid("the pod cache was dropped".into()));
+    }
+    let world = observe(&ctx.pods, &lt);
     // Children are built from the spec with the install's defaults filled in.
     let effective = ctx.config.defaults.apply(&lt);
     let old = lt.status.clone().unwrap_or_default();
@@ -143,32 +157,29 @@ pub fn error_policy(lt: Arc<LoadTestResource>, err: &Error, ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(3))
 }
 
-async fn observe(apis: &Apis, lt: &LoadTestResource) -> Result<World> {
+/// The test's children as the controller's cache holds them. The cache is complete (the
+/// reconcile waited for its first listing), so a pod missing here is gone, not unread.
+fn observe(pods: &Store<Pod>, lt: &LoadTestResource) -> World {
     let test = lt.name_any();
-    let selector = format!("{}={test}", names::LABEL_LOADTEST);
-    let pods = apis
-        .pods
-        .list(&ListParams::default().labels(&selector))
-        .await?;
+    let ns = lt.namespace();
     let mut world = World {
         servers: BTreeMap::new(),
         shards: BTreeMap::new(),
-        results: apis.config_maps.get_opt(&names::results(&test)).await?,
     };
-    for pod in pods {
+    for pod in pods.state() {
         // Only children of this very LoadTest count: a re-created test of the same name must
         // not adopt its predecessor's pods.
-        if !builders::is_owned_by(&pod.metadata, lt) {
+        if pod.namespace() != ns || !builders::is_owned_by(&pod.metadata, lt) {
             continue;
         }
         let name = pod.name_any();
         if let Some(r) = names::server_replica_index(&test, &name) {
-            world.servers.insert(r, pod);
+            world.servers.insert(r, Pod::clone(&pod));
         } else if let Some(i) = names::shard_index(&test, &name) {
-            world.shards.insert(i, pod);
+            world.shards.insert(i, Pod::clone(&pod));
         }
     }
-    Ok(world)
+    world
 }
 
 async fn write_status(
@@ -205,7 +216,7 @@ async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
             EventType::Normal
         },
         reason: phase.to_string(),
-        note: Some(truncate(&note, 1000)),
+        note: Some(crate::text::truncate(&note, 1000)),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -214,26 +225,4 @@ async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
-
 use step::Step;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_messages_are_cut_on_a_char_boundary() {
-        assert_eq!(truncate("héllo", 2), "h...");
-        assert_eq!(truncate("ok", 10), "ok");
-    }
-}

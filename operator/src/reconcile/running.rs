@@ -5,8 +5,7 @@ use super::fanout;
 use super::step::{Step, humantime};
 use crate::Result;
 use crate::pods::{self, PodHealth};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use crate::text::listed;
 use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -63,7 +62,7 @@ impl Step<'_> {
         }
         // Every live shard asked at once: the barrier needs all of them, and hundreds of
         // shards one after another would take longer than a cell.
-        let answers = fanout::each(&targets, self.ctx.config.http_timeout, |c| async move {
+        let answers = fanout::each(&targets, self.ctx.config.control_timeout, |c| async move {
             c.state().await
         })
         .await;
@@ -82,7 +81,7 @@ impl Step<'_> {
                 cs.started_at_micros,
                 self.st.shards.iter_mut().find(|s| s.index == i),
             ) {
-                s.started_at = micros_time(us);
+                s.started_at_micros = Some(us);
             }
             match cs.state {
                 ShardPhase::Done | ShardPhase::Failed => {
@@ -132,8 +131,10 @@ impl Step<'_> {
             self.mark_failed(
                 "RunDeadlineExceeded",
                 format!(
-                    "shards {unfinished:?} did not finish within {}",
-                    humantime(run_limit)
+                    "{} shards did not finish within {}: {}",
+                    unfinished.len(),
+                    humantime(run_limit),
+                    listed(&unfinished, 10)
                 ),
             );
             self.enter(
@@ -160,22 +161,13 @@ fn live(state: ShardState) -> bool {
     )
 }
 
-pub(super) fn micros_time(us: u64) -> Option<Time> {
-    Timestamp::from_microsecond(i64::try_from(us).ok()?)
-        .ok()
-        .map(Time)
-}
-
-/// Spread of the shards' actual start instants, once every running shard reported one.
+/// Spread of the shards' actual start instants (Unix microseconds, as each reported it).
 fn skew_millis(shards: &[ShardStatus]) -> Option<f64> {
-    let starts: Vec<i64> = shards
-        .iter()
-        .filter_map(|s| s.started_at.as_ref().map(|t| t.0.as_microsecond()))
-        .collect();
-    if starts.is_empty() {
-        return None;
-    }
-    let (min, max) = (starts.iter().min()?, starts.iter().max()?);
+    let starts = shards.iter().filter_map(|s| s.started_at_micros);
+    let (min, max) = starts.fold(None, |acc: Option<(u64, u64)>, us| match acc {
+        None => Some((us, us)),
+        Some((lo, hi)) => Some((lo.min(us), hi.max(us))),
+    })?;
     Some((max - min) as f64 / 1000.0)
 }
 
@@ -184,12 +176,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn skew_is_the_spread_of_reported_starts() {
+    fn skew_is_the_exact_spread_of_reported_starts() {
         let mk = |us: Option<u64>| ShardStatus {
-            started_at: us.and_then(micros_time),
+            started_at_micros: us,
             ..Default::default()
         };
         assert_eq!(skew_millis(&[mk(None)]), None);
+        // Within one second: whole-second times would have said 0.
         let s = skew_millis(&[mk(Some(1_000_000)), mk(Some(1_004_500)), mk(None)]);
         assert_eq!(s, Some(4.5));
     }

@@ -9,10 +9,11 @@ use crate::names::{self, MANAGER};
 use crate::pods::{self, PodHealth};
 use crate::results;
 use crate::server_counter::ServerCounter;
+use crate::text::listed;
 use crate::{Error, Result};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use std::time::Duration;
 use wsload_spec::status::{Phase, ShardState};
@@ -33,7 +34,7 @@ impl Step<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
-        self.st.shards = results::shares(&self.test(), spec);
+        self.st.shards = results::shard_entries(spec);
         self.condition(CONDITION_FAILED, false, "NoFailure", "");
         self.enter(Phase::Pending, "starting the server under test");
         Ok(Action::requeue(Duration::from_millis(200)))
@@ -169,7 +170,6 @@ impl Step<'_> {
             return self.fail("ServerLost", why).await;
         }
         let test = self.test();
-        self.ensure_results_config_map().await?;
         let target_url = self.st.target_url.clone().unwrap_or_default();
         let document =
             builders::loadtest_document(self.lt).map_err(|e| Error::Serialize(e.to_string()))?;
@@ -177,15 +177,15 @@ impl Step<'_> {
         let (start_limit, _, _) = self.timeouts();
         let mut waiting = Vec::new();
         let mut ready = Vec::new();
+        let mut create = Vec::new();
         for i in 0..self.lt.spec.shards {
             let name = names::shard(&test, i);
             let Some(pod) = self.world.shards.get(&i) else {
                 // Created once: a pod's spec is immutable, and the one made is the one to use.
-                let pod = builders::shard_pod(self.lt, i, &target_url, &document);
-                self.apis
-                    .pods
-                    .patch(&name, &pp, &Patch::Apply(&pod))
-                    .await?;
+                create.push((
+                    name,
+                    builders::shard_pod(self.lt, i, &target_url, &document),
+                ));
                 waiting.push(format!("shard {i}: pod created"));
                 continue;
             };
@@ -206,8 +206,26 @@ impl Step<'_> {
                 }
             }
         }
+        // Hundreds of pods: created side by side, not one round trip after another.
+        let creates: Vec<_> = create
+            .into_iter()
+            .map(|(name, pod)| {
+                let api = self.apis.pods.clone();
+                let pp = pp.clone();
+                async move { api.patch(&name, &pp, &Patch::Apply(&pod)).await.map(|_| ()) }
+            })
+            .collect();
+        for created in fanout::bounded(creates).await {
+            created?;
+        }
         for (i, _) in &ready {
-            self.set_shard(*i, ShardState::Ready, None);
+            // Released shards stay Running through a retry of the others' release.
+            if self
+                .shard(*i)
+                .is_some_and(|s| s.state == ShardState::Pending)
+            {
+                self.set_shard(*i, ShardState::Ready, None);
+            }
         }
         if !waiting.is_empty() {
             if self.deadline_passed(start_limit) {
@@ -215,9 +233,11 @@ impl Step<'_> {
                     .fail(
                         "ShardsNotReady",
                         format!(
-                            "shards not ready within {}: {}",
+                            "{} of {} shards not ready within {}: {}",
+                            waiting.len(),
+                            self.lt.spec.shards,
                             humantime(start_limit),
-                            waiting.join("; ")
+                            listed(&waiting, 10)
                         ),
                     )
                     .await;
@@ -238,7 +258,7 @@ impl Step<'_> {
         // The start instant (and the server counter's baseline, and cell 0) is written to
         // status before any shard hears it, so an operator that restarts mid-release sends
         // every shard the same instant.
-        let Some(start_at) = self.st.start_at.as_ref().map(|t| t.0) else {
+        let Some(start_ms) = self.st.start_at_millis else {
             if let Some(wait) = self.read_baseline(start_limit).await {
                 return Ok(Action::requeue(wait));
             }
@@ -246,10 +266,10 @@ impl Step<'_> {
                 SignedDuration::try_from(self.lt.spec.run.start_delay.get()).unwrap_or_default();
             let at = self.now.checked_add(delay).unwrap_or(self.now);
             self.st.start_at = Some(Time(at));
+            self.st.start_at_millis = Some(u64::try_from(at.as_millisecond()).unwrap_or(0));
             self.st.message = Some(format!("all shards ready; releasing them at {at}"));
             return Ok(Action::requeue(Duration::from_millis(10)));
         };
-        let start_ms = u64::try_from(start_at.as_millisecond()).unwrap_or(0);
         if self.st.cells.is_empty()
             && let Some(first) = wsload_control::Conductor::first(&self.lt.spec)
         {
@@ -257,41 +277,77 @@ impl Step<'_> {
                 .cells
                 .push(cell_released(&first, start_ms, ready.len()));
         }
-        let timeout = self.ctx.config.http_timeout;
-        let answers = fanout::each(&ready, timeout, |c| async move {
-            // No cell named: every shard runs the spec's first cell, the one recorded above.
-            c.start(start_ms, None).await
-        })
+        // Only the shards not released yet: a retry must not wait on those already told.
+        let unreleased: Vec<(u32, String)> = ready
+            .iter()
+            .filter(|(i, _)| {
+                self.shard(*i)
+                    .is_some_and(|s| s.state != ShardState::Running)
+            })
+            .cloned()
+            .collect();
+        let answers = fanout::each(
+            &unreleased,
+            self.ctx.config.control_timeout,
+            |c| async move {
+                // No cell named: every shard runs the spec's first cell, the one recorded above.
+                c.start(start_ms, None).await
+            },
+        )
         .await;
         let mut refused = Vec::new();
         for (i, answer) in answers {
             match answer {
                 Ok(_) => self.set_shard(i, ShardState::Running, None),
-                Err(e) => refused.push(format!("shard {i}: {e}")),
+                Err(e) => refused.push((i, e.to_string())),
             }
         }
         refused.sort();
         if !refused.is_empty() {
-            if self.deadline_passed(start_limit) {
+            let now_ms = u64::try_from(self.now.as_millisecond()).unwrap_or(0);
+            if now_ms < start_ms {
+                let text: Vec<String> = refused
+                    .iter()
+                    .map(|(i, e)| format!("shard {i}: {e}"))
+                    .collect();
+                self.st.message = Some(format!("releasing: {}", listed(&text, 5)));
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            // The instant passed: a shard released now would start late and skew every
+            // cell. It is lost, and the test's shardFailure policy decides.
+            for (i, e) in &refused {
+                self.shard_failed(
+                    *i,
+                    ShardState::Lost,
+                    format!("not released before the start instant: {e}"),
+                );
+            }
+            let released = self.count_live();
+            if released == 0 {
                 return self
-                    .fail(
-                        "ReleaseFailed",
-                        format!("shards could not be released: {}", refused.join("; ")),
-                    )
+                    .fail("ReleaseFailed", "no shard could be released")
                     .await;
             }
-            self.st.message = Some(format!("releasing: {}", refused.join("; ")));
-            return Ok(Action::requeue(Duration::from_millis(500)));
+            if let Some(c) = self.st.cells.first_mut() {
+                c.shards = u32::try_from(released).unwrap_or(u32::MAX);
+            }
         }
+        let released = self.count_live();
+        let start_at = self
+            .st
+            .start_at
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
         self.condition(
             "Released",
             true,
             "StartBarrier",
-            format!("all shards released at {start_at}"),
+            format!("{released} shards released for {start_at}"),
         );
         self.enter(
             Phase::Running,
-            format!("{} shards released at {start_at}", ready.len()),
+            format!("{released} shards released for {start_at}"),
         );
         Ok(Action::requeue(self.ctx.config.poll))
     }
@@ -311,7 +367,7 @@ impl Step<'_> {
                 return None;
             }
         };
-        match counter.read(self.ctx.config.http_timeout).await {
+        match counter.read(self.ctx.config.control_timeout).await {
             Ok(n) => {
                 self.st.server_received_baseline = Some(n);
                 None
@@ -324,23 +380,6 @@ impl Step<'_> {
                 tracing::warn!(loadtest = %self.test(), error = %e, "server counter unreadable: delivery will be unknown");
                 None
             }
-        }
-    }
-
-    pub(super) async fn ensure_results_config_map(&self) -> Result<()> {
-        if self.world.results.is_some() {
-            return Ok(());
-        }
-        let cm = builders::results_config_map(self.lt);
-        match self
-            .apis
-            .config_maps
-            .create(&PostParams::default(), &cm)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
         }
     }
 }

@@ -456,7 +456,7 @@ impl Shared {
 /// side never hand out the same address; the kernel drops the lock when the process ends,
 /// however it ends. 127.0.0.0/8 all reaches loopback on Linux; X starts at 1 to keep clear of
 /// 127.0.0.1.
-fn next_ip() -> String {
+pub(crate) fn next_ip() -> String {
     static NEXT: Mutex<Option<(u32, u32)>> = Mutex::new(None);
     let mut next = lock(&NEXT);
     let (block, z) = match *next {

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod fake_shards;
 pub mod kubelet;
 pub mod proxy;
 
