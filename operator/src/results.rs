@@ -444,6 +444,8 @@ mod tests {
         st.tiers = tiers;
         st.thresholds = checks;
         let bytes = serde_json::to_vec(&st).expect("json").len();
+        let shards_only = serde_json::to_vec(&st.shards).expect("json").len();
+        eprintln!("largest status: {bytes} bytes, of which shards[] {shards_only}");
         assert!(bytes < 1024 * 1024, "status of {bytes} bytes");
         assert_eq!(st.tiers_omitted as usize, cells - MAX_LISTED);
     }
