@@ -5,6 +5,8 @@ pub mod builders;
 pub mod controller;
 pub mod crd;
 pub mod defaults;
+#[cfg(test)]
+pub mod fixtures;
 pub mod leader;
 pub mod metrics;
 pub mod names;

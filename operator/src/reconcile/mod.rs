@@ -10,6 +10,8 @@ mod running;
 mod start;
 mod step;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use crate::builders;
 use crate::metrics::Metrics;

@@ -1,0 +1,447 @@
+//! One scenario per branch of each phase, against the mocked API server of
+//! [`crate::fixtures`]: the status written, the requests made, the Events published. Shards
+//! that must be asked over HTTP are given addresses nobody listens on, so the branches where
+//! a shard does not answer are exercised too; the answering ones are the lifecycle tests'.
+
+use crate::builders;
+use crate::fixtures::{MockApi, ago, exited, loadtest, ready, reconcile_once};
+use crate::results::shard_entries;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+use std::time::Duration;
+use wsload_spec::LoadTestResource;
+use wsload_spec::status::{LoadTestStatus, Phase, ShardState, Verdict};
+
+/// Nothing listens here: connecting is refused at once.
+const NOBODY: &str = "127.254.254.254";
+const LONG_AGO: Duration = Duration::from_secs(10 * 3600);
+
+fn external(shards: u32) -> Value {
+    json!({"target": {"url": "ws://127.0.0.1:9/"}, "scenario": "pingLatency",
+           "connections": [4], "ping": {"count": 5}, "shards": shards})
+}
+
+fn managed() -> Value {
+    json!({"target": {"server": {}}, "scenario": "pingLatency", "connections": [4],
+           "ping": {"count": 5}})
+}
+
+/// The status of a test of `spec` that entered `phase` `since` ago, its shards in `shards`.
+fn status(spec: &Value, phase: Phase, since: Duration, shards: ShardState) -> LoadTestStatus {
+    let lt = loadtest("t", spec.clone(), None);
+    let mut entries = shard_entries(&lt.spec);
+    for e in &mut entries {
+        e.state = shards;
+    }
+    LoadTestStatus {
+        phase: Some(phase),
+        phase_since: Some(ago(since)),
+        target_url: Some("ws://127.0.0.1:9/".into()),
+        shards: entries,
+        ..Default::default()
+    }
+}
+
+fn shard_pod(lt: &LoadTestResource, i: u32) -> Pod {
+    builders::shard_pod(lt, i, "ws://127.0.0.1:9/", "{}")
+}
+
+fn server_pod(lt: &LoadTestResource) -> Pod {
+    let server = lt.spec.target.server.clone().expect("a managed server");
+    builders::server_pod(lt, &server, 0)
+}
+
+fn written(api: &MockApi) -> LoadTestStatus {
+    api.status().expect("a status write")
+}
+
+fn reason(st: &LoadTestStatus) -> Option<&str> {
+    st.reason.as_deref()
+}
+
+// --- new -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_new_test_gets_an_entry_per_shard_and_goes_pending() {
+    let api = MockApi::default();
+    reconcile_once(&api, loadtest("t", external(3), None), vec![])
+        .await
+        .expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Pending));
+    assert_eq!(st.shards.len(), 3);
+    assert!(st.shards.iter().all(|s| s.state == ShardState::Pending));
+    assert_eq!(api.events(), ["Pending"]);
+    assert!(
+        !api.calls().iter().any(|c| c.contains("pods")),
+        "{:?}",
+        api.calls()
+    );
+}
+
+#[tokio::test]
+async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
+    let api = MockApi::default();
+    let spec = json!({"target": {"server": {}}, "scenario": "connectionStorm",
+                      "connections": [10], "thresholds": ["rtt.p99 < 5ms"]});
+    reconcile_once(&api, loadtest("t", spec, None), vec![])
+        .await
+        .expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("InvalidSpec"));
+    assert!(
+        st.message
+            .unwrap_or_default()
+            .contains("spec.thresholds[0]")
+    );
+    assert_eq!(api.events(), ["Failed"]);
+    assert!(
+        !api.calls().iter().any(|c| c.contains("pods")),
+        "{:?}",
+        api.calls()
+    );
+}
+
+// --- Pending ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_external_target_goes_straight_to_starting() {
+    let api = MockApi::default();
+    let spec = external(1);
+    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
+    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
+        .await
+        .expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Starting));
+    assert_eq!(st.target_url.as_deref(), Some("ws://127.0.0.1:9/"));
+}
+
+#[tokio::test]
+async fn a_managed_server_is_applied_then_waited_on() {
+    let api = MockApi::default();
+    let spec = managed();
+    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
+    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
+        .await
+        .expect("reconcile");
+    let calls = api.calls();
+    assert!(
+        calls.contains(&"PATCH pods/t-server".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"PATCH services/t-server".to_string()),
+        "{calls:?}"
+    );
+    // Nothing changed in status: still Pending, not written.
+    assert!(api.status().is_none(), "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_ready_server_moves_the_test_to_starting_at_its_pod_ip() {
+    let api = MockApi::default();
+    let spec = managed();
+    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![ready(server_pod(&lt), "10.0.0.7")];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Starting));
+    let url = st.target_url.unwrap_or_default();
+    assert!(url.starts_with("ws://10.0.0.7:"), "{url}");
+    assert!(
+        !api.calls().contains(&"PATCH pods/t-server".to_string()),
+        "an existing pod is not applied again"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_exits_before_the_test_fails_it() {
+    let api = MockApi::default();
+    let spec = managed();
+    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![exited(server_pod(&lt), 137, "OOMKilled")];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("ServerFailed"));
+    assert!(st.message.unwrap_or_default().contains("OOMKilled"));
+}
+
+#[tokio::test]
+async fn a_server_not_ready_by_its_deadline_fails_the_test_saying_why() {
+    let api = MockApi::default();
+    let spec = managed();
+    let st = status(&spec, Phase::Pending, LONG_AGO, ShardState::Pending);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![server_pod(&lt)];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(reason(&st), Some("ServerNotReady"));
+    assert!(st.message.unwrap_or_default().contains("t-server"));
+}
+
+// --- Starting --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn starting_creates_every_shard_pod() {
+    let api = MockApi::default();
+    let spec = external(3);
+    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Pending);
+    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
+        .await
+        .expect("reconcile");
+    let mut created: Vec<String> = api
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("PATCH pods/"))
+        .collect();
+    created.sort();
+    assert_eq!(
+        created,
+        [
+            "PATCH pods/t-shard-0",
+            "PATCH pods/t-shard-1",
+            "PATCH pods/t-shard-2"
+        ]
+    );
+    assert_eq!(written(&api).message.as_deref(), Some("0/3 shards ready"));
+}
+
+#[tokio::test]
+async fn a_shard_that_ends_before_the_start_fails_the_test() {
+    let api = MockApi::default();
+    let spec = external(2);
+    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Pending);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![
+        ready(shard_pod(&lt, 0), NOBODY),
+        exited(shard_pod(&lt, 1), 2, "Error"),
+    ];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(reason(&st), Some("ShardFailed"));
+    assert_eq!(st.shards[1].state, ShardState::Failed);
+}
+
+#[tokio::test]
+async fn all_shards_ready_fixes_the_start_instant_before_telling_anyone() {
+    let api = MockApi::default();
+    let spec = external(2);
+    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Ready);
+    let lt = loadtest("t", spec, Some(st));
+    let delay = lt.spec.run.start_delay.get();
+    let pods = (0..2).map(|i| ready(shard_pod(&lt, i), NOBODY)).collect();
+    let before = unix_millis();
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Starting));
+    let at = st.start_at_millis.expect("startAtMillis");
+    let delay = u64::try_from(delay.as_millis()).expect("ms");
+    assert!(
+        at >= before + delay && at <= unix_millis() + delay,
+        "{at} vs {before} + {delay}"
+    );
+    assert!(st.cells.is_empty(), "cell 0 is recorded with the release");
+}
+
+#[tokio::test]
+async fn shards_unreleased_when_the_instant_passes_are_lost() {
+    let api = MockApi::default();
+    let spec = external(2);
+    let mut st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Ready);
+    st.start_at_millis = Some(unix_millis() - 1000);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = (0..2).map(|i| ready(shard_pod(&lt, i), NOBODY)).collect();
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert!(st.shards.iter().all(|s| s.state == ShardState::Lost));
+    let why = st.shards[0].reason.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("not released before the start instant"),
+        "{why}"
+    );
+    assert_eq!(st.missing_shards, [0, 1]);
+}
+
+// --- Running ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_shard_pod_deleted_while_running_is_lost_and_fails_the_test() {
+    let api = MockApi::default();
+    let spec = external(2);
+    let st = status(&spec, Phase::Running, Duration::ZERO, ShardState::Running);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Running), "shard 0 still runs");
+    assert_eq!(st.shards[1].state, ShardState::Lost);
+    assert_eq!(reason(&st), Some("ShardFailed"));
+    assert_eq!(st.missing_shards, [1]);
+}
+
+#[tokio::test]
+async fn a_run_past_its_deadline_goes_to_collecting_with_the_cause() {
+    let api = MockApi::default();
+    let spec = external(1);
+    let st = status(&spec, Phase::Running, LONG_AGO, ShardState::Running);
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Collecting));
+    assert_eq!(reason(&st), Some("RunDeadlineExceeded"));
+    assert_eq!(st.shards[0].state, ShardState::Lost);
+}
+
+// --- Collecting ------------------------------------------------------------------------
+
+fn echo() -> Value {
+    // As the fixture shard's result: one echo cell of 200 connections.
+    json!({"target": {"url": "ws://127.0.0.1:9/"}, "scenario": "echo", "connections": [200],
+           "thresholds": ["rtt.p99 < 5ms"]})
+}
+
+/// The API server holding shard 0's result, as the operator stored it.
+fn stored_result(api: &MockApi, lt: &LoadTestResource) {
+    let r = wsload_report::fixtures::shard(0, 100, 1, 1_000_000);
+    let packed = wsload_report::stored::encode(&r).expect("encode");
+    api.config_map(&builders::shard_result_config_map(lt, 0, packed));
+}
+
+#[tokio::test]
+async fn a_gone_shard_with_nothing_stored_leaves_no_results() {
+    let api = MockApi::default();
+    let spec = external(1);
+    let st = status(&spec, Phase::Collecting, Duration::ZERO, ShardState::Done);
+    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
+        .await
+        .expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.shards[0].state, ShardState::Lost);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("ShardFailed"), "the first cause stays");
+    assert!(
+        api.calls()
+            .contains(&"GET configmaps/t-result-0".to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_gone_shard_whose_result_was_stored_counts_as_collected() {
+    let api = MockApi::default();
+    let spec = echo();
+    let st = status(&spec, Phase::Collecting, Duration::ZERO, ShardState::Done);
+    let lt = loadtest("t", spec, Some(st));
+    stored_result(&api, &lt);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.shards[0].state, ShardState::Collected);
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+}
+
+#[tokio::test]
+async fn stored_results_are_merged_judged_and_the_merge_stored() {
+    let api = MockApi::default();
+    let spec = echo();
+    let st = status(
+        &spec,
+        Phase::Collecting,
+        Duration::ZERO,
+        ShardState::Collected,
+    );
+    let lt = loadtest("t", spec, Some(st));
+    stored_result(&api, &lt);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Succeeded));
+    assert_eq!(st.verdict, Some(Verdict::Pass));
+    assert_eq!(st.results_config_map.as_deref(), Some("t-results"));
+    assert!(
+        api.calls()
+            .contains(&"PATCH configmaps/t-results".to_string())
+    );
+    assert_eq!(api.events(), ["Succeeded"]);
+}
+
+#[tokio::test]
+async fn a_refused_merge_store_fails_the_test_and_keeps_the_figures() {
+    let api = MockApi::default();
+    let spec = echo();
+    let st = status(
+        &spec,
+        Phase::Collecting,
+        Duration::ZERO,
+        ShardState::Collected,
+    );
+    let lt = loadtest("t", spec, Some(st));
+    stored_result(&api, &lt);
+    api.refuse("configmaps/t-results", 403);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("ResultStoreFailed"));
+    let message = st.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("t-results") && message.contains("refused by the test (403)"),
+        "{message}"
+    );
+    assert_eq!(st.tiers.len(), 1, "the figures are kept");
+    assert_eq!(
+        st.verdict,
+        Some(Verdict::Fail),
+        "a failed test never passes"
+    );
+    assert_eq!(api.events(), ["Failed"]);
+}
+
+#[tokio::test]
+async fn unreadable_results_are_retried_until_the_collect_deadline() {
+    let spec = echo();
+    for (since, phase, why) in [
+        (Duration::ZERO, Phase::Collecting, None),
+        (LONG_AGO, Phase::Failed, Some("ResultsUnreadable")),
+    ] {
+        let api = MockApi::default();
+        let st = status(&spec, Phase::Collecting, since, ShardState::Collected);
+        let lt = loadtest("t", spec.clone(), Some(st));
+        stored_result(&api, &lt);
+        api.refuse("configmaps/t-result-0", 503);
+        reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+        let st = written(&api);
+        assert_eq!(st.phase, Some(phase), "{st:#?}");
+        assert_eq!(reason(&st), why);
+    }
+}
+
+// --- finished --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_finished_test_deletes_its_pods_and_itself_after_its_ttl() {
+    let api = MockApi::default();
+    let mut spec = external(1);
+    spec["run"] = json!({"ttlAfterFinished": "1s"});
+    let mut st = status(&spec, Phase::Succeeded, LONG_AGO, ShardState::Collected);
+    st.completion_time = Some(ago(LONG_AGO));
+    let lt = loadtest("t", spec, Some(st));
+    let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
+    reconcile_once(&api, lt, pods).await.expect("reconcile");
+    let calls = api.calls();
+    assert!(
+        calls.contains(&"DELETE pods/t-shard-0".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"DELETE loadtests/t".to_string()),
+        "{calls:?}"
+    );
+}
+
+fn unix_millis() -> u64 {
+    u64::try_from(k8s_openapi::jiff::Timestamp::now().as_millisecond()).expect("after 1970")
+}
