@@ -33,7 +33,10 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(opts.metrics_listen)
         .await
-        .map_err(|e| Error::Io(format!("cannot listen on {}: {e}", opts.metrics_listen)))?;
+        .map_err(|source| Error::Listen {
+            addr: opts.metrics_listen,
+            source,
+        })?;
     tracing::info!(address = %opts.metrics_listen, "serving /metrics, /healthz, /readyz");
     tokio::spawn(wsload_metrics::serve(listener, metrics.clone()));
 

@@ -20,17 +20,25 @@ pub mod text;
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("serialize: {0}")]
-    Serialize(String),
+    #[error("cannot serialize {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("invalid object: {0}")]
     Invalid(String),
     /// A shard's control endpoint did not answer as the protocol says.
     #[error("shard: {0}")]
-    Shard(String),
+    Shard(#[from] wsload_control::Error),
     #[error("leader election: {0}")]
     LeaseLost(String),
-    #[error("{0}")]
-    Io(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -38,18 +46,22 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
-            Error::Serialize(_) => "serialize",
+            Error::Serialize { .. } => "serialize",
             Error::Invalid(_) => "invalid",
             Error::Shard(_) => "shard",
             Error::LeaseLost(_) => "lease",
-            Error::Io(_) => "io",
+            Error::Listen { .. } => "io",
         }
     }
-}
 
-impl From<wsload_control::Error> for Error {
-    fn from(e: wsload_control::Error) -> Self {
-        Error::Shard(e.to_string())
+    pub(crate) fn serialize(
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Serialize {
+            what,
+            source: Box::new(source),
+        }
     }
 }
 

@@ -171,8 +171,8 @@ impl Step<'_> {
         }
         let test = self.test();
         let target_url = self.st.target_url.clone().unwrap_or_default();
-        let document =
-            builders::loadtest_document(self.lt).map_err(|e| Error::Serialize(e.to_string()))?;
+        let document = builders::loadtest_document(self.lt)
+            .map_err(|e| Error::serialize("the LoadTest for its shards", e))?;
         let pp = PatchParams::apply(MANAGER).force();
         let (start_limit, _, _) = self.timeouts();
         let mut waiting = Vec::new();
