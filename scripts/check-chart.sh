@@ -3,7 +3,8 @@
 #   1. versions: Chart.yaml version and appVersion are the workspace version; the chart's
 #      copies of the CRD and dashboards match their sources (scripts/generate.sh)
 #   2. helm lint --strict with values.yaml and each charts/wsload/ci/*-values.yaml, and
-#      values.schema.json refuses a misspelt key; NOTES.txt renders
+#      values.schema.json (generated from values.yaml's annotations, scripts/generate.sh)
+#      refuses misspelt keys and wrong values; NOTES.txt renders
 #   3. a real control plane (scripts/k8s): its /openapi/v2 becomes kubeconform's JSON
 #      schemas (scripts/chart/openapi2jsonschema.py, cached per Kubernetes version); the
 #      LoadTest CRD and minimal ServiceMonitor/PodMonitor CRDs (scripts/chart/monitoring-crds.yaml)
@@ -151,6 +152,11 @@ expect_helm_failure "a misspelt prometheus key" "scrapeIntervall" \
 	lint --strict "$CHART" --set prometheus.install=true --set prometheus.scrapeIntervall=5s
 expect_helm_failure "a Prometheus retention that is no duration" "/prometheus/retention" \
 	lint --strict "$CHART" --set prometheus.install=true --set prometheus.retention=1week
+# The pieces under charts/wsload/schema/ reach helm only bundled into values.schema.json.
+expect_helm_failure "a misspelt EnvVar key (schema/env-var.json, bundled)" "'nam' not allowed" \
+	lint --strict "$CHART" --set 'operator.extraEnv[0].nam=X'
+expect_helm_failure "an unknown relabel action (schema/relabel-config.json, bundled)" "/podMonitor/metricRelabelings/0/action" \
+	lint --strict "$CHART" --set 'podMonitor.metricRelabelings[0].action=delete'
 
 # --- 3. control plane, schemas ---------------------------------------------------------------
 

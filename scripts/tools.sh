@@ -5,13 +5,14 @@
 # The same pattern as crane in scripts/lib/images.sh: `go install MODULE@VERSION`, static
 # (CGO off), version ldflags so the binary says what it is.
 #
-# usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform
+# usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform | helm-values-schema-json
 #   e.g. helm="$(scripts/tools.sh helm)"
 #
 # Why from source: no release tarball can be downloaded on the project machines, but the Go
-# module proxy serves both modules (it is an allow-list: check a new version is served with
-# `go list -m -versions MODULE` before bumping). Cold: helm ~5 min, kubeconform ~30 s on 2
-# busy cores; warm: milliseconds.
+# module proxy serves these modules (it is an allow-list: check a new version is served with
+# `go list -m MODULE@VERSION` before bumping; for helm-values-schema-json it refuses the version
+# list itself, hence build_in_module). Cold: helm ~5 min, kubeconform ~30 s,
+# helm-values-schema-json ~10 s on 2 busy cores; warm: milliseconds.
 #
 # Environment:
 #   WSLOAD_CACHE  cache root (default ~/.cache/wsload)
@@ -29,6 +30,9 @@ HELM_VERSION="v3.22.0"
 HELM_MODULE="helm.sh/helm/v3"
 KUBECONFORM_VERSION="v0.8.0"
 KUBECONFORM_MODULE="github.com/yannh/kubeconform"
+# values.schema.json of the chart from its annotated values.yaml (scripts/generate.sh).
+SCHEMA_VERSION="v2.2.1"
+SCHEMA_MODULE="github.com/losisin/helm-values-schema-json/v2"
 
 # The Kubernetes minor helm's own client-go modules implement. helm's Makefile passes it as
 # ldflags (lint's deprecation check and `.Capabilities.KubeVersion` of `helm template` use it);
@@ -41,6 +45,17 @@ helm_k8s_minor() {
 	client_go="$(awk '$1 == "k8s.io/client-go" {print $2; exit}' "$gomod")"
 	[[ "$client_go" =~ ^v0\.([0-9]+)\. ]] || die "no k8s.io/client-go v0.N.x in $gomod"
 	printf '%s\n' "${BASH_REMATCH[1]}"
+}
+
+# build_in_module MODULE VERSION LDFLAGS OUT: `go build` inside the downloaded module, with its
+# own go.sum. For modules whose version list the proxy refuses: `go install pkg@version` reads
+# that list (for deprecations) and fails, though the pinned version itself is served.
+build_in_module() {
+	local module="$1" version="$2" ldflags="$3" out="$4" dir
+	dir="$(GOTOOLCHAIN=local GOFLAGS='' go mod download -json "$module@$version" |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')" || return 1
+	(cd "$dir" && GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 \
+		go build -trimpath -ldflags="$ldflags" -o "$out" . >&2)
 }
 
 install_tool() { # tool
@@ -63,6 +78,11 @@ install_tool() { # tool
 		version_args=(-v)
 		ldflags="-s -w -X main.version=$version"
 		;;
+	helm-values-schema-json)
+		module="$SCHEMA_MODULE" pkg="$SCHEMA_MODULE" version="$SCHEMA_VERSION"
+		version_args=(--version)
+		ldflags="-s -w -X main.Version=$version"
+		;;
 	*) usage ;;
 	esac
 	if [[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]]; then
@@ -77,7 +97,10 @@ install_tool() { # tool
 	# GOTOOLCHAIN=local: a go.mod asking for a newer Go must fail here with its message, not
 	# download a toolchain the proxy may refuse. GOFLAGS cleared: -mod settings of the caller
 	# do not apply to `go install pkg@version`.
-	if ! GOBIN="$tmp" GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 \
+	if [[ "$tool" == helm-values-schema-json ]]; then
+		build_in_module "$module" "$version" "$ldflags" "$tmp/$tool" ||
+			die "building $module $version failed (see above); it must be served by the Go module proxy"
+	elif ! GOBIN="$tmp" GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 \
 		go install -trimpath -ldflags="$ldflags" "$pkg@$version" >&2; then
 		rm -rf "$tmp"
 		die "go install $pkg@$version failed (see above); $module $version must be served by the Go module proxy"
@@ -94,7 +117,7 @@ main() {
 	(($#)) || usage
 	for tool in "$@"; do
 		case "$tool" in
-		helm | kubeconform) ;;
+		helm | kubeconform | helm-values-schema-json) ;;
 		*) usage ;;
 		esac
 	done
