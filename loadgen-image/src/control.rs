@@ -16,11 +16,11 @@ use crate::live::Live;
 use crate::report::{CellResult, RunResult};
 use crate::runner::{self, Options};
 use crate::{Error, Result};
-use serde::Serialize;
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
+use wsload_control::endpoint::{self, ShardEndpoint, json};
+use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
 use wsload_metrics::{Exposition, Reply, Request};
 use wsload_spec::LoadTest;
@@ -78,13 +78,6 @@ pub struct Control {
 }
 
 use runner::unix_ms;
-
-fn json(status: u16, value: &impl Serialize) -> Reply {
-    match serde_json::to_string(value) {
-        Ok(body) => Reply::json(status, body),
-        Err(e) => Reply::text(500, format!("cannot serialize: {e}\n")),
-    }
-}
 
 impl Control {
     pub fn new(live: Arc<Live>) -> Control {
@@ -284,31 +277,35 @@ impl Exposition for Control {
     }
 
     fn handle(&self, request: &Request<'_>) -> Option<Reply> {
-        let get = matches!(request.method, "GET" | "HEAD");
-        let post = request.method == "POST";
-        Some(match request.path {
-            protocol::STATE if get => json(200, &self.state()),
-            protocol::START if post => self.start(request.body),
-            protocol::CELL if post => self.cell(request.body),
-            protocol::END if post => self.end(),
-            protocol::RESULT if get => self.result(),
-            protocol::FINISH if post => json(200, &self.state()),
-            protocol::STATE | protocol::RESULT => {
-                Reply::text(405, format!("{}: only GET\n", request.path))
-            }
-            protocol::START | protocol::CELL | protocol::END | protocol::FINISH => {
-                Reply::text(405, format!("{}: only POST\n", request.path))
-            }
-            _ => return None,
-        })
+        endpoint::route(self, request)
     }
 
     fn answered(&self, request: &Request<'_>) {
-        // After the 200 is on its way, not before: the operator must not see the connection
-        // drop and retry a finish that worked.
-        if request.method == "POST" && request.path == protocol::FINISH {
+        if endpoint::is_finish(request) {
             self.update(|i| i.finish = true);
         }
+    }
+}
+
+impl ShardEndpoint for Control {
+    fn state(&self) -> State {
+        Control::state(self)
+    }
+
+    fn start(&self, body: &[u8]) -> Reply {
+        Control::start(self, body)
+    }
+
+    fn cell(&self, body: &[u8]) -> Reply {
+        Control::cell(self, body)
+    }
+
+    fn end(&self) -> Reply {
+        Control::end(self)
+    }
+
+    fn result(&self) -> Reply {
+        Control::result(self)
     }
 }
 

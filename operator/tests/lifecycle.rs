@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{Api, ListParams, PostParams};
 use std::time::Duration;
 use support::{Cluster, Kubelet, KubeletOpts, wait_for};
-use wsload_operator::controller::{self, Options};
 use wsload_operator::leader::LeaderConfig;
 use wsload_operator::reconcile::Config;
 use wsload_spec::LoadTestResource;
@@ -29,15 +28,7 @@ struct Env {
 }
 
 async fn env(prefix: &str) -> Env {
-    // The operator's log with the test's output when RUST_LOG asks for it
-    // (`RUST_LOG=wsload_operator=debug`).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_test_writer()
-        .try_init();
+    support::test_logs();
     let cluster = support::shared().await;
     cluster.apply_crds().await;
     let ns = cluster.namespace(prefix).await;
@@ -63,21 +54,11 @@ fn operator_at(
     leader: Option<LeaderConfig>,
     metrics_listen: std::net::SocketAddr,
 ) -> tokio::task::JoinHandle<()> {
-    let client = e.client.clone();
-    let opts = Options {
-        metrics_listen,
-        namespace: Some(e.ns.clone()),
-        leader,
-        config: Config {
-            poll: Duration::from_millis(300),
-            ..Config::default()
-        },
+    let config = Config {
+        poll: Duration::from_millis(300),
+        ..Config::default()
     };
-    tokio::spawn(async move {
-        if let Err(err) = controller::run(client, opts).await {
-            eprintln!("operator stopped: {err}");
-        }
-    })
+    support::run_operator(e.client.clone(), &e.ns, leader, metrics_listen, config)
 }
 
 fn loadtest(name: &str, spec: &str) -> LoadTestResource {

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::fake_shards::{Behaviour, FakeFleet, FleetOpts};
 use support::{Cluster, wait_for};
-use wsload_operator::controller::{self, Options};
 use wsload_operator::names;
 use wsload_operator::reconcile::Config;
 use wsload_report::stored;
@@ -39,34 +38,18 @@ impl Drop for Env {
 }
 
 async fn env(prefix: &str, fleet: FleetOpts) -> Env {
-    // The operator's log with the test's output when RUST_LOG asks for it.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_test_writer()
-        .try_init();
+    support::test_logs();
     let cluster = support::shared().await;
     cluster.apply_crds().await;
     let ns = cluster.namespace(prefix).await;
     let client = cluster.client().await;
     let fleet = FakeFleet::start(client.clone(), &ns, fleet).await;
-    let opts = Options {
-        metrics_listen: "127.0.0.1:0".parse().expect("addr"),
-        namespace: Some(ns.clone()),
-        leader: None,
-        config: Config {
-            poll: Duration::from_millis(300),
-            ..Config::default()
-        },
+    let config = Config {
+        poll: Duration::from_millis(300),
+        ..Config::default()
     };
-    let op_client = client.clone();
-    let operator = tokio::spawn(async move {
-        if let Err(err) = controller::run(op_client, opts).await {
-            eprintln!("operator stopped: {err}");
-        }
-    });
+    let addr = "127.0.0.1:0".parse().expect("addr");
+    let operator = support::run_operator(client.clone(), &ns, None, addr, config);
     Env {
         cluster,
         lts: Api::namespaced(client.clone(), &ns),

@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use support::fake_shards::{FakeFleet, FleetOpts};
-use wsload_operator::controller::{self, Options};
 use wsload_operator::reconcile::Config;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase, ShardState};
@@ -131,21 +130,11 @@ async fn simulate(n: u32) -> Outcome {
     let client = cluster.client().await;
     let fleet = FakeFleet::start(client.clone(), &ns, FleetOpts::default()).await;
     let metrics = free_port();
-    let opts = Options {
-        metrics_listen: metrics,
-        namespace: Some(ns.clone()),
-        leader: None,
-        config: Config {
-            poll: Duration::from_secs(1),
-            ..Config::default()
-        },
+    let config = Config {
+        poll: Duration::from_secs(1),
+        ..Config::default()
     };
-    let op_client = client.clone();
-    let operator = tokio::spawn(async move {
-        if let Err(err) = controller::run(op_client, opts).await {
-            eprintln!("operator stopped: {err}");
-        }
-    });
+    let operator = support::run_operator(client.clone(), &ns, None, metrics, config);
 
     let spec = spec(n);
     let lt = wsload_spec::LoadTest::from_spec_yaml(&spec, TEST)

@@ -17,6 +17,7 @@
 pub mod assemble;
 pub mod barrier;
 pub mod client;
+pub mod endpoint;
 pub mod protocol;
 pub mod sequence;
 pub mod settle;

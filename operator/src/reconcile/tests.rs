@@ -314,6 +314,15 @@ fn stored_result(api: &MockApi, lt: &LoadTestResource) {
     api.config_map(&builders::shard_result_config_map(lt, 0, packed));
 }
 
+/// A one-shard echo test Collecting since `since`, its shard in `shard`, its result stored.
+fn collecting(api: &MockApi, since: Duration, shard: ShardState) -> LoadTestResource {
+    let spec = echo();
+    let st = status(&spec, Phase::Collecting, since, shard);
+    let lt = loadtest("t", spec, Some(st));
+    stored_result(api, &lt);
+    lt
+}
+
 #[tokio::test]
 async fn a_gone_shard_with_nothing_stored_leaves_no_results() {
     let api = MockApi::default();
@@ -335,10 +344,7 @@ async fn a_gone_shard_with_nothing_stored_leaves_no_results() {
 #[tokio::test]
 async fn a_gone_shard_whose_result_was_stored_counts_as_collected() {
     let api = MockApi::default();
-    let spec = echo();
-    let st = status(&spec, Phase::Collecting, Duration::ZERO, ShardState::Done);
-    let lt = loadtest("t", spec, Some(st));
-    stored_result(&api, &lt);
+    let lt = collecting(&api, Duration::ZERO, ShardState::Done);
     reconcile_once(&api, lt, vec![]).await.expect("reconcile");
     let st = written(&api);
     assert_eq!(st.shards[0].state, ShardState::Collected);
@@ -348,15 +354,7 @@ async fn a_gone_shard_whose_result_was_stored_counts_as_collected() {
 #[tokio::test]
 async fn stored_results_are_merged_judged_and_the_merge_stored() {
     let api = MockApi::default();
-    let spec = echo();
-    let st = status(
-        &spec,
-        Phase::Collecting,
-        Duration::ZERO,
-        ShardState::Collected,
-    );
-    let lt = loadtest("t", spec, Some(st));
-    stored_result(&api, &lt);
+    let lt = collecting(&api, Duration::ZERO, ShardState::Collected);
     reconcile_once(&api, lt, vec![]).await.expect("reconcile");
     let st = written(&api);
     assert_eq!(st.phase, Some(Phase::Succeeded));
@@ -372,15 +370,7 @@ async fn stored_results_are_merged_judged_and_the_merge_stored() {
 #[tokio::test]
 async fn a_refused_merge_store_fails_the_test_and_keeps_the_figures() {
     let api = MockApi::default();
-    let spec = echo();
-    let st = status(
-        &spec,
-        Phase::Collecting,
-        Duration::ZERO,
-        ShardState::Collected,
-    );
-    let lt = loadtest("t", spec, Some(st));
-    stored_result(&api, &lt);
+    let lt = collecting(&api, Duration::ZERO, ShardState::Collected);
     api.refuse("configmaps/t-results", 403);
     reconcile_once(&api, lt, vec![]).await.expect("reconcile");
     let st = written(&api);
@@ -402,15 +392,12 @@ async fn a_refused_merge_store_fails_the_test_and_keeps_the_figures() {
 
 #[tokio::test]
 async fn unreadable_results_are_retried_until_the_collect_deadline() {
-    let spec = echo();
     for (since, phase, why) in [
         (Duration::ZERO, Phase::Collecting, None),
         (LONG_AGO, Phase::Failed, Some("ResultsUnreadable")),
     ] {
         let api = MockApi::default();
-        let st = status(&spec, Phase::Collecting, since, ShardState::Collected);
-        let lt = loadtest("t", spec.clone(), Some(st));
-        stored_result(&api, &lt);
+        let lt = collecting(&api, since, ShardState::Collected);
         api.refuse("configmaps/t-result-0", 503);
         reconcile_once(&api, lt, vec![]).await.expect("reconcile");
         let st = written(&api);

@@ -33,12 +33,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
+use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
 use wsload_metrics::{Exposition, Reply, Request};
@@ -561,13 +561,6 @@ struct Inner {
     record: ShardRecord,
 }
 
-fn reply_json(status: u16, value: &impl Serialize) -> Reply {
-    match serde_json::to_string(value) {
-        Ok(body) => Reply::json(status, body),
-        Err(e) => Reply::text(500, format!("cannot serialize: {e}\n")),
-    }
-}
-
 impl FakeShard {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         lock(&self.inner)
@@ -619,9 +612,9 @@ impl FakeShard {
         let mut arrival =
             Self::arrival(request.start_at, request.cell.as_ref().map(|c| c.index), 0);
         let reply = match &inner.started {
-            Some(prev) if *prev == request => reply_json(202, &inner.state),
-            Some(_) => reply_json(409, &inner.state),
-            None if inner.state.state != Phase::Waiting => reply_json(409, &inner.state),
+            Some(prev) if *prev == request => json(202, &inner.state),
+            Some(_) => json(409, &inner.state),
+            None if inner.state.state != Phase::Waiting => json(409, &inner.state),
             None => {
                 Self::arm(&mut inner, request.start_at);
                 inner.started = Some(request.clone());
@@ -639,7 +632,7 @@ impl FakeShard {
                         tokio::spawn(self.clone().conclude());
                     }
                 }
-                reply_json(202, &inner.state)
+                json(202, &inner.state)
             }
         };
         arrival.status = reply.status;
@@ -663,12 +656,12 @@ impl FakeShard {
         let mut inner = self.lock();
         let mut arrival = Self::arrival(request.start_at, Some(request.cell.index), 0);
         let reply = if inner.last_order.as_ref() == Some(&request) {
-            reply_json(202, &inner.state)
+            json(202, &inner.state)
         } else if inner.state.state != Phase::Between
             || inner.ended_cells
             || request.cell.index != inner.state.cells_done
         {
-            reply_json(409, &inner.state)
+            json(409, &inner.state)
         } else {
             Self::arm(&mut inner, request.start_at);
             inner.last_order = Some(request.clone());
@@ -676,7 +669,7 @@ impl FakeShard {
                 self.clone()
                     .run_cell(request.start_at, request.cell.clone()),
             );
-            reply_json(202, &inner.state)
+            json(202, &inner.state)
         };
         arrival.status = reply.status;
         inner.record.cells.push(arrival);
@@ -687,15 +680,15 @@ impl FakeShard {
     fn end(self: &Arc<Self>) -> Reply {
         let mut inner = self.lock();
         if inner.ended_cells {
-            return reply_json(202, &inner.state);
+            return json(202, &inner.state);
         }
         if inner.state.state != Phase::Between {
-            return reply_json(409, &inner.state);
+            return json(409, &inner.state);
         }
         inner.ended_cells = true;
         inner.record.ended = true;
         tokio::spawn(self.clone().conclude());
-        reply_json(202, &inner.state)
+        json(202, &inner.state)
     }
 
     /// `GET /control/result`.
@@ -707,7 +700,7 @@ impl FakeShard {
                 inner.record.bytes_served += r.len() as u64;
                 Reply::json(200, r.to_string())
             }
-            None => reply_json(409, &inner.state),
+            None => json(409, &inner.state),
         }
     }
 
@@ -1018,32 +1011,35 @@ impl Exposition for Endpoint {
     }
 
     fn handle(&self, request: &Request<'_>) -> Option<Reply> {
-        let get = matches!(request.method, "GET" | "HEAD");
-        let post = request.method == "POST";
-        let s = &self.0;
-        Some(match request.path {
-            protocol::STATE if get => reply_json(200, &s.state()),
-            protocol::START if post => s.start(request.body),
-            protocol::CELL if post => s.cell(request.body),
-            protocol::END if post => s.end(),
-            protocol::RESULT if get => s.result(),
-            protocol::FINISH if post => reply_json(200, &s.state()),
-            protocol::STATE | protocol::RESULT => {
-                Reply::text(405, format!("{}: only GET\n", request.path))
-            }
-            protocol::START | protocol::CELL | protocol::END | protocol::FINISH => {
-                Reply::text(405, format!("{}: only POST\n", request.path))
-            }
-            _ => return None,
-        })
+        endpoint::route(self, request)
     }
 
     fn answered(&self, request: &Request<'_>) {
-        // After the 200 is on its way, as the real shard: the conductor must not see the
-        // connection drop and retry a finish that worked.
-        if request.method == "POST" && request.path == protocol::FINISH {
+        if endpoint::is_finish(request) {
             self.0.finish();
         }
+    }
+}
+
+impl ShardEndpoint for Endpoint {
+    fn state(&self) -> State {
+        self.0.state()
+    }
+
+    fn start(&self, body: &[u8]) -> Reply {
+        self.0.start(body)
+    }
+
+    fn cell(&self, body: &[u8]) -> Reply {
+        self.0.cell(body)
+    }
+
+    fn end(&self) -> Reply {
+        self.0.end()
+    }
+
+    fn result(&self) -> Reply {
+        self.0.result()
     }
 }
 

@@ -83,3 +83,37 @@ pub fn pod_phase(pod: &Pod) -> Option<&str> {
 pub fn main_container(pod: &Pod) -> Option<&ContainerStatus> {
     pod.status.as_ref()?.container_statuses.as_ref()?.first()
 }
+
+/// The operator's log with the test's output when RUST_LOG asks for it
+/// (`RUST_LOG=wsload_operator=debug`); silent otherwise.
+pub fn test_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// The operator in this process, scoped to namespace `ns` as the chart's namespaced mode runs
+/// it, until the handle is aborted.
+pub fn run_operator(
+    client: kube::Client,
+    ns: &str,
+    leader: Option<wsload_operator::leader::LeaderConfig>,
+    metrics_listen: std::net::SocketAddr,
+    config: wsload_operator::reconcile::Config,
+) -> tokio::task::JoinHandle<()> {
+    let opts = wsload_operator::controller::Options {
+        metrics_listen,
+        namespace: Some(ns.to_string()),
+        leader,
+        config,
+    };
+    tokio::spawn(async move {
+        if let Err(err) = wsload_operator::controller::run(client, opts).await {
+            eprintln!("operator stopped: {err}");
+        }
+    })
+}
