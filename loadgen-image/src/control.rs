@@ -19,7 +19,7 @@ use crate::{Error, Result};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_control::endpoint::{self, ShardEndpoint, json};
+use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
 use wsload_metrics::{Exposition, Reply, Request};
@@ -118,22 +118,15 @@ impl Control {
 
     /// `POST /control/start`: the first cell.
     pub fn start(&self, body: &[u8]) -> Reply {
-        let request = match serde_json::from_slice::<StartRequest>(body) {
+        let request = match endpoint::parse_start(body) {
             Ok(r) => r,
-            Err(e) => {
-                return Reply::text(
-                    400,
-                    format!("body must be {{\"startAt\": <unix ms>, \"cell\"?: {{...}}}}: {e}\n"),
-                );
-            }
+            Err(reply) => return reply,
         };
         let mut inner = self.lock();
-        match &inner.started {
-            // A retry of the request that armed the shard: same answer, nothing changes.
-            Some(prev) if *prev == request => json(202, &inner.state),
-            Some(_) => json(409, &inner.state),
-            None if inner.state.state != Phase::Waiting => json(409, &inner.state),
-            None => {
+        match endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request) {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
                 let order = Order::Cell {
                     start_at: request.start_at,
                     cell: request.cell.clone(),
@@ -150,54 +143,50 @@ impl Control {
 
     /// `POST /control/cell`: the next cell, once the last one is over.
     pub fn cell(&self, body: &[u8]) -> Reply {
-        let request = match serde_json::from_slice::<CellOrder>(body) {
+        let request = match endpoint::parse_cell(body) {
             Ok(r) => r,
-            Err(e) => {
-                return Reply::text(
-                    400,
-                    format!(
-                        "body must be {{\"startAt\": <unix ms>, \"cell\": {{\"index\", \"label\", \"connections\", \"size\", \"format\"}}}}: {e}\n"
-                    ),
-                );
-            }
+            Err(reply) => return reply,
         };
         let mut inner = self.lock();
-        if inner.last_order.as_ref() == Some(&request) {
-            return json(202, &inner.state);
+        let admit = endpoint::admit_cell(
+            inner.last_order.as_ref(),
+            &inner.state,
+            inner.ended_cells,
+            &request,
+        );
+        match admit {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
+                let order = Order::Cell {
+                    start_at: request.start_at,
+                    cell: Some(request.cell.clone()),
+                };
+                Self::arm(&mut inner, request.start_at, order);
+                inner.last_order = Some(request);
+                let reply = json(202, &inner.state);
+                drop(inner);
+                self.changed.notify_all();
+                reply
+            }
         }
-        if inner.state.state != Phase::Between
-            || inner.ended_cells
-            || request.cell.index != inner.state.cells_done
-        {
-            return json(409, &inner.state);
-        }
-        let order = Order::Cell {
-            start_at: request.start_at,
-            cell: Some(request.cell.clone()),
-        };
-        Self::arm(&mut inner, request.start_at, order);
-        inner.last_order = Some(request);
-        let reply = json(202, &inner.state);
-        drop(inner);
-        self.changed.notify_all();
-        reply
     }
 
     /// `POST /control/end`: no more cells.
     pub fn end(&self) -> Reply {
         let mut inner = self.lock();
-        if inner.ended_cells {
-            return json(202, &inner.state);
+        match endpoint::admit_end(inner.ended_cells, inner.state.state) {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
+                inner.ended_cells = true;
+                inner.order = Some(Order::End);
+                let reply = json(202, &inner.state);
+                drop(inner);
+                self.changed.notify_all();
+                reply
+            }
         }
-        if inner.state.state != Phase::Between {
-            return json(409, &inner.state);
-        }
-        inner.ended_cells = true;
-        inner.order = Some(Order::End);
-        let reply = json(202, &inner.state);
-        drop(inner);
-        self.changed.notify_all();
-        reply
     }
 
     /// `GET /control/result`.

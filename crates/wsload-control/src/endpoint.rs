@@ -2,7 +2,7 @@
 //! load generator's `wsload shard --await-start`, and the operator tests' fake shards): which
 //! request is which call, and what a wrong method gets.
 
-use crate::protocol::{self, State};
+use crate::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_metrics::{Reply, Request};
 
 /// What a shard does for each control request; the answers are the shard's (202, 409, ...).
@@ -52,4 +52,136 @@ pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply>
 /// way (a conductor that saw the connection drop would retry a finish that worked).
 pub fn is_finish(request: &Request<'_>) -> bool {
     request.method == "POST" && request.path == protocol::FINISH
+}
+
+/// What a shard does with an order, by the protocol's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// New: act on it, answer 202.
+    Accept,
+    /// The same order again (a conductor's retry): answer 202, change nothing.
+    Again,
+    /// Refused: answer 409 with the state.
+    Conflict,
+}
+
+/// The body of `POST /control/start`, or the 400 saying what it must be.
+pub fn parse_start(body: &[u8]) -> Result<StartRequest, Reply> {
+    serde_json::from_slice(body).map_err(|e| {
+        Reply::text(
+            400,
+            format!("body must be {{\"startAt\": <unix ms>, \"cell\"?: {{...}}}}: {e}\n"),
+        )
+    })
+}
+
+/// The body of `POST /control/cell`, or the 400 saying what it must be.
+pub fn parse_cell(body: &[u8]) -> Result<CellOrder, Reply> {
+    serde_json::from_slice(body).map_err(|e| {
+        Reply::text(
+            400,
+            format!(
+                "body must be {{\"startAt\": <unix ms>, \"cell\": {{\"index\", \"label\", \"connections\", \"size\", \"format\"}}}}: {e}\n"
+            ),
+        )
+    })
+}
+
+/// A start: once, while waiting; the same body again is a retry.
+pub fn admit_start(started: Option<&StartRequest>, state: Phase, request: &StartRequest) -> Admit {
+    match started {
+        Some(prev) if prev == request => Admit::Again,
+        Some(_) => Admit::Conflict,
+        None if state != Phase::Waiting => Admit::Conflict,
+        None => Admit::Accept,
+    }
+}
+
+/// A cell: the next one (`cellsDone`), to a shard between cells whose cells did not end.
+pub fn admit_cell(
+    last: Option<&CellOrder>,
+    state: &State,
+    ended: bool,
+    request: &CellOrder,
+) -> Admit {
+    if last == Some(request) {
+        Admit::Again
+    } else if state.state != Phase::Between || ended || request.cell.index != state.cells_done {
+        Admit::Conflict
+    } else {
+        Admit::Accept
+    }
+}
+
+/// The end: once, between cells.
+pub fn admit_end(ended: bool, state: Phase) -> Admit {
+    if ended {
+        Admit::Again
+    } else if state != Phase::Between {
+        Admit::Conflict
+    } else {
+        Admit::Accept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::CellKey;
+    use wsload_spec::Format;
+
+    fn order(index: u32) -> CellOrder {
+        CellOrder {
+            start_at: 5,
+            cell: CellKey {
+                index,
+                label: "x".into(),
+                connections: 1,
+                size: 1,
+                format: Format::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn orders_are_taken_once_repeated_alike_and_otherwise_refused() {
+        let go = StartRequest {
+            start_at: 5,
+            cell: None,
+        };
+        let later = StartRequest {
+            start_at: 6,
+            cell: None,
+        };
+        assert_eq!(admit_start(None, Phase::Waiting, &go), Admit::Accept);
+        assert_eq!(admit_start(Some(&go), Phase::Armed, &go), Admit::Again);
+        assert_eq!(
+            admit_start(Some(&go), Phase::Armed, &later),
+            Admit::Conflict
+        );
+        assert_eq!(admit_start(None, Phase::Failed, &go), Admit::Conflict);
+        let between = State {
+            state: Phase::Between,
+            cells_done: 1,
+            ..Default::default()
+        };
+        assert_eq!(admit_cell(None, &between, false, &order(1)), Admit::Accept);
+        assert_eq!(
+            admit_cell(Some(&order(1)), &between, false, &order(1)),
+            Admit::Again
+        );
+        assert_eq!(
+            admit_cell(None, &between, false, &order(2)),
+            Admit::Conflict
+        );
+        assert_eq!(admit_cell(None, &between, true, &order(1)), Admit::Conflict);
+        assert_eq!(admit_end(false, Phase::Between), Admit::Accept);
+        assert_eq!(admit_end(true, Phase::Done), Admit::Again);
+        assert_eq!(admit_end(false, Phase::Running), Admit::Conflict);
+        assert_eq!(parse_start(b"{}").expect_err("no startAt").status, 400);
+        assert_eq!(
+            parse_cell(b"{\"startAt\": 1}").expect_err("no cell").status,
+            400
+        );
+    }
 }

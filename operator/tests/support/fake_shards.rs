@@ -38,7 +38,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use wsload_control::endpoint::{self, ShardEndpoint, json};
+use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
 use wsload_metrics::{Exposition, Reply, Request};
@@ -599,23 +599,18 @@ impl FakeShard {
 
     /// `POST /control/start`.
     fn start(self: &Arc<Self>, body: &[u8]) -> Reply {
-        let request = match serde_json::from_slice::<StartRequest>(body) {
+        let request = match endpoint::parse_start(body) {
             Ok(r) => r,
-            Err(e) => {
-                return Reply::text(
-                    400,
-                    format!("body must be {{\"startAt\": <unix ms>, \"cell\"?: {{...}}}}: {e}\n"),
-                );
-            }
+            Err(reply) => return reply,
         };
         let mut inner = self.lock();
         let mut arrival =
             Self::arrival(request.start_at, request.cell.as_ref().map(|c| c.index), 0);
-        let reply = match &inner.started {
-            Some(prev) if *prev == request => json(202, &inner.state),
-            Some(_) => json(409, &inner.state),
-            None if inner.state.state != Phase::Waiting => json(409, &inner.state),
-            None => {
+        let reply = match endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request)
+        {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
                 Self::arm(&mut inner, request.start_at);
                 inner.started = Some(request.clone());
                 let first = request
@@ -642,34 +637,30 @@ impl FakeShard {
 
     /// `POST /control/cell`.
     fn cell(self: &Arc<Self>, body: &[u8]) -> Reply {
-        let request = match serde_json::from_slice::<CellOrder>(body) {
+        let request = match endpoint::parse_cell(body) {
             Ok(r) => r,
-            Err(e) => {
-                return Reply::text(
-                    400,
-                    format!(
-                        "body must be {{\"startAt\": <unix ms>, \"cell\": {{\"index\", \"label\", \"connections\", \"size\", \"format\"}}}}: {e}\n"
-                    ),
-                );
-            }
+            Err(reply) => return reply,
         };
         let mut inner = self.lock();
         let mut arrival = Self::arrival(request.start_at, Some(request.cell.index), 0);
-        let reply = if inner.last_order.as_ref() == Some(&request) {
-            json(202, &inner.state)
-        } else if inner.state.state != Phase::Between
-            || inner.ended_cells
-            || request.cell.index != inner.state.cells_done
-        {
-            json(409, &inner.state)
-        } else {
-            Self::arm(&mut inner, request.start_at);
-            inner.last_order = Some(request.clone());
-            tokio::spawn(
-                self.clone()
-                    .run_cell(request.start_at, request.cell.clone()),
-            );
-            json(202, &inner.state)
+        let admit = endpoint::admit_cell(
+            inner.last_order.as_ref(),
+            &inner.state,
+            inner.ended_cells,
+            &request,
+        );
+        let reply = match admit {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
+                Self::arm(&mut inner, request.start_at);
+                inner.last_order = Some(request.clone());
+                tokio::spawn(
+                    self.clone()
+                        .run_cell(request.start_at, request.cell.clone()),
+                );
+                json(202, &inner.state)
+            }
         };
         arrival.status = reply.status;
         inner.record.cells.push(arrival);
@@ -679,16 +670,16 @@ impl FakeShard {
     /// `POST /control/end`.
     fn end(self: &Arc<Self>) -> Reply {
         let mut inner = self.lock();
-        if inner.ended_cells {
-            return json(202, &inner.state);
+        match endpoint::admit_end(inner.ended_cells, inner.state.state) {
+            Admit::Again => json(202, &inner.state),
+            Admit::Conflict => json(409, &inner.state),
+            Admit::Accept => {
+                inner.ended_cells = true;
+                inner.record.ended = true;
+                tokio::spawn(self.clone().conclude());
+                json(202, &inner.state)
+            }
         }
-        if inner.state.state != Phase::Between {
-            return json(409, &inner.state);
-        }
-        inner.ended_cells = true;
-        inner.record.ended = true;
-        tokio::spawn(self.clone().conclude());
-        json(202, &inner.state)
     }
 
     /// `GET /control/result`.
