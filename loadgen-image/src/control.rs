@@ -104,15 +104,7 @@ impl Control {
 
     /// Arms the run thread with `order` at `start_at` (saying so when the instant has passed).
     fn arm(inner: &mut Inner, start_at: u64, order: Order) {
-        inner.state.state = Phase::Armed;
-        inner.state.start_at = Some(start_at);
-        let now = unix_ms();
-        inner.state.note = (start_at < now).then(|| {
-            format!(
-                "startAt {start_at} was {} ms in the past when it arrived: starting now",
-                now - start_at
-            )
-        });
+        inner.state.arm(start_at, unix_ms());
         inner.order = Some(order);
     }
 

@@ -108,6 +108,21 @@ pub struct State {
     pub note: Option<String>,
 }
 
+impl State {
+    /// Armed for a cell at `start_at` (Unix ms), received at `now` (Unix ms): the note says
+    /// when the instant had already passed, so the conductor learns its order came late.
+    pub fn arm(&mut self, start_at: u64, now: u64) {
+        self.state = Phase::Armed;
+        self.start_at = Some(start_at);
+        self.note = (start_at < now).then(|| {
+            format!(
+                "startAt {start_at} was {} ms in the past when it arrived: starting now",
+                now - start_at
+            )
+        });
+    }
+}
+
 /// `POST /control/start`: the first cell's instant. Without `cell`, the first cell of the
 /// spec's sequence ([`crate::Conductor`]), which every shard computes alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
