@@ -294,7 +294,9 @@ pub fn server_service(lt: &LoadTestResource, server: &ManagedServer) -> Service 
 
 /// The LoadTest as the file a shard reads (`WSLOAD_LOADTEST`): the same document `wsload run`
 /// takes, so a shard validates exactly what a local run would.
-pub fn loadtest_document(lt: &LoadTestResource) -> Result<String, serde_yaml::Error> {
+pub fn loadtest_document(
+    lt: &LoadTestResource,
+) -> Result<String, wsload_spec::yaml::SerializeError> {
     #[derive(serde::Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Doc<'a> {
@@ -309,7 +311,7 @@ pub fn loadtest_document(lt: &LoadTestResource) -> Result<String, serde_yaml::Er
         #[serde(skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     }
-    serde_yaml::to_string(&Doc {
+    wsload_spec::yaml::to_string(&Doc {
         api_version: API_VERSION,
         kind: KIND,
         metadata: DocMeta {
@@ -481,7 +483,7 @@ mod tests {
         let doc = format!(
             "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns, uid: u-1}}\nspec:\n{spec}"
         );
-        serde_yaml::from_str(&doc).expect("LoadTest")
+        wsload_spec::yaml::parse(&doc).expect("LoadTest")
     }
 
     fn env_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a EnvVar> {

@@ -23,7 +23,8 @@ pub fn definition() -> CustomResourceDefinition {
 /// The LoadTest CRD as YAML, byte for byte what `crds/loadtest.yaml` holds.
 pub fn yaml() -> Result<String> {
     let value = serde_json::to_value(definition()).map_err(|e| Error::serialize("the CRD", e))?;
-    let body = serde_yaml::to_string(&sorted(value)).map_err(|e| Error::serialize("the CRD", e))?;
+    let body =
+        wsload_spec::yaml::to_string(&sorted(value)).map_err(|e| Error::serialize("the CRD", e))?;
     Ok(format!("{HEADER}{body}"))
 }
 

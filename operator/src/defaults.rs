@@ -60,7 +60,7 @@ mod tests {
         let doc = format!(
             "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns}}\nspec:\n{spec}"
         );
-        serde_yaml::from_str(&doc).expect("LoadTest")
+        wsload_spec::yaml::parse(&doc).expect("LoadTest")
     }
 
     #[test]

@@ -247,7 +247,7 @@ mod tests {
     use wsload_report::fixtures::shard;
 
     fn spec(yaml: &str) -> LoadTestSpec {
-        serde_yaml::from_str(yaml).expect("spec")
+        wsload_spec::yaml::parse(yaml).expect("spec")
     }
 
     #[test]

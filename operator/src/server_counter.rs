@@ -99,7 +99,7 @@ mod tests {
     use serde_json::json;
 
     fn spec(yaml: &str) -> LoadTestSpec {
-        serde_yaml::from_str(yaml).expect("spec")
+        wsload_spec::yaml::parse(yaml).expect("spec")
     }
 
     fn pod(ip: &str) -> Pod {

@@ -322,7 +322,7 @@ fn document(name: &str, spec: &str) -> String {
 }
 
 fn yaml_value(doc: &str) -> Value {
-    serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("test input is not YAML: {e}\n{doc}"))
+    wsload_spec::yaml::parse(doc).unwrap_or_else(|e| panic!("test input is not YAML: {e}\n{doc}"))
 }
 
 /// Server-side apply, strict field validation (as `kubectl apply` does), dry run unless asked.
@@ -628,7 +628,7 @@ async fn a_started_test_keeps_its_spec() {
     );
     api.create(
         &PostParams::default(),
-        &serde_yaml::from_str::<LoadTestResource>(&doc).unwrap_or_else(|e| panic!("{e}")),
+        &wsload_spec::yaml::parse::<LoadTestResource>(&doc).unwrap_or_else(|e| panic!("{e}")),
     )
     .await
     .unwrap_or_else(|e| panic!("create: {}", api_message(&e)));

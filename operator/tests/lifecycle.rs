@@ -65,7 +65,7 @@ fn loadtest(name: &str, spec: &str) -> LoadTestResource {
     let doc = format!(
         "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
     );
-    serde_yaml::from_str(&doc).expect("LoadTest yaml")
+    wsload_spec::yaml::parse(&doc).expect("LoadTest yaml")
 }
 
 async fn create(e: &Env, name: &str, spec: &str) {

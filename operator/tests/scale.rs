@@ -86,7 +86,7 @@ async fn create(e: &Env, name: &str, spec: &str) {
     let doc = format!(
         "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
     );
-    let lt: LoadTestResource = serde_yaml::from_str(&doc).expect("LoadTest yaml");
+    let lt: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
     e.lts
         .create(&PostParams::default(), &lt)
         .await

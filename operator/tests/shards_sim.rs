@@ -143,7 +143,7 @@ async fn simulate(n: u32) -> Outcome {
     let doc = format!(
         "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {TEST}\nspec:\n{spec}"
     );
-    let resource: LoadTestResource = serde_yaml::from_str(&doc).expect("LoadTest yaml");
+    let resource: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
     let lts: Api<LoadTestResource> = Api::namespaced(client.clone(), &ns);
     lts.create(&PostParams::default(), &resource)
         .await

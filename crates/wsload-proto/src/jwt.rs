@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -203,6 +203,23 @@ mod tests {
             SECRET,
         );
         let claims = verify(&token, SECRET, &strict()).expect("fresh token verifies");
+        assert_eq!(claims["sub"], "user-1");
+    }
+
+    /// A token signed elsewhere (Python's `hmac`/`hashlib`), so that the signer and the verifier
+    /// cannot agree on a wrong MAC: the digest crates change under them in upgrades.
+    const KNOWN: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJhdWQiOiJ3c2UtYmVuY2giLCJleHAiOjQxMDI0NDQ4MDAsImlzcyI6IndzZS1iZW5jaCIsInN1YiI6InVzZXItMSJ9.Q_vYI3zk31CXglaH8HIpWYgx_kJK3tNpK-21bxG7Xsc";
+
+    #[test]
+    fn signs_and_verifies_a_token_made_elsewhere() {
+        let mut c = Map::new();
+        // Alphabetical, so the payload is the same with or without serde_json's preserve_order.
+        c.insert("aud".into(), "wse-bench".into());
+        c.insert("exp".into(), 4_102_444_800_i64.into());
+        c.insert("iss".into(), "wse-bench".into());
+        c.insert("sub".into(), "user-1".into());
+        assert_eq!(sign(&c, SECRET), KNOWN);
+        let claims = verify_at(KNOWN, SECRET, &strict(), 1_700_000_000).expect("verifies");
         assert_eq!(claims["sub"], "user-1");
     }
 

@@ -10,6 +10,7 @@ pub mod threshold;
 pub mod timing;
 pub mod units;
 pub mod validate;
+pub mod yaml;
 
 pub use cluster::*;
 pub use spec::*;
@@ -81,7 +82,6 @@ pub struct LoadTest {
 }
 
 impl LoadTest {
-    /// Parses and validates a LoadTest document; `path` names it in errors.
     /// A LoadTest from the YAML of its spec alone (the lines under `spec:`, indented by two),
     /// as tests write them.
     pub fn from_spec_yaml(spec_yaml: &str, path: &str) -> Result<LoadTest> {
@@ -89,19 +89,13 @@ impl LoadTest {
         LoadTest::from_yaml(&doc, path)
     }
 
+    /// Parses and validates a LoadTest document; `path` names it in errors, which name the
+    /// field (`spec.connections[1]: ...`) and, for a parse error, the line and column.
     pub fn from_yaml(text: &str, path: &str) -> Result<LoadTest> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let lt: LoadTest = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
-            Error::Parse {
-                path: path.to_string(),
-                field: if field == "." {
-                    "document".into()
-                } else {
-                    field
-                },
-                message: e.into_inner().to_string(),
-            }
+        let lt = yaml::parse::<LoadTest>(text).map_err(|e| Error::Parse {
+            path: path.to_string(),
+            field: e.field,
+            message: e.message,
         })?;
         if lt.api_version != API_VERSION || lt.kind != KIND {
             return Err(Error::NotALoadTest {

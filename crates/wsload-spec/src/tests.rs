@@ -65,7 +65,7 @@ spec:
     let lt = parse(yaml).expect("valid");
     assert_eq!(lt.spec.thresholds.len(), 3);
     assert_eq!(lt.spec.rate.as_ref().map(|r| r.stages.len()), Some(2));
-    let again = serde_yaml::to_string(&lt).expect("serialize");
+    let again = crate::yaml::to_string(&lt).expect("serialize");
     assert_eq!(parse(&again).expect("reparse"), lt);
 }
 
@@ -75,7 +75,12 @@ fn unknown_and_mistyped_fields_are_named() {
         "scenario: throughput",
         "scenario: throughput\n  conections: [5]",
     ));
-    assert!(e.contains("spec: unknown field `conections`"), "{e}");
+    // The field's path, then the parser's message and where in the file.
+    assert!(
+        e.contains("test.yaml: spec.conections: unknown field `conections`")
+            && e.ends_with("at line 8, column 3"),
+        "{e}"
+    );
     let e = errors(&MINIMAL.replace("scenario: throughput", "scenario: fast"));
     assert!(
         e.contains("spec.scenario") && e.contains("unknown variant `fast`"),
@@ -96,6 +101,34 @@ fn unknown_and_mistyped_fields_are_named() {
     );
     let e = errors(&MINIMAL.replace("kind: LoadTest", "kind: Deployment"));
     assert!(e.contains("not a LoadTest"), "{e}");
+    // A key given twice belongs to the mapping that holds it, not to an unnamed `spec.?`.
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  scenario: pingpong",
+    ));
+    assert!(
+        e.contains("test.yaml: spec: duplicate mapping key `scenario`"),
+        "{e}"
+    );
+    // YAML 1.2 booleans: `yes` is not `true`.
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  tls: {insecureSkipVerify: yes}",
+    ));
+    assert!(
+        e.contains("spec.tls.insecureSkipVerify: invalid boolean"),
+        "{e}"
+    );
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  connections: [1, x]",
+    ));
+    assert!(e.contains("spec.connections[1]: invalid u32"), "{e}");
+    let e = errors("");
+    assert!(
+        e.contains("test.yaml: document: unexpected end of file"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -310,7 +343,7 @@ fn cluster_fields_default_and_parse() {
     assert_eq!(s.run.deadlines.ready, Dur::secs(300), "unset stays default");
     assert_eq!(s.run.ttl_after_finished, Some(Dur::secs(3600)));
     // The document a shard reads is the one the operator serializes: it must read back.
-    let again = serde_yaml::to_string(&lt).expect("serialize");
+    let again = crate::yaml::to_string(&lt).expect("serialize");
     assert_eq!(parse(&again).expect("reparse"), lt);
 
     let e = errors(&MINIMAL.replace(
@@ -336,7 +369,7 @@ fn cluster_fields_default_and_parse() {
 fn an_empty_status_reads_and_a_full_one_round_trips() {
     let empty: LoadTestStatus = serde_json::from_str("{}").expect("empty status");
     assert_eq!(empty, LoadTestStatus::default());
-    let status: LoadTestStatus = serde_yaml::from_str(
+    let status: LoadTestStatus = crate::yaml::parse(
         "
 phase: Succeeded
 observedGeneration: 1

@@ -314,7 +314,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> LoadTestSpec {
-        serde_yaml::from_str(yaml).expect("spec")
+        wsload_spec::yaml::parse(yaml).expect("spec")
     }
 
     fn done(key: &CellKey, attempted: u64, failed: u64) -> CellStatus {
