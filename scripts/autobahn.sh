@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Runs the Autobahn|Testsuite fuzzingclient (Autobahn is the client) against
-# `wsload-server --profile echo` on loopback, prints a per-behavior summary and exits
-# non-zero if any case is FAILED, if a case did not run, or if the suite did not finish.
+# The Autobahn|Testsuite (cases 1.* to 10.*) against both WebSocket implementations of the
+# project, on loopback; prints a per-behavior summary and exits non-zero if any case is
+# FAILED, if a case did not run, or if the suite did not finish.
 #
-# Cases 1.* to 10.*; 12.* and 13.* (permessage-deflate) are excluded because tungstenite
-# does not implement compression, so they could only report UNIMPLEMENTED.
+# usage: scripts/autobahn.sh [--client]
+#   (no option)  the fuzzingclient (Autobahn is the client) against `wsload-server --profile echo`
+#   --client     the fuzzingserver (Autobahn is the server) against the load generator's own
+#                client (loadgen-image/src/wsconn.rs) run by the hidden `wsload autobahn-client`,
+#                which echoes every message back, as the client cases expect
+#
+# Cases 12.* and 13.* (permessage-deflate) are excluded: neither side implements compression,
+# so they could only report UNIMPLEMENTED.
 #
 # Environment:
 #   WSLOAD_SERVER_BIN           server binary to test; unset: `cargo build --release -p wsload-server`
-#   WSLOAD_AUTOBAHN_REPORT_DIR  report directory (default: target/autobahn in the repository)
+#   WSLOAD_BIN                  (--client) wsload binary to test; unset: `cargo build --release -p wsload`
+#   WSLOAD_AUTOBAHN_REPORT_DIR  report directory (default: target/autobahn in the repository;
+#                               --client writes to its subdirectory client/)
 #   WSLOAD_CACHE                cache root for the suite's virtualenv (default: ~/.cache/wsload)
 #   WSLOAD_PYTHON2              Python 2.7 interpreter (default: python2.7 on PATH, then pyenv's)
 #   WSLOAD_AUTOBAHN_CASES       comma-separated case patterns (default: 1.* ... 10.*)
@@ -23,7 +31,20 @@ cache_root=${WSLOAD_CACHE:-$HOME/.cache/wsload}
 report_dir=${WSLOAD_AUTOBAHN_REPORT_DIR:-$repo_root/target/autobahn}
 cases=${WSLOAD_AUTOBAHN_CASES:-1.*,2.*,3.*,4.*,5.*,6.*,7.*,8.*,9.*,10.*}
 suite_timeout=${WSLOAD_AUTOBAHN_TIMEOUT:-900}
-agent=wsload-server
+mode=server
+case "${1:-}" in
+"") ;;
+--client) mode=client ;;
+*) usage ;;
+esac
+[[ $# -le 1 ]] || usage
+# The agent is the name wstest files results under (and names report files by).
+if [[ $mode == client ]]; then
+    agent=wsload
+    report_dir=$report_dir/client
+else
+    agent=wsload-server
+fi
 # The last virtualenv that itself runs on Python 2.7 and needs no other package; its
 # bundled pip 20.3.4 / setuptools 44 are the last to support 2.7, so nothing is downloaded
 # to seed the environment.
@@ -31,14 +52,16 @@ virtualenv_version=16.7.12
 
 server_pid=
 wstest_pid=
+client_pid=
 bootstrap_dir=
 started_at=$SECONDS
 
 # The server drains on SIGTERM; give it its drain bound, then stop waiting.
-# At exit: wstest stopped, then the server, then the bootstrap directory removed.
+# At exit: the client and wstest stopped, then the server, then the bootstrap directory removed.
 at_exit '[[ -z $bootstrap_dir ]] || rm -rf "$bootstrap_dir"'
 at_exit 'stop_process "$server_pid" 15'
 at_exit 'if [[ -n $wstest_pid ]]; then kill -TERM "$wstest_pid" 2>/dev/null; wait "$wstest_pid" 2>/dev/null; fi'
+at_exit 'stop_process "$client_pid"'
 # Without these, Ctrl-C or a CI cancel would kill bash before the EXIT trap stops the server.
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -131,100 +154,172 @@ install_done=$SECONDS
 # Paths given by the caller are relative to where they ran the script, not to the repository.
 mkdir -p "$report_dir"
 report_dir=$(cd "$report_dir" && pwd)
-server_bin=${WSLOAD_SERVER_BIN:-}
-if [[ -n $server_bin && $server_bin != /* ]]; then
-    if [[ $server_bin == */* ]]; then
-        server_bin=$PWD/$server_bin
+
+# binary_path NAME VALUE: the executable the caller named in variable NAME (a path, or a
+# command on PATH) as an absolute path; empty stays empty.
+binary_path() {
+    if [[ -z $2 || $2 == /* ]]; then
+        printf '%s\n' "$2"
+    elif [[ $2 == */* ]]; then
+        printf '%s\n' "$PWD/$2"
     else
-        server_bin=$(command -v "$server_bin") || die "WSLOAD_SERVER_BIN=$WSLOAD_SERVER_BIN not found"
+        command -v "$2" || die "$1=$2 not found"
     fi
-fi
+}
 
-cd "$repo_root"
-if [[ -z $server_bin ]]; then
-    log "building wsload-server"
-    cargo build --release --quiet -p wsload-server
-    server_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload-server
-fi
-[[ -x $server_bin ]] || die "server binary $server_bin is not executable"
-
-# Only wstest's own outputs are removed: the directory may be one the caller chose.
-rm -f "$report_dir"/index.json "$report_dir"/index.html "$report_dir"/wsload_server_case_*.json \
-    "$report_dir"/wsload_server_case_*.html "$report_dir"/wstest.log "$report_dir"/server.log
-
-read -r ws_port metrics_port < <(free_ports 2)
-
-# WSLOAD_SERVER_* variables are the server's own configuration; one left in the caller's
-# environment (a cap, a route, a profile) would change what is being tested.
-server_env=()
-while IFS= read -r name; do
-    if [[ $name == WSLOAD_SERVER_* ]]; then
-        server_env+=(-u "$name")
-    fi
-done < <(compgen -e)
-
-# Server pings are disabled: one landing mid-case would be recorded by Autobahn as an
-# unexpected frame, making results depend on how long a case happens to take.
-env "${server_env[@]}" "$server_bin" \
-    --profile echo \
-    --listen "127.0.0.1:$ws_port" \
-    --metrics-listen "127.0.0.1:$metrics_port" \
-    --max-message-size 16777216 \
-    --ping-interval 0 \
-    >"$report_dir/server.log" 2>&1 &
-server_pid=$!
-
-ready_rc=0
-WAIT_INTERVAL=0.1 wait_until 30 --pid "$server_pid" http_ok "http://127.0.0.1:$metrics_port/readyz" || ready_rc=$?
-if ((ready_rc == 1)); then
-    tail -n 20 "$report_dir/server.log" >&2 || true
-    die "wsload-server exited before becoming ready (log: $report_dir/server.log)"
-elif ((ready_rc == 2)); then
-    die "wsload-server not ready after 30s (log: $report_dir/server.log)"
-fi
-
-python3 - "$report_dir/fuzzingclient.json" "$report_dir" "$agent" "ws://127.0.0.1:$ws_port" "$cases" <<'EOF'
+# write_wstest_spec PATH KEY URL: wstest's spec; the URL is what the fuzzingclient tests
+# (KEY servers) or where the fuzzingserver listens (KEY url).
+write_wstest_spec() {
+    python3 - "$1" "$report_dir" "$agent" "$3" "$cases" "$2" <<'EOF'
 import json, sys
-path, outdir, agent, url, cases = sys.argv[1:]
+path, outdir, agent, url, cases, key = sys.argv[1:]
 spec = {
     "outdir": outdir,
-    "servers": [{"agent": agent, "url": url}],
     "cases": [c.strip() for c in cases.split(",") if c.strip()],
     "exclude-cases": ["12.*", "13.*"],
     "exclude-agent-cases": {},
 }
+if key == "servers":
+    spec["servers"] = [{"agent": agent, "url": url}]
+else:
+    spec["url"] = url
 with open(path, "w") as f:
     json.dump(spec, f, indent=2)
 EOF
+}
 
-log "running cases $cases against $server_bin on 127.0.0.1:$ws_port"
-suite_started=$SECONDS
-wstest_rc=0
-# From the report directory because wstest may drop files in its working directory. In the
-# background and waited for, because bash runs a signal trap only once a foreground child
-# has exited: a cancelled run would otherwise go on for the whole suite.
-(cd "$report_dir" && PYTHONWARNINGS=ignore exec timeout "$suite_timeout" \
-    "$venv/bin/python" -m autobahntestsuite.wstest -m fuzzingclient -s fuzzingclient.json) \
-    >"$report_dir/wstest.log" 2>&1 &
-wstest_pid=$!
-wait "$wstest_pid" || wstest_rc=$?
-wstest_pid=
-suite_seconds=$((SECONDS - suite_started))
+# start_wstest MODE SPEC [OPTION...]: wstest in the background (its pid in wstest_pid), from the report
+# directory because it may drop files in its working directory. In the background and waited
+# for, because bash runs a signal trap only once a foreground child has exited: a cancelled
+# run would otherwise go on for the whole suite.
+start_wstest() {
+    (cd "$report_dir" && PYTHONWARNINGS=ignore exec timeout "$suite_timeout" \
+        "$venv/bin/python" -m autobahntestsuite.wstest -m "$1" -s "$2" "${@:3}") \
+        >"$report_dir/wstest.log" 2>&1 &
+    wstest_pid=$!
+}
 
-run_ok=true
-if ! kill -0 "$server_pid" 2>/dev/null; then
-    run_ok=false
-    log "wsload-server exited during the run; last lines of $report_dir/server.log:"
-    tail -n 20 "$report_dir/server.log" >&2 || true
-fi
-if [[ $wstest_rc -ne 0 ]]; then
-    run_ok=false
-    if [[ $wstest_rc -eq 124 ]]; then
-        log "wstest timed out after ${suite_timeout}s; last lines of $report_dir/wstest.log:"
+# exit_explained RC WHAT LOG: says why WHAT ended with status RC, and LOG's last lines.
+exit_explained() {
+    if [[ $1 -eq 124 ]]; then
+        log "$2 timed out after ${suite_timeout}s; last lines of $3:"
     else
-        log "wstest exited with status $wstest_rc; last lines of $report_dir/wstest.log:"
+        log "$2 exited with status $1; last lines of $3:"
     fi
-    tail -n 20 "$report_dir/wstest.log" >&2 || true
+    tail -n 20 "$3" >&2 || true
+}
+
+# Only wstest's and this script's own outputs are removed: the directory may be one the
+# caller chose.
+rm -f "$report_dir"/index.json "$report_dir"/index.html "$report_dir/${agent//-/_}"_case_*.json \
+    "$report_dir/${agent//-/_}"_case_*.html "$report_dir"/wstest.log "$report_dir"/server.log \
+    "$report_dir"/client.log
+
+cd "$repo_root"
+run_ok=true
+if [[ $mode == server ]]; then
+    server_bin=$(binary_path WSLOAD_SERVER_BIN "${WSLOAD_SERVER_BIN:-}")
+    if [[ -z $server_bin ]]; then
+        log "building wsload-server"
+        cargo build --release --quiet -p wsload-server
+        server_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload-server
+    fi
+    [[ -x $server_bin ]] || die "server binary $server_bin is not executable"
+
+    read -r ws_port metrics_port < <(free_ports 2)
+
+    # WSLOAD_SERVER_* variables are the server's own configuration; one left in the caller's
+    # environment (a cap, a route, a profile) would change what is being tested.
+    server_env=()
+    while IFS= read -r name; do
+        if [[ $name == WSLOAD_SERVER_* ]]; then
+            server_env+=(-u "$name")
+        fi
+    done < <(compgen -e)
+
+    # Server pings are disabled: one landing mid-case would be recorded by Autobahn as an
+    # unexpected frame, making results depend on how long a case happens to take.
+    env "${server_env[@]}" "$server_bin" \
+        --profile echo \
+        --listen "127.0.0.1:$ws_port" \
+        --metrics-listen "127.0.0.1:$metrics_port" \
+        --max-message-size 16777216 \
+        --ping-interval 0 \
+        >"$report_dir/server.log" 2>&1 &
+    server_pid=$!
+
+    ready_rc=0
+    WAIT_INTERVAL=0.1 wait_until 30 --pid "$server_pid" http_ok "http://127.0.0.1:$metrics_port/readyz" || ready_rc=$?
+    if ((ready_rc == 1)); then
+        tail -n 20 "$report_dir/server.log" >&2 || true
+        die "wsload-server exited before becoming ready (log: $report_dir/server.log)"
+    elif ((ready_rc == 2)); then
+        die "wsload-server not ready after 30s (log: $report_dir/server.log)"
+    fi
+
+    write_wstest_spec "$report_dir/fuzzingclient.json" servers "ws://127.0.0.1:$ws_port"
+    log "running cases $cases against $server_bin on 127.0.0.1:$ws_port"
+    suite_started=$SECONDS
+    wstest_rc=0
+    start_wstest fuzzingclient fuzzingclient.json
+    wait "$wstest_pid" || wstest_rc=$?
+    wstest_pid=
+    suite_seconds=$((SECONDS - suite_started))
+
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        run_ok=false
+        log "wsload-server exited during the run; last lines of $report_dir/server.log:"
+        tail -n 20 "$report_dir/server.log" >&2 || true
+    fi
+    if [[ $wstest_rc -ne 0 ]]; then
+        run_ok=false
+        exit_explained "$wstest_rc" wstest "$report_dir/wstest.log"
+    fi
+else
+    client_bin=$(binary_path WSLOAD_BIN "${WSLOAD_BIN:-}")
+    if [[ -z $client_bin ]]; then
+        log "building wsload"
+        cargo build --release --quiet -p wsload
+        client_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload
+    fi
+    [[ -x $client_bin ]] || die "wsload binary $client_bin is not executable"
+
+    read -r ws_port < <(free_ports 1)
+    write_wstest_spec "$report_dir/fuzzingserver.json" url "ws://127.0.0.1:$ws_port"
+    # --webport 0: no status web server of its own (on 8080, which may be taken).
+    start_wstest fuzzingserver fuzzingserver.json --webport 0
+    # A plain GET gets the fuzzingserver's status page once it listens.
+    ready_rc=0
+    WAIT_INTERVAL=0.1 wait_until 30 --pid "$wstest_pid" http_ok "http://127.0.0.1:$ws_port/" || ready_rc=$?
+    if ((ready_rc != 0)); then
+        tail -n 20 "$report_dir/wstest.log" >&2 || true
+        die "the fuzzingserver is not listening on 127.0.0.1:$ws_port (log: $report_dir/wstest.log)"
+    fi
+
+    log "running cases $cases with $client_bin against the fuzzingserver on 127.0.0.1:$ws_port"
+    suite_started=$SECONDS
+    client_rc=0
+    # In the background and waited for, as wstest is.
+    RUST_LOG=${RUST_LOG:-warn} timeout "$suite_timeout" "$client_bin" autobahn-client \
+        --url "ws://127.0.0.1:$ws_port" --agent "$agent" >"$report_dir/client.log" 2>&1 &
+    client_pid=$!
+    wait "$client_pid" || client_rc=$?
+    client_pid=
+    suite_seconds=$((SECONDS - suite_started))
+
+    if ! kill -0 "$wstest_pid" 2>/dev/null; then
+        run_ok=false
+        log "the fuzzingserver exited during the run; last lines of $report_dir/wstest.log:"
+        tail -n 20 "$report_dir/wstest.log" >&2 || true
+    fi
+    if [[ $client_rc -ne 0 ]]; then
+        run_ok=false
+        exit_explained "$client_rc" "wsload autobahn-client" "$report_dir/client.log"
+    fi
+    # The fuzzingserver serves until stopped; the client's /updateReports wrote the report.
+    kill -TERM "$wstest_pid" 2>/dev/null || true
+    wait "$wstest_pid" 2>/dev/null || true
+    wstest_pid=
 fi
 
 summary_rc=0

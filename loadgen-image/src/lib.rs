@@ -1,6 +1,7 @@
 //! wsload: the load generator. `wsload run FILE` runs a LoadTest on this machine;
 //! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
 
+pub mod autobahn_client;
 pub mod capacity;
 pub mod control;
 pub mod dial;

@@ -98,6 +98,20 @@ enum Command {
     },
     /// Check a LoadTest file and print what it would run.
     Validate { file: String },
+    /// Echo for an Autobahn|Testsuite fuzzingserver, with the load generator's own client:
+    /// its conformance test (scripts/autobahn.sh --client).
+    #[command(hide = true)]
+    AutobahnClient {
+        /// The fuzzingserver, e.g. ws://127.0.0.1:9001.
+        #[arg(long)]
+        url: String,
+        /// The agent name the report files results under.
+        #[arg(long, default_value = "wsload")]
+        agent: String,
+        /// Only these cases (numbers from 1, as /getCaseCount counts them); default all.
+        #[arg(long = "case")]
+        cases: Vec<u32>,
+    },
     /// Set kernel parameters, KEY=VALUE (e.g. net.core.somaxconn=65535): what the operator's
     /// tuning init container runs, as root.
     Sysctl {
@@ -251,6 +265,11 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             let merged =
                 merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
             finish(&merged, &out)
+        }
+        Command::AutobahnClient { url, agent, cases } => {
+            let run = wsload::autobahn_client::run(&url, &agent, &cases)?;
+            tracing::info!("{run} cases run");
+            Ok(ExitCode::SUCCESS)
         }
         Command::Sysctl { settings } => {
             wsload::sysctl::set_all(&settings)?;

@@ -24,7 +24,9 @@
 //! Messages and errors are tungstenite's types, and [`Ws`] is a `Stream` + `Sink` of messages as
 //! tokio-tungstenite's stream was: pings are answered with pongs, a server's close is answered,
 //! fragmented messages are reassembled, and protocol violations fail the connection as
-//! tungstenite's did (same error variants, so the drop reasons reported do not change).
+//! tungstenite's did (same error variants, so the drop reasons reported do not change), after
+//! sending the peer a close frame with the violation's status code. The Autobahn fuzzingserver
+//! checks all this (`scripts/autobahn.sh --client`, through [`crate::autobahn_client`]).
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
@@ -198,6 +200,11 @@ impl Ws {
 
     pub fn get_ref(&self) -> &Io {
         &self.io
+    }
+
+    /// The transport, for a caller that drains it until the peer closes (after a failure).
+    pub fn into_io(self) -> Io {
+        self.io
     }
 
     // --- the opening handshake -----------------------------------------------------------
@@ -590,8 +597,19 @@ impl Ws {
         }
     }
 
-    fn fail<T>(&mut self, e: WsError) -> Poll<Option<Result<T, WsError>>> {
+    /// Fails the connection (RFC 6455 7.1.7): for a violation by the peer, a close frame with
+    /// its status code goes out first, as far as the socket takes it without waiting (the
+    /// caller drops the connection next). Only on this path, so it costs reads nothing.
+    fn fail<T>(&mut self, cx: &mut Context<'_>, e: WsError) -> Poll<Option<Result<T, WsError>>> {
         self.ended = true;
+        if let Some(code) = failure_code(&e)
+            && !self.close_sent
+        {
+            self.close_sent = true;
+            self.queue_close(Some((code, "".into())));
+            // Pending: the socket's buffer is full, and the peer sees the connection drop.
+            let _ = self.poll_flush_all(cx);
+        }
         Poll::Ready(Some(Err(e)))
     }
 
@@ -608,7 +626,7 @@ impl Ws {
                 return Poll::Ready(None);
             }
             if let Err(e) = self.push_replies(cx) {
-                return self.fail(e);
+                return self.fail(cx, e);
             }
             let (mut n, mut bytes) = (0u64, 0u64);
             if self.frag.is_none() && !self.close_received {
@@ -616,14 +634,14 @@ impl Ws {
                     let (b0, head, len) = match self.peek_frame() {
                         Ok(Some(f)) => f,
                         Ok(None) => break,
-                        Err(e) => return self.fail(e),
+                        Err(e) => return self.fail(cx, e),
                     };
                     let op = b0 & 0x0f;
                     if b0 & 0x80 == 0 || !(op == OP_TEXT || op == OP_BINARY) {
                         break;
                     }
                     if op == OP_TEXT && !is_utf8(&self.rd[head..head + len]) {
-                        return self.fail(invalid_utf8());
+                        return self.fail(cx, invalid_utf8());
                     }
                     self.rd.advance(head + len);
                     n += 1;
@@ -636,7 +654,7 @@ impl Ws {
             match self.parse_message() {
                 Ok(Some(msg)) => {
                     if let Err(e) = self.push_replies(cx) {
-                        return self.fail(e);
+                        return self.fail(cx, e);
                     }
                     // A reassembled data message counts like the others.
                     return Poll::Ready(Some(Ok(match msg {
@@ -652,12 +670,12 @@ impl Ws {
                     })));
                 }
                 Ok(None) => {}
-                Err(e) => return self.fail(e),
+                Err(e) => return self.fail(cx, e),
             }
             match self.poll_fill(cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(self.eof().map(|r| r.map(Recv::Other))),
                 Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return self.fail(WsError::Io(e)),
+                Poll::Ready(Err(e)) => return self.fail(cx, WsError::Io(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -692,6 +710,17 @@ fn is_utf8(b: &[u8]) -> bool {
 
 fn invalid_utf8() -> WsError {
     WsError::Utf8("invalid UTF-8 in a text message".into())
+}
+
+/// The close status a failure sends the peer: 1007 for invalid UTF-8, 1009 for a message
+/// too big, 1002 for any other violation; `None` for the transport's errors (nothing to tell).
+fn failure_code(e: &WsError) -> Option<u16> {
+    match e {
+        WsError::Utf8(_) => Some(1007),
+        WsError::Capacity(_) => Some(1009),
+        WsError::Protocol(_) => Some(1002),
+        _ => None,
+    }
 }
 
 fn data_message(text: bool, payload: Bytes) -> Result<Message, WsError> {
@@ -753,22 +782,22 @@ impl Ws {
                 return Poll::Ready(None);
             }
             if let Err(e) = this.push_replies(cx) {
-                return this.fail(e);
+                return this.fail(cx, e);
             }
             match this.parse_message() {
                 Ok(Some(msg)) => {
                     if let Err(e) = this.push_replies(cx) {
-                        return this.fail(e);
+                        return this.fail(cx, e);
                     }
                     return Poll::Ready(Some(Ok(msg)));
                 }
                 Ok(None) => {}
-                Err(e) => return this.fail(e),
+                Err(e) => return this.fail(cx, e),
             }
             match this.poll_fill(cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(this.eof()),
                 Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return this.fail(WsError::Io(e)),
+                Poll::Ready(Err(e)) => return this.fail(cx, WsError::Io(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -804,16 +833,22 @@ impl Sink<Message> for Ws {
 // --- the opening handshake's pieces ------------------------------------------------------------
 
 /// Why a handshake failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
+    #[error("upgrade: {0}")]
     Io(io::Error),
     /// The server closed before the response head was complete.
+    #[error("upgrade: the server closed before its response")]
     Eof,
     /// Not an HTTP response head.
+    #[error("upgrade: not an HTTP response")]
     Malformed,
     /// An HTTP status other than 101.
+    #[error("upgrade: HTTP status {0}")]
     Status(u16),
-    /// A 101 without the headers RFC 6455 4.1 requires, or with a wrong accept key.
+    /// A 101 without the headers RFC 6455 4.1 requires, with a wrong accept key, or with an
+    /// extension or subprotocol not requested.
+    #[error("upgrade: {0}")]
     Invalid(&'static str),
 }
 
@@ -824,6 +859,8 @@ pub struct Head {
     connection_upgrade: bool,
     accept: Option<String>,
     protocol: Option<String>,
+    /// A `Sec-WebSocket-Extensions` header was present (the request never offers any).
+    extensions: bool,
 }
 
 impl Head {
@@ -843,8 +880,14 @@ impl Head {
         if self.accept.as_deref() != Some(accept) {
             return Err(HandshakeError::Invalid("Sec-WebSocket-Accept mismatch"));
         }
+        // RFC 6455 4.1: an extension the client did not offer fails the connection (its
+        // framing would be misread: RSV bits, compressed payloads).
+        if self.extensions {
+            return Err(HandshakeError::Invalid("extension not requested"));
+        }
         match (&self.protocol, protocols) {
             (None, None) => Ok(()),
+            (Some(_), None) => Err(HandshakeError::Invalid("subprotocol not requested")),
             (Some(p), Some(offered)) if offered.iter().any(|o| o == p) => Ok(()),
             _ => Err(HandshakeError::Invalid("subprotocol mismatch")),
         }
@@ -875,6 +918,7 @@ fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
         connection_upgrade: false,
         accept: None,
         protocol: None,
+        extensions: false,
     };
     for line in lines {
         if line.is_empty() {
@@ -892,6 +936,8 @@ fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
             h.accept = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
             h.protocol = Some(value.to_string());
+        } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
+            h.extensions = true;
         }
     }
     Ok(h)
@@ -1101,6 +1147,155 @@ mod tests {
                 ProtocolError::ResetWithoutClosingHandshake
             )))
         ));
+    }
+
+    /// Every violation by the server is answered with a close frame carrying its status code
+    /// (1002, 1007 for invalid UTF-8, 1009 for a frame over the limit) before the connection
+    /// ends, on both read paths: messages (`next`) and counting reads (`poll_recv`).
+    #[tokio::test]
+    async fn violations_send_a_close_frame_with_their_code() {
+        use futures_util::StreamExt;
+        let mut too_big = vec![0x82, 127];
+        too_big.extend_from_slice(&(MAX_FRAME as u64 + 1).to_be_bytes());
+        let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+            (vec![0xC1, 0x00], 1002, "reserved bit"),
+            (vec![0x83, 0x00], 1002, "unknown data opcode"),
+            (vec![0x8B, 0x00], 1002, "unknown control opcode"),
+            (vec![0x80, 0x00], 1002, "continuation without a start"),
+            (vec![0x09, 0x00], 1002, "fragmented ping"),
+            (server_frame(0x89, &[0u8; 126]), 1002, "ping over 125 bytes"),
+            (
+                [server_frame(0x01, b"a"), server_frame(0x81, b"b")].concat(),
+                1002,
+                "a new message inside a fragmented one",
+            ),
+            (vec![0x88, 0x01, 0x03], 1002, "close payload of 1 byte"),
+            (
+                server_frame(0x88, &999u16.to_be_bytes()),
+                1002,
+                "close code 999",
+            ),
+            (
+                server_frame(0x88, &1005u16.to_be_bytes()),
+                1002,
+                "close code 1005",
+            ),
+            (
+                vec![0x81, 0x82, 1, 2, 3, 4, 5, 6],
+                1002,
+                "masked server frame",
+            ),
+            (vec![0x81, 0x02, 0xff, 0xfe], 1007, "invalid UTF-8"),
+            (
+                [server_frame(0x01, b"ok"), server_frame(0x80, &[0xc0, 0xaf])].concat(),
+                1007,
+                "invalid UTF-8 across fragments",
+            ),
+            (
+                server_frame(0x88, &[0x03, 0xe8, 0xff]),
+                1007,
+                "invalid UTF-8 in a close reason",
+            ),
+            (too_big, 1009, "frame over the limit"),
+        ];
+        for (bytes, code, what) in cases {
+            for counting in [false, true] {
+                let (mut ws, mut s) = pair(1024).await;
+                s.write_all(&bytes).await.expect("write");
+                let failed = if counting {
+                    matches!(
+                        std::future::poll_fn(|cx| ws.poll_recv(cx)).await,
+                        Some(Err(_))
+                    )
+                } else {
+                    matches!(ws.next().await, Some(Err(_)))
+                };
+                assert!(failed, "{what} (counting: {counting})");
+                let close =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), client_frame(&mut s))
+                        .await
+                        .unwrap_or_else(|_| {
+                            panic!("{what} (counting: {counting}): no close frame")
+                        });
+                assert_eq!(
+                    close,
+                    (0x88, code.to_be_bytes().to_vec()),
+                    "{what} (counting: {counting})"
+                );
+                // The close goes out once: the connection is over.
+                drop(ws);
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).await.expect("read");
+                assert!(rest.is_empty(), "{what}: {rest:?}");
+            }
+        }
+        // The transport failing is no violation of the peer's: nothing to tell it.
+        let (mut ws, s) = pair(1024).await;
+        drop(s);
+        assert!(matches!(
+            ws.next().await,
+            Some(Err(WsError::Protocol(
+                ProtocolError::ResetWithoutClosingHandshake
+            )))
+        ));
+        assert!(!ws.close_sent);
+    }
+
+    /// A misbehaving server's 101: the handshake against a listener that answers with
+    /// `extra` headers; `Ok` when the response passes `verify` (no subprotocol offered).
+    async fn handshake_with(extra: &str) -> Result<(), HandshakeError> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let extra = extra.to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.expect("accept");
+            let mut req = Vec::new();
+            while find_head_end(&req).is_none() {
+                let mut b = [0u8; 512];
+                let n = s.read(&mut b).await.expect("read");
+                assert!(n > 0, "request incomplete");
+                req.extend_from_slice(&b[..n]);
+            }
+            let req = String::from_utf8(req).expect("utf-8");
+            let key = req
+                .lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                .expect("key");
+            let resp = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{extra}\r\n",
+                derive_accept_key(key.as_bytes())
+            );
+            s.write_all(resp.as_bytes()).await.expect("write");
+            s
+        });
+        let key = new_key();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {}\r\n\r\n",
+            std::str::from_utf8(&key).expect("ascii")
+        );
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut ws = Ws::new(Io::Plain(tcp), 1024);
+        let head = ws.handshake(request.as_bytes()).await;
+        let _server = server.await.expect("server");
+        head?.verify(&derive_accept_key(&key), None)
+    }
+
+    #[tokio::test]
+    async fn a_101_with_an_extension_or_subprotocol_not_requested_fails_the_upgrade() {
+        handshake_with("").await.expect("a plain 101 passes");
+        for extra in [
+            "Sec-WebSocket-Extensions: permessage-deflate\r\n",
+            "sec-websocket-extensions: x-custom; a=1\r\n",
+            "Sec-WebSocket-Protocol: chat\r\n",
+        ] {
+            let r = handshake_with(extra).await;
+            assert!(
+                matches!(r, Err(HandshakeError::Invalid(_))),
+                "{extra:?}: {r:?}"
+            );
+        }
     }
 
     #[tokio::test]
