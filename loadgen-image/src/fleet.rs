@@ -212,13 +212,7 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
                     _ => Error::Runtime(format!("shard {} exited ({status}): {why}", s.index)),
                 });
             }
-            let ready = wsload_metrics::http_client::get(
-                &format!("{}/readyz", s.client.base()),
-                HTTP_TIMEOUT,
-            )
-            .await
-            .is_ok_and(|r| r.status == 200);
-            if !ready {
+            if !s.client.ready().await {
                 waiting += 1;
             }
         }

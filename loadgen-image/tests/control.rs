@@ -26,6 +26,16 @@ fn loadtest(name: &str, body: &str) -> String {
     )
 }
 
+/// Runs one request of the (async) client on a runtime of its own: the test drives the shard
+/// from plain threads.
+fn on_runtime<F: std::future::Future>(request: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(request)
+}
+
 /// A `wsload shard --await-start` process; killed when dropped unfinished.
 struct Shard {
     child: Child,
@@ -85,12 +95,16 @@ impl Shard {
     }
 
     fn get(&self, path: &str) -> Response {
-        http_client::get_blocking(&format!("{}{path}", self.base), T).expect("the shard answers")
+        on_runtime(http_client::get(&format!("{}{path}", self.base), T)).expect("the shard answers")
     }
 
     fn post(&self, path: &str, body: &str) -> Response {
-        http_client::post_json_blocking(&format!("{}{path}", self.base), body, T)
-            .expect("the shard answers")
+        on_runtime(http_client::post_json(
+            &format!("{}{path}", self.base),
+            body,
+            T,
+        ))
+        .expect("the shard answers")
     }
 
     fn state(&self) -> State {

@@ -4,12 +4,16 @@
 use crate::protocol::{self, CellKey, CellOrder, StartRequest, State};
 use crate::{Error, Result};
 use std::time::Duration;
-use wsload_metrics::http_client::{self, Response};
+use wsload_metrics::http_client::{Client, Response};
 
+/// One shard's endpoint. Clones share one connection pool: build it within the Tokio runtime
+/// that uses it.
 #[derive(Debug, Clone)]
 pub struct ShardClient {
     base: String,
+    /// Per request, the whole exchange.
     timeout: Duration,
+    http: Client,
 }
 
 impl ShardClient {
@@ -23,6 +27,7 @@ impl ShardClient {
         ShardClient {
             base: format!("http://{host}:{port}"),
             timeout,
+            http: Client::new(),
         }
     }
 
@@ -34,9 +39,17 @@ impl ShardClient {
         &self.base
     }
 
+    /// Whether the shard answers `/readyz` with 200.
+    pub async fn ready(&self) -> bool {
+        self.http
+            .get(&self.url("/readyz"), self.timeout)
+            .await
+            .is_ok_and(|r| r.status == 200)
+    }
+
     pub async fn state(&self) -> Result<State> {
         let url = self.url(protocol::STATE);
-        let r = http_client::get(&url, self.timeout).await?;
+        let r = self.http.get(&url, self.timeout).await?;
         if r.status != 200 {
             return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
         }
@@ -45,7 +58,7 @@ impl ShardClient {
 
     async fn post(&self, path: &str, body: String) -> Result<State> {
         let url = self.url(path);
-        let r = http_client::post_json(&url, &body, self.timeout).await?;
+        let r = self.http.post_json(&url, &body, self.timeout).await?;
         accepted(&url, r)
     }
 
@@ -70,7 +83,7 @@ impl ShardClient {
     /// The shard's RunResult JSON, once it is done; `None` while it still runs.
     pub async fn result(&self) -> Result<Option<String>> {
         let url = self.url(protocol::RESULT);
-        let r = http_client::get(&url, self.timeout).await?;
+        let r = self.http.get(&url, self.timeout).await?;
         match r.status {
             200 => Ok(Some(r.body)),
             409 => Ok(None),
@@ -81,7 +94,7 @@ impl ShardClient {
     /// Lets the shard exit: its result is stored.
     pub async fn finish(&self) -> Result<()> {
         let url = self.url(protocol::FINISH);
-        let r = http_client::post_json(&url, "{}", self.timeout).await?;
+        let r = self.http.post_json(&url, "{}", self.timeout).await?;
         if (200..300).contains(&r.status) {
             Ok(())
         } else {

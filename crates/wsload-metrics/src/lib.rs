@@ -1,27 +1,21 @@
 //! `/metrics`, `/healthz` and `/readyz` on their own port, and whatever else an
-//! [`Exposition`] answers (the load generator's shard control API: docs/operator.md).
-//!
-//! One request per connection, answered with `Connection: close`, needs no HTTP framework:
-//! Prometheus, kubelet probes and [`http_client`] speak plain HTTP/1.1 and read to the end of
-//! the body. A request (headers and body) is read into one fixed buffer; nothing here is on a
-//! measured path. [`scrape`] reads a counter back from such an endpoint (or any Prometheus
-//! one).
+//! [`Exposition`] answers (the load generator's shard control API: docs/operator.md), served
+//! over HTTP/1.1 by hyper ([`serve`]); [`http_client`], the client of those endpoints (the
+//! operator's and `wsload run`'s); [`blocking`], the load generator's one blocking GET.
+//! Nothing here is on a measured path. [`scrape`] reads a counter back from such an endpoint
+//! (or any Prometheus one).
 
+pub mod blocking;
 pub mod http_client;
 pub mod scrape;
+mod serve;
 
-use std::sync::Arc;
+pub use serve::{DRAIN_LIMIT, MAX_BODY, MAX_HEADERS, REQUEST_TIMEOUT, serve};
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Headers and body of one request: control requests are a few dozen bytes of JSON.
-const MAX_REQUEST: usize = 8 * 1024;
 const TEXT: &str = "text/plain; charset=utf-8";
-/// An oversized body is read and dropped up to this much before the 413.
-const DRAIN_LIMIT: usize = 1024 * 1024;
 
 /// One request as the endpoint read it.
 #[derive(Debug, Clone, Copy)]
@@ -68,172 +62,10 @@ pub trait Exposition: Send + Sync + 'static {
     fn handle(&self, _request: &Request<'_>) -> Option<Reply> {
         None
     }
-    /// Called once the reply to `request` is written and the connection shut down, for what
-    /// must follow the answer rather than precede it (exiting after a finish request).
+    /// Called for a request other than GET and HEAD (answered with `Connection: close`) once
+    /// its reply is written and the connection shut down, for what must follow the answer
+    /// rather than precede it (exiting after a finish request).
     fn answered(&self, _request: &Request<'_>) {}
-}
-
-/// Serves the endpoint on `listener` until the task is dropped.
-pub async fn serve<E: Exposition>(listener: TcpListener, exposition: Arc<E>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let exposition = exposition.clone();
-                tokio::spawn(async move {
-                    let _ =
-                        tokio::time::timeout(REQUEST_TIMEOUT, respond(stream, &*exposition)).await;
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-/// Why a request could not be read; answered without consulting the exposition.
-enum Unreadable {
-    TooLarge,
-    Malformed,
-}
-
-/// Reads one request into `buf`: (head length, whole length, with the body).
-async fn read_request(
-    stream: &mut TcpStream,
-    buf: &mut [u8; MAX_REQUEST],
-) -> std::io::Result<Result<(usize, usize), Unreadable>> {
-    let mut n = 0;
-    let head_end = loop {
-        if let Some(i) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if n == buf.len() {
-            return Ok(Err(Unreadable::TooLarge));
-        }
-        let read = stream.read(&mut buf[n..]).await?;
-        if read == 0 {
-            return Ok(Err(Unreadable::Malformed));
-        }
-        n += read;
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]);
-    let mut length = 0;
-    let mut expect_continue = false;
-    for line in head.split("\r\n").skip(1) {
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                match value.trim().parse::<usize>() {
-                    Ok(l) => length = l,
-                    Err(_) => return Ok(Err(Unreadable::Malformed)),
-                }
-            } else if name.eq_ignore_ascii_case("expect")
-                && value.trim().eq_ignore_ascii_case("100-continue")
-            {
-                expect_continue = true;
-            }
-        }
-    }
-    let total = head_end.saturating_add(length);
-    if total > buf.len() {
-        // Read what was sent before answering: closing on unread data resets the connection,
-        // and the client may then lose the 413 too.
-        let mut unread = total.saturating_sub(n).min(DRAIN_LIMIT);
-        while unread > 0 {
-            let read = stream.read(&mut buf[..unread.min(MAX_REQUEST)]).await?;
-            if read == 0 {
-                break;
-            }
-            unread -= read;
-        }
-        return Ok(Err(Unreadable::TooLarge));
-    }
-    if expect_continue && n < total {
-        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    }
-    while n < total {
-        let read = stream.read(&mut buf[n..total]).await?;
-        if read == 0 {
-            return Ok(Err(Unreadable::Malformed));
-        }
-        n += read;
-    }
-    Ok(Ok((head_end, total)))
-}
-
-async fn respond<E: Exposition>(mut stream: TcpStream, exposition: &E) -> std::io::Result<()> {
-    let mut buf = [0u8; MAX_REQUEST];
-    let (reply, request) = match read_request(&mut stream, &mut buf).await? {
-        Ok((head_end, total)) => {
-            let head = std::str::from_utf8(&buf[..head_end]).unwrap_or("");
-            let mut words = head.split_whitespace();
-            let method = words.next().unwrap_or("");
-            let path = words.next().unwrap_or("/");
-            let path = path.split('?').next().unwrap_or(path);
-            let request = Request {
-                method,
-                path,
-                body: &buf[head_end..total],
-            };
-            (route(&request, exposition), Some(request))
-        }
-        Err(Unreadable::TooLarge) => (
-            Reply::text(413, format!("a request is at most {MAX_REQUEST} bytes\n")),
-            None,
-        ),
-        Err(Unreadable::Malformed) => (Reply::text(400, "not an HTTP request\n"), None),
-    };
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reply.status,
-        reason(reply.status),
-        reply.content_type,
-        reply.body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    if request.is_none_or(|r| r.method != "HEAD") {
-        stream.write_all(reply.body.as_bytes()).await?;
-    }
-    stream.shutdown().await?;
-    if let Some(request) = request {
-        exposition.answered(&request);
-    }
-    Ok(())
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        202 => "Accepted",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        413 => "Content Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "",
-    }
-}
-
-fn route<E: Exposition>(request: &Request<'_>, exposition: &E) -> Reply {
-    let get = matches!(request.method, "GET" | "HEAD");
-    match request.path {
-        "/metrics" | "/healthz" | "/readyz" if !get => {
-            Reply::text(405, format!("{}: only GET and HEAD\n", request.path))
-        }
-        "/metrics" => Reply {
-            status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
-            body: exposition.render(),
-        },
-        "/healthz" => Reply::text(200, "ok\n"),
-        "/readyz" if exposition.ready() => Reply::text(200, "ready\n"),
-        "/readyz" => Reply::text(503, "not ready (starting or draining)\n"),
-        _ => exposition
-            .handle(request)
-            .unwrap_or_else(|| Reply::text(404, "try /metrics, /healthz or /readyz\n")),
-    }
 }
 
 /// Writes `# HELP` and `# TYPE` lines.
@@ -323,6 +155,8 @@ pub fn render_histogram(out: &mut String, name: &str, labels: &str, hists: &[&At
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use tokio::net::TcpListener;
 
     /// Answers POST /echo with its body; counts what was answered.
     #[derive(Default)]
@@ -357,6 +191,53 @@ mod tests {
     }
 
     const T: Duration = Duration::from_secs(5);
+
+    /// Sends `raw` on `stream` and reads one answer framed by its Content-Length: (head, body).
+    async fn exchange(stream: &mut tokio::net::TcpStream, raw: &str) -> (String, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        stream.write_all(raw.as_bytes()).await.expect("write");
+        let mut got = Vec::new();
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(T, stream.read(&mut chunk))
+                .await
+                .expect("an answer in time")
+                .expect("read");
+            assert!(n > 0, "closed before a whole answer: {got:?}");
+            got.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&got).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .expect("a content-length");
+                // A HEAD answer has the length of the body it does not carry.
+                if body.len() >= length || raw.starts_with("HEAD ") {
+                    return (head.to_string(), body.to_string());
+                }
+            }
+        }
+    }
+
+    /// Whether the server closes `stream` within `within` (reading and dropping what comes).
+    async fn closes(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+        use tokio::io::AsyncReadExt as _;
+        let mut chunk = [0u8; 4096];
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(until, stream.read(&mut chunk)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
 
     #[tokio::test]
     async fn routes_builtin_and_exposed_paths() {
@@ -400,21 +281,139 @@ mod tests {
             get(&format!("{base}/echo"), T).await.expect("get").status,
             404
         );
-        let huge = "x".repeat(MAX_REQUEST);
+        let url = format!("{base}/metrics");
+        let blocking = tokio::task::spawn_blocking(move || blocking::get(&url, T))
+            .await
+            .expect("join")
+            .expect("get");
         assert_eq!(
-            post_json(&format!("{base}/echo"), &huge, T)
-                .await
-                .expect("post")
-                .status,
-            413
+            (blocking.status, blocking.body.as_str()),
+            (200, "x_total 1\n")
         );
-        let url = format!("{base}/echo");
-        let blocking =
-            tokio::task::spawn_blocking(move || http_client::post_json_blocking(&url, "[1]", T))
+    }
+
+    #[tokio::test]
+    async fn gets_keep_the_connection_and_other_methods_close_it() {
+        let (base, echo) = endpoint().await;
+        let addr = base.trim_start_matches("http://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        for path in ["/metrics", "/healthz", "/metrics"] {
+            let (head, _) =
+                exchange(&mut s, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+            assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+            assert!(
+                !head.to_ascii_lowercase().contains("connection: close"),
+                "{head}"
+            );
+        }
+        let (head, body) = exchange(&mut s, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(head.contains("content-length: 10"), "{head}");
+        assert_eq!(body, "", "HEAD answers without the body");
+        let (head, body) = exchange(
+            &mut s,
+            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n[7]",
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 202 Accepted"), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("connection: close"),
+            "{head}"
+        );
+        assert_eq!(body, "[7]");
+        assert!(closes(&mut s, T).await, "a POST's connection is closed");
+        assert_eq!(echo.answered.load(Relaxed), 1);
+        // The pooled client reuses one connection for its GETs.
+        let client = http_client::Client::new();
+        for _ in 0..3 {
+            let r = client
+                .get(&format!("{base}/healthz"), T)
                 .await
-                .expect("join")
-                .expect("post");
-        assert_eq!((blocking.status, blocking.body.as_str()), (202, "[1]"));
+                .expect("get");
+            assert_eq!(r.status, 200);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_refused() {
+        let (base, echo) = endpoint().await;
+        let huge = "x".repeat(MAX_BODY + 1);
+        let r = http_client::post_json(&format!("{base}/echo"), &huge, T)
+            .await
+            .expect("post");
+        assert_eq!(r.status, 413, "{}", r.body);
+        // Just at the limit is fine.
+        let full = "y".repeat(MAX_BODY);
+        let r = http_client::post_json(&format!("{base}/echo"), &full, T)
+            .await
+            .expect("post");
+        assert_eq!((r.status, r.body.len()), (202, MAX_BODY));
+        // Declared far beyond what is worth reading: answered at once, not read.
+        let addr = base.trim_start_matches("http://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (head, _) = exchange(
+            &mut s,
+            &format!(
+                "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\nxx",
+                DRAIN_LIMIT * 4
+            ),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+        assert!(closes(&mut s, T).await);
+        // Refused requests are not `answered`; the one at the limit was.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(echo.answered.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_slow_client_is_cut_off() {
+        use tokio::io::AsyncWriteExt as _;
+        let (base, _) = endpoint().await;
+        let addr = base.trim_start_matches("http://");
+        let started = tokio::time::Instant::now();
+        // Half a head, then nothing.
+        let mut head = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        head.write_all(b"GET /metrics HTTP/1.1\r\nHost:")
+            .await
+            .expect("write");
+        // A whole head, half a body, then nothing.
+        let mut body = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        body.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n[1")
+            .await
+            .expect("write");
+        // Idle after one answer.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        exchange(&mut idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let bound = REQUEST_TIMEOUT + Duration::from_secs(2);
+        assert!(closes(&mut head, bound).await, "half a head is cut off");
+        assert!(closes(&mut body, bound).await, "half a body is cut off");
+        assert!(
+            closes(&mut idle, bound).await,
+            "an idle connection is closed"
+        );
+        assert!(started.elapsed() >= REQUEST_TIMEOUT - Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn the_client_reads_chunked_answers() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/metrics", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+                    .await;
+                // Held open: the answer's own framing ends it.
+                tokio::time::sleep(T).await;
+            }
+        });
+        let r = http_client::get(&url, Duration::from_secs(2))
+            .await
+            .expect("get");
+        assert_eq!((r.status, r.body.as_str()), (200, "hello world"));
     }
 
     #[tokio::test]
@@ -433,7 +432,7 @@ mod tests {
         assert!(matches!(e, http_client::Error::Timeout { .. }), "{e}");
         assert!(e.to_string().starts_with(&format!("GET {url}: ")), "{e}");
         let u = url.clone();
-        let e = tokio::task::spawn_blocking(move || http_client::get_blocking(&u, short))
+        let e = tokio::task::spawn_blocking(move || blocking::get(&u, short))
             .await
             .expect("join")
             .expect_err("times out");
@@ -451,6 +450,12 @@ mod tests {
             .expect_err("refused");
         assert!(matches!(e, http_client::Error::Connect { .. }), "{e}");
         assert!(e.to_string().contains(&url), "{e}");
+        let u = url.clone();
+        let e = tokio::task::spawn_blocking(move || blocking::get(&u, T))
+            .await
+            .expect("join")
+            .expect_err("refused");
+        assert!(matches!(e, http_client::Error::Connect { .. }), "{e}");
     }
 
     #[test]

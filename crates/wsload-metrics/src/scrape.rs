@@ -221,7 +221,7 @@ pub fn read_blocking(
     timeout: Duration,
 ) -> Result<u64> {
     let url = with_default_path(url);
-    let r = http_client::get_blocking(&url, timeout)?;
+    let r = crate::blocking::get(&url, timeout)?;
     answer(url, r, name, labels)
 }
 

@@ -171,7 +171,12 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     let mut s = StdTcpStream::connect(addr).expect("connect metrics");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("write request");
+    // Read to the end below: the endpoint keeps HTTP/1.1 connections alive unless asked not to.
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write request");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read response");
     let status = text
