@@ -53,11 +53,11 @@ pub fn get(url: &str, timeout: Duration) -> Result<Response> {
         _ => e.io(x),
     };
     stream.set_write_timeout(Some(left()?)).map_err(io)?;
-    write!(
-        stream,
+    // One write: `write!` on the bare stream would send the request in pieces.
+    let request = format!(
         "GET {path} HTTP/1.0\r\nHost: {authority}\r\nUser-Agent: wsload\r\nAccept: */*\r\n\r\n"
-    )
-    .map_err(io)?;
+    );
+    stream.write_all(request.as_bytes()).map_err(io)?;
     let mut answer = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 16 * 1024];
     loop {
