@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
+use wsload_metrics::prometheus_client::registry::Registry;
 use wsload_metrics::{Exposition, Reply, Request};
 use wsload_spec::LoadTest;
 
@@ -74,17 +75,18 @@ struct Inner {
 pub struct Control {
     inner: Mutex<Inner>,
     changed: Condvar,
-    live: Arc<Live>,
+    /// Reads the live counters at each scrape.
+    registry: Registry,
 }
 
 use runner::unix_ms;
 
 impl Control {
-    pub fn new(live: Arc<Live>) -> Control {
+    pub fn new(live: &Arc<Live>) -> Control {
         Control {
             inner: Mutex::new(Inner::default()),
             changed: Condvar::new(),
-            live,
+            registry: live.registry(),
         }
     }
 
@@ -249,7 +251,7 @@ impl Control {
 
 impl Exposition for Control {
     fn render(&self) -> String {
-        self.live.render()
+        wsload_metrics::encode(&self.registry)
     }
 
     fn ready(&self) -> bool {
@@ -300,7 +302,7 @@ pub fn serve(
     report: impl FnOnce(&RunResult) + Send + 'static,
 ) -> Result<Exit> {
     let live = runner::live(&lt, &opts);
-    let control = Arc::new(Control::new(live.clone()));
+    let control = Arc::new(Control::new(&live));
     let _background =
         runner::spawn_background(live.clone(), Some((listener, control.clone())), false)?;
     spawn_sigterm_watch(control.clone())?;
@@ -465,7 +467,7 @@ mod tests {
     use crate::live::Labels;
 
     fn control() -> Control {
-        Control::new(Arc::new(Live::new(
+        Control::new(&Arc::new(Live::new(
             1,
             Labels {
                 test: "t".into(),

@@ -6,11 +6,17 @@
 
 use crate::measure::{ConnectError, Drop};
 use crate::plot::{BUCKETS, Sample, Timeline, Totals};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, PoisonError};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_metrics::{AtomicHistogram, header, render_histogram};
+use wsload_metrics::AtomicHistogram;
+use wsload_metrics::prometheus_client::collector::Collector;
+use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use wsload_metrics::prometheus_client::metrics::MetricType;
+use wsload_metrics::prometheus_client::metrics::counter::ConstCounter;
+use wsload_metrics::prometheus_client::metrics::gauge::ConstGauge;
+use wsload_metrics::prometheus_client::registry::Registry;
 
 const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Refused,
@@ -113,7 +119,6 @@ pub struct Live {
     /// Achieved send rate over the last second, updated by `tick`.
     achieved: AtomicU64,
     last_sent: AtomicU64,
-    ready: AtomicBool,
     /// Per-second samples for `--plot`, taken by `tick` (never per message).
     timeline: Mutex<Timeline>,
 }
@@ -126,7 +131,6 @@ impl Live {
             phase: Mutex::new((String::new(), 0.0)),
             achieved: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
-            ready: AtomicBool::new(true),
             timeline: Mutex::new(Timeline::default()),
         }
     }
@@ -205,126 +209,127 @@ impl Live {
         )
     }
 
-    pub fn render(&self) -> String {
+    /// A registry that reads these counters at each scrape.
+    pub fn registry(self: &Arc<Self>) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self.clone()));
+        registry
+    }
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sums the slots at scrape time; the text is prometheus-client's.
+impl Collector for Live {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         let l = &self.labels;
+        let shard = l.shard.to_string();
+        let base = [
+            ("test", l.test.as_str()),
+            ("shard", shard.as_str()),
+            ("scenario", l.scenario),
+        ];
         let (cell, target) = self
             .phase
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let base = format!(
-            "test=\"{}\",shard=\"{}\",scenario=\"{}\"",
-            l.test, l.shard, l.scenario
-        );
-        let mut o = String::with_capacity(16 * 1024);
-        let counter = |o: &mut String, name: &str, help: &str, v: u64| {
-            header(o, name, "counter", help);
-            let _ = writeln!(o, "{name}{{{base}}} {v}");
-        };
-        counter(
-            &mut o,
-            "wsload_messages_sent_total",
-            "Data messages the clients wrote.",
-            self.sum(|s| s.sent.load(Relaxed)),
-        );
-        counter(
-            &mut o,
-            "wsload_messages_received_total",
-            "Data messages the clients read.",
-            self.sum(|s| s.received.load(Relaxed)),
-        );
-        counter(
-            &mut o,
-            "wsload_bytes_sent_total",
-            "Payload bytes written.",
-            self.sum(|s| s.bytes_sent.load(Relaxed)),
-        );
-        counter(
-            &mut o,
-            "wsload_bytes_received_total",
-            "Payload bytes read.",
-            self.sum(|s| s.bytes_received.load(Relaxed)),
-        );
-        counter(
-            &mut o,
-            "wsload_connections_opened_total",
-            "Connections established.",
-            self.sum(|s| s.opened.load(Relaxed)),
-        );
-        counter(
-            &mut o,
-            "wsload_messages_lost_total",
-            "Pings or echoes never answered.",
-            self.sum(|s| s.lost.load(Relaxed)),
-        );
+        for (name, help, v) in [
+            (
+                "wsload_messages_sent",
+                "Data messages the clients wrote.",
+                self.sum(|s| s.sent.load(Relaxed)),
+            ),
+            (
+                "wsload_messages_received",
+                "Data messages the clients read.",
+                self.sum(|s| s.received.load(Relaxed)),
+            ),
+            (
+                "wsload_bytes_sent",
+                "Payload bytes written.",
+                self.sum(|s| s.bytes_sent.load(Relaxed)),
+            ),
+            (
+                "wsload_bytes_received",
+                "Payload bytes read.",
+                self.sum(|s| s.bytes_received.load(Relaxed)),
+            ),
+            (
+                "wsload_connections_opened",
+                "Connections established.",
+                self.sum(|s| s.opened.load(Relaxed)),
+            ),
+            (
+                "wsload_messages_lost",
+                "Pings or echoes never answered.",
+                self.sum(|s| s.lost.load(Relaxed)),
+            ),
+        ] {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(m.encode_family(&base)?)?;
+        }
 
-        header(
-            &mut o,
-            "wsload_connections_failed_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_connections_failed",
             "Connection attempts that failed, by reason.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (i, r) in FAIL_REASONS.iter().enumerate() {
             let v = self.sum(|s| s.failed[i].load(Relaxed));
-            let _ = writeln!(
-                o,
-                "wsload_connections_failed_total{{{base},reason=\"{}\"}} {v}",
-                r.label()
-            );
+            let labels = (base, [("reason", r.label())]);
+            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
         }
-        header(
-            &mut o,
-            "wsload_connections_closed_total",
-            "counter",
+
+        let mut m = encoder.encode_descriptor(
+            "wsload_connections_closed",
             "Connections that ended, by reason (client = closed by wsload).",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         let closed = self.sum(|s| s.closed.load(Relaxed));
         let mut dropped_total = 0;
         for (i, r) in DROP_REASONS.iter().enumerate() {
             let v = self.sum(|s| s.dropped[i].load(Relaxed));
             dropped_total += v;
-            let _ = writeln!(
-                o,
-                "wsload_connections_closed_total{{{base},reason=\"{}\"}} {v}",
-                r.label()
-            );
+            let labels = (base, [("reason", r.label())]);
+            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
         }
-        let _ = writeln!(
-            o,
-            "wsload_connections_closed_total{{{base},reason=\"client\"}} {}",
-            closed.saturating_sub(dropped_total)
-        );
+        let labels = (base, [("reason", "client")]);
+        ConstCounter::new(closed.saturating_sub(dropped_total))
+            .encode(m.encode_family(&labels)?)?;
 
         let opened = self.sum(|s| s.opened.load(Relaxed));
-        header(
-            &mut o,
+        let mut m = encoder.encode_descriptor(
             "wsload_connections_active",
-            "gauge",
             "Connections open now.",
-        );
-        let _ = writeln!(
-            o,
-            "wsload_connections_active{{{base}}} {}",
-            opened.saturating_sub(closed)
-        );
-        header(
-            &mut o,
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(opened.saturating_sub(closed)).encode(m.encode_family(&base)?)?;
+        let with_cell = (base, [("cell", cell.as_str())]);
+        let mut m = encoder.encode_descriptor(
             "wsload_target_rate",
-            "gauge",
             "Messages per second the load model asks for (0: closed loop).",
-        );
-        let _ = writeln!(o, "wsload_target_rate{{{base},cell=\"{cell}\"}} {target}");
-        header(
-            &mut o,
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(target).encode(m.encode_family(&with_cell)?)?;
+        let mut m = encoder.encode_descriptor(
             "wsload_achieved_rate",
-            "gauge",
             "Messages per second written over the last second.",
-        );
-        let _ = writeln!(
-            o,
-            "wsload_achieved_rate{{{base},cell=\"{cell}\"}} {}",
-            f64::from_bits(self.achieved.load(Relaxed))
-        );
+            None,
+            MetricType::Gauge,
+        )?;
+        let achieved = f64::from_bits(self.achieved.load(Relaxed));
+        ConstGauge::new(achieved).encode(m.encode_family(&with_cell)?)?;
 
         for (name, help, pick) in [
             (
@@ -338,24 +343,37 @@ impl Live {
                 1,
             ),
         ] {
-            header(&mut o, name, "histogram", help);
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
             let hists: Vec<&AtomicHistogram> = self
                 .slots
                 .iter()
                 .map(|s| if pick == 0 { &s.rtt } else { &s.connect })
                 .collect();
-            render_histogram(&mut o, name, &base, &hists);
+            AtomicHistogram::encode_sum(&hists, m.encode_family(&base)?)?;
         }
-        o
+        Ok(())
     }
 }
 
-impl wsload_metrics::Exposition for Live {
+/// `/metrics` of a run without the shard control protocol: the live counters, always ready.
+pub struct Endpoint {
+    registry: Registry,
+}
+
+impl Endpoint {
+    pub fn new(live: &Arc<Live>) -> Endpoint {
+        Endpoint {
+            registry: live.registry(),
+        }
+    }
+}
+
+impl wsload_metrics::Exposition for Endpoint {
     fn render(&self) -> String {
-        Live::render(self)
+        wsload_metrics::encode(&self.registry)
     }
     fn ready(&self) -> bool {
-        self.ready.load(Relaxed)
+        true
     }
 }
 
@@ -365,36 +383,65 @@ mod tests {
 
     #[test]
     fn slots_sum_and_histograms_accumulate() {
-        let live = Live::new(
+        let live = Arc::new(Live::new(
             2,
             Labels {
                 test: "t".into(),
                 shard: 0,
                 scenario: "throughput",
             },
-        );
+        ));
+        let registry = live.registry();
         live.slot(0).sent(10, 640);
         live.slot(1).sent(5, 320);
         live.slot(0).opened(Duration::from_micros(60));
         live.slot(1).rtt(Duration::from_millis(2));
         live.slot(1).failed(ConnectError::Refused);
-        let text = live.render();
+        let text = wsload_metrics::encode(&registry);
         assert!(
             text.contains(
                 "wsload_messages_sent_total{test=\"t\",shard=\"0\",scenario=\"throughput\"} 15"
             ),
             "{text}"
         );
-        assert!(text.contains("wsload_rtt_seconds_bucket{test=\"t\",shard=\"0\",scenario=\"throughput\",le=\"0.002\"} 1"));
-        assert!(text.contains("wsload_rtt_seconds_bucket{test=\"t\",shard=\"0\",scenario=\"throughput\",le=\"0.0015\"} 0"));
+        assert!(text.contains("# TYPE wsload_messages_sent counter\n"));
+        assert!(text.contains("wsload_rtt_seconds_bucket{le=\"0.002\",test=\"t\",shard=\"0\",scenario=\"throughput\"} 1"));
+        assert!(text.contains("wsload_rtt_seconds_bucket{le=\"0.0015\",test=\"t\",shard=\"0\",scenario=\"throughput\"} 0"));
         assert!(text.contains("reason=\"refused\"} 1"));
         assert!(text.contains(
             "wsload_connections_active{test=\"t\",shard=\"0\",scenario=\"throughput\"} 1"
         ));
         live.tick(Duration::from_secs(1));
-        assert!(live.render().contains(
-            "wsload_achieved_rate{test=\"t\",shard=\"0\",scenario=\"throughput\",cell=\"\"} 15"
+        assert!(wsload_metrics::encode(&registry).contains(
+            "wsload_achieved_rate{test=\"t\",shard=\"0\",scenario=\"throughput\",cell=\"\"} 15.0\n"
         ));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let name = "say \"hi\" \\ twice\nand again";
+        let live = Arc::new(Live::new(
+            1,
+            Labels {
+                test: name.into(),
+                shard: 3,
+                scenario: "throughput",
+            },
+        ));
+        live.set_phase("a\"b", 1.0);
+        live.slot(0).sent(7, 0);
+        let text = wsload_metrics::encode(&live.registry());
+        assert!(
+            text.contains(r#"wsload_messages_sent_total{test="say \"hi\" \\ twice\nand again",shard="3",scenario="throughput"} 7"#),
+            "{text}"
+        );
+        assert!(text.contains(r#",cell="a\"b"} 1.0"#), "{text}");
+        // Our own scrape parser reads the value back under the unescaped name.
+        let labels = [("test".to_string(), name.to_string())].into();
+        assert_eq!(
+            wsload_metrics::scrape::sum(&text, "wsload_messages_sent_total", &labels),
+            7.0
+        );
     }
 
     #[test]

@@ -361,7 +361,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
     let listener = opts.metrics_listen.map(bind_metrics).transpose()?;
     let background = spawn_background(
         live.clone(),
-        listener.map(|l| (l, live.clone())),
+        listener.map(|l| (l, Arc::new(crate::live::Endpoint::new(&live)))),
         opts.progress,
     )?;
     let prepared = prepare(lt, opts, live.clone())?;

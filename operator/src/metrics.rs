@@ -1,25 +1,92 @@
 //! The operator's own Prometheus metrics, served with `/healthz` and `/readyz` on one port.
 //!
-//! Counters are plain atomics: reconciles are rare (a few per second at most), so the only
-//! point is that a scrape never blocks a reconcile.
+//! Ordinary prometheus-client metrics in one registry: reconciles are rare (a few per second
+//! at most), so their short locks cost nothing, and a scrape never blocks a reconcile.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-use wsload_metrics::{AtomicHistogram, Exposition, header, render_histogram};
+use wsload_metrics::prometheus_client::metrics::counter::Counter;
+use wsload_metrics::prometheus_client::metrics::family::Family;
+use wsload_metrics::prometheus_client::metrics::gauge::Gauge;
+use wsload_metrics::prometheus_client::metrics::histogram::Histogram;
+use wsload_metrics::prometheus_client::registry::Registry;
+use wsload_metrics::{Exposition, LATENCY_BUCKETS};
 
-#[derive(Default)]
+/// One label and its value, e.g. `phase="Running"`.
+type Label = [(&'static str, &'static str); 1];
+
 pub struct Metrics {
-    reconciles: AtomicU64,
-    failures: Mutex<BTreeMap<&'static str, u64>>,
-    duration: AtomicHistogram,
+    registry: Registry,
+    reconciles: Counter,
+    failures: Family<Label, Counter>,
+    duration: Histogram,
     /// Last known phase of every LoadTest, by uid; the gauge counts them.
     phases: Mutex<BTreeMap<String, &'static str>>,
-    transitions: Mutex<BTreeMap<&'static str, u64>>,
-    leader: AtomicBool,
+    loadtests: Family<Label, Gauge>,
+    transitions: Family<Label, Counter>,
+    leader: Gauge,
     ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Counter::default();
+        let failures = Family::<Label, Counter>::default();
+        let duration = Histogram::new(LATENCY_BUCKETS);
+        let loadtests = Family::<Label, Gauge>::default();
+        let transitions = Family::<Label, Counter>::default();
+        let leader = Gauge::default();
+        // Every phase from the start, so both show zeros instead of missing series.
+        for phase in PHASES {
+            loadtests.get_or_create(&[("phase", phase)]).set(0);
+            transitions.get_or_create(&[("phase", phase)]).inc_by(0);
+        }
+        // The registry appends the full stop to each help text.
+        registry.register(
+            "wsload_operator_reconciles",
+            "Reconciles started",
+            reconciles.clone(),
+        );
+        registry.register(
+            "wsload_operator_reconcile_errors",
+            "Reconciles that ended in an error, by error kind",
+            failures.clone(),
+        );
+        registry.register(
+            "wsload_operator_reconcile_duration_seconds",
+            "Time one reconcile took",
+            duration.clone(),
+        );
+        registry.register(
+            "wsload_operator_loadtests",
+            "LoadTests by phase, as this operator last saw them",
+            loadtests.clone(),
+        );
+        registry.register(
+            "wsload_operator_phase_transitions",
+            "LoadTests that entered each phase",
+            transitions.clone(),
+        );
+        registry.register(
+            "wsload_operator_leader",
+            "1 while this replica holds the leader lease",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            failures,
+            duration,
+            phases: Mutex::default(),
+            loadtests,
+            transitions,
+            leader,
+            ready: AtomicBool::new(false),
+        }
+    }
 }
 
 /// Observes one reconcile's duration when dropped, however the reconcile ends.
@@ -30,13 +97,13 @@ pub struct ReconcileTimer<'a> {
 
 impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
-        self.metrics.duration.observe(self.start.elapsed());
+        self.metrics.observe_duration(self.start.elapsed());
     }
 }
 
 impl Metrics {
     pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
-        self.reconciles.fetch_add(1, Relaxed);
+        self.reconciles.inc();
         ReconcileTimer {
             metrics: self,
             start: Instant::now(),
@@ -44,31 +111,35 @@ impl Metrics {
     }
 
     pub fn reconcile_failed(&self, label: &'static str) {
-        if let Ok(mut f) = self.failures.lock() {
-            *f.entry(label).or_default() += 1;
-        }
+        self.failures.get_or_create(&[("error", label)]).inc();
     }
 
     /// Records the phase a LoadTest is in; `None` forgets it (deleted).
     pub fn set_phase(&self, uid: &str, phase: Option<&'static str>) {
-        if let Ok(mut p) = self.phases.lock() {
-            match phase {
-                Some(ph) => {
-                    if p.insert(uid.to_string(), ph) != Some(ph)
-                        && let Ok(mut t) = self.transitions.lock()
-                    {
-                        *t.entry(ph).or_default() += 1;
-                    }
-                }
-                None => {
-                    p.remove(uid);
+        let Ok(mut p) = self.phases.lock() else {
+            return;
+        };
+        match phase {
+            Some(ph) => {
+                if p.insert(uid.to_string(), ph) != Some(ph) {
+                    self.transitions.get_or_create(&[("phase", ph)]).inc();
                 }
             }
+            None => {
+                p.remove(uid);
+            }
+        }
+        // Recounted under the lock, so the gauges always agree with the map.
+        for phase in PHASES {
+            let n = p.values().filter(|v| **v == phase).count();
+            self.loadtests
+                .get_or_create(&[("phase", phase)])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
     pub fn set_leader(&self, leader: bool) {
-        self.leader.store(leader, Relaxed);
+        self.leader.set(i64::from(leader));
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -76,7 +147,7 @@ impl Metrics {
     }
 
     pub fn observe_duration(&self, d: Duration) {
-        self.duration.observe(d);
+        self.duration.observe(d.as_secs_f64());
     }
 }
 
@@ -92,83 +163,7 @@ const PHASES: [&str; 6] = [
 
 impl Exposition for Metrics {
     fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        header(
-            &mut out,
-            "wsload_operator_reconciles_total",
-            "counter",
-            "Reconciles started.",
-        );
-        let _ = writeln!(
-            out,
-            "wsload_operator_reconciles_total {}",
-            self.reconciles.load(Relaxed)
-        );
-        header(
-            &mut out,
-            "wsload_operator_reconcile_errors_total",
-            "counter",
-            "Reconciles that ended in an error, by error kind.",
-        );
-        if let Ok(f) = self.failures.lock() {
-            for (label, n) in f.iter() {
-                let _ = writeln!(
-                    out,
-                    "wsload_operator_reconcile_errors_total{{error=\"{label}\"}} {n}"
-                );
-            }
-        }
-        header(
-            &mut out,
-            "wsload_operator_reconcile_duration_seconds",
-            "histogram",
-            "Time one reconcile took.",
-        );
-        render_histogram(
-            &mut out,
-            "wsload_operator_reconcile_duration_seconds",
-            "",
-            &[&self.duration],
-        );
-        header(
-            &mut out,
-            "wsload_operator_loadtests",
-            "gauge",
-            "LoadTests by phase, as this operator last saw them.",
-        );
-        if let Ok(p) = self.phases.lock() {
-            for phase in PHASES {
-                let n = p.values().filter(|v| **v == phase).count();
-                let _ = writeln!(out, "wsload_operator_loadtests{{phase=\"{phase}\"}} {n}");
-            }
-        }
-        header(
-            &mut out,
-            "wsload_operator_phase_transitions_total",
-            "counter",
-            "LoadTests that entered each phase.",
-        );
-        if let Ok(t) = self.transitions.lock() {
-            for phase in PHASES {
-                let n = t.get(phase).copied().unwrap_or(0);
-                let _ = writeln!(
-                    out,
-                    "wsload_operator_phase_transitions_total{{phase=\"{phase}\"}} {n}"
-                );
-            }
-        }
-        header(
-            &mut out,
-            "wsload_operator_leader",
-            "gauge",
-            "1 while this replica holds the leader lease.",
-        );
-        let _ = writeln!(
-            out,
-            "wsload_operator_leader {}",
-            u8::from(self.leader.load(Relaxed))
-        );
-        out
+        wsload_metrics::encode(&self.registry)
     }
 
     fn ready(&self) -> bool {
@@ -195,7 +190,15 @@ mod tests {
         assert!(text.contains("wsload_operator_phase_transitions_total{phase=\"Running\"} 2"));
         assert!(text.contains("wsload_operator_reconcile_errors_total{error=\"kube\"} 1"));
         assert!(text.contains("wsload_operator_reconciles_total 1"));
-        assert!(text.contains("wsload_operator_reconcile_duration_seconds_count{} 1"));
+        assert!(text.contains("wsload_operator_reconcile_duration_seconds_count 1\n"));
+        assert!(text.contains("wsload_operator_loadtests{phase=\"Failed\"} 0\n"));
+        assert!(text.contains("wsload_operator_phase_transitions_total{phase=\"Failed\"} 0\n"));
+        assert!(text.contains("# TYPE wsload_operator_leader gauge\nwsload_operator_leader 0\n"));
+        assert!(
+            !text.contains("error=\"other\""),
+            "only errors seen are exposed"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
         m.set_phase("b", None);
         assert!(
             m.render()

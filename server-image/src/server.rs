@@ -17,6 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use wsload_metrics::prometheus_client::collector::Collector;
+use wsload_metrics::prometheus_client::encoding::DescriptorEncoder;
+use wsload_metrics::prometheus_client::registry::Registry;
 use wsload_proto::jwt::Validation;
 
 /// Pending connections the kernel queues per listener (capped by `net.core.somaxconn`);
@@ -62,12 +65,42 @@ impl Drop for Admission<'_> {
     }
 }
 
-impl wsload_metrics::Exposition for Shared {
+/// Reads the counters at each scrape. It holds the whole of `Shared` so that `Stats` stays
+/// inline there: one pointer fewer on every message's counter increment.
+struct Scraped(Arc<Shared>);
+
+impl std::fmt::Debug for Scraped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.stats.fmt(f)
+    }
+}
+
+impl Collector for Scraped {
+    fn encode(&self, encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.0.stats.encode(encoder)
+    }
+}
+
+/// `/metrics`, `/healthz` and `/readyz`.
+struct Endpoint {
+    shared: Arc<Shared>,
+    registry: Registry,
+}
+
+impl Endpoint {
+    fn new(shared: Arc<Shared>) -> Endpoint {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Scraped(shared.clone())));
+        Endpoint { shared, registry }
+    }
+}
+
+impl wsload_metrics::Exposition for Endpoint {
     fn render(&self) -> String {
-        self.stats.render()
+        wsload_metrics::encode(&self.registry)
     }
     fn ready(&self) -> bool {
-        self.stats.is_ready()
+        self.shared.stats.is_ready()
     }
 }
 
@@ -206,7 +239,10 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     });
 
     let metrics_addr = metrics.local_addr()?;
-    tokio::spawn(wsload_metrics::serve(metrics, shared.clone()));
+    tokio::spawn(wsload_metrics::serve(
+        metrics,
+        Arc::new(Endpoint::new(shared.clone())),
+    ));
     if let Some(tx) = &shared.broadcast {
         tokio::spawn(publish(tx.clone(), shared.clone()));
     }

@@ -6,10 +6,15 @@
 //! per connection and use plain shared atomics.
 
 use crate::config::Profile;
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
-use wsload_metrics::{AtomicHistogram, header, render_histogram};
+use wsload_metrics::AtomicHistogram;
+use wsload_metrics::prometheus_client::collector::Collector;
+use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use wsload_metrics::prometheus_client::metrics::MetricType;
+use wsload_metrics::prometheus_client::metrics::counter::ConstCounter;
+use wsload_metrics::prometheus_client::metrics::gauge::ConstGauge;
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
@@ -242,196 +247,182 @@ impl Stats {
         let i = counter_index(kind, profile, format);
         self.slots.iter().map(|s| s.0[i].load(Relaxed)).sum()
     }
+}
 
-    /// Prometheus text exposition format 0.0.4.
-    pub fn render(&self) -> String {
-        let mut o = String::with_capacity(16 * 1024);
-        header(
-            &mut o,
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats")
+            .field("profiles", &self.profiles.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sums the per-thread slots at scrape time; the text is prometheus-client's.
+impl Collector for Stats {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let mut m = encoder.encode_descriptor(
             "wsload_server_build_info",
-            "gauge",
             "Build of this server.",
-        );
-        let _ = writeln!(
-            o,
-            "wsload_server_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1).encode(m.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
 
-        header(
-            &mut o,
+        let m = encoder.encode_descriptor(
             "wsload_server_connections_active",
-            "gauge",
             "Admitted connections now open.",
-        );
-        let _ = writeln!(
-            o,
-            "wsload_server_connections_active {}",
-            self.active.load(Relaxed)
-        );
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.active.load(Relaxed)).encode(m)?;
 
-        header(
-            &mut o,
-            "wsload_server_connections_accepted_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_connections_accepted",
             "Connections admitted after the WebSocket handshake.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for p in &self.profiles {
             let v = self.accepted[p.index()].load(Relaxed);
-            let _ = writeln!(
-                o,
-                "wsload_server_connections_accepted_total{{profile=\"{}\"}} {v}",
-                p.label()
-            );
+            ConstCounter::new(v).encode(m.encode_family(&[("profile", p.label())])?)?;
         }
 
-        header(
-            &mut o,
-            "wsload_server_connections_rejected_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_connections_rejected",
             "Connections refused before admission, by reason.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (i, r) in Rejected::ALL.iter().enumerate() {
             let v = self.rejected[i].load(Relaxed);
-            let _ = writeln!(
-                o,
-                "wsload_server_connections_rejected_total{{reason=\"{}\"}} {v}",
-                r.label()
-            );
+            ConstCounter::new(v).encode(m.encode_family(&[("reason", r.label())])?)?;
         }
 
-        header(
-            &mut o,
-            "wsload_server_connections_closed_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_connections_closed",
             "Admitted connections that ended, by reason.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for p in &self.profiles {
             for (i, c) in Closed::ALL.iter().enumerate() {
                 let v = self.closed[p.index() * Closed::COUNT + i].load(Relaxed);
-                let _ = writeln!(
-                    o,
-                    "wsload_server_connections_closed_total{{profile=\"{}\",reason=\"{}\"}} {v}",
-                    p.label(),
-                    c.label()
-                );
+                let labels = [("profile", p.label()), ("reason", c.label())];
+                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
             }
         }
 
-        let name = "wsload_server_handshake_duration_seconds";
-        header(
-            &mut o,
-            name,
-            "histogram",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_handshake_duration_seconds",
             "TCP accept to HTTP 101, admitted connections.",
-        );
+            None,
+            MetricType::Histogram,
+        )?;
         for p in &self.profiles {
-            let labels = format!("profile=\"{}\"", p.label());
-            render_histogram(&mut o, name, &labels, &[&self.handshake[p.index()]]);
+            let hist = &self.handshake[p.index()];
+            AtomicHistogram::encode_sum(&[hist], m.encode_family(&[("profile", p.label())])?)?;
         }
 
         for (kind, name, help) in [
             (
                 Kind::MessagesIn,
-                "wsload_server_messages_received_total",
+                "wsload_server_messages_received",
                 "Data frames received.",
             ),
             (
                 Kind::BytesIn,
-                "wsload_server_bytes_received_total",
+                "wsload_server_bytes_received",
                 "Payload bytes of data frames received.",
             ),
             (
                 Kind::MessagesOut,
-                "wsload_server_messages_sent_total",
+                "wsload_server_messages_sent",
                 "Data frames sent.",
             ),
             (
                 Kind::BytesOut,
-                "wsload_server_bytes_sent_total",
+                "wsload_server_bytes_sent",
                 "Payload bytes of data frames sent.",
             ),
             (
                 Kind::Malformed,
-                "wsload_server_malformed_frames_total",
+                "wsload_server_malformed_frames",
                 "Data frames that did not decode.",
             ),
         ] {
-            header(&mut o, name, "counter", help);
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             for p in &self.profiles {
                 for f in Format::ALL {
                     let v = self.sum(kind, *p, f);
-                    let _ = writeln!(
-                        o,
-                        "{name}{{profile=\"{}\",format=\"{}\"}} {v}",
-                        p.label(),
-                        f.label()
-                    );
+                    let labels = [("profile", p.label()), ("format", f.label())];
+                    ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
                 }
             }
         }
 
-        header(
-            &mut o,
-            "wsload_server_auth_failures_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_auth_failures",
             "Refused WSE tokens, by reason.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (i, r) in AUTH_REASONS.iter().enumerate() {
             let v = self.auth_failures[i].load(Relaxed);
-            let _ = writeln!(o, "wsload_server_auth_failures_total{{reason=\"{r}\"}} {v}");
+            ConstCounter::new(v).encode(m.encode_family(&[("reason", *r)])?)?;
         }
 
-        header(
-            &mut o,
-            "wsload_server_broadcast_lagged_total",
-            "counter",
+        let m = encoder.encode_descriptor(
+            "wsload_server_broadcast_lagged",
             "Broadcast messages skipped by clients that fell behind.",
-        );
-        let _ = writeln!(
-            o,
-            "wsload_server_broadcast_lagged_total {}",
-            self.broadcast_lagged.load(Relaxed)
-        );
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.broadcast_lagged.load(Relaxed)).encode(m)?;
 
-        header(
-            &mut o,
-            "wsload_server_accept_errors_total",
-            "counter",
+        let mut m = encoder.encode_descriptor(
+            "wsload_server_accept_errors",
             "Failed accept(2) calls.",
-        );
+            None,
+            MetricType::Counter,
+        )?;
         for (kind, label) in [
             (AcceptError::FileLimit, "file_limit"),
             (AcceptError::Other, "other"),
         ] {
             let v = self.accept_errors[kind as usize].load(Relaxed);
-            let _ = writeln!(
-                o,
-                "wsload_server_accept_errors_total{{kind=\"{label}\"}} {v}"
-            );
+            ConstCounter::new(v).encode(m.encode_family(&[("kind", label)])?)?;
         }
 
         if let Some(limit) = self.open_files_limit() {
-            header(
-                &mut o,
+            let m = encoder.encode_descriptor(
                 "wsload_server_open_files_limit",
-                "gauge",
                 "Soft open-file limit (RLIMIT_NOFILE) of this process after start-up: each connection takes one.",
-            );
+                None,
+                MetricType::Gauge,
+            )?;
             // RLIM_INFINITY is u64::MAX; Prometheus spells an unbounded value +Inf.
             if limit == u64::MAX {
-                let _ = writeln!(o, "wsload_server_open_files_limit +Inf");
+                ConstGauge::new(f64::INFINITY).encode(m)?;
             } else {
-                let _ = writeln!(o, "wsload_server_open_files_limit {limit}");
+                ConstGauge::new(limit).encode(m)?;
             }
         }
-        o
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use wsload_metrics::prometheus_client::registry::Registry;
+
+    /// What a scrape of `stats` reads, now and at every later scrape.
+    fn registry(stats: &Arc<Stats>) -> Registry {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(stats.clone()));
+        registry
+    }
 
     fn value(text: &str, series: &str) -> u64 {
         text.lines()
@@ -445,7 +436,7 @@ mod tests {
 
     #[test]
     fn counts_from_many_threads_sum_exactly() {
-        let stats = std::sync::Arc::new(Stats::new(vec![Profile::Echo, Profile::Wse]));
+        let stats = Arc::new(Stats::new(vec![Profile::Echo, Profile::Wse]));
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let s = stats.clone();
@@ -460,7 +451,7 @@ mod tests {
         for t in threads {
             t.join().expect("thread");
         }
-        let text = stats.render();
+        let text = wsload_metrics::encode(&registry(&stats));
         assert_eq!(
             value(
                 &text,
@@ -497,7 +488,8 @@ mod tests {
 
     #[test]
     fn connection_accounting_and_histogram() {
-        let stats = Stats::new(vec![Profile::Echo]);
+        let stats = Arc::new(Stats::new(vec![Profile::Echo]));
+        let registry = registry(&stats);
         stats.accepted(Profile::Echo, Duration::from_micros(30));
         stats.accepted(Profile::Echo, Duration::from_millis(3));
         stats.accepted(Profile::Echo, Duration::from_secs(60));
@@ -505,11 +497,11 @@ mod tests {
         stats.rejected(Rejected::Capacity);
         stats.auth_failure("expired");
         assert!(
-            !stats.render().contains("wsload_server_open_files_limit"),
+            !wsload_metrics::encode(&registry).contains("wsload_server_open_files_limit"),
             "an unknown limit is not exposed"
         );
         stats.set_open_files_limit(20_000);
-        let text = stats.render();
+        let text = wsload_metrics::encode(&registry);
         assert!(text.contains("# TYPE wsload_server_open_files_limit gauge"));
         assert_eq!(value(&text, "wsload_server_open_files_limit"), 20_000);
         assert_eq!(value(&text, "wsload_server_connections_active"), 2);
@@ -543,19 +535,19 @@ mod tests {
         );
         let b = "wsload_server_handshake_duration_seconds_bucket";
         assert_eq!(
-            value(&text, &format!(r#"{b}{{profile="echo",le="0.00005"}}"#)),
+            value(&text, &format!(r#"{b}{{le="0.00005",profile="echo"}}"#)),
             1
         );
         assert_eq!(
-            value(&text, &format!(r#"{b}{{profile="echo",le="0.005"}}"#)),
+            value(&text, &format!(r#"{b}{{le="0.005",profile="echo"}}"#)),
             2
         );
         assert_eq!(
-            value(&text, &format!(r#"{b}{{profile="echo",le="10"}}"#)),
+            value(&text, &format!(r#"{b}{{le="10.0",profile="echo"}}"#)),
             2
         );
         assert_eq!(
-            value(&text, &format!(r#"{b}{{profile="echo",le="+Inf"}}"#)),
+            value(&text, &format!(r#"{b}{{le="+Inf",profile="echo"}}"#)),
             3
         );
         assert_eq!(

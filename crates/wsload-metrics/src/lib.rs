@@ -3,7 +3,10 @@
 //! over HTTP/1.1 by hyper ([`serve`]); [`http_client`], the client of those endpoints (the
 //! operator's and `wsload run`'s); [`blocking`], the load generator's one blocking GET.
 //! Nothing here is on a measured path. [`scrape`] reads a counter back from such an endpoint
-//! (or any Prometheus one).
+//! (or any Prometheus one). The exposition text itself is prometheus-client's ([`encode`],
+//! [`CONTENT_TYPE`]).
+
+pub use prometheus_client;
 
 pub mod blocking;
 pub mod http_client;
@@ -12,6 +15,9 @@ mod serve;
 
 pub use serve::{DRAIN_LIMIT, MAX_BODY, MAX_HEADERS, REQUEST_TIMEOUT, serve};
 
+use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
+use prometheus_client::registry::Registry;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -54,7 +60,7 @@ impl Reply {
 
 /// What the endpoint exposes.
 pub trait Exposition: Send + Sync + 'static {
-    /// The Prometheus text exposition (format 0.0.4).
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]), as [`encode`] writes a registry.
     fn render(&self) -> String;
     /// Whether `/readyz` answers 200.
     fn ready(&self) -> bool;
@@ -68,10 +74,18 @@ pub trait Exposition: Send + Sync + 'static {
     fn answered(&self, _request: &Request<'_>) {}
 }
 
-/// Writes `# HELP` and `# TYPE` lines.
-pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    use std::fmt::Write as _;
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// What `/metrics` answers: prometheus-client writes OpenMetrics 1.0 (`_total` sample names of
+/// counters, `# EOF`), which Prometheus parses only when told so.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The text exposition of `registry`, for [`Exposition::render`].
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing to a String fails only when a metric's encoder does; what was written stays.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::warn!(error = %e, "metrics encoding failed");
+    }
+    out
 }
 
 /// Bucket bounds (seconds) fine enough for `histogram_quantile` from 50 us to 10 s.
@@ -82,6 +96,7 @@ pub const LATENCY_BUCKETS: [f64; 33] = [
 ];
 
 /// A Prometheus histogram of durations over [`LATENCY_BUCKETS`], updated with relaxed atomics.
+#[derive(Debug)]
 pub struct AtomicHistogram {
     /// Per bucket, not cumulative; the exposition accumulates.
     buckets: [AtomicU64; LATENCY_BUCKETS.len()],
@@ -129,27 +144,26 @@ impl AtomicHistogram {
     }
 }
 
-/// Writes the `_bucket`, `_sum` and `_count` series of the sum of `hists`, with `labels`
-/// (`a="b",c="d"`, or empty) on every series.
-pub fn render_histogram(out: &mut String, name: &str, labels: &str, hists: &[&AtomicHistogram]) {
-    use std::fmt::Write as _;
-    let sep = if labels.is_empty() { "" } else { "," };
-    let mut cumulative = 0;
-    for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-        cumulative += hists
+impl AtomicHistogram {
+    /// Encodes the sum of `hists` as one histogram series, read now: a custom
+    /// [`Collector`](prometheus_client::collector::Collector) calls this at scrape time.
+    pub fn encode_sum(hists: &[&AtomicHistogram], encoder: MetricEncoder<'_>) -> fmt::Result {
+        let mut counts = [0u64; LATENCY_BUCKETS.len() + 1];
+        let mut sum_nanos = 0u64;
+        for h in hists {
+            sum_nanos = sum_nanos.saturating_add(h.sum_nanos.load(Relaxed));
+            h.add_counts_to(&mut counts);
+        }
+        let count = counts.iter().sum();
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
             .iter()
-            .map(|h| h.buckets[i].load(Relaxed))
-            .sum::<u64>();
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
-        );
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(counts)
+            .collect();
+        let mut encoder = encoder;
+        encoder.encode_histogram::<NoLabelSet>(sum_nanos as f64 / 1e9, count, &buckets, None)
     }
-    let count: u64 = hists.iter().map(|h| h.count.load(Relaxed)).sum();
-    let sum = hists.iter().map(|h| h.sum_nanos.load(Relaxed)).sum::<u64>() as f64 / 1e9;
-    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-    let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
 }
 
 #[cfg(test)]
@@ -458,24 +472,45 @@ mod tests {
         assert!(matches!(e, http_client::Error::Connect { .. }), "{e}");
     }
 
+    /// Two histograms summed into one labelled series, and one alone without labels.
+    #[derive(Debug, Default)]
+    struct Hists(AtomicHistogram, AtomicHistogram);
+
+    impl prometheus_client::collector::Collector for Hists {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+        ) -> fmt::Result {
+            use prometheus_client::metrics::MetricType::Histogram;
+            let mut x = encoder.encode_descriptor("x", "Summed.", None, Histogram)?;
+            AtomicHistogram::encode_sum(&[&self.0, &self.1], x.encode_family(&[("p", "1")])?)?;
+            let y = encoder.encode_descriptor("y", "Alone.", None, Histogram)?;
+            AtomicHistogram::encode_sum(&[&self.0], y)
+        }
+    }
+
     #[test]
     fn histogram_sums_and_accumulates() {
-        let (a, b) = (AtomicHistogram::default(), AtomicHistogram::default());
-        a.observe(Duration::from_micros(30));
-        b.observe(Duration::from_millis(3));
-        b.observe(Duration::from_secs(60));
-        let mut out = String::new();
-        render_histogram(&mut out, "x", "p=\"1\"", &[&a, &b]);
+        let hists = Arc::new(Hists::default());
+        hists.0.observe(Duration::from_micros(30));
+        hists.1.observe(Duration::from_millis(3));
+        hists.1.observe(Duration::from_secs(60));
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(hists.clone()));
+        let out = encode(&registry);
+        // prometheus-client writes `le` first and bounds as dtoa does ("10.0"); Prometheus
+        // orders labels itself and reads bounds as numbers.
         assert!(
-            out.contains("x_bucket{p=\"1\",le=\"0.00005\"} 1\n"),
+            out.contains("x_bucket{le=\"0.00005\",p=\"1\"} 1\n"),
             "{out}"
         );
-        assert!(out.contains("x_bucket{p=\"1\",le=\"0.003\"} 2\n"));
-        assert!(out.contains("x_bucket{p=\"1\",le=\"10\"} 2\n"));
-        assert!(out.contains("x_bucket{p=\"1\",le=\"+Inf\"} 3\n"));
+        assert!(out.contains("x_bucket{le=\"0.003\",p=\"1\"} 2\n"));
+        assert!(out.contains("x_bucket{le=\"10.0\",p=\"1\"} 2\n"));
+        assert!(out.contains("x_bucket{le=\"+Inf\",p=\"1\"} 3\n"));
         assert!(out.contains("x_count{p=\"1\"} 3\n"));
-        let mut bare = String::new();
-        render_histogram(&mut bare, "y", "", &[&a]);
-        assert!(bare.contains("y_bucket{le=\"+Inf\"} 1\n"), "{bare}");
+        assert!(out.contains("x_sum{p=\"1\"} 60.00303\n"), "{out}");
+        assert!(out.contains("# TYPE x histogram\n"));
+        assert!(out.contains("y_bucket{le=\"+Inf\"} 1\n"), "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
     }
 }

@@ -191,7 +191,7 @@ fn route<E: Exposition>(request: &Request<'_>, exposition: &E) -> Reply {
         }
         "/metrics" => Reply {
             status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            content_type: crate::CONTENT_TYPE,
             body: exposition.render(),
         },
         "/healthz" => Reply::text(200, "ok\n"),
