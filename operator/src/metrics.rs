@@ -4,9 +4,12 @@
 //! at most), so their short locks cost nothing, and a scrape never blocks a reconcile.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+use wsload_metrics::prometheus_client::collector::Collector;
+use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use wsload_metrics::prometheus_client::metrics::counter::Counter;
 use wsload_metrics::prometheus_client::metrics::family::Family;
 use wsload_metrics::prometheus_client::metrics::gauge::Gauge;
@@ -50,11 +53,11 @@ impl Default for Metrics {
             "Reconciles started",
             reconciles.clone(),
         );
-        registry.register(
-            "wsload_operator_reconcile_errors",
-            "Reconciles that ended in an error, by error kind",
-            failures.clone(),
-        );
+        registry.register_collector(Box::new(AlwaysDescribed {
+            name: "wsload_operator_reconcile_errors",
+            help: "Reconciles that ended in an error, by error kind.",
+            family: failures.clone(),
+        }));
         registry.register(
             "wsload_operator_reconcile_duration_seconds",
             "Time one reconcile took",
@@ -86,6 +89,23 @@ impl Default for Metrics {
             leader,
             ready: AtomicBool::new(false),
         }
+    }
+}
+
+/// A family with its `# HELP` and `# TYPE` even before its first series: the registry leaves
+/// an empty family out, and Prometheus should know the error counter before the first error.
+#[derive(Debug)]
+struct AlwaysDescribed {
+    name: &'static str,
+    help: &'static str,
+    family: Family<Label, Counter>,
+}
+
+impl Collector for AlwaysDescribed {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let metric =
+            encoder.encode_descriptor(self.name, self.help, None, self.family.metric_type())?;
+        self.family.encode(metric)
     }
 }
 
@@ -178,6 +198,11 @@ mod tests {
     #[test]
     fn phases_are_counted_once_per_test_and_transitions_accumulate() {
         let m = Metrics::default();
+        assert!(
+            m.render()
+                .contains("# TYPE wsload_operator_reconcile_errors counter\n"),
+            "described before the first error"
+        );
         m.set_phase("a", Some("Running"));
         m.set_phase("a", Some("Running"));
         m.set_phase("b", Some("Running"));

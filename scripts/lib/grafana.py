@@ -213,7 +213,11 @@ class Prometheus:
         """Names with series, and names whose HELP/TYPE a target exposes even without series
         yet (a counter whose labels appear on first use)."""
         names = set(self.get("/api/v1/label/__name__/values"))
-        names.update(self.get("/api/v1/metadata").keys())
+        for family, entries in self.get("/api/v1/metadata").items():
+            names.add(family)
+            # OpenMetrics names a counter's family without `_total`, its samples with it.
+            if any(e.get("type") == "counter" for e in entries) and not family.endswith("_total"):
+                names.add(f"{family}_total")
         return names
 
 
