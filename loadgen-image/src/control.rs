@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
-use wsload_metrics::prometheus_client::registry::Registry;
-use wsload_metrics::{Exposition, Reply, Request};
+use wsload_http::prometheus_client::registry::Registry;
+use wsload_http::{Exposition, Reply, Request};
 use wsload_spec::LoadTest;
 
 /// What the conductor asked the run thread for and it has not taken yet.
@@ -251,7 +251,7 @@ impl Control {
 
 impl Exposition for Control {
     fn render(&self) -> String {
-        wsload_metrics::encode(&self.registry)
+        wsload_http::encode(&self.registry)
     }
 
     fn ready(&self) -> bool {

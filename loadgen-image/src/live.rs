@@ -10,13 +10,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_metrics::AtomicHistogram;
-use wsload_metrics::prometheus_client::collector::Collector;
-use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use wsload_metrics::prometheus_client::metrics::MetricType;
-use wsload_metrics::prometheus_client::metrics::counter::ConstCounter;
-use wsload_metrics::prometheus_client::metrics::gauge::ConstGauge;
-use wsload_metrics::prometheus_client::registry::Registry;
+use wsload_http::AtomicHistogram;
+use wsload_http::prometheus_client::collector::Collector;
+use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use wsload_http::prometheus_client::metrics::MetricType;
+use wsload_http::prometheus_client::metrics::counter::ConstCounter;
+use wsload_http::prometheus_client::metrics::gauge::ConstGauge;
+use wsload_http::prometheus_client::registry::Registry;
 
 const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Refused,
@@ -368,9 +368,9 @@ impl Endpoint {
     }
 }
 
-impl wsload_metrics::Exposition for Endpoint {
+impl wsload_http::Exposition for Endpoint {
     fn render(&self) -> String {
-        wsload_metrics::encode(&self.registry)
+        wsload_http::encode(&self.registry)
     }
     fn ready(&self) -> bool {
         true
@@ -397,7 +397,7 @@ mod tests {
         live.slot(0).opened(Duration::from_micros(60));
         live.slot(1).rtt(Duration::from_millis(2));
         live.slot(1).failed(ConnectError::Refused);
-        let text = wsload_metrics::encode(&registry);
+        let text = wsload_http::encode(&registry);
         assert!(
             text.contains(
                 "wsload_messages_sent_total{test=\"t\",shard=\"0\",scenario=\"throughput\"} 15"
@@ -412,7 +412,7 @@ mod tests {
             "wsload_connections_active{test=\"t\",shard=\"0\",scenario=\"throughput\"} 1"
         ));
         live.tick(Duration::from_secs(1));
-        assert!(wsload_metrics::encode(&registry).contains(
+        assert!(wsload_http::encode(&registry).contains(
             "wsload_achieved_rate{test=\"t\",shard=\"0\",scenario=\"throughput\",cell=\"\"} 15.0\n"
         ));
     }
@@ -430,7 +430,7 @@ mod tests {
         ));
         live.set_phase("a\"b", 1.0);
         live.slot(0).sent(7, 0);
-        let text = wsload_metrics::encode(&live.registry());
+        let text = wsload_http::encode(&live.registry());
         assert!(
             text.contains(r#"wsload_messages_sent_total{test="say \"hi\" \\ twice\nand again",shard="3",scenario="throughput"} 7"#),
             "{text}"
@@ -439,7 +439,7 @@ mod tests {
         // Our own scrape parser reads the value back under the unescaped name.
         let labels = [("test".to_string(), name.to_string())].into();
         assert_eq!(
-            wsload_metrics::scrape::sum(&text, "wsload_messages_sent_total", &labels),
+            wsload_http::scrape::sum(&text, "wsload_messages_sent_total", &labels),
             7.0
         );
     }

@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
-use wsload_metrics::LATENCY_BUCKETS;
+use wsload_http::LATENCY_BUCKETS;
 
 /// Latency buckets plus one for observations above the last bound.
 pub const BUCKETS: usize = LATENCY_BUCKETS.len() + 1;

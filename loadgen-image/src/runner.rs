@@ -434,7 +434,7 @@ fn run_planned(engine: &Engine, dialer: &Arc<Dialer>, planned: &Planned) -> Cell
 
 /// Starts the background thread, serving `endpoint` (a bound listener and what it exposes)
 /// if given.
-pub fn spawn_background<E: wsload_metrics::Exposition>(
+pub fn spawn_background<E: wsload_http::Exposition>(
     live: Arc<Live>,
     endpoint: Option<(std::net::TcpListener, Arc<E>)>,
     progress: bool,
@@ -443,7 +443,7 @@ pub fn spawn_background<E: wsload_metrics::Exposition>(
     let progress = progress && std::io::stderr().is_terminal();
     let stopped = stop.clone();
     let handle = std::thread::Builder::new()
-        .name("wsload-metrics".into())
+        .name("wsload-http".into())
         .spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -455,7 +455,7 @@ pub fn spawn_background<E: wsload_metrics::Exposition>(
                 if let Some((l, exposition)) = endpoint
                     && let Ok(l) = tokio::net::TcpListener::from_std(l)
                 {
-                    tokio::spawn(wsload_metrics::serve(l, exposition));
+                    tokio::spawn(wsload_http::serve(l, exposition));
                 }
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 while !stopped.load(Ordering::Relaxed) {

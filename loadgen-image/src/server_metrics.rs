@@ -1,10 +1,10 @@
 //! Reads the server's own received-message counter from its Prometheus endpoint, so the
 //! report can reconcile what clients sent with what the server got. The parsing is
-//! `wsload_metrics::scrape`'s, shared with the operator, which scrapes every replica pod.
+//! `wsload_http::scrape`'s, shared with the operator, which scrapes every replica pod.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wsload_metrics::scrape;
+use wsload_http::scrape;
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wsload::report::RunResult;
 use wsload_control::protocol::{Phase, State};
-use wsload_metrics::http_client::{self, Response};
+use wsload_http::http_client::{self, Response};
 
 const T: Duration = Duration::from_secs(5);
 

@@ -38,7 +38,7 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
             source,
         })?;
     tracing::info!(address = %opts.metrics_listen, "serving /metrics, /healthz, /readyz");
-    tokio::spawn(wsload_metrics::serve(listener, metrics.clone()));
+    tokio::spawn(wsload_http::serve(listener, metrics.clone()));
 
     let leases: Option<(Api<Lease>, LeaderConfig)> = opts
         .leader

@@ -8,14 +8,14 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-use wsload_metrics::prometheus_client::collector::Collector;
-use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use wsload_metrics::prometheus_client::metrics::counter::Counter;
-use wsload_metrics::prometheus_client::metrics::family::Family;
-use wsload_metrics::prometheus_client::metrics::gauge::Gauge;
-use wsload_metrics::prometheus_client::metrics::histogram::Histogram;
-use wsload_metrics::prometheus_client::registry::Registry;
-use wsload_metrics::{Exposition, LATENCY_BUCKETS};
+use wsload_http::prometheus_client::collector::Collector;
+use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use wsload_http::prometheus_client::metrics::counter::Counter;
+use wsload_http::prometheus_client::metrics::family::Family;
+use wsload_http::prometheus_client::metrics::gauge::Gauge;
+use wsload_http::prometheus_client::metrics::histogram::Histogram;
+use wsload_http::prometheus_client::registry::Registry;
+use wsload_http::{Exposition, LATENCY_BUCKETS};
 
 /// One label and its value, e.g. `phase="Running"`.
 type Label = [(&'static str, &'static str); 1];
@@ -183,7 +183,7 @@ const PHASES: [&str; 6] = [
 
 impl Exposition for Metrics {
     fn render(&self) -> String {
-        wsload_metrics::encode(&self.registry)
+        wsload_http::encode(&self.registry)
     }
 
     fn ready(&self) -> bool {

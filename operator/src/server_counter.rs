@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wsload_metrics::scrape;
+use wsload_http::scrape;
 use wsload_spec::LoadTestSpec;
 
 /// At most this many replicas are scraped at once.

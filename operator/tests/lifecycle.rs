@@ -290,7 +290,7 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         );
     }
     // The operator's own metrics count what it did.
-    let text = wsload_metrics::http_client::get(
+    let text = wsload_http::http_client::get(
         &format!("http://{metrics}/metrics"),
         Duration::from_secs(5),
     )
@@ -688,7 +688,7 @@ async fn three_shards_over_two_server_replicas_reconcile_delivery_exactly() {
     for pod in ["rep-server", "rep-server-1"] {
         let p = e.pods.get(pod).await.expect("replica pod");
         let ip = p.status.and_then(|s| s.pod_ip).expect("pod IP");
-        let n = wsload_metrics::scrape::read(
+        let n = wsload_http::scrape::read(
             &format!("http://{ip}:9090"),
             wsload_spec::DEFAULT_RECEIVED_METRIC,
             &Default::default(),

@@ -337,7 +337,7 @@ async fn simulate(n: u32) -> Outcome {
 /// `wsload_operator_reconciles_total` summed over its samples (labels or none).
 async fn scrape_reconciles(addr: std::net::SocketAddr) -> Option<u64> {
     let url = format!("http://{addr}/metrics");
-    let answer = wsload_metrics::http_client::get(&url, Duration::from_secs(5))
+    let answer = wsload_http::http_client::get(&url, Duration::from_secs(5))
         .await
         .map_err(|e| eprintln!("scrape {url}: {e}"))
         .ok()?;

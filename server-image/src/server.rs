@@ -17,9 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use wsload_metrics::prometheus_client::collector::Collector;
-use wsload_metrics::prometheus_client::encoding::DescriptorEncoder;
-use wsload_metrics::prometheus_client::registry::Registry;
+use wsload_http::prometheus_client::collector::Collector;
+use wsload_http::prometheus_client::encoding::DescriptorEncoder;
+use wsload_http::prometheus_client::registry::Registry;
 use wsload_proto::jwt::Validation;
 
 /// Pending connections the kernel queues per listener (capped by `net.core.somaxconn`);
@@ -95,9 +95,9 @@ impl Endpoint {
     }
 }
 
-impl wsload_metrics::Exposition for Endpoint {
+impl wsload_http::Exposition for Endpoint {
     fn render(&self) -> String {
-        wsload_metrics::encode(&self.registry)
+        wsload_http::encode(&self.registry)
     }
     fn ready(&self) -> bool {
         self.shared.stats.is_ready()
@@ -239,7 +239,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     });
 
     let metrics_addr = metrics.local_addr()?;
-    tokio::spawn(wsload_metrics::serve(
+    tokio::spawn(wsload_http::serve(
         metrics,
         Arc::new(Endpoint::new(shared.clone())),
     ));

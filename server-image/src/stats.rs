@@ -9,12 +9,12 @@ use crate::config::Profile;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
-use wsload_metrics::AtomicHistogram;
-use wsload_metrics::prometheus_client::collector::Collector;
-use wsload_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use wsload_metrics::prometheus_client::metrics::MetricType;
-use wsload_metrics::prometheus_client::metrics::counter::ConstCounter;
-use wsload_metrics::prometheus_client::metrics::gauge::ConstGauge;
+use wsload_http::AtomicHistogram;
+use wsload_http::prometheus_client::collector::Collector;
+use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use wsload_http::prometheus_client::metrics::MetricType;
+use wsload_http::prometheus_client::metrics::counter::ConstCounter;
+use wsload_http::prometheus_client::metrics::gauge::ConstGauge;
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
@@ -415,7 +415,7 @@ impl Collector for Stats {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use wsload_metrics::prometheus_client::registry::Registry;
+    use wsload_http::prometheus_client::registry::Registry;
 
     /// What a scrape of `stats` reads, now and at every later scrape.
     fn registry(stats: &Arc<Stats>) -> Registry {
@@ -451,7 +451,7 @@ mod tests {
         for t in threads {
             t.join().expect("thread");
         }
-        let text = wsload_metrics::encode(&registry(&stats));
+        let text = wsload_http::encode(&registry(&stats));
         assert_eq!(
             value(
                 &text,
@@ -497,11 +497,11 @@ mod tests {
         stats.rejected(Rejected::Capacity);
         stats.auth_failure("expired");
         assert!(
-            !wsload_metrics::encode(&registry).contains("wsload_server_open_files_limit"),
+            !wsload_http::encode(&registry).contains("wsload_server_open_files_limit"),
             "an unknown limit is not exposed"
         );
         stats.set_open_files_limit(20_000);
-        let text = wsload_metrics::encode(&registry);
+        let text = wsload_http::encode(&registry);
         assert!(text.contains("# TYPE wsload_server_open_files_limit gauge"));
         assert_eq!(value(&text, "wsload_server_open_files_limit"), 20_000);
         assert_eq!(value(&text, "wsload_server_connections_active"), 2);

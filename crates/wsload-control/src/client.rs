@@ -4,7 +4,7 @@
 use crate::protocol::{self, CellKey, CellOrder, StartRequest, State};
 use crate::{Error, Result};
 use std::time::Duration;
-use wsload_metrics::http_client::{Client, Response};
+use wsload_http::http_client::{Client, Response};
 
 /// One shard's endpoint. Clones share one connection pool: build it within the Tokio runtime
 /// that uses it.

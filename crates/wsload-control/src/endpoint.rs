@@ -3,7 +3,7 @@
 //! request is which call, and what a wrong method gets.
 
 use crate::protocol::{self, CellOrder, Phase, StartRequest, State};
-use wsload_metrics::{Reply, Request};
+use wsload_http::{Reply, Request};
 
 /// What a shard does for each control request; the answers are the shard's (202, 409, ...).
 pub trait ShardEndpoint {

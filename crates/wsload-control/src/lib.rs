@@ -31,7 +31,7 @@ pub enum Error {
     #[error("{0}")]
     Shard(String),
     #[error(transparent)]
-    Http(#[from] wsload_metrics::http_client::Error),
+    Http(#[from] wsload_http::http_client::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -41,7 +41,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
-use wsload_metrics::{Exposition, Reply, Request};
+use wsload_http::{Exposition, Reply, Request};
 use wsload_report::{CellResult, Hist, Measure, RunResult, ShardInfo};
 use wsload_spec::LoadTest;
 use wsload_spec::shares::count_share;
@@ -423,7 +423,7 @@ async fn adopt(shared: Arc<Shared>, pod: Pod) {
     let server = if behaviour.hang {
         tokio::spawn(hang(listener, shard.clone()))
     } else {
-        tokio::spawn(wsload_metrics::serve(
+        tokio::spawn(wsload_http::serve(
             listener,
             Arc::new(Endpoint(shard.clone())),
         ))
