@@ -290,12 +290,10 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         );
     }
     // The operator's own metrics count what it did.
-    let text = wsload_http::http_client::get(
-        &format!("http://{metrics}/metrics"),
-        Duration::from_secs(5),
-    )
-    .await
-    .expect("operator /metrics");
+    let text =
+        wsload_http::http_client::get(&format!("http://{metrics}/metrics"), Duration::from_secs(5))
+            .await
+            .expect("operator /metrics");
     assert!(
         text.body
             .contains("wsload_operator_loadtests{phase=\"Succeeded\"} 1"),
