@@ -495,36 +495,11 @@ mod tests {
     /// an upgrade rejection, the reason every other bad 101 is counted under.
     #[tokio::test]
     async fn an_extension_not_requested_is_an_upgrade_rejection() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = l.local_addr().expect("addr").port();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.expect("accept");
-            let mut req = Vec::new();
-            while !req.ends_with(b"\r\n\r\n") {
-                let mut b = [0u8; 512];
-                let n = s.read(&mut b).await.expect("read");
-                assert!(n > 0, "request incomplete");
-                req.extend_from_slice(&b[..n]);
-            }
-            let req = String::from_utf8(req).expect("utf-8");
-            let key = req
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("sec-websocket-key")
-                        .then(|| v.trim().to_string())
-                })
-                .expect("key");
-            let resp = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
-                derive_accept_key(key.as_bytes())
-            );
-            s.write_all(resp.as_bytes()).await.expect("write");
-            s
-        });
+        let (addr, server) = crate::wsconn::test_server::answer_101(
+            "Sec-WebSocket-Extensions: permessage-deflate\r\n",
+        )
+        .await;
+        let port = addr.port();
         let spec = wsload_spec::LoadTest::from_spec_yaml(
             &format!(
                 "  target: {{url: \"ws://127.0.0.1:{port}/\"}}\n  scenario: constantRate\n  connections: [1]\n  rate: {{messagesPerSecond: 1}}\n"
