@@ -10,6 +10,7 @@ pub mod fixtures;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod pod_cache;
 pub mod pods;
 pub mod reconcile;
 pub mod results;
@@ -33,6 +34,8 @@ pub enum Error {
     Shard(#[from] wsload_control::Error),
     #[error("leader election: {0}")]
     LeaseLost(String),
+    #[error(transparent)]
+    PodCache(#[from] pod_cache::Dropped),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -50,6 +53,7 @@ impl Error {
             Error::Invalid(_) => "invalid",
             Error::Shard(_) => "shard",
             Error::LeaseLost(_) => "lease",
+            Error::PodCache(_) => "watch",
             Error::Listen { .. } => "io",
         }
     }

@@ -417,13 +417,36 @@ async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() 
         "  target: {server: {}}\n  scenario: throughput\n  connections: [6, 10]\n  duration: 2s\n  window: 2\n  shards: 2\n",
     )
     .await;
+    // Tests beside it, one finished and one running: the new operator reconciles all of them
+    // at once while its pod cache fills, and each must wake when the cache is ready.
+    create(
+        &e,
+        "done",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [2]\n  duration: 1s\n",
+    )
+    .await;
+    assert_eq!(
+        wait_finished(&e, "done").await.phase,
+        Some(Phase::Succeeded)
+    );
+    create(
+        &e,
+        "beside",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [4]\n  duration: 3s\n",
+    )
+    .await;
     let before = wait_phase(&e, "resume", Phase::Running).await;
+    wait_phase(&e, "beside", Phase::Running).await;
     op.abort();
     let _ = op.await;
     // While no operator runs, the shards finish their cell and wait between cells: the next
     // one is the operator's to release.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let op = operator(&e, None);
+    assert_eq!(
+        wait_finished(&e, "beside").await.phase,
+        Some(Phase::Succeeded)
+    );
     let st = wait_finished(&e, "resume").await;
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
     assert_eq!(st.start_at, before.start_at, "the start instant is kept");

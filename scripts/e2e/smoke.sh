@@ -117,6 +117,11 @@ wait_phase() { # name phase seconds
 wait_done() {
 	if ! WAIT_INTERVAL=1 wait_until 300 phase_is "$1" Succeeded Failed; then
 		kubectl -n "$TEST_NS" describe loadtest "$1" | tail -n 30 >&2 || true
+		# Who should have moved it on: every pod (a Pending operator shows here) and what the
+		# operator replicas logged.
+		kubectl get pods -A -o wide >&2 || true
+		kubectl -n "$NS" logs -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator \
+			--prefix --tail=80 >&2 || true
 		fail "LoadTest $1 not finished after 300 s (phase '$(phase "$1")')"
 	fi
 	kubectl -n "$TEST_NS" get loadtest "$1" -o json >"$OUT/$1.json"

@@ -16,6 +16,7 @@ mod tests;
 use crate::builders;
 use crate::metrics::Metrics;
 use crate::names::{self, MANAGER};
+use crate::pod_cache::PodCache;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
@@ -34,7 +35,7 @@ pub struct Context {
     pub client: kube::Client,
     /// Every test's pods, from the controller's own watch: a reconcile reads them here, not
     /// from the API server, however many shards a test has.
-    pub pods: Store<Pod>,
+    pub pods: PodCache,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Config,
@@ -53,7 +54,7 @@ impl Context {
     ) -> Context {
         Context {
             client,
-            pods,
+            pods: PodCache::new(pods),
             recorder,
             metrics,
             config,
@@ -121,9 +122,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         services: Api::namespaced(ctx.client.clone(), &ns),
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
     };
-    if ctx.pods.wait_until_ready().await.is_err() {
-        return Err(Error::Invalid("the pod cache was dropped".into()));
-    }
+    ctx.pods.ready().await?;
     let world = observe(&ctx.pods, &lt);
     // Children are built from the spec with the install's defaults filled in.
     let effective = ctx.config.defaults.apply(&lt);
@@ -161,14 +160,14 @@ pub fn error_policy(lt: Arc<LoadTestResource>, err: &Error, ctx: Arc<Context>) -
 
 /// The test's children as the controller's cache holds them. The cache is complete (the
 /// reconcile waited for its first listing), so a pod missing here is gone, not unread.
-fn observe(pods: &Store<Pod>, lt: &LoadTestResource) -> World {
+fn observe(pods: &PodCache, lt: &LoadTestResource) -> World {
     let test = lt.name_any();
     let ns = lt.namespace();
     let mut world = World {
         servers: BTreeMap::new(),
         shards: BTreeMap::new(),
     };
-    for pod in pods.state() {
+    for pod in pods.pods() {
         // Only children of this very LoadTest count: a re-created test of the same name must
         // not adopt its predecessor's pods.
         if pod.namespace() != ns || !builders::is_owned_by(&pod.metadata, lt) {
