@@ -239,8 +239,9 @@ impl Step<'_> {
             }
         };
         if merging.shards() == 0 {
+            // When already failing, `fail` puts the cause before this.
             let why = if self.failing() {
-                format!("no result stored; {}", self.failure_message())
+                "no result stored".to_string()
             } else {
                 "no shard delivered a result".to_string()
             };

@@ -297,6 +297,23 @@ async fn a_run_past_its_deadline_goes_to_collecting_with_the_cause() {
     assert_eq!(st.phase, Some(Phase::Collecting));
     assert_eq!(reason(&st), Some("RunDeadlineExceeded"));
     assert_eq!(st.shards[0].state, ShardState::Lost);
+
+    // With nothing stored, collecting ends it: the message says the cause once, then what
+    // followed from it.
+    let api = MockApi::default();
+    reconcile_once(&api, loadtest("t", external(1), Some(st)), vec![])
+        .await
+        .expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("RunDeadlineExceeded"));
+    let message = st.message.unwrap_or_default();
+    assert_eq!(
+        message.matches("did not finish within").count(),
+        1,
+        "{message}"
+    );
+    assert!(message.ends_with("; no result stored"), "{message}");
 }
 
 // --- Collecting ------------------------------------------------------------------------
