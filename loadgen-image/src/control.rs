@@ -14,7 +14,7 @@
 use crate::gate::{self, Gate};
 use crate::live::Live;
 use crate::report::{CellResult, RunResult};
-use crate::runner::{self, Options};
+use crate::run::{self, Options};
 use crate::{Error, Result};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -79,7 +79,7 @@ pub struct Control {
     registry: Registry,
 }
 
-use runner::unix_ms;
+use run::unix_ms;
 
 impl Control {
     pub fn new(live: &Arc<Live>) -> Control {
@@ -301,10 +301,10 @@ pub fn serve(
     linger: Duration,
     report: impl FnOnce(&RunResult) + Send + 'static,
 ) -> Result<Exit> {
-    let live = runner::live(&lt, &opts);
+    let live = run::live(&lt, &opts);
     let control = Arc::new(Control::new(&live));
     let _background =
-        runner::spawn_background(live.clone(), Some((listener, control.clone())), false)?;
+        run::spawn_background(live.clone(), Some((listener, control.clone())), false)?;
     spawn_sigterm_watch(control.clone())?;
     let session = control.clone();
     // The run lives on its own thread so that a finish or SIGTERM while it runs ends the
@@ -327,7 +327,7 @@ fn run_session(
     control: &Control,
     report: impl FnOnce(&RunResult),
 ) {
-    let prepared = match runner::prepare(lt, opts, live) {
+    let prepared = match run::prepare(lt, opts, live) {
         Ok(p) => p,
         Err(e) => {
             control.update(|i| {
@@ -347,7 +347,7 @@ fn run_session(
         index: 0,
         stopped: false,
     };
-    let (mut result, error) = runner::measure(lt, opts, &prepared, &mut gate);
+    let (mut result, error) = run::measure(lt, opts, &prepared, &mut gate);
     if gate.stopped {
         // Finished or terminated before the end of the cells: nobody waits for a result.
         return;
@@ -421,12 +421,12 @@ impl Gate for ControlGate<'_> {
         if start_at > now {
             tracing::info!(cell = %key.label, wait_ms = start_at - now, "armed; waiting for the cell's start");
         }
-        runner::sleep_until_unix_ms(start_at);
+        run::sleep_until_unix_ms(start_at);
         self.control.update(|i| {
             i.state.state = Phase::Running;
             i.state
                 .started_at_micros
-                .get_or_insert_with(runner::unix_micros);
+                .get_or_insert_with(run::unix_micros);
         });
         Some(key)
     }

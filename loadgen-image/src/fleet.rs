@@ -8,7 +8,7 @@
 use crate::capacity;
 use crate::plan::Shard;
 use crate::report::RunResult;
-use crate::runner::{self, Options};
+use crate::run::{self, Options};
 use crate::server_metrics::Counter;
 use crate::{Error, Result};
 use futures_util::future::join_all;
@@ -92,12 +92,12 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
         )?;
     }
     // The servers first: every shard dials the same port (replicas share it).
-    let runner::Target {
+    let run::Target {
         url,
         metrics_urls,
         local,
-    } = runner::target(lt, opts)?;
-    let counters = runner::counters(lt, &metrics_urls);
+    } = run::target(lt, opts)?;
+    let counters = run::counters(lt, &metrics_urls);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -237,7 +237,7 @@ fn sum(counters: &[Counter]) -> std::result::Result<u64, String> {
 }
 
 fn start_instant() -> u64 {
-    runner::unix_ms() + LEAD.as_millis() as u64
+    run::unix_ms() + LEAD.as_millis() as u64
 }
 
 /// Marks shards that exited as lost, saying so in `notes`.

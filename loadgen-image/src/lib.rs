@@ -3,10 +3,10 @@
 
 pub mod autobahn_client;
 pub mod capacity;
+pub mod cell;
+pub mod connection;
 pub mod control;
 pub mod dial;
-pub mod drive;
-pub mod engine;
 pub mod fleet;
 pub mod gate;
 pub mod live;
@@ -14,7 +14,7 @@ pub mod local_server;
 pub mod message;
 pub mod plan;
 pub mod plot;
-pub mod runner;
+pub mod run;
 pub mod schedule;
 pub mod server_metrics;
 pub mod sysctl;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use wsload::control::{self, Exit};
 use wsload::plan::Shard;
 use wsload::report::RunResult;
-use wsload::runner::{self, Options};
+use wsload::run::{self, Options};
 use wsload::{Error, Result};
 use wsload_spec::LoadTest;
 
@@ -183,7 +183,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
             let result = if lt.spec.shards > 1 {
                 wsload::fleet::run(&lt, std::path::Path::new(&file), &opts)?
             } else {
-                runner::run(&lt, &opts)?
+                run::run(&lt, &opts)?
             };
             finish(&result, &common.out)
         }
@@ -226,9 +226,9 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
                 plot: None,
             };
             if !await_start {
-                return finish(&runner::run(&lt, &opts)?, &common.out);
+                return finish(&run::run(&lt, &opts)?, &common.out);
             }
-            let listener = runner::bind_metrics(listen)?;
+            let listener = run::bind_metrics(listen)?;
             let out = common.out;
             let report = move |r: &RunResult| {
                 print!("{}", r.render());

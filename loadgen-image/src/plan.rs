@@ -1,8 +1,8 @@
 //! Turns a spec into the cells this process runs: one per tier, per size x tier, per
 //! format x tier, with this shard's share of connections and rate.
 
-use crate::drive::{Behavior, PingCfg};
-use crate::engine::Cell;
+use crate::cell::Cell;
+use crate::connection::{Behavior, PingCfg};
 use crate::message::Template;
 use crate::schedule::Schedule;
 use std::sync::Arc;

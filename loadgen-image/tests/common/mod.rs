@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use wsload::report::{CellResult, RunResult};
-use wsload::runner::{self, Options};
+use wsload::run::{self, Options};
 use wsload_spec::LoadTest;
 
 /// The `wsload-server` binary of this build. Integration tests of `wsload` get no
@@ -219,7 +219,7 @@ pub fn run(lt: &LoadTest) -> RunResult {
     let (tx, rx) = mpsc::channel();
     let lt = lt.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(runner::run(&lt, &opts));
+        let _ = tx.send(run::run(&lt, &opts));
     });
     let result = rx
         .recv_timeout(WATCHDOG)

@@ -5,8 +5,8 @@
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
 //! batch, meet at a barrier, and all start the measured phase at one instant.
 
+use crate::connection::{self, Behavior, ConnCtx};
 use crate::dial::{Dialer, Ws};
-use crate::drive::{self, Behavior, ConnCtx};
 use crate::live::Live;
 use crate::measure::Measure;
 use crate::message::Template;
@@ -222,7 +222,7 @@ async fn worker(
         let behavior = cell.behavior.clone();
         // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
         // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
-        let fut = drive::run(ws, n, ctx, behavior);
+        let fut = connection::run(ws, n, ctx, behavior);
         tasks.spawn_local(fut);
     }
     while tasks.join_next().await.is_some() {}

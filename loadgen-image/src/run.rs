@@ -3,8 +3,8 @@
 //! cells its gate orders (crate::gate), and judges the thresholds.
 
 use crate::capacity;
+use crate::cell::Engine;
 use crate::dial::Dialer;
-use crate::engine::Engine;
 use crate::gate::{Gate, LocalGate};
 use crate::live::{Labels, Live};
 use crate::local_server::{self, LocalServers};
