@@ -79,7 +79,7 @@ pub struct Control {
     registry: Registry,
 }
 
-use run::unix_ms;
+use crate::clock::{self, unix_ms};
 
 impl Control {
     pub fn new(live: &Arc<Live>) -> Control {
@@ -421,12 +421,12 @@ impl Gate for ControlGate<'_> {
         if start_at > now {
             tracing::info!(cell = %key.label, wait_ms = start_at - now, "armed; waiting for the cell's start");
         }
-        run::sleep_until_unix_ms(start_at);
+        clock::sleep_until_unix_ms(start_at);
         self.control.update(|i| {
             i.state.state = Phase::Running;
             i.state
                 .started_at_micros
-                .get_or_insert_with(run::unix_micros);
+                .get_or_insert_with(clock::unix_micros);
         });
         Some(key)
     }

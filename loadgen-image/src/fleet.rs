@@ -237,7 +237,7 @@ fn sum(counters: &[Counter]) -> std::result::Result<u64, String> {
 }
 
 fn start_instant() -> u64 {
-    run::unix_ms() + LEAD.as_millis() as u64
+    crate::clock::unix_ms() + LEAD.as_millis() as u64
 }
 
 /// Marks shards that exited as lost, saying so in `notes`.

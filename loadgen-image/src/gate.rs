@@ -4,8 +4,8 @@
 //! in one process, which also reads the servers' counters, or a lone shard released by
 //! `--start-at`, which never judges delivery.
 
+use crate::clock::{sleep_until_unix_ms, unix_micros};
 use crate::report::{CellResult, RunResult};
-use crate::run::sleep_until_unix_ms;
 use crate::server_metrics::Counter;
 use std::time::Instant;
 use wsload_control::settle::{self, Settle};
@@ -31,7 +31,7 @@ pub fn summary(index: u32, cell: &CellResult) -> CellSummary {
         failed: c.failed_total() + c.dropped_total(),
         sent_with_warmup: c.sent_with_warmup,
         started_at_micros: cell.started_first_micros,
-        finished_at_micros: crate::run::unix_micros(),
+        finished_at_micros: unix_micros(),
     }
 }
 
@@ -109,7 +109,7 @@ impl Gate for LocalGate {
         };
         let key = self.conductor.next(last.as_ref())?;
         if let Some(at) = self.start_at_unix_ms.take() {
-            let now = crate::run::unix_micros() / 1000;
+            let now = unix_micros() / 1000;
             if at > now {
                 tracing::info!(wait_ms = at - now, "waiting for the common start time");
             }

@@ -4,6 +4,7 @@
 pub mod autobahn_client;
 pub mod capacity;
 pub mod cell;
+pub mod clock;
 pub mod connection;
 pub mod control;
 pub mod dial;

@@ -4,6 +4,7 @@
 
 use crate::capacity;
 use crate::cell::Engine;
+use crate::clock::{unix_micros, unix_ms};
 use crate::dial::Dialer;
 use crate::gate::{Gate, LocalGate};
 use crate::live::{Labels, Live};
@@ -18,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use wsload_spec::LoadTest;
 
 #[derive(Debug, Clone, Default)]
@@ -35,35 +36,6 @@ pub struct Options {
     pub progress: bool,
     /// Plot the run's per-second RTT percentiles and msg/s to this PNG (`--plot`).
     pub plot: Option<PathBuf>,
-}
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Wall-clock now, Unix microseconds: shards on different nodes compare these.
-pub fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
-/// Sleeps until the wall clock reads `at_unix_ms`. In steps, so that a clock stepped by NTP
-/// while waiting moves the wake-up with it: the start is a wall-clock instant shared by shards
-/// on different nodes.
-pub fn sleep_until_unix_ms(at_unix_ms: u64) {
-    let target = at_unix_ms.saturating_mul(1000);
-    loop {
-        let now = unix_micros();
-        if now >= target {
-            return;
-        }
-        std::thread::sleep(Duration::from_micros((target - now).min(100_000)));
-    }
 }
 
 /// Worker threads of a run: `--threads`, else one per core.
