@@ -35,7 +35,7 @@ pub struct Cell {
 }
 
 /// The outcome of one cell in this process.
-pub struct CellRun {
+pub struct CellOutcome {
     pub measure: Measure,
     /// First dial to last connection established (or failed).
     pub connect_secs: f64,
@@ -45,46 +45,49 @@ pub struct CellRun {
     pub start_skew_us: u64,
 }
 
-struct WorkerOut {
-    measure: Measure,
-    first_dial: Instant,
-    last_connected: Instant,
-    measured: Duration,
-    started: Instant,
-}
-
-pub struct Engine {
+/// The worker threads a cell runs on, and the live metrics they feed.
+pub struct Workers {
     pub threads: usize,
     pub live: Arc<Live>,
 }
 
-struct Gate {
+/// Where the workers meet: the connect phase's common clock, then the barrier before the
+/// measured phase and the one instant it starts at.
+struct StartLine {
     barrier: Barrier,
     start: OnceLock<Instant>,
     connect_start: Instant,
 }
 
-impl Engine {
-    pub fn run_cell(&self, cell: &Cell, dialer: &Arc<Dialer>) -> CellRun {
-        let workers = self.threads.clamp(1, cell.connections.max(1) as usize);
-        let gate = Arc::new(Gate {
-            barrier: Barrier::new(workers),
+impl Workers {
+    /// Runs `cell` on the workers, each on its own thread, and merges their figures.
+    pub fn run(&self, cell: &Cell, dialer: &Arc<Dialer>) -> CellOutcome {
+        let count = self.threads.clamp(1, cell.connections.max(1) as usize);
+        let start_line = Arc::new(StartLine {
+            barrier: Barrier::new(count),
             start: OnceLock::new(),
             connect_start: Instant::now() + Duration::from_millis(5),
         });
         let outs: Vec<WorkerOut> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    let gate = gate.clone();
-                    let dialer = dialer.clone();
-                    let live = self.live.clone();
+            let handles: Vec<_> = (0..count)
+                .map(|index| {
+                    let start_line = start_line.clone();
+                    let (dialer, live) = (dialer.clone(), self.live.clone());
                     s.spawn(move || {
+                        let worker = Worker {
+                            index,
+                            count,
+                            cell,
+                            dialer,
+                            live,
+                            stats: Rc::default(),
+                        };
                         let rt = tokio::runtime::Builder::new_current_thread()
                             .enable_all()
                             .build()
                             .expect("a current-thread runtime builds");
                         let local = tokio::task::LocalSet::new();
-                        local.block_on(&rt, worker(w, workers, cell, dialer, gate, live))
+                        local.block_on(&rt, worker.run(&start_line))
                     })
                 })
                 .collect();
@@ -96,148 +99,190 @@ impl Engine {
                 .map(|j| j.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                 .collect()
         });
-        let mut measure = Measure::default();
-        for o in &outs {
-            measure.add(&o.measure);
-        }
-        let first = outs.iter().map(|o| o.first_dial).min();
-        let last = outs.iter().map(|o| o.last_connected).max();
-        let connect_secs = first
-            .zip(last)
-            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
-        let measured_secs = outs
-            .iter()
-            .map(|o| o.measured)
-            .max()
-            .unwrap_or_default()
-            .as_secs_f64();
-        let starts: Vec<Instant> = outs.iter().map(|o| o.started).collect();
-        let skew = starts
-            .iter()
-            .max()
-            .zip(starts.iter().min())
-            .map_or(0, |(a, b)| a.duration_since(*b).as_micros() as u64);
-        CellRun {
-            measure,
-            connect_secs,
-            measured_secs,
-            start_skew_us: skew,
-        }
+        merge(&outs)
     }
 }
 
-async fn worker(
-    w: usize,
-    workers: usize,
-    cell: &Cell,
-    dialer: Arc<Dialer>,
-    gate: Arc<Gate>,
-    live: Arc<Live>,
-) -> WorkerOut {
-    let stats = Rc::new(RefCell::new(Measure::default()));
-    let opened: Rc<RefCell<Vec<(u64, Ws)>>> = Rc::new(RefCell::new(Vec::new()));
+/// What one worker measured, and when its phases began and ended.
+struct WorkerOut {
+    measure: Measure,
+    first_dial: Instant,
+    last_connected: Instant,
+    measured: Duration,
+    started: Instant,
+}
 
-    // Phase 1: connect this worker's part of each batch, batches on a common clock. The
-    // connect rate is timed from the first dial, not from before the common start.
-    tokio::time::sleep_until(gate.connect_start).await;
-    let first_dial = Instant::now();
-    let batch = cell.batch_size.max(1);
-    let mut dials = tokio::task::JoinSet::new();
-    // At most one batch in flight: a batch starts at its time AND once the previous one has
-    // landed. Unbounded, a slow server leaves every handshake's buffers (~8 KB each) alive at
-    // once, interleaved with the connections' long-lived ones, and memory stays fragmented
-    // long after (measured: 18 KiB per idle connection instead of 7).
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(
-        (batch as usize).div_ceil(workers).max(1),
-    ));
-    let mut b = 0u32;
-    while b * batch < cell.connections {
-        tokio::time::sleep_until(gate.connect_start + cell.batch_interval * b).await;
-        let end = ((b + 1) * batch).min(cell.connections);
-        for i in (b * batch..end).filter(|i| *i as usize % workers == w) {
-            let n = cell.first + u64::from(i);
-            let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                break;
-            };
-            let (dialer, stats, opened) = (dialer.clone(), stats.clone(), opened.clone());
-            let live = live.clone();
-            dials.spawn_local(async move {
-                let slot = live.slot(w);
-                stats.borrow_mut().counts.attempted += 1;
-                let dialed = dialer.dial(n).await;
-                drop(permit);
-                match dialed {
-                    Ok(d) => {
-                        let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
-                        let mut m = stats.borrow_mut();
-                        m.counts.connected += 1;
-                        m.counts.sent_with_warmup += d.greetings_sent;
-                        m.hists.tcp.record(d.tcp);
-                        m.hists.upgrade.record(d.upgrade);
-                        if let Some(r) = d.ready {
-                            m.hists.ready.record(r);
-                        }
-                        m.hists.connect.record(total);
-                        slot.opened(total);
-                        opened.borrow_mut().push((n, d.ws));
-                    }
-                    Err(why) => {
-                        stats.borrow_mut().counts.fail(why);
-                        slot.failed(why);
-                        tracing::debug!(connection = n, reason = why.label(), "connect failed");
-                    }
-                }
-            });
-            // A finished task's memory goes only when its handle is joined: reap as we go, or
-            // every dial of the cell stays allocated until the last one lands.
-            while dials.try_join_next().is_some() {}
-        }
-        b += 1;
+/// The cell's figures from its workers'.
+fn merge(outs: &[WorkerOut]) -> CellOutcome {
+    let mut measure = Measure::default();
+    for o in outs {
+        measure.add(&o.measure);
     }
-    while dials.join_next().await.is_some() {}
-    let last_connected = Instant::now();
-
-    // Phase 2: everyone starts together.
-    gate.barrier.wait().await;
-    let start = *gate.start.get_or_init(Instant::now);
-    let started = Instant::now();
-    let measure_from = start + cell.warmup;
-    let deadline = measure_from + cell.duration;
-    let ctx = Rc::new(ConnCtx {
-        template: cell.template.clone(),
-        start,
-        connections: cell.connections,
-        measure_from,
-        deadline,
-        stats: stats.clone(),
-        discard: Rc::new(RefCell::new(Measure::default())),
-        slot_index: w,
-        live: live.clone(),
-        scratch: Default::default(),
-    });
-    let conns = std::mem::take(&mut *opened.borrow_mut());
-    let mut tasks = tokio::task::JoinSet::new();
-    for (n, ws) in conns {
-        let ctx = ctx.clone();
-        let behavior = cell.behavior.clone();
-        // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
-        // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
-        let fut = connection::run(ws, n, ctx, behavior);
-        tasks.spawn_local(fut);
-    }
-    while tasks.join_next().await.is_some() {}
-    let elapsed = Instant::now().saturating_duration_since(measure_from);
-    let measured = if cell.behavior.is_timed() {
-        elapsed.min(cell.duration)
-    } else {
-        elapsed
-    };
-    let measure = stats.borrow().clone();
-    WorkerOut {
+    let first = outs.iter().map(|o| o.first_dial).min();
+    let last = outs.iter().map(|o| o.last_connected).max();
+    let connect_secs = first
+        .zip(last)
+        .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
+    let measured_secs = outs
+        .iter()
+        .map(|o| o.measured)
+        .max()
+        .unwrap_or_default()
+        .as_secs_f64();
+    let starts: Vec<Instant> = outs.iter().map(|o| o.started).collect();
+    let skew = starts
+        .iter()
+        .max()
+        .zip(starts.iter().min())
+        .map_or(0, |(a, b)| a.duration_since(*b).as_micros() as u64);
+    CellOutcome {
         measure,
-        first_dial,
-        last_connected,
-        measured,
-        started,
+        connect_secs,
+        measured_secs,
+        start_skew_us: skew,
+    }
+}
+
+/// One worker's share of a cell: the connections whose number modulo `count` is `index`.
+struct Worker<'a> {
+    index: usize,
+    count: usize,
+    cell: &'a Cell,
+    dialer: Arc<Dialer>,
+    live: Arc<Live>,
+    /// Where the worker's connections record, dials and measured phase alike.
+    stats: Rc<RefCell<Measure>>,
+}
+
+/// What the connect phase hands the measured phase.
+struct Connected {
+    /// The connections that opened, with their numbers.
+    opened: Vec<(u64, Ws)>,
+    first_dial: Instant,
+    last_connected: Instant,
+}
+
+impl Worker<'_> {
+    async fn run(self, start_line: &StartLine) -> WorkerOut {
+        let connected = self.connect(start_line).await;
+        self.measure(connected, start_line).await
+    }
+
+    /// The connect phase: this worker's part of each batch, batches on a common clock. The
+    /// connect rate is timed from the first dial, not from before the common start.
+    async fn connect(&self, start_line: &StartLine) -> Connected {
+        let (cell, w, workers) = (self.cell, self.index, self.count);
+        let opened: Rc<RefCell<Vec<(u64, Ws)>>> = Rc::new(RefCell::new(Vec::new()));
+        tokio::time::sleep_until(start_line.connect_start).await;
+        let first_dial = Instant::now();
+        let batch = cell.batch_size.max(1);
+        let mut dials = tokio::task::JoinSet::new();
+        // At most one batch in flight: a batch starts at its time AND once the previous one has
+        // landed. Unbounded, a slow server leaves every handshake's buffers (~8 KB each) alive at
+        // once, interleaved with the connections' long-lived ones, and memory stays fragmented
+        // long after (measured: 18 KiB per idle connection instead of 7).
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(
+            (batch as usize).div_ceil(workers).max(1),
+        ));
+        let mut b = 0u32;
+        while b * batch < cell.connections {
+            tokio::time::sleep_until(start_line.connect_start + cell.batch_interval * b).await;
+            let end = ((b + 1) * batch).min(cell.connections);
+            for i in (b * batch..end).filter(|i| *i as usize % workers == w) {
+                let n = cell.first + u64::from(i);
+                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    break;
+                };
+                let (dialer, stats, opened) =
+                    (self.dialer.clone(), self.stats.clone(), opened.clone());
+                let live = self.live.clone();
+                dials.spawn_local(async move {
+                    let slot = live.slot(w);
+                    stats.borrow_mut().counts.attempted += 1;
+                    let dialed = dialer.dial(n).await;
+                    drop(permit);
+                    match dialed {
+                        Ok(d) => {
+                            let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
+                            let mut m = stats.borrow_mut();
+                            m.counts.connected += 1;
+                            m.counts.sent_with_warmup += d.greetings_sent;
+                            m.hists.tcp.record(d.tcp);
+                            m.hists.upgrade.record(d.upgrade);
+                            if let Some(r) = d.ready {
+                                m.hists.ready.record(r);
+                            }
+                            m.hists.connect.record(total);
+                            slot.opened(total);
+                            opened.borrow_mut().push((n, d.ws));
+                        }
+                        Err(why) => {
+                            stats.borrow_mut().counts.fail(why);
+                            slot.failed(why);
+                            tracing::debug!(connection = n, reason = why.label(), "connect failed");
+                        }
+                    }
+                });
+                // A finished task's memory goes only when its handle is joined: reap as we go, or
+                // every dial of the cell stays allocated until the last one lands.
+                while dials.try_join_next().is_some() {}
+            }
+            b += 1;
+        }
+        while dials.join_next().await.is_some() {}
+        let last_connected = Instant::now();
+        let opened = std::mem::take(&mut *opened.borrow_mut());
+        Connected {
+            opened,
+            first_dial,
+            last_connected,
+        }
+    }
+
+    /// The measured phase: every worker starts at one instant, after the barrier; warm-up
+    /// first, then the measured window.
+    async fn measure(self, connected: Connected, start_line: &StartLine) -> WorkerOut {
+        let cell = self.cell;
+        start_line.barrier.wait().await;
+        let start = *start_line.start.get_or_init(Instant::now);
+        let started = Instant::now();
+        let measure_from = start + cell.warmup;
+        let deadline = measure_from + cell.duration;
+        let shared = Rc::new(ConnCtx {
+            template: cell.template.clone(),
+            start,
+            connections: cell.connections,
+            measure_from,
+            deadline,
+            stats: self.stats.clone(),
+            discard: Rc::new(RefCell::new(Measure::default())),
+            slot_index: self.index,
+            live: self.live.clone(),
+            scratch: Default::default(),
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        for (n, ws) in connected.opened {
+            let shared = shared.clone();
+            let behavior = cell.behavior.clone();
+            // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
+            // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
+            let fut = connection::run(ws, n, shared, behavior);
+            tasks.spawn_local(fut);
+        }
+        while tasks.join_next().await.is_some() {}
+        let elapsed = Instant::now().saturating_duration_since(measure_from);
+        let measured = if cell.behavior.is_timed() {
+            elapsed.min(cell.duration)
+        } else {
+            elapsed
+        };
+        let measure = self.stats.borrow().clone();
+        WorkerOut {
+            measure,
+            first_dial: connected.first_dial,
+            last_connected: connected.last_connected,
+            measured,
+            started,
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! cells its gate orders (crate::gate), and judges the thresholds.
 
 use crate::capacity;
-use crate::cell::Engine;
+use crate::cell::Workers;
 use crate::clock::{unix_micros, unix_ms};
 use crate::dial::Dialer;
 use crate::gate::{Gate, LocalGate};
@@ -94,7 +94,7 @@ pub struct Prepared {
     /// Every server replica's received counter (empty when none is known).
     counters: Vec<Counter>,
     dialer: Arc<Dialer>,
-    engine: Engine,
+    workers: Workers,
     /// Dropped with the run: stops the managed servers.
     _local: Option<LocalServers>,
 }
@@ -115,7 +115,7 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
         url,
         counters,
         dialer,
-        engine: Engine {
+        workers: Workers {
             threads: threads(opts),
             live,
         },
@@ -234,7 +234,7 @@ impl Prepared {
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
             let planned = plan::keyed(&lt.spec, self.shard, &key);
             let started = unix_micros();
-            let mut cell = run_planned(&self.engine, &self.dialer, &planned);
+            let mut cell = run_cell(&self.workers, &self.dialer, &planned);
             cell.started_first_micros = started;
             cell.started_last_micros = started;
             result.cells.push(cell);
@@ -379,11 +379,12 @@ fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut R
     }
 }
 
-fn run_planned(engine: &Engine, dialer: &Arc<Dialer>, planned: &Planned) -> CellResult {
-    engine
+/// Runs one planned cell on `workers` and computes its figures.
+fn run_cell(workers: &Workers, dialer: &Arc<Dialer>, planned: &Planned) -> CellResult {
+    workers
         .live
         .set_phase(&planned.cell.label, planned.target_rate);
-    let run = engine.run_cell(&planned.cell, dialer);
+    let run = workers.run(&planned.cell, dialer);
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
