@@ -5,7 +5,7 @@
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
 //! batch, meet at a barrier, and all start the measured phase at one instant.
 
-use crate::connection::{self, Behavior, ConnCtx};
+use crate::connection::{self, Behavior, Shared};
 use crate::dial::{Dialer, Ws};
 use crate::live::Live;
 use crate::measure::Measure;
@@ -248,7 +248,7 @@ impl Worker<'_> {
         let started = Instant::now();
         let measure_from = start + cell.warmup;
         let deadline = measure_from + cell.duration;
-        let shared = Rc::new(ConnCtx {
+        let shared = Rc::new(Shared {
             template: cell.template.clone(),
             start,
             connections: cell.connections,

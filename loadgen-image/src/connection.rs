@@ -1,6 +1,6 @@
 //! What one connection does in the measured phase, per behavior.
 //!
-//! Every driver owns its stream (no `split`, which locks per poll), writes with `feed` and one
+//! Every behavior owns its stream (no `split`, which locks per poll), writes with `feed` and one
 //! `flush` per burst unless per-message flushing is asked for, and records into its worker's
 //! statistics (or into a discard bin during warm-up).
 
@@ -72,7 +72,9 @@ impl Behavior {
     }
 }
 
-pub struct ConnCtx {
+/// What the connections of one worker share in the measured phase: its clock, its statistics,
+/// its live slot and its scratch space.
+pub struct Shared {
     pub template: Template,
     /// When the phase (warm-up included) started: the origin of schedules.
     pub start: Instant,
@@ -99,7 +101,7 @@ pub struct Scratch {
     arena: RefCell<BytesMut>,
 }
 
-impl ConnCtx {
+impl Shared {
     /// Where a figure observed at `now` goes: warm-up figures are discarded.
     fn bin(&self, now: Instant) -> &RefCell<Measure> {
         if now >= self.measure_from {
@@ -153,14 +155,6 @@ impl ConnCtx {
     }
 }
 
-/// How a connection ended its measured phase.
-enum End {
-    /// Healthy at the deadline: close it ourselves.
-    Done,
-    /// The server or the network ended it.
-    Dropped(Drop),
-}
-
 fn data_len(msg: &Message) -> Option<u64> {
     match msg {
         Message::Text(t) => Some(t.len() as u64),
@@ -189,7 +183,7 @@ fn drop_of(err: &WsError) -> Drop {
 
 /// Counts what one read gave: data frames are received messages, a close frame's code is
 /// kept, and a close or an error ends the connection.
-fn account(ctx: &ConnCtx, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
+fn account(ctx: &Shared, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
     match polled {
         None => Err(Drop::Reset),
         Some(Err(e)) => Err(drop_of(&e)),
@@ -209,14 +203,25 @@ fn account(ctx: &ConnCtx, polled: Option<Result<Message, WsError>>) -> Result<Me
 }
 
 /// Reads one frame; data frames are counted. `Err` ends the connection.
-async fn read(ws: &mut Ws, ctx: &ConnCtx) -> Result<Message, Drop> {
+async fn read(ws: &mut Ws, ctx: &Shared) -> Result<Message, Drop> {
     account(ctx, ws.next().await)
 }
 
 /// The message read now if one is already buffered; `None` if none is.
-fn read_ready(ws: &mut Ws, ctx: &ConnCtx) -> Option<Result<Message, Drop>> {
+fn read_ready(ws: &mut Ws, ctx: &Shared) -> Option<Result<Message, Drop>> {
     // Same accounting as `read`: a close seen here keeps its code too.
     Some(account(ctx, ws.next().now_or_never()?))
+}
+
+/// What a message read is to the pings awaiting their answers.
+enum Answer {
+    /// Not an answer: other data, or a control frame that is not our pong.
+    Unrelated,
+    /// The answer to the ping with this id.
+    To(u64),
+    /// An answer without an id (WSE pongs, an echo whose id cannot be read): answers match
+    /// by order, so it is the oldest outstanding ping's.
+    ToOldest,
 }
 
 /// Builds pings and recognizes their answers.
@@ -231,7 +236,7 @@ impl Pinger {
     }
 
     /// The next ping and its id.
-    fn next(&mut self, ctx: &ConnCtx) -> (Message, u64) {
+    fn next(&mut self, ctx: &Shared) -> (Message, u64) {
         self.seq += 1;
         let id = self.seq;
         let msg = match (self.cfg.kind, self.cfg.protocol) {
@@ -244,24 +249,29 @@ impl Pinger {
         (msg, id)
     }
 
-    /// `Some(id)` if `msg` answers a ping (id `None`: answers match by order).
-    fn answer(&self, msg: &Message, template: &Template) -> Option<Option<u64>> {
+    /// Whether `msg` answers a ping, and which.
+    fn answer(&self, msg: &Message, template: &Template) -> Answer {
+        let numbered = |id: Option<u64>| id.map_or(Answer::ToOldest, Answer::To);
         match (self.cfg.kind, self.cfg.protocol) {
             (PingKind::Frame, _) => match msg {
                 Message::Pong(p) if p.len() == 8 => {
-                    Some(p[..8].try_into().ok().map(u64::from_le_bytes))
+                    numbered(p[..8].try_into().ok().map(u64::from_le_bytes))
                 }
-                _ => None,
+                _ => Answer::Unrelated,
             },
             (PingKind::App, Protocol::Echo) => {
                 if msg.is_text() || msg.is_binary() {
-                    Some(template.id_of(msg))
+                    numbered(template.id_of(msg))
                 } else {
-                    None
+                    Answer::Unrelated
                 }
             }
             (PingKind::App, Protocol::Wse) => {
-                (message::wse_type(msg).as_deref() == Some("PONG")).then_some(None)
+                if message::wse_type(msg).as_deref() == Some("PONG") {
+                    Answer::ToOldest
+                } else {
+                    Answer::Unrelated
+                }
             }
         }
     }
@@ -312,7 +322,7 @@ async fn flush(ws: &mut Ws) -> Result<(), Drop> {
 /// 256 KiB ones). Reading while waiting lets both sides move.
 async fn write_reading(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     msg: Option<Message>,
     flush: bool,
     on_read: &mut dyn FnMut(&Message),
@@ -357,7 +367,7 @@ async fn write_reading(
 pub fn run(
     mut ws: Ws,
     n: u64,
-    ctx: Rc<ConnCtx>,
+    ctx: Rc<Shared>,
     behavior: Behavior,
 ) -> impl std::future::Future<Output = ()> {
     async move {
@@ -366,8 +376,10 @@ pub fn run(
         // machine, for every one of 100K connections. Except the hold's, the behavior that
         // idles at scale: small (see `hold`), inline it spares every held connection an
         // allocation, for ~330 bytes more in the other behaviors' tasks.
-        let end = match &behavior {
-            Behavior::Close => Ok(End::Done),
+        // `Ok`: healthy at the deadline (or its work done), so we close it; `Err`: the server or
+        // the network dropped it, and why.
+        let ended = match &behavior {
+            Behavior::Close => Ok(()),
             Behavior::Hold { every, ping } => hold(&mut ws, ctx, *every, *ping).await,
             Behavior::Ping {
                 count,
@@ -389,8 +401,8 @@ pub fn run(
             } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
         };
         let slot = ctx.live.slot(ctx.slot_index);
-        match end {
-            Ok(End::Done) | Err(End::Done) => match (behavior, Box::pin(goodbye(&mut ws)).await) {
+        match ended {
+            Ok(()) => match (behavior, Box::pin(goodbye(&mut ws)).await) {
                 // A storm connection is never read before this goodbye, so a server that took the
                 // upgrade and then refused the connection (over `--max-connections` the reference
                 // server closes with 1013 at once) is only seen now: the first close frame is the
@@ -406,7 +418,7 @@ pub fn run(
                 // goodbye brings.
                 _ => ctx.stats.borrow_mut().counts.survived += 1,
             },
-            Ok(End::Dropped(why)) | Err(End::Dropped(why)) => ctx.dropped(why),
+            Err(why) => ctx.dropped(why),
         }
         slot.closed();
     }
@@ -465,10 +477,10 @@ async fn goodbye(ws: &mut Ws) -> Goodbye {
     }
 }
 
-type Outcome = Result<End, End>;
-
-fn dropped(why: Drop) -> End {
-    End::Dropped(why)
+/// How a ping's wait ended (a closed connection ends it too, as an `Err`).
+enum Reply {
+    Answered,
+    TimedOut,
 }
 
 /// Stays open until the deadline, reading (data counted) and pinging every `every`.
@@ -480,10 +492,10 @@ fn dropped(why: Drop) -> End {
 #[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
 fn hold<'a>(
     ws: &'a mut Ws,
-    ctx: &'a ConnCtx,
+    ctx: &'a Shared,
     every: Option<Duration>,
     cfg: PingCfg,
-) -> impl std::future::Future<Output = Outcome> + 'a {
+) -> impl std::future::Future<Output = Result<(), Drop>> + 'a {
     let mut pinger = Pinger::new(cfg);
     async move {
         let next_wake = |now: Instant| every.map_or(ctx.deadline, |e| (now + e).min(ctx.deadline));
@@ -494,26 +506,26 @@ fn hold<'a>(
                 loop {
                     match ws.poll_next_unpin(cx) {
                         Poll::Ready(item) => {
-                            account(ctx, item).map_err(dropped)?;
+                            account(ctx, item)?;
                         }
                         Poll::Pending => {
                             std::task::ready!(timer.as_mut().poll(cx));
-                            return Poll::Ready(Ok::<(), End>(()));
+                            return Poll::Ready(Ok::<(), Drop>(()));
                         }
                     }
                 }
             })
             .await?;
             if Instant::now() >= ctx.deadline {
-                return Ok(End::Done);
+                return Ok(());
             }
             let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
             timer.as_mut().reset(sent_at + pinger.cfg.timeout);
-            let answered = std::future::poll_fn(|cx| {
-                poll_answer(ws, ctx, &pinger, Some(id), sent_at, timer.as_mut(), cx)
+            let reply = std::future::poll_fn(|cx| {
+                poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
             })
             .await;
-            settle_ping(ctx, sent_at, answered)?;
+            settle_ping(ctx, sent_at, reply)?;
             timer.as_mut().reset(next_wake(Instant::now()));
         }
     }
@@ -524,15 +536,15 @@ fn hold<'a>(
 /// future twice (rust-lang/rust#62958), in every held connection's state.
 fn send_ping<'a>(
     ws: &'a mut Ws,
-    ctx: &'a ConnCtx,
+    ctx: &'a Shared,
     pinger: &mut Pinger,
-) -> impl std::future::Future<Output = Result<(u64, Instant), End>> + 'a {
+) -> impl std::future::Future<Output = Result<(u64, Instant), Drop>> + 'a {
     let (msg, id) = pinger.next(ctx);
     let len = data_len(&msg);
     let sent_at = Instant::now();
     let mut written = write(ws, msg, true);
     std::future::poll_fn(move |cx| {
-        std::task::ready!(written.poll_unpin(cx)).map_err(dropped)?;
+        std::task::ready!(written.poll_unpin(cx))?;
         if let Some(len) = len {
             ctx.sent(sent_at, 1, len);
         }
@@ -543,12 +555,12 @@ fn send_ping<'a>(
 
 /// A ping's outcome from its answer's: a timeout counts as lost and, in a hold, ends the
 /// connection's survival.
-fn settle_ping(ctx: &ConnCtx, sent_at: Instant, answered: Result<bool, End>) -> Outcome {
-    match answered {
-        Ok(true) => Ok(End::Done),
-        Ok(false) => {
+fn settle_ping(ctx: &Shared, sent_at: Instant, reply: Result<Reply, Drop>) -> Result<(), Drop> {
+    match reply {
+        Ok(Reply::Answered) => Ok(()),
+        Ok(Reply::TimedOut) => {
             ctx.lost(sent_at, 1);
-            Err(End::Dropped(Drop::PingTimeout))
+            Err(Drop::PingTimeout)
         }
         // The connection ended with this ping unanswered: it is lost too, so that every
         // expected answer ends as a round trip or a loss.
@@ -560,56 +572,57 @@ fn settle_ping(ctx: &ConnCtx, sent_at: Instant, answered: Result<bool, End>) -> 
 }
 
 /// Sends one ping and waits for its answer (see `settle_ping`).
-async fn ping_once(ws: &mut Ws, ctx: &ConnCtx, pinger: &mut Pinger) -> Outcome {
+async fn ping_once(ws: &mut Ws, ctx: &Shared, pinger: &mut Pinger) -> Result<(), Drop> {
     let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
     let mut timeout = std::pin::pin!(tokio::time::sleep_until(sent_at + pinger.cfg.timeout));
-    let answered = std::future::poll_fn(|cx| {
-        poll_answer(ws, ctx, pinger, Some(id), sent_at, timeout.as_mut(), cx)
-    })
-    .await;
-    settle_ping(ctx, sent_at, answered)
+    let reply =
+        std::future::poll_fn(|cx| poll_answer(ws, ctx, pinger, id, sent_at, timeout.as_mut(), cx))
+            .await;
+    settle_ping(ctx, sent_at, reply)
 }
 
 /// Reads until the answer to ping `id` (or any answer, when answers carry no id), sent at
-/// `sent_at`, arrives: `Ok(true)`; `Ok(false)` once `timeout` fires. What is read counts before
+/// `sent_at`, arrives: `Answered`; `TimedOut` once `timeout` fires. What is read counts before
 /// the timeout does, as with `timeout_at`.
 fn poll_answer(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     pinger: &Pinger,
-    id: Option<u64>,
+    id: u64,
     sent_at: Instant,
     mut timeout: std::pin::Pin<&mut tokio::time::Sleep>,
     cx: &mut std::task::Context<'_>,
-) -> Poll<Result<bool, End>> {
+) -> Poll<Result<Reply, Drop>> {
     loop {
         let msg = match ws.poll_next_unpin(cx) {
-            Poll::Ready(item) => account(ctx, item).map_err(dropped)?,
+            Poll::Ready(item) => account(ctx, item)?,
             Poll::Pending => {
                 std::task::ready!(timeout.as_mut().poll(cx));
-                return Poll::Ready(Ok(false));
+                return Poll::Ready(Ok(Reply::TimedOut));
             }
         };
         match pinger.answer(&msg, &ctx.template) {
-            Some(got) if got.is_none() || got == id => {
+            Answer::To(got) if got != id => {
+                ctx.bin(Instant::now()).borrow_mut().counts.mismatched += 1;
+            }
+            Answer::To(_) | Answer::ToOldest => {
                 let now = Instant::now();
                 let rtt = now - sent_at;
                 ctx.rtt(now, rtt, rtt);
-                return Poll::Ready(Ok(true));
+                return Poll::Ready(Ok(Reply::Answered));
             }
-            Some(_) => ctx.bin(Instant::now()).borrow_mut().counts.mismatched += 1,
-            None => {}
+            Answer::Unrelated => {}
         }
     }
 }
 
 async fn pings(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     count: u32,
     interval: Duration,
     cfg: PingCfg,
-) -> Outcome {
+) -> Result<(), Drop> {
     let mut pinger = Pinger::new(cfg);
     for i in 0..count {
         if i > 0 && !interval.is_zero() {
@@ -617,33 +630,33 @@ async fn pings(
         }
         match ping_once(ws, ctx, &mut pinger).await {
             // A lost ping is counted and the next one goes out: the connection is still open.
-            Err(End::Dropped(Drop::PingTimeout)) => {}
+            Err(Drop::PingTimeout) => {}
             other => {
                 other?;
             }
         }
     }
-    Ok(End::Done)
+    Ok(())
 }
 
-async fn pingpong(ws: &mut Ws, ctx: &ConnCtx, cfg: PingCfg) -> Outcome {
+async fn pingpong(ws: &mut Ws, ctx: &Shared, cfg: PingCfg) -> Result<(), Drop> {
     let mut pinger = Pinger::new(cfg);
     while Instant::now() < ctx.deadline {
         match ping_once(ws, ctx, &mut pinger).await {
-            Err(End::Dropped(Drop::PingTimeout)) => {}
+            Err(Drop::PingTimeout) => {}
             other => {
                 other?;
             }
         }
     }
-    Ok(End::Done)
+    Ok(())
 }
 
 /// Reads what is there (waiting for at least something): echoes as one count, with one clock
 /// read for the lot. `Ok(n)`: `n` data messages; a close or an error ends the connection.
 fn poll_echoes(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Drop>> {
     Poll::Ready(match std::task::ready!(ws.poll_recv(cx)) {
@@ -664,7 +677,7 @@ fn poll_echoes(
 /// `echoed`.
 async fn write_out_counting(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     all: bool,
     echoed: &mut u32,
 ) -> Result<(), Drop> {
@@ -696,7 +709,7 @@ async fn write_out_counting(
 }
 
 /// Waits for echoes until `deadline`: `Ok(None)` at the deadline.
-async fn echoes_until(ws: &mut Ws, ctx: &ConnCtx, deadline: Instant) -> Result<Option<u32>, Drop> {
+async fn echoes_until(ws: &mut Ws, ctx: &Shared, deadline: Instant) -> Result<Option<u32>, Drop> {
     match tokio::time::timeout_at(
         deadline,
         std::future::poll_fn(|cx| poll_echoes(ws, ctx, cx)),
@@ -710,7 +723,12 @@ async fn echoes_until(ws: &mut Ws, ctx: &ConnCtx, deadline: Instant) -> Result<O
 
 /// The counting loop: bursts of frames written straight from the template into the worker's
 /// shared write buffer, echoes counted per read without building messages.
-async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: bool) -> Outcome {
+async fn saturate(
+    ws: &mut Ws,
+    ctx: &Shared,
+    window: Option<u32>,
+    per_message: bool,
+) -> Result<(), Drop> {
     let (text, payload) = (ctx.template.is_text(), ctx.template.payload());
     let len = payload.len() as u64;
     let mut in_flight: u32 = 0;
@@ -734,13 +752,13 @@ async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: 
             write_out_counting(ws, ctx, true, &mut echoed).await
         }
         .await;
-        written.map_err(dropped)?;
+        written?;
         ctx.sent(now, u64::from(n), u64::from(n) * len);
         if window.is_some() {
             in_flight = (in_flight + n).saturating_sub(echoed);
             if in_flight > 0 {
                 // At least one echo, and whatever else one read brings.
-                match echoes_until(ws, ctx, ctx.deadline).await.map_err(dropped)? {
+                match echoes_until(ws, ctx, ctx.deadline).await? {
                     None => break,
                     Some(got) => in_flight = in_flight.saturating_sub(got),
                 }
@@ -752,23 +770,23 @@ async fn saturate(ws: &mut Ws, ctx: &ConnCtx, window: Option<u32>, per_message: 
         while let Poll::Ready(r) =
             std::future::poll_fn(|cx| Poll::Ready(poll_echoes(ws, ctx, cx))).await
         {
-            let got = r.map_err(dropped)?;
+            let got = r?;
             if window.is_some() {
                 in_flight = in_flight.saturating_sub(got);
             }
         }
     }
-    Ok(End::Done)
+    Ok(())
 }
 
-async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
+async fn blast(ws: &mut Ws, ctx: &Shared, per_message: bool) -> Result<(), Drop> {
     let msg = ctx.template.constant();
     let len = ctx.template.len() as u64;
     const BURST: u64 = 64;
     loop {
         let now = Instant::now();
         if now >= ctx.deadline {
-            return Ok(End::Done);
+            return Ok(());
         }
         // A blast never reads, so against a server that answers (an echo server) the replies
         // fill both sockets, the server stops reading and our writes block for good: the
@@ -791,8 +809,8 @@ async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
         let r = tokio::time::timeout_at(ctx.deadline, burst).await;
         ctx.sent(now, fed, fed * len);
         match r {
-            Err(_) => return Ok(End::Done),
-            Ok(r) => r.map_err(dropped)?,
+            Err(_) => return Ok(()),
+            Ok(r) => r?,
         }
     }
 }
@@ -803,12 +821,12 @@ async fn blast(ws: &mut Ws, ctx: &ConnCtx, per_message: bool) -> Outcome {
 /// percentiles instead of being omitted (coordinated omission).
 async fn paced(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     n: u64,
     schedule: &Schedule,
     cfg: PingCfg,
     per_message: bool,
-) -> Outcome {
+) -> Result<(), Drop> {
     let pinger = Pinger::new(cfg);
     // (id, intended, actual) of every message awaiting its answer, in send order.
     let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
@@ -826,13 +844,13 @@ async fn paced(
 /// answered.
 async fn paced_until_answered(
     ws: &mut Ws,
-    ctx: &ConnCtx,
+    ctx: &Shared,
     n: u64,
     schedule: &Schedule,
     mut pinger: Pinger,
     per_message: bool,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
-) -> Outcome {
+) -> Result<(), Drop> {
     let schedule = schedule.for_connection(n, ctx.connections);
     let origin = ctx.start;
     let mut due = schedule.first(origin);
@@ -852,8 +870,7 @@ async fn paced_until_answered(
             write_reading(ws, ctx, Some(msg), per_message, &mut |m| {
                 settle(ctx, &pinger, m, pending)
             })
-            .await
-            .map_err(dropped)?;
+            .await?;
             ctx.sent(t, 1, len);
             ctx.expected(t, 1);
             // The raw round trip starts when this message was written, not when the burst
@@ -867,17 +884,16 @@ async fn paced_until_answered(
             write_reading(ws, ctx, None, true, &mut |m| {
                 settle(ctx, &pinger, m, pending)
             })
-            .await
-            .map_err(dropped)?;
+            .await?;
         }
         let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             r = read(ws, ctx) => {
-                let msg = r.map_err(dropped)?;
+                let msg = r?;
                 settle(ctx, &pinger, &msg, pending);
                 while let Some(r) = read_ready(ws, ctx) {
-                    settle(ctx, &pinger, &r.map_err(dropped)?, pending);
+                    settle(ctx, &pinger, &r?, pending);
                 }
             }
         }
@@ -887,22 +903,24 @@ async fn paced_until_answered(
     while !pending.is_empty() {
         match tokio::time::timeout_at(until, read(ws, ctx)).await {
             Err(_) => break,
-            Ok(r) => settle(ctx, &pinger, &r.map_err(dropped)?, pending),
+            Ok(r) => settle(ctx, &pinger, &r?, pending),
         }
     }
-    Ok(End::Done)
+    Ok(())
 }
 
 /// Matches an answer to the oldest outstanding message with its id; older ones it skipped
 /// were lost.
 fn settle(
-    ctx: &ConnCtx,
+    ctx: &Shared,
     pinger: &Pinger,
     msg: &Message,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
 ) {
-    let Some(id) = pinger.answer(msg, &ctx.template) else {
-        return;
+    let id = match pinger.answer(msg, &ctx.template) {
+        Answer::Unrelated => return,
+        Answer::To(id) => Some(id),
+        Answer::ToOldest => None,
     };
     let now = Instant::now();
     while let Some((pid, intended, actual)) = pending.pop_front() {
@@ -948,7 +966,7 @@ mod tests {
             },
         ));
         let now = Instant::now();
-        let ctx = Rc::new(ConnCtx {
+        let ctx = Rc::new(Shared {
             template: Template::data(Protocol::Echo, Format::Json, 64, 0),
             start: now,
             connections: 1,
