@@ -14,7 +14,7 @@ use tokio::net::TcpSocket;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::client::generate_request;
+use tokio_tungstenite::tungstenite::handshake::client::{Request, generate_request};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -138,22 +138,34 @@ fn mostly_holding(s: wsload_spec::Scenario) -> bool {
     matches!(s, ConnectionStorm | SustainedHold | ConnectionLimit)
 }
 
-/// The `name: value` header line of a token sent as `placement`.
-fn token_header(token: &str, placement: TokenPlacement) -> Option<Vec<u8>> {
-    let (name, value) = match placement {
+/// The header a token sent as `placement` goes in, and its value.
+fn token_name_value(token: &str, placement: TokenPlacement) -> (&'static str, String) {
+    match placement {
         TokenPlacement::Cookie => ("cookie", format!("access_token={token}")),
         TokenPlacement::Bearer => ("authorization", format!("Bearer {token}")),
-    };
+    }
+}
+
+/// The `name: value` header line of a token sent as `placement`.
+fn token_header(token: &str, placement: TokenPlacement) -> Option<Vec<u8>> {
+    let (name, value) = token_name_value(token, placement);
     // As before: a value that is not a valid header value is left out.
     HeaderValue::from_str(&value).ok()?;
     Some(format!("{name}: {value}\r\n").into_bytes())
 }
 
-impl Dialer {
-    pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
-        let request = url
-            .into_client_request()
-            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+/// Where a target URL points.
+struct Endpoint {
+    /// As the URL writes it (an IPv6 address in brackets), for messages.
+    host: String,
+    /// Without brackets: what is looked up, and the name TLS verifies.
+    lookup_host: String,
+    port: u16,
+    tls: bool,
+}
+
+impl Endpoint {
+    fn of(request: &Request, url: &str) -> Result<Endpoint> {
         let uri = request.uri();
         let tls = uri.scheme_str() == Some("wss");
         let host = uri
@@ -161,99 +173,158 @@ impl Dialer {
             .ok_or_else(|| Error::Spec(format!("spec.target.url {url:?} has no host")))?
             .to_string();
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let host_for_lookup = host
+        let lookup_host = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let addr = (host_for_lookup.as_str(), port)
+        Ok(Endpoint {
+            host,
+            lookup_host,
+            port,
+            tls,
+        })
+    }
+
+    /// The first address the name resolves to (once: every connection of the run goes there).
+    fn resolve(&self) -> Result<SocketAddr> {
+        let (host, port) = (&self.host, self.port);
+        (self.lookup_host.as_str(), port)
             .to_socket_addrs()
             .map_err(|e| Error::Target(format!("cannot resolve {host}:{port}: {e}")))?
             .next()
-            .ok_or_else(|| Error::Target(format!("{host}:{port} resolves to no address")))?;
+            .ok_or_else(|| Error::Target(format!("{host}:{port} resolves to no address")))
+    }
 
-        let mut headers = Vec::new();
-        let mut token = Token::None;
-        if let Some(auth) = &spec.auth {
-            for (k, v) in &auth.headers {
-                let name = HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
-                let value = HeaderValue::from_str(v)
-                    .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
-                headers.push((name, value));
-            }
-            if let Some(t) = &auth.token {
-                token = Token::Fixed(resolve_secret(t, "spec.auth.token")?, auth.send_as);
-            }
-            if let Some(jwt) = &auth.jwt {
-                let secret = resolve_secret(&jwt.secret, "spec.auth.jwt.secret")?.into_bytes();
-                let mut claims = serde_json::Map::new();
-                if let Some(iss) = &jwt.issuer {
-                    claims.insert("iss".into(), iss.clone().into());
-                }
-                if let Some(aud) = &jwt.audience {
-                    claims.insert("aud".into(), aud.clone().into());
-                }
-                claims.extend(jwt.claims.clone());
-                token = Token::Jwt {
-                    secret,
-                    claims,
-                    subject: jwt.subject.clone(),
-                    ttl: jwt.ttl.get().as_secs() as i64,
-                    placement: auth.send_as,
-                };
-            }
+    /// The TLS connector and server name of a `wss` target; `None` for `ws`.
+    fn tls(
+        &self,
+        spec: &LoadTestSpec,
+        url: &str,
+    ) -> Result<Option<(TlsConnector, ServerName<'static>)>> {
+        if !self.tls {
+            return Ok(None);
         }
-        let tls = if tls {
-            let config = Arc::new(crate::tls::client_config(spec.tls.as_ref())?);
-            let name = ServerName::try_from(host_for_lookup.clone())
-                .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
-            Some((TlsConnector::from(config), name))
-        } else {
-            None
+        let config = Arc::new(crate::tls::client_config(spec.tls.as_ref())?);
+        let name = ServerName::try_from(self.lookup_host.clone())
+            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+        Ok(Some((TlsConnector::from(config), name)))
+    }
+}
+
+/// `spec.auth`: its extra headers, and the token every connection sends (a JWT wins over a
+/// fixed token; both secrets must resolve).
+fn auth(spec: &LoadTestSpec) -> Result<(Vec<(HeaderName, HeaderValue)>, Token)> {
+    let mut headers = Vec::new();
+    let mut token = Token::None;
+    let Some(auth) = &spec.auth else {
+        return Ok((headers, token));
+    };
+    for (k, v) in &auth.headers {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+        let value = HeaderValue::from_str(v)
+            .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+        headers.push((name, value));
+    }
+    if let Some(t) = &auth.token {
+        token = Token::Fixed(resolve_secret(t, "spec.auth.token")?, auth.send_as);
+    }
+    if let Some(jwt) = &auth.jwt {
+        let secret = resolve_secret(&jwt.secret, "spec.auth.jwt.secret")?.into_bytes();
+        let mut claims = serde_json::Map::new();
+        if let Some(iss) = &jwt.issuer {
+            claims.insert("iss".into(), iss.clone().into());
+        }
+        if let Some(aud) = &jwt.audience {
+            claims.insert("aud".into(), aud.clone().into());
+        }
+        claims.extend(jwt.claims.clone());
+        token = Token::Jwt {
+            secret,
+            claims,
+            subject: jwt.subject.clone(),
+            ttl: jwt.ttl.get().as_secs() as i64,
+            placement: auth.send_as,
         };
-        let first_source_implicit =
-            spec.sources.addresses.is_empty() && addr.ip().is_loopback() && addr.is_ipv4();
-        let sources = if !spec.sources.addresses.is_empty() {
-            spec.sources.addresses.clone()
-        } else if addr.ip().is_loopback() && addr.is_ipv4() {
-            // 127.0.0.0/8 is all loopback: each address adds a full ephemeral port range.
-            (1..=254)
-                .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        // The request as tungstenite's client writes it (custom headers and a fixed token
-        // included), rendered once: per connection only the key (and a JWT) change.
-        let mut req = request;
-        for (k, v) in &headers {
-            req.headers_mut().insert(k.clone(), v.clone());
+    }
+    Ok((headers, token))
+}
+
+/// The source addresses connections take turns on, and whether the first is the loopback
+/// default chosen here (see `Dialer::first_source_implicit`).
+fn sources(spec: &LoadTestSpec, addr: SocketAddr) -> (Vec<IpAddr>, bool) {
+    if !spec.sources.addresses.is_empty() {
+        return (spec.sources.addresses.clone(), false);
+    }
+    if addr.ip().is_loopback() && addr.is_ipv4() {
+        // 127.0.0.0/8 is all loopback: each address adds a full ephemeral port range.
+        let all = (1..=254)
+            .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
+            .collect();
+        return (all, true);
+    }
+    (Vec::new(), false)
+}
+
+/// The upgrade request rendered once, for every connection to copy.
+struct Rendered {
+    /// Without its closing blank line: a JWT header may follow.
+    request: Vec<u8>,
+    /// Where the 24-byte `Sec-WebSocket-Key` value starts.
+    key_at: usize,
+    /// Subprotocols the request offers.
+    protocols: Option<Vec<String>>,
+}
+
+/// The request as tungstenite's client writes it (custom headers and a fixed token
+/// included), rendered once: per connection only the key (and a JWT) change.
+fn render(
+    mut req: Request,
+    headers: &[(HeaderName, HeaderValue)],
+    token: &Token,
+) -> Result<Rendered> {
+    for (k, v) in headers {
+        req.headers_mut().insert(k.clone(), v.clone());
+    }
+    if let Token::Fixed(t, placement) = token {
+        let (name, value) = token_name_value(t, *placement);
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            req.headers_mut().append(name, v);
         }
-        if let Token::Fixed(t, placement) = &token {
-            let (name, value) = match placement {
-                TokenPlacement::Cookie => ("cookie", format!("access_token={t}")),
-                TokenPlacement::Bearer => ("authorization", format!("Bearer {t}")),
-            };
-            if let Ok(v) = HeaderValue::from_str(&value) {
-                req.headers_mut().append(name, v);
-            }
-        }
-        let protocols = req
-            .headers()
-            .get("sec-websocket-protocol")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(',').map(|p| p.trim().to_string()).collect());
-        let (mut rendered, key) =
-            generate_request(req).map_err(|e| Error::Spec(format!("spec.auth.headers: {e}")))?;
-        let key_line = format!("Sec-WebSocket-Key: {key}\r\n");
-        let key_at = rendered
-            .windows(key_line.len())
-            .position(|w| w == key_line.as_bytes())
-            .filter(|_| key.len() == 24)
-            .ok_or_else(|| Error::Spec("the upgrade request has no Sec-WebSocket-Key".into()))?
-            + "Sec-WebSocket-Key: ".len();
-        // Without the blank line that ends it: a JWT header may follow.
-        rendered.truncate(rendered.len().saturating_sub(2));
+    }
+    let protocols = req
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(',').map(|p| p.trim().to_string()).collect());
+    let (mut rendered, key) =
+        generate_request(req).map_err(|e| Error::Spec(format!("spec.auth.headers: {e}")))?;
+    let key_line = format!("Sec-WebSocket-Key: {key}\r\n");
+    let key_at = rendered
+        .windows(key_line.len())
+        .position(|w| w == key_line.as_bytes())
+        .filter(|_| key.len() == 24)
+        .ok_or_else(|| Error::Spec("the upgrade request has no Sec-WebSocket-Key".into()))?
+        + "Sec-WebSocket-Key: ".len();
+    rendered.truncate(rendered.len().saturating_sub(2));
+    Ok(Rendered {
+        request: rendered,
+        key_at,
+        protocols,
+    })
+}
+
+impl Dialer {
+    pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
+        let request = url
+            .into_client_request()
+            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+        let endpoint = Endpoint::of(&request, url)?;
+        let addr = endpoint.resolve()?;
+        let (headers, token) = auth(spec)?;
+        let tls = endpoint.tls(spec, url)?;
+        let (sources, first_source_implicit) = sources(spec, addr);
+        let rendered = render(request, &headers, &token)?;
         Ok(Dialer {
             addr,
             protocol: spec.protocol,
@@ -262,9 +333,10 @@ impl Dialer {
             per_address: spec.sources.per_address.max(1),
             first_source_implicit,
             nodelay: !mostly_holding(spec.scenario),
-            request: rendered,
-            key_at,
-            protocols,
+            request: rendered.request,
+            key_at: rendered.key_at,
+            protocols: rendered.protocols,
+            // A fixed token is in the rendered request already.
             token: match token {
                 Token::Fixed(..) => Token::None,
                 t => t,
