@@ -43,18 +43,7 @@ struct Common {
 enum Command {
     /// Run a whole LoadTest here: one shard in this process, or `spec.shards` shard processes
     /// conducted as the operator conducts pods.
-    Run {
-        file: String,
-        #[command(flatten)]
-        common: Common,
-        /// The wsload-server binary for a managed server (default: beside this binary).
-        #[arg(long, env = "WSLOAD_SERVER_BIN")]
-        server_bin: Option<PathBuf>,
-        /// Plot RTT percentiles and messages per second over the run, one point a second,
-        /// to this PNG (the LoadTest overview dashboard's two main panels).
-        #[arg(long, value_name = "FILE.png")]
-        plot: Option<PathBuf>,
-    },
+    Run(RunArgs),
     /// Run one shard's share (what a load-generator pod runs).
     ///
     /// With --await-start, the shard gets ready and waits for the operator's start on its
@@ -62,62 +51,96 @@ enum Command {
     /// GET /control/result, POST /control/finish (docs/operator.md). It then exits 0 once
     /// finished (or after --linger), whatever the thresholds say: the operator judges them
     /// over all shards.
-    Shard {
-        /// The LoadTest file; without one, the LoadTest YAML in WSLOAD_LOADTEST.
-        file: Option<String>,
-        #[arg(long, env = "WSLOAD_SHARD_INDEX")]
-        index: u32,
-        #[arg(long, env = "WSLOAD_SHARD_COUNT")]
-        count: u32,
-        #[command(flatten)]
-        common: Common,
-        /// Start the load at this Unix time in milliseconds (the shards' common start).
-        #[arg(long, env = "WSLOAD_START_AT", conflicts_with = "await_start")]
-        start_at: Option<u64>,
-        /// Get ready, then wait for POST /control/start (the operator's shard control protocol).
-        #[arg(long, env = "WSLOAD_AWAIT_START")]
-        await_start: bool,
-        /// With --await-start: exit this long after the run ends if no POST /control/finish
-        /// comes (e.g. 15m, 90s).
-        #[arg(long, env = "WSLOAD_LINGER", default_value = "15m", value_parser = humantime::parse_duration)]
-        linger: Duration,
-        /// Target URL, overriding the spec (the managed server's Service in a cluster).
-        #[arg(long, env = "WSLOAD_TARGET_URL")]
-        target_url: Option<String>,
-        /// The server's metrics URL, for reconciling received messages.
-        #[arg(long, env = "WSLOAD_SERVER_METRICS_URL")]
-        server_metrics_url: Option<String>,
-        #[arg(long, env = "WSLOAD_SERVER_BIN")]
-        server_bin: Option<PathBuf>,
-    },
+    Shard(ShardArgs),
     /// Merge shard results into one report (histograms add exactly).
-    Merge {
-        results: Vec<PathBuf>,
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    Merge(MergeArgs),
     /// Check a LoadTest file and print what it would run.
-    Validate { file: String },
+    Validate(ValidateArgs),
     /// Echo for an Autobahn|Testsuite fuzzingserver, with the load generator's own client:
     /// its conformance test (scripts/autobahn.sh --client).
     #[command(hide = true)]
-    AutobahnClient {
-        /// The fuzzingserver, e.g. ws://127.0.0.1:9001.
-        #[arg(long)]
-        url: String,
-        /// The agent name the report files results under.
-        #[arg(long, default_value = "wsload")]
-        agent: String,
-        /// Only these cases (numbers from 1, as /getCaseCount counts them); default all.
-        #[arg(long = "case")]
-        cases: Vec<u32>,
-    },
+    AutobahnClient(AutobahnClientArgs),
     /// Set kernel parameters, KEY=VALUE (e.g. net.core.somaxconn=65535): what the operator's
     /// tuning init container runs, as root.
-    Sysctl {
-        #[arg(required = true)]
-        settings: Vec<String>,
-    },
+    Sysctl(SysctlArgs),
+}
+
+// The arguments of each subcommand. No doc comments on these structs: clap would take them
+// for the subcommand's help, which the variants above give.
+
+#[derive(clap::Args)]
+struct RunArgs {
+    file: String,
+    #[command(flatten)]
+    common: Common,
+    /// The wsload-server binary for a managed server (default: beside this binary).
+    #[arg(long, env = "WSLOAD_SERVER_BIN")]
+    server_bin: Option<PathBuf>,
+    /// Plot RTT percentiles and messages per second over the run, one point a second,
+    /// to this PNG (the LoadTest overview dashboard's two main panels).
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ShardArgs {
+    /// The LoadTest file; without one, the LoadTest YAML in WSLOAD_LOADTEST.
+    file: Option<String>,
+    #[arg(long, env = "WSLOAD_SHARD_INDEX")]
+    index: u32,
+    #[arg(long, env = "WSLOAD_SHARD_COUNT")]
+    count: u32,
+    #[command(flatten)]
+    common: Common,
+    /// Start the load at this Unix time in milliseconds (the shards' common start).
+    #[arg(long, env = "WSLOAD_START_AT", conflicts_with = "await_start")]
+    start_at: Option<u64>,
+    /// Get ready, then wait for POST /control/start (the operator's shard control protocol).
+    #[arg(long, env = "WSLOAD_AWAIT_START")]
+    await_start: bool,
+    /// With --await-start: exit this long after the run ends if no POST /control/finish
+    /// comes (e.g. 15m, 90s).
+    #[arg(long, env = "WSLOAD_LINGER", default_value = "15m", value_parser = humantime::parse_duration)]
+    linger: Duration,
+    /// Target URL, overriding the spec (the managed server's Service in a cluster).
+    #[arg(long, env = "WSLOAD_TARGET_URL")]
+    target_url: Option<String>,
+    /// The server's metrics URL, for reconciling received messages.
+    #[arg(long, env = "WSLOAD_SERVER_METRICS_URL")]
+    server_metrics_url: Option<String>,
+    #[arg(long, env = "WSLOAD_SERVER_BIN")]
+    server_bin: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct MergeArgs {
+    results: Vec<PathBuf>,
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ValidateArgs {
+    file: String,
+}
+
+#[derive(clap::Args)]
+struct AutobahnClientArgs {
+    /// The fuzzingserver, e.g. ws://127.0.0.1:9001.
+    #[arg(long)]
+    url: String,
+    /// The agent name the report files results under.
+    #[arg(long, default_value = "wsload")]
+    agent: String,
+    /// Only these cases (numbers from 1, as /getCaseCount counts them); default all.
+    #[arg(long = "case")]
+    cases: Vec<u32>,
+}
+
+#[derive(clap::Args)]
+struct SysctlArgs {
+    #[arg(required = true)]
+    settings: Vec<String>,
 }
 
 /// Where a shard serves `/metrics` unless told otherwise (the pod's metrics port).
@@ -165,133 +188,163 @@ fn finish(result: &RunResult, out: &Option<PathBuf>) -> Result<ExitCode> {
 
 fn main_result(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run {
-            file,
-            common,
-            server_bin,
-            plot,
-        } => {
-            let lt = LoadTest::from_file(&file)?;
-            let opts = Options {
-                threads: common.threads,
-                server_bin,
-                metrics_listen: common.metrics_listen,
-                progress: true,
-                plot,
-                ..Default::default()
-            };
-            let result = if lt.spec.shards > 1 {
-                wsload::fleet::run(&lt, std::path::Path::new(&file), &opts)?
-            } else {
-                run::run(&lt, &opts)?
-            };
-            finish(&result, &common.out)
+        Command::Run(args) => run(args),
+        Command::Shard(args) => shard(args),
+        Command::Merge(args) => merge(args),
+        Command::Validate(args) => validate(args),
+        Command::AutobahnClient(args) => autobahn_client(args),
+        Command::Sysctl(args) => sysctl(args),
+    }
+}
+
+/// `wsload run`: in this process, or as shard processes when the test has several.
+fn run(args: RunArgs) -> Result<ExitCode> {
+    let RunArgs {
+        file,
+        common,
+        server_bin,
+        plot,
+    } = args;
+    let lt = LoadTest::from_file(&file)?;
+    let opts = Options {
+        threads: common.threads,
+        server_bin,
+        metrics_listen: common.metrics_listen,
+        progress: true,
+        plot,
+        ..Default::default()
+    };
+    let result = if lt.spec.shards > 1 {
+        wsload::fleet::run(&lt, std::path::Path::new(&file), &opts)?
+    } else {
+        run::run(&lt, &opts)?
+    };
+    finish(&result, &common.out)
+}
+
+/// `wsload shard`: at once (or at `--start-at`), or under the operator's control protocol.
+fn shard(args: ShardArgs) -> Result<ExitCode> {
+    let ShardArgs {
+        file,
+        index,
+        count,
+        common,
+        start_at,
+        await_start,
+        linger,
+        target_url,
+        server_metrics_url,
+        server_bin,
+    } = args;
+    // A shard `wsload run` started ends with it: a killed run leaves no load behind.
+    if std::env::var_os(wsload::fleet::EXIT_WITH_PARENT).is_some() {
+        let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+    }
+    if count == 0 || index >= count {
+        return Err(Error::Spec(format!(
+            "--index {index} --count {count}: the index must be below the count"
+        )));
+    }
+    let lt = match &file {
+        Some(file) => LoadTest::from_file(file)?,
+        None => loadtest_from_env()?,
+    };
+    // A shard is a pod: Prometheus scrapes it while it runs.
+    let listen = common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS);
+    let opts = Options {
+        threads: common.threads,
+        shard: Some(Shard { index, count }),
+        server_bin,
+        metrics_listen: Some(listen),
+        start_at_unix_ms: start_at,
+        target_url,
+        server_metrics_url,
+        progress: false,
+        plot: None,
+    };
+    if !await_start {
+        return finish(&run::run(&lt, &opts)?, &common.out);
+    }
+    shard_under_control(lt, opts, listen, linger, common.out)
+}
+
+/// `wsload shard --await-start`: the shard waits for the operator's start on its endpoint and
+/// reports over it; its exit code says whether it finished, not what the thresholds say.
+fn shard_under_control(
+    lt: LoadTest,
+    opts: Options,
+    listen: SocketAddr,
+    linger: Duration,
+    out: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let listener = run::bind_metrics(listen)?;
+    let report = move |r: &RunResult| {
+        print!("{}", r.render());
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        if let Err(e) = write_out(&out, r) {
+            tracing::error!(error = %e, "the result was not written");
         }
-        Command::Shard {
-            file,
-            index,
-            count,
-            common,
-            start_at,
-            await_start,
-            linger,
-            target_url,
-            server_metrics_url,
-            server_bin,
-        } => {
-            // A shard `wsload run` started ends with it: a killed run leaves no load behind.
-            if std::env::var_os(wsload::fleet::EXIT_WITH_PARENT).is_some() {
-                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
-            }
-            if count == 0 || index >= count {
-                return Err(Error::Spec(format!(
-                    "--index {index} --count {count}: the index must be below the count"
-                )));
-            }
-            let lt = match &file {
-                Some(file) => LoadTest::from_file(file)?,
-                None => loadtest_from_env()?,
-            };
-            // A shard is a pod: Prometheus scrapes it while it runs.
-            let listen = common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS);
-            let opts = Options {
-                threads: common.threads,
-                shard: Some(Shard { index, count }),
-                server_bin,
-                metrics_listen: Some(listen),
-                start_at_unix_ms: start_at,
-                target_url,
-                server_metrics_url,
-                progress: false,
-                plot: None,
-            };
-            if !await_start {
-                return finish(&run::run(&lt, &opts)?, &common.out);
-            }
-            let listener = run::bind_metrics(listen)?;
-            let out = common.out;
-            let report = move |r: &RunResult| {
-                print!("{}", r.render());
-                let _ = std::io::Write::flush(&mut std::io::stdout());
-                if let Err(e) = write_out(&out, r) {
-                    tracing::error!(error = %e, "the result was not written");
-                }
-            };
-            Ok(match control::serve(lt, opts, listener, linger, report)? {
-                Exit::Finished
-                | Exit::Lingered { failed: false }
-                | Exit::Terminated { done: true } => ExitCode::SUCCESS,
-                Exit::Lingered { failed: true } => ExitCode::from(3),
-                // 128 + SIGTERM, as a shell reports a process the signal ended.
-                Exit::Terminated { done: false } => ExitCode::from(143),
-                Exit::Fatal(e) => return Err(e),
-            })
+    };
+    Ok(match control::serve(lt, opts, listener, linger, report)? {
+        Exit::Finished | Exit::Lingered { failed: false } | Exit::Terminated { done: true } => {
+            ExitCode::SUCCESS
         }
-        Command::Merge { results, out } => {
-            let mut merged: Option<RunResult> = None;
-            for p in &results {
-                let bytes = std::fs::read(p)
-                    .map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
-                // Plain JSON (`--out`) or gzip-compressed, as the operator stores results.
-                let r = wsload_report::stored::decode(&bytes)
-                    .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?;
-                match &mut merged {
-                    None => merged = Some(r),
-                    Some(m) => m
-                        .merge(&r)
-                        .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?,
-                }
-            }
-            let merged =
-                merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
-            finish(&merged, &out)
-        }
-        Command::AutobahnClient { url, agent, cases } => {
-            let run = wsload::autobahn_client::run(&url, &agent, &cases)?;
-            tracing::info!("{run} cases run");
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Sysctl { settings } => {
-            wsload::sysctl::set_all(&settings)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Validate { file } => {
-            let lt = LoadTest::from_file(&file)?;
-            let cells = wsload::plan::cells(&lt.spec, Shard::WHOLE);
-            println!(
-                "{file}: valid LoadTest {:?}, scenario {}, {} cell(s): {}",
-                lt.name(),
-                lt.spec.scenario.as_str(),
-                cells.len(),
-                cells
-                    .iter()
-                    .map(|c| c.cell.label.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Ok(ExitCode::SUCCESS)
+        Exit::Lingered { failed: true } => ExitCode::from(3),
+        // 128 + SIGTERM, as a shell reports a process the signal ended.
+        Exit::Terminated { done: false } => ExitCode::from(143),
+        Exit::Fatal(e) => return Err(e),
+    })
+}
+
+/// `wsload merge`: shard results, plain or as the operator stores them, into one report.
+fn merge(args: MergeArgs) -> Result<ExitCode> {
+    let mut merged: Option<RunResult> = None;
+    for p in &args.results {
+        let bytes =
+            std::fs::read(p).map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
+        // Plain JSON (`--out`) or gzip-compressed, as the operator stores results.
+        let r = wsload_report::stored::decode(&bytes)
+            .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?;
+        match &mut merged {
+            None => merged = Some(r),
+            Some(m) => m
+                .merge(&r)
+                .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?,
         }
     }
+    let merged =
+        merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
+    finish(&merged, &args.out)
+}
+
+/// `wsload validate`: the file parsed and checked, and the cells it would run.
+fn validate(args: ValidateArgs) -> Result<ExitCode> {
+    let file = args.file;
+    let lt = LoadTest::from_file(&file)?;
+    let cells = wsload::plan::cells(&lt.spec, Shard::WHOLE);
+    println!(
+        "{file}: valid LoadTest {:?}, scenario {}, {} cell(s): {}",
+        lt.name(),
+        lt.spec.scenario.as_str(),
+        cells.len(),
+        cells
+            .iter()
+            .map(|c| c.cell.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn autobahn_client(args: AutobahnClientArgs) -> Result<ExitCode> {
+    let run = wsload::autobahn_client::run(&args.url, &args.agent, &args.cases)?;
+    tracing::info!("{run} cases run");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sysctl(args: SysctlArgs) -> Result<ExitCode> {
+    wsload::sysctl::set_all(&args.settings)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
