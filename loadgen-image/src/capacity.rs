@@ -74,12 +74,7 @@ pub fn check(spec: &LoadTestSpec, shard: Shard, limits: Limits) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(yaml_spec: &str) -> LoadTestSpec {
-        wsload_spec::LoadTest::from_spec_yaml(yaml_spec, "t")
-            .expect("valid")
-            .spec
-    }
+    use wsload_spec::fixtures::spec;
 
     #[test]
     fn a_share_above_the_limit_is_refused_with_the_numbers_and_the_fix() {

@@ -572,14 +572,9 @@ mod tests {
         )
         .await;
         let port = addr.port();
-        let spec = wsload_spec::LoadTest::from_spec_yaml(
-            &format!(
-                "  target: {{url: \"ws://127.0.0.1:{port}/\"}}\n  scenario: constantRate\n  connections: [1]\n  rate: {{messagesPerSecond: 1}}\n"
-            ),
-            "t",
-        )
-        .expect("valid")
-        .spec;
+        let spec = wsload_spec::fixtures::spec(&format!(
+            "  target: {{url: \"ws://127.0.0.1:{port}/\"}}\n  scenario: constantRate\n  connections: [1]\n  rate: {{messagesPerSecond: 1}}\n"
+        ));
         let dialer = Dialer::new(&spec, &format!("ws://127.0.0.1:{port}/")).expect("dialer");
         let r = dialer.dial(0).await;
         let _server = server.await.expect("server");

@@ -180,12 +180,7 @@ pub fn cells(spec: &LoadTestSpec, shard: Shard) -> Vec<Planned> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(yaml_spec: &str) -> LoadTestSpec {
-        wsload_spec::LoadTest::from_spec_yaml(yaml_spec, "t")
-            .expect("valid")
-            .spec
-    }
+    use wsload_spec::fixtures::spec;
 
     #[test]
     fn shards_split_connections_and_rate() {

@@ -208,8 +208,7 @@ mod tests {
     fn dialer(port: u16, tls: &str) -> Dialer {
         let url = format!("wss://localhost:{port}/");
         let spec = format!("  target: {{url: '{url}'}}\n  scenario: throughput\n{tls}");
-        let lt = wsload_spec::LoadTest::from_spec_yaml(&spec, "t").expect("spec");
-        Dialer::new(&lt.spec, &url).expect("dialer")
+        Dialer::new(&wsload_spec::fixtures::spec(&spec), &url).expect("dialer")
     }
 
     #[tokio::test]

@@ -212,12 +212,7 @@ impl Conductor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(yaml_spec: &str) -> LoadTestSpec {
-        wsload_spec::LoadTest::from_spec_yaml(yaml_spec, "t")
-            .expect("valid")
-            .spec
-    }
+    use wsload_spec::fixtures::spec;
 
     fn outcome(attempted: u64, failed: u64) -> CellSummary {
         CellSummary {

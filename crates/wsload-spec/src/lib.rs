@@ -3,6 +3,8 @@
 
 pub mod cel;
 pub mod cluster;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 pub mod shares;
 pub mod spec;
 pub mod status;
