@@ -219,6 +219,7 @@ impl Prepared {
             verdict: None,
             notes: Vec::new(),
             shard_info: Vec::new(),
+            spec: None,
         }
     }
 
@@ -399,6 +400,8 @@ fn run_cell(workers: &Workers, dialer: &Arc<Dialer>, planned: &Planned) -> CellR
         started_first_micros: 0,
         started_last_micros: 0,
         figures: Default::default(),
+        timeline: Vec::new(),
+        loadgen_cpu: None,
     };
     cell.compute();
     tracing::info!(cell = %cell.label, sent = cell.measure.counts.sent, received = cell.measure.counts.received, connected = cell.measure.counts.connected, "cell done");

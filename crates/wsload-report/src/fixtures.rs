@@ -3,6 +3,7 @@
 
 use crate::measure::{ConnectError, Measure};
 use crate::report::{CellResult, Figures, RunResult, ShardInfo};
+use crate::timeline::{Recorder, Totals};
 use std::time::Duration;
 use wsload_spec::Scenario;
 
@@ -32,6 +33,8 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
         started_first_micros: started_at_micros,
         started_last_micros: started_at_micros,
         figures: Figures::default(),
+        timeline: Vec::new(),
+        loadgen_cpu: None,
     };
     cell.compute();
     let mut r = RunResult {
@@ -53,7 +56,51 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
             finished_at_micros: started_at_micros + 10_000_000,
             error: None,
         }],
+        spec: None,
     };
     r.judge();
     r
+}
+
+/// A whole report to look at: two shards merged, two cells with per-second samples, the spec,
+/// a failed threshold and a finding (shard 1's CPU). What the HTML tests and the browser
+/// check render.
+pub fn report() -> RunResult {
+    let start = 1_795_930_482_000_000;
+    let mut parts = [shard(0, 2000, 1, start), shard(1, 1000, 10, start + 12_345)];
+    for (i, r) in parts.iter_mut().enumerate() {
+        let mut big = r.cells[0].clone();
+        big.label = "1000".into();
+        big.connections = 2000;
+        for ms in 1..=400 {
+            big.measure.hists.rtt.record(Duration::from_micros(ms * 60));
+        }
+        big.compute();
+        r.cells.push(big);
+        for (n, cell) in r.cells.iter_mut().enumerate() {
+            let rate = 100 * (n as u64 + 1) * (i as u64 + 1);
+            let mut rec = Recorder::new(Totals::default());
+            let mut t = Totals::default();
+            for second in 0..10u32 {
+                // A ramp, then a dip at second 6: something for the chart to show.
+                let k = u64::from(second.min(3) + 1) * rate / 4;
+                let k = if second == 6 { k / 3 } else { k };
+                t.sent += k;
+                t.received += k - k / 50;
+                t.open = u64::from(cell.connections) / 2 - u64::from(second == 6) * 5;
+                rec.tick(second, t, None);
+            }
+            cell.timeline = rec.finish();
+        }
+        r.cells[1].loadgen_cpu = Some(if i == 1 { 0.97 } else { 0.6 });
+    }
+    let [mut merged, other] = parts;
+    let lt = wsload_spec::LoadTest::from_spec_yaml(
+        "  target: {url: 'ws://x'}\n  scenario: echo\n  connections: [100, 1000]\n  shards: 2\n  thresholds: ['rtt.p99 < 5ms']\n",
+        "fixture.yaml",
+    )
+    .expect("fixture spec");
+    merged.set_spec(&lt.spec).expect("spec as JSON");
+    merged.merge(&other).expect("merge");
+    merged
 }

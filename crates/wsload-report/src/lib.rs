@@ -5,21 +5,33 @@
 //! - [`RunResult`]: one run or shard, serialized as JSON with every count and HDR histogram;
 //!   [`RunResult::merge`] adds another shard's result exactly, [`RunResult::judge`] checks
 //!   its thresholds, [`RunResult::render`] prints the tables.
+//! - [`findings()`]: known causes the figures show, one line each under the table.
+//! - [`html()`]: the whole result as one self-contained HTML page (tables, charts, spec).
+//! - [`timeline`]: per-second samples of a cell, recorded from running totals.
 //! - [`stored`]: a result as the operator stores it (gzip-compressed JSON) and read back.
 //! - [`hist::Hist`]: the latency histogram (exact merge, base64 serialization).
 //! - [`measure`]: counts and histograms of one cell, and the failure reasons.
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
 
+mod chart;
+pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod hist;
+mod html;
 pub mod measure;
 pub mod report;
+mod spec_copy;
 pub mod stored;
+pub mod timeline;
 
+pub use findings::{Finding, Rule, findings};
 pub use hist::Hist;
+pub use html::html;
 pub use measure::{ConnectError, Counts, Drop, Hists, Measure};
 pub use report::{
     CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict, human_rate,
     in_units, ms, num,
 };
+pub use spec_copy::REDACTED;
+pub use timeline::{Recorder, Sample, Totals};

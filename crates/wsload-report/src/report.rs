@@ -3,6 +3,7 @@
 
 use crate::hist::Hist;
 use crate::measure::Measure;
+use crate::timeline::{self, Sample};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use wsload_spec::threshold::{Latency, Metric, Stat};
@@ -75,6 +76,14 @@ pub struct CellResult {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub started_last_micros: u64,
     pub figures: Figures,
+    /// One sample per second of the measured phase (empty in results written before, and
+    /// for cells no sampler fed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<Sample>,
+    /// How busy the busiest load generator was during the cell: CPU time over the wall time
+    /// and cores it may use, 0..1 (not recorded: `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loadgen_cpu: Option<f64>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -205,6 +214,10 @@ pub struct RunResult {
     /// written before shards recorded it, which still merge).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shard_info: Vec<ShardInfo>,
+    /// The LoadTest's spec as run, secrets redacted ([`RunResult::set_spec`]). Kept as JSON, not
+    /// as `LoadTestSpec`, so a stored result still reads after the spec's schema changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
 }
 
 impl RunResult {
@@ -286,33 +299,60 @@ impl RunResult {
                 (x, y) => x.min(y),
             };
             a.started_last_micros = a.started_last_micros.max(b.started_last_micros);
+            timeline::merge(&mut a.timeline, &b.timeline);
+            a.loadgen_cpu = match (a.loadgen_cpu, b.loadgen_cpu) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
             a.compute();
         }
         self.notes.extend(other.notes.iter().cloned());
         self.shard_info.extend(other.shard_info.iter().cloned());
         self.shard_info.sort_by_key(|s| s.index);
         self.started_at_unix_ms = self.started_at_unix_ms.min(other.started_at_unix_ms);
+        if self.spec.is_none() {
+            self.spec = other.spec.clone();
+        }
         self.judge();
         Ok(())
     }
 
-    /// Tables in the style of the seed reports, and the verdict.
-    pub fn render(&self) -> String {
-        let mut o = String::new();
+    /// What a check measured, in its threshold's units (`not measured` when nothing was).
+    pub fn actual(&self, c: &Check) -> String {
+        let metric = self
+            .thresholds
+            .iter()
+            .find(|t| t.text == c.threshold)
+            .map(|t| t.metric);
+        match (c.actual, metric) {
+            (Some(a), Some(m)) => in_units(m, a),
+            _ => "not measured".to_string(),
+        }
+    }
+
+    /// What ran against what: `echo against ws://x, shards [0, 1] of 2`.
+    pub(crate) fn headline(&self) -> String {
         let shards = if self.shard_count > 1 {
             format!(", shards {:?} of {}", self.shards, self.shard_count)
         } else {
             String::new()
         };
-        let _ = writeln!(
-            o,
-            "\n{} — {} against {}{shards}\n",
-            self.test,
-            self.scenario.as_str(),
-            self.target
-        );
+        format!("{} against {}{shards}", self.scenario.as_str(), self.target)
+    }
+
+    /// Tables in the style of the seed reports, and the verdict.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "\n{} — {}\n", self.test, self.headline());
         let table = table(self);
         o.push_str(&table);
+        let findings = crate::findings::findings(self);
+        if !findings.is_empty() {
+            o.push('\n');
+            for f in &findings {
+                let _ = writeln!(o, "{f}");
+            }
+        }
         if !self.probes.is_empty() {
             let _ = writeln!(o, "\n| Probe | Error rate | Result |\n|---|---|---|");
             for p in &self.probes {
@@ -351,15 +391,7 @@ impl RunResult {
         if let Some(v) = &self.verdict {
             let _ = writeln!(o, "\nThresholds:");
             for c in &v.checks {
-                let metric = self
-                    .thresholds
-                    .iter()
-                    .find(|t| t.text == c.threshold)
-                    .map(|t| t.metric);
-                let actual = match (c.actual, metric) {
-                    (Some(a), Some(m)) => in_units(m, a),
-                    _ => "not measured".to_string(),
-                };
+                let actual = self.actual(c);
                 let _ = writeln!(
                     o,
                     "  {} {} [{}] actual {actual}",
@@ -417,68 +449,70 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A cell table's columns and rows, as the text and the HTML report print them.
+pub(crate) struct Table {
+    pub head: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
 fn table(r: &RunResult) -> String {
+    let t = cell_table(r);
     let mut o = String::new();
-    let row = |o: &mut String, cells: Vec<String>| {
+    let _ = writeln!(
+        o,
+        "| {} |\n|{}",
+        t.head.join(" | "),
+        "---|".repeat(t.head.len())
+    );
+    for cells in &t.rows {
         let _ = writeln!(o, "| {} |", cells.join(" | "));
-    };
-    let head = |o: &mut String, cols: &[&str]| {
-        let _ = writeln!(
-            o,
-            "| {} |\n|{}",
-            cols.join(" | "),
-            "---|".repeat(cols.len())
-        );
-    };
+    }
+    o
+}
+
+pub(crate) fn cell_table(r: &RunResult) -> Table {
+    let mut rows = Vec::new();
+    let head: Vec<&'static str>;
     use Scenario::*;
     match r.scenario {
         ConnectionStorm | ConnectionLimit => {
-            head(
-                &mut o,
-                &[
-                    "Connections",
-                    "Accept rate",
-                    "p50",
-                    "p95",
-                    "p99",
-                    "p99.9",
-                    "Failed",
-                ],
-            );
+            head = vec![
+                "Connections",
+                "Accept rate",
+                "p50",
+                "p95",
+                "p99",
+                "p99.9",
+                "Failed",
+            ];
             for c in &r.cells {
                 let f = &c.figures;
                 // Connections the server closed right after the upgrade (over its cap) failed too.
                 let failed = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
-                row(
-                    &mut o,
-                    vec![
-                        c.label.clone(),
-                        format!("{}/s", num(f.connect_rate)),
-                        ms(f.connect.p50),
-                        ms(f.connect.p95),
-                        ms(f.connect.p99),
-                        ms(f.connect.p999),
-                        failed.to_string(),
-                    ],
-                );
+                rows.push(vec![
+                    c.label.clone(),
+                    format!("{}/s", num(f.connect_rate)),
+                    ms(f.connect.p50),
+                    ms(f.connect.p95),
+                    ms(f.connect.p99),
+                    ms(f.connect.p999),
+                    failed.to_string(),
+                ]);
             }
         }
         PingLatency | SustainedHold | Pingpong => {
             let surv = r.scenario == SustainedHold;
-            head(
-                &mut o,
-                &[
-                    "Connections",
-                    "Pings",
-                    "p50",
-                    "p95",
-                    "p99",
-                    "p99.9",
-                    "max",
-                    "Lost",
-                    if surv { "Survival" } else { "Errors" },
-                ],
-            );
+            head = vec![
+                "Connections",
+                "Pings",
+                "p50",
+                "p95",
+                "p99",
+                "p99.9",
+                "max",
+                "Lost",
+                if surv { "Survival" } else { "Errors" },
+            ];
             for c in &r.cells {
                 let f = &c.figures;
                 let last = if surv {
@@ -486,35 +520,29 @@ fn table(r: &RunResult) -> String {
                 } else {
                     c.measure.counts.failed_total().to_string()
                 };
-                row(
-                    &mut o,
-                    vec![
-                        c.label.clone(),
-                        num(f.rtt.count as f64),
-                        ms(f.rtt.p50),
-                        ms(f.rtt.p95),
-                        ms(f.rtt.p99),
-                        ms(f.rtt.p999),
-                        ms(f.rtt.max),
-                        c.measure.counts.lost.to_string(),
-                        last,
-                    ],
-                );
+                rows.push(vec![
+                    c.label.clone(),
+                    num(f.rtt.count as f64),
+                    ms(f.rtt.p50),
+                    ms(f.rtt.p95),
+                    ms(f.rtt.p99),
+                    ms(f.rtt.p999),
+                    ms(f.rtt.max),
+                    c.measure.counts.lost.to_string(),
+                    last,
+                ]);
             }
         }
         Throughput | PayloadMatrix | FormatComparison | Blast => {
-            head(
-                &mut o,
-                &[
-                    "Cell",
-                    "Msg/s",
-                    "MB/s",
-                    "Per-conn msg/s",
-                    "Echoes/s",
-                    "Server received",
-                    "Errors",
-                ],
-            );
+            head = vec![
+                "Cell",
+                "Msg/s",
+                "MB/s",
+                "Per-conn msg/s",
+                "Echoes/s",
+                "Server received",
+                "Errors",
+            ];
             for c in &r.cells {
                 let f = &c.figures;
                 let server = match (c.server_received, f.delivery) {
@@ -522,55 +550,46 @@ fn table(r: &RunResult) -> String {
                     _ => "-".into(),
                 };
                 let errors = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
-                row(
-                    &mut o,
-                    vec![
-                        c.label.clone(),
-                        num(f.sent_per_sec),
-                        format!("{:.1}", f.bytes_sent_per_sec / 1e6),
-                        num(f.sent_per_sec / f64::from(c.connections.max(1))),
-                        num(f.received_per_sec),
-                        server,
-                        errors.to_string(),
-                    ],
-                );
+                rows.push(vec![
+                    c.label.clone(),
+                    num(f.sent_per_sec),
+                    format!("{:.1}", f.bytes_sent_per_sec / 1e6),
+                    num(f.sent_per_sec / f64::from(c.connections.max(1))),
+                    num(f.received_per_sec),
+                    server,
+                    errors.to_string(),
+                ]);
             }
         }
         Echo | ConstantRate => {
-            head(
-                &mut o,
-                &[
-                    "Connections",
-                    "Target/s",
-                    "Sent/s",
-                    "Received/s",
-                    "p50",
-                    "p99",
-                    "p99.9",
-                    "raw p99",
-                    "Loss",
-                ],
-            );
+            head = vec![
+                "Connections",
+                "Target/s",
+                "Sent/s",
+                "Received/s",
+                "p50",
+                "p99",
+                "p99.9",
+                "raw p99",
+                "Loss",
+            ];
             for c in &r.cells {
                 let f = &c.figures;
-                row(
-                    &mut o,
-                    vec![
-                        c.label.clone(),
-                        num(c.target_rate),
-                        num(f.sent_per_sec),
-                        num(f.received_per_sec),
-                        ms(f.rtt.p50),
-                        ms(f.rtt.p99),
-                        ms(f.rtt.p999),
-                        ms(f.rtt_raw.p99),
-                        format!("{:.2}%", f.loss * 100.0),
-                    ],
-                );
+                rows.push(vec![
+                    c.label.clone(),
+                    num(c.target_rate),
+                    num(f.sent_per_sec),
+                    num(f.received_per_sec),
+                    ms(f.rtt.p50),
+                    ms(f.rtt.p99),
+                    ms(f.rtt.p999),
+                    ms(f.rtt_raw.p99),
+                    format!("{:.2}%", f.loss * 100.0),
+                ]);
             }
         }
     }
-    o
+    Table { head, rows }
 }
 
 #[cfg(test)]
@@ -653,6 +672,56 @@ mod tests {
         b.merge(&a).expect("merge");
         assert_eq!(b.cells[0].measure.counts.sent, 20);
         assert_eq!(b.start_skew_micros(), None);
+    }
+
+    #[test]
+    fn merge_adds_timelines_by_second_and_keeps_the_busiest_cpu() {
+        use crate::timeline::{Recorder, Totals};
+        let with_samples = |index, per_second: u64, seconds: u32, cpu| {
+            let mut r = shard(index, 10, 1, 1);
+            let mut rec = Recorder::new(Totals::default());
+            for s in 0..seconds {
+                let n = per_second * u64::from(s + 1);
+                rec.tick(
+                    s,
+                    Totals {
+                        sent: n,
+                        received: n,
+                        open: 3,
+                        ..Totals::default()
+                    },
+                    None,
+                );
+            }
+            r.cells[0].timeline = rec.finish();
+            r.cells[0].loadgen_cpu = cpu;
+            // Through JSON, as the operator gets shard results.
+            let json = serde_json::to_string(&r).expect("ser");
+            serde_json::from_str::<RunResult>(&json).expect("de")
+        };
+        let mut a = with_samples(0, 100, 3, Some(0.4));
+        a.merge(&with_samples(1, 10, 4, Some(0.95))).expect("merge");
+        let t = &a.cells[0].timeline;
+        let got: Vec<(u32, u64, u64)> = t.iter().map(|s| (s.second, s.sent, s.open)).collect();
+        assert_eq!(got, vec![(0, 110, 6), (1, 110, 6), (2, 110, 6), (3, 10, 3)]);
+        assert_eq!(a.cells[0].loadgen_cpu, Some(0.95));
+        // A shard that recorded neither leaves the others' as they were.
+        let mut old = shard(2, 10, 1, 1);
+        old.shard_count = 3;
+        a.merge(&old).expect("merge");
+        assert_eq!(a.cells[0].timeline.len(), 4);
+        assert_eq!(a.cells[0].loadgen_cpu, Some(0.95));
+    }
+
+    #[test]
+    fn results_written_before_timelines_still_read() {
+        let r = shard(0, 10, 1, 1);
+        let json = serde_json::to_string(&r).expect("ser");
+        for absent in ["timeline", "loadgenCpu", "\"spec\""] {
+            assert!(!json.contains(absent), "{absent} in {json}");
+        }
+        let back: RunResult = serde_json::from_str(&json).expect("de");
+        assert!(back.cells[0].timeline.is_empty() && back.spec.is_none());
     }
 
     #[test]

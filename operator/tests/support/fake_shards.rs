@@ -892,6 +892,7 @@ impl FakeShard {
                 finished_at_micros: finished,
                 error: None,
             }],
+            spec: None,
         };
         result.judge();
         result
@@ -1144,6 +1145,8 @@ fn synth_cell(
         started_first_micros: 0,
         started_last_micros: 0,
         figures: Default::default(),
+        timeline: Vec::new(),
+        loadgen_cpu: None,
     };
     cell.compute();
     cell

@@ -1,0 +1,300 @@
+//! Known causes the data shows, each one line under the table with its evidence. Every rule is
+//! a function of one cell: it names a cause only where the figures point at it, and says which.
+
+use crate::measure::ConnectError;
+use crate::report::{CellResult, RunResult, ms, num};
+
+/// One explained observation about one cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub rule: Rule,
+    /// The cell's label (a tier, a size, a format).
+    pub cell: String,
+    /// The likely cause and what to do about it.
+    pub cause: String,
+    /// The figures that show it.
+    pub evidence: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    SynRetransmits,
+    ServerShort,
+    ConnectionCap,
+    LoadgenCpu,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "finding [{}]: {} ({})",
+            self.cell, self.cause, self.evidence
+        )
+    }
+}
+
+/// Every rule over every cell, in cell order.
+pub fn findings(r: &RunResult) -> Vec<Finding> {
+    let rules: [fn(&CellResult) -> Option<Finding>; 4] =
+        [syn_retransmits, server_short, connection_cap, loadgen_cpu];
+    r.cells
+        .iter()
+        .flat_map(|c| rules.iter().filter_map(move |rule| rule(c)))
+        .collect()
+}
+
+fn finding(rule: Rule, c: &CellResult, cause: &str, evidence: String) -> Option<Finding> {
+    Some(Finding {
+        rule,
+        cell: c.label.clone(),
+        cause: cause.to_string(),
+        evidence,
+    })
+}
+
+/// Linux retransmits an unanswered SYN after 1 s, then 2 s more: connects that wait for them
+/// take ~1 s or ~3 s. A listener whose accept queue is full drops SYNs, so the handshakes that
+/// hit it cluster there, and the wait is in the TCP part, not the upgrade.
+pub fn syn_retransmits(c: &CellResult) -> Option<Finding> {
+    let h = &c.measure.hists;
+    if h.tcp.is_empty() {
+        return None;
+    }
+    let near_retransmit = |s: f64| (0.9..1.4).contains(&s) || (2.8..3.6).contains(&s);
+    [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")]
+        .into_iter()
+        .find_map(|(p, name)| {
+            let tcp = h.tcp.percentile(p);
+            // Without the whole handshake's histogram, the TCP part is all there is.
+            let whole = if h.connect.is_empty() {
+                tcp
+            } else {
+                h.connect.percentile(p)
+            };
+            (near_retransmit(tcp) && tcp >= 0.7 * whole).then(|| {
+                format!(
+                    "TCP connect {name} {} of handshake {name} {}",
+                    ms(tcp),
+                    ms(whole)
+                )
+            })
+        })
+        .and_then(|evidence| {
+            finding(
+                Rule::SynRetransmits,
+                c,
+                "SYN retransmits: the server's accept backlog overflowed (raise its listen backlog and net.core.somaxconn, or open connections more slowly)",
+                evidence,
+            )
+        })
+}
+
+/// The servers' counters against what the clients sent (warm-up included, as the counters
+/// are): fewer means messages were dropped, or were still queued when the counters were read.
+pub fn server_short(c: &CellResult) -> Option<Finding> {
+    let server = c.server_received?;
+    let sent = c.measure.counts.sent_with_warmup;
+    // A few in flight at the instant of reading are not a finding.
+    let short = sent.saturating_sub(server);
+    if sent == 0 || short <= (sent / 10_000).max(1) {
+        return None;
+    }
+    finding(
+        Rule::ServerShort,
+        c,
+        "the server received fewer messages than were sent: it dropped them, or was still draining when its counter was read",
+        format!(
+            "servers counted {} of {} sent, {:.2}%, {} short",
+            num(server as f64),
+            num(sent as f64),
+            server as f64 / sent as f64 * 100.0,
+            num(short as f64)
+        ),
+    )
+}
+
+/// Connections stopping at a round number while more were attempted: a configured limit.
+/// Running out of file descriptors says so itself (`file_limit`); otherwise a round count
+/// held is the server's cap (refused, or closed right after the upgrade).
+pub fn connection_cap(c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    let failed = counts.failed_total() + counts.dropped_total();
+    let held = counts.connected.saturating_sub(counts.dropped_total());
+    if failed == 0 || held >= counts.attempted {
+        return None;
+    }
+    let reasons = counts
+        .failed
+        .iter()
+        .map(|(k, v)| format!("{} {}", num(*v as f64), k.label()))
+        .chain(
+            counts
+                .dropped
+                .iter()
+                .map(|(k, v)| format!("{} {}", num(*v as f64), k.label())),
+        )
+        .collect::<Vec<_>>()
+        .join(", ");
+    let evidence = format!(
+        "held {} of {} attempted; failed: {reasons}",
+        num(held as f64),
+        num(counts.attempted as f64)
+    );
+    if counts.failed.contains_key(&ConnectError::FileLimit) {
+        return finding(
+            Rule::ConnectionCap,
+            c,
+            "the load generator ran out of file descriptors: raise its open-file limit (ulimit -n) or add shards",
+            evidence,
+        );
+    }
+    is_round(held).then_some(())?;
+    finding(
+        Rule::ConnectionCap,
+        c,
+        "connections stopped at a round number: a server connection limit (or a client open-file limit)",
+        evidence,
+    )
+}
+
+/// Numbers people configure as limits: multiples of 500, powers of two, and a power of two
+/// less the few descriptors a process holds anyway (ulimit -n 1024 holds ~1020 sockets).
+fn is_round(n: u64) -> bool {
+    n >= 100 && (n % 500 == 0 || (n >= 250 && (0..=16).any(|k| (n + k).is_power_of_two())))
+}
+
+/// A load generator that used all its CPU measured itself as much as the server.
+pub fn loadgen_cpu(c: &CellResult) -> Option<Finding> {
+    let cpu = c.loadgen_cpu?;
+    if cpu < 0.9 {
+        return None;
+    }
+    finding(
+        Rule::LoadgenCpu,
+        c,
+        "the load generator was CPU-bound: the client may be the bottleneck; add shards",
+        format!("busiest load generator at {:.0}% CPU", cpu * 100.0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::shard;
+    use crate::measure::Drop;
+    use std::time::Duration;
+
+    fn cell() -> CellResult {
+        shard(0, 100, 1, 1).cells.remove(0)
+    }
+
+    #[test]
+    fn syn_retransmits_need_a_cluster_near_1_or_3_s_in_the_tcp_part() {
+        let mut c = cell();
+        assert_eq!(syn_retransmits(&c), None);
+        let h = &mut c.measure.hists;
+        for _ in 0..95 {
+            h.tcp.record(Duration::from_micros(200));
+            h.connect.record(Duration::from_micros(900));
+        }
+        for _ in 0..5 {
+            h.tcp.record(Duration::from_millis(1010));
+            h.connect.record(Duration::from_millis(1015));
+        }
+        let f = syn_retransmits(&c).expect("1 s cluster");
+        assert_eq!(f.rule, Rule::SynRetransmits);
+        assert!(
+            f.evidence
+                .starts_with("TCP connect p99 1.01 s of handshake p99 1.0"),
+            "{f}"
+        );
+        // The same wait in the upgrade (a slow server, not dropped SYNs) is not this cause.
+        let mut slow_upgrade = cell();
+        let h = &mut slow_upgrade.measure.hists;
+        for _ in 0..100 {
+            h.tcp.record(Duration::from_millis(1000));
+            h.connect.record(Duration::from_millis(2500));
+        }
+        assert_eq!(syn_retransmits(&slow_upgrade), None);
+    }
+
+    #[test]
+    fn server_short_needs_more_than_a_few_in_flight() {
+        let mut c = cell();
+        // The fixture sent 100 (110 with the warm-up).
+        c.server_received = None;
+        assert_eq!(server_short(&c), None);
+        c.server_received = Some(110);
+        assert_eq!(server_short(&c), None);
+        c.server_received = Some(109);
+        assert_eq!(server_short(&c), None);
+        c.server_received = Some(99);
+        let f = server_short(&c).expect("short");
+        assert_eq!(
+            f.evidence,
+            "servers counted 99 of 110 sent, 90.00%, 11 short"
+        );
+    }
+
+    #[test]
+    fn a_round_count_held_is_a_limit_and_file_limit_says_which() {
+        let mut c = cell();
+        let counts = &mut c.measure.counts;
+        (counts.attempted, counts.connected) = (1500, 1000);
+        counts.failed.clear();
+        counts.failed.insert(ConnectError::Refused, 500);
+        let f = connection_cap(&c).expect("cap");
+        assert!(f.cause.contains("server connection limit"), "{f}");
+        assert_eq!(
+            f.evidence,
+            "held 1000 of 1500 attempted; failed: 500 refused"
+        );
+        // Closed by the server right after the upgrade: connected, but not held.
+        let counts = &mut c.measure.counts;
+        (counts.connected, counts.failed) = (1100, Default::default());
+        counts.dropped.insert(Drop::ServerClose, 76);
+        assert!(
+            connection_cap(&c)
+                .expect("1024 held")
+                .evidence
+                .contains("held 1024")
+        );
+        // Not a round number, not a file limit: no cause to name.
+        c.measure.counts.dropped.insert(Drop::ServerClose, 150);
+        assert_eq!(connection_cap(&c), None);
+        c.measure.counts.fail(ConnectError::FileLimit);
+        let f = connection_cap(&c).expect("file limit");
+        assert!(f.cause.contains("file descriptors"), "{f}");
+        assert!(f.evidence.contains("1 file_limit"), "{f}");
+    }
+
+    #[test]
+    fn round_numbers() {
+        for n in [500, 1000, 10_000, 1024, 1020, 4096, 65_536] {
+            assert!(is_round(n), "{n}");
+        }
+        // 28232: Linux's default ephemeral port range, which `no_ports` failures name instead.
+        for n in [99, 128, 333, 1001, 1100, 997, 28_232] {
+            assert!(!is_round(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_busy_load_generator_is_named() {
+        let mut c = cell();
+        assert_eq!(loadgen_cpu(&c), None);
+        c.loadgen_cpu = Some(0.5);
+        assert_eq!(loadgen_cpu(&c), None);
+        c.loadgen_cpu = Some(0.97);
+        let f = loadgen_cpu(&c).expect("busy");
+        assert_eq!(f.evidence, "busiest load generator at 97% CPU");
+        let mut r = shard(0, 100, 1, 1);
+        r.cells[0].loadgen_cpu = Some(0.99);
+        assert!(
+            r.render()
+                .contains("finding [100]: the load generator was CPU-bound")
+        );
+        assert_eq!(findings(&r).len(), 1);
+    }
+}

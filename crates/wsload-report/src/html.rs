@@ -1,0 +1,508 @@
+//! The result as one self-contained HTML file to share: styles inline, charts as inline SVG,
+//! no script and nothing fetched, so it opens offline and prints as it shows.
+
+use crate::chart::{LineChart, Series};
+use crate::report::{RunResult, cell_table, ms, num};
+use serde_json::Value;
+use std::fmt::Write as _;
+
+const STYLE: &str = "
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#212529;max-width:1040px;margin:24px auto;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
+h3{font-size:14px;margin:16px 0 4px}
+.sub{color:#495057;margin:0}
+table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ced4da;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f1f3f5}td:first-child,th:first-child{text-align:left}td.l,th.l{text-align:left;white-space:normal}
+.pass{color:#2b8a3e;font-weight:600}.fail{color:#c92a2a;font-weight:600}
+.verdict{display:inline-block;font-size:18px;padding:2px 12px;border:2px solid currentColor;border-radius:4px}
+ul.findings{padding-left:20px}ul.findings li{margin:2px 0}
+.charts{display:flex;flex-wrap:wrap;gap:8px}
+svg.chart{max-width:100%;height:auto;font-size:11px;font-family:inherit;border:1px solid #e9ecef}
+svg .grid{stroke:#e9ecef}svg .axis{stroke:#868e96}svg .ct{font-weight:600;font-size:12px}
+.spec{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.spec td{font-size:12px}.spec td:last-child,.spec th:last-child{text-align:left;white-space:normal}
+.muted{color:#868e96}
+@media print{body{margin:0;max-width:none}h2{break-after:avoid}svg.chart,table{break-inside:avoid}}
+";
+
+/// Text made safe for HTML content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Unix microseconds as `2026-11-24 05:24:42.123 UTC` (civil-from-days, proleptic Gregorian).
+fn utc(micros: u64) -> String {
+    let secs = micros / 1_000_000;
+    let days = (secs / 86_400) as i64;
+    let (h, m, s) = (secs % 86_400 / 3600, secs % 3600 / 60, secs % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}.{:03} UTC",
+        micros % 1_000_000 / 1000
+    )
+}
+
+fn table(o: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    o.push_str("<table><thead><tr>");
+    for h in head {
+        let _ = write!(o, "<th>{}</th>", escape(h));
+    }
+    o.push_str("</tr></thead><tbody>");
+    for r in rows {
+        o.push_str("<tr>");
+        for c in r {
+            let _ = write!(o, "<td>{}</td>", escape(c));
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</tbody></table>");
+}
+
+/// The whole report as one HTML document.
+pub fn html(r: &RunResult) -> String {
+    let mut o = String::with_capacity(64 * 1024);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>wsload: {}</title><style>{STYLE}</style></head><body>",
+        escape(&r.test)
+    );
+    header(&mut o, r);
+    verdict(&mut o, r);
+    cells(&mut o, r);
+    latency_chart(&mut o, r);
+    throughput_charts(&mut o, r);
+    shards(&mut o, r);
+    spec(&mut o, r);
+    let _ = writeln!(
+        o,
+        "<footer class=\"muted\"><p>wsload-report {}</p></footer></body></html>",
+        env!("CARGO_PKG_VERSION")
+    );
+    o
+}
+
+fn header(o: &mut String, r: &RunResult) {
+    let _ = write!(
+        o,
+        "<header><h1>{}</h1><p class=\"sub\">{}; started {}</p></header>",
+        escape(&r.test),
+        escape(&r.headline()),
+        utc(r.started_at_unix_ms * 1000)
+    );
+}
+
+fn verdict(o: &mut String, r: &RunResult) {
+    o.push_str("<section id=\"verdict\"><h2>Verdict</h2>");
+    let Some(v) = &r.verdict else {
+        o.push_str("<p>No thresholds: nothing to judge.</p></section>");
+        return;
+    };
+    let (class, word) = if v.passed {
+        ("pass", "PASS")
+    } else {
+        ("fail", "FAIL")
+    };
+    let _ = write!(o, "<p><span class=\"verdict {class}\">{word}</span></p>");
+    o.push_str(
+        "<table><thead><tr><th>Result</th><th class=\"l\">Threshold</th><th>Cell</th><th>Actual</th></tr></thead><tbody>",
+    );
+    for c in &v.checks {
+        let actual = r.actual(c);
+        let (class, word) = if c.passed {
+            ("pass", "PASS")
+        } else {
+            ("fail", "FAIL")
+        };
+        let _ = write!(
+            o,
+            "<tr><td class=\"{class}\">{word}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&c.threshold),
+            escape(&c.cell),
+            escape(&actual)
+        );
+    }
+    o.push_str("</tbody></table></section>");
+}
+
+fn cells(o: &mut String, r: &RunResult) {
+    o.push_str("<section id=\"cells\"><h2>Results</h2>");
+    let t = cell_table(r);
+    table(o, &t.head, &t.rows);
+    let findings = crate::findings::findings(r);
+    if !findings.is_empty() {
+        o.push_str("<h3>Findings</h3><ul class=\"findings\">");
+        for f in &findings {
+            let _ = write!(
+                o,
+                "<li><b>[{}]</b> {} <span class=\"muted\">({})</span></li>",
+                escape(&f.cell),
+                escape(&f.cause),
+                escape(&f.evidence)
+            );
+        }
+        o.push_str("</ul>");
+    }
+    if !r.probes.is_empty() {
+        o.push_str("<h3>Connection limit probes</h3>");
+        let rows: Vec<Vec<String>> = r
+            .probes
+            .iter()
+            .map(|p| {
+                vec![
+                    num(f64::from(p.connections)),
+                    format!("{:.2}%", p.error_rate * 100.0),
+                    if p.passed { "held" } else { "failed" }.to_string(),
+                ]
+            })
+            .collect();
+        table(o, &["Probe", "Error rate", "Result"], &rows);
+        let limit = r.limit.map_or("none held".into(), |l| {
+            format!("{} connections", num(f64::from(l)))
+        });
+        let _ = write!(o, "<p>Limit: {}</p>", escape(&limit));
+    }
+    for n in &r.notes {
+        let _ = write!(o, "<p>Note: {}</p>", escape(n));
+    }
+    o.push_str("</section>");
+}
+
+/// Round trips where the scenario times them, the handshake otherwise (connection storms).
+fn latency_chart(o: &mut String, r: &RunResult) {
+    const PS: [(f64, &str); 6] = [
+        (50.0, "p50"),
+        (90.0, "p90"),
+        (95.0, "p95"),
+        (99.0, "p99"),
+        (99.9, "p99.9"),
+        (100.0, "max"),
+    ];
+    let rtt = r.cells.iter().any(|c| !c.measure.hists.rtt.is_empty());
+    let series: Vec<Series> = r
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let h = if rtt {
+                &c.measure.hists.rtt
+            } else {
+                &c.measure.hists.connect
+            };
+            (!h.is_empty()).then(|| Series {
+                name: c.label.clone(),
+                points: PS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (p, _))| (i as f64, h.percentile(*p)))
+                    .collect(),
+            })
+        })
+        .collect();
+    o.push_str("<section id=\"latency\"><h2>Latency percentiles</h2>");
+    if series.is_empty() {
+        o.push_str("<p class=\"muted\">No latency was measured.</p></section>");
+        return;
+    }
+    let chart = LineChart {
+        title: if rtt {
+            "Round trip by percentile, per cell".into()
+        } else {
+            "Connection handshake by percentile, per cell".into()
+        },
+        x_ticks: PS
+            .iter()
+            .enumerate()
+            .map(|(i, (_, n))| (i as f64, n.to_string()))
+            .collect(),
+        x_label: "percentile".into(),
+        // ms() writes "-" for zero (nothing measured); on an axis zero is zero.
+        y_format: |v| if v == 0.0 { "0".into() } else { ms(v) },
+        series,
+    };
+    let _ = write!(o, "<div class=\"charts\">{}</div></section>", chart.svg());
+}
+
+fn throughput_charts(o: &mut String, r: &RunResult) {
+    o.push_str("<section id=\"throughput\"><h2>Throughput over time</h2>");
+    let timed: Vec<_> = r.cells.iter().filter(|c| !c.timeline.is_empty()).collect();
+    if timed.is_empty() {
+        o.push_str(
+            "<p class=\"muted\">This result has no per-second samples (written by a load generator that did not record them).</p></section>",
+        );
+        return;
+    }
+    o.push_str("<div class=\"charts\">");
+    for c in timed {
+        let t = &c.timeline;
+        // Samples are drawn at the end of their second: the axis runs from 0 to the last end.
+        let end = t.last().map_or(1, |s| s.second + 1);
+        let every = end.div_ceil(10).max(1);
+        let x_ticks = (0..=end)
+            .step_by(every as usize)
+            .map(|s| (f64::from(s), s.to_string()))
+            .collect();
+        let line = |name: &str, f: fn(&crate::timeline::Sample) -> u64| Series {
+            name: name.into(),
+            // A sample covers [second, second + 1): drawn at its end.
+            points: t
+                .iter()
+                .map(|s| (f64::from(s.second + 1), f(s) as f64))
+                .collect(),
+        };
+        let mut series = vec![
+            line("sent/s", |s| s.sent),
+            line("received/s", |s| s.received),
+        ];
+        if t.iter().any(|s| s.pings_answered + s.pings_lost > 0) {
+            series.push(line("pings answered/s", |s| s.pings_answered));
+            series.push(line("pings lost/s", |s| s.pings_lost));
+        }
+        let rates = LineChart {
+            title: format!("{}: messages per second", c.label),
+            x_ticks,
+            x_label: "seconds into the measured phase".into(),
+            y_format: num,
+            series,
+        };
+        o.push_str(&rates.svg());
+        let open = LineChart {
+            title: format!("{}: open connections", c.label),
+            x_ticks: rates.x_ticks.clone(),
+            x_label: rates.x_label.clone(),
+            y_format: num,
+            series: vec![line("open", |s| s.open)],
+        };
+        o.push_str(&open.svg());
+    }
+    o.push_str("</div></section>");
+}
+
+fn shards(o: &mut String, r: &RunResult) {
+    o.push_str("<section id=\"shards\"><h2>Shards</h2>");
+    if r.shard_info.is_empty() {
+        let _ = write!(
+            o,
+            "<p>Shards {} of {}; their start times were not recorded (a single-process run).</p>",
+            escape(&format!("{:?}", r.shards)),
+            r.shard_count
+        );
+    } else {
+        let first = r
+            .shard_info
+            .iter()
+            .map(|s| s.started_at_micros)
+            .min()
+            .unwrap_or(0);
+        let rows: Vec<Vec<String>> = r
+            .shard_info
+            .iter()
+            .map(|s| {
+                vec![
+                    s.index.to_string(),
+                    utc(s.started_at_micros),
+                    format!("+{:.3} ms", (s.started_at_micros - first) as f64 / 1000.0),
+                    utc(s.finished_at_micros),
+                    ms(s.finished_at_micros.saturating_sub(s.started_at_micros) as f64 / 1e6),
+                    s.error.clone().unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        table(
+            o,
+            &[
+                "Shard",
+                "Load began",
+                "After the first",
+                "Finished",
+                "Ran",
+                "Error",
+            ],
+            &rows,
+        );
+        if let Some(skew) = r.start_skew_micros() {
+            let _ = write!(
+                o,
+                "<p>Start skew over the shards: {:.3} ms.</p>",
+                skew as f64 / 1000.0
+            );
+        }
+    }
+    let skews: Vec<Vec<String>> = r
+        .cells
+        .iter()
+        .filter_map(|c| {
+            c.shard_skew_ms()
+                .map(|s| vec![c.label.clone(), format!("{s:.1} ms")])
+        })
+        .collect();
+    if r.shard_count > 1 && !skews.is_empty() {
+        o.push_str("<h3>Start skew per cell</h3><p>Shards begin each cell at one released instant; the skew is how far apart they actually began.</p>");
+        table(o, &["Cell", "Skew"], &skews);
+    }
+    o.push_str("</section>");
+}
+
+/// The spec as dotted paths and values (`connect.batchSize  500`), in two columns: shorter
+/// than the JSON and easier to scan.
+fn spec(o: &mut String, r: &RunResult) {
+    o.push_str("<section id=\"spec\"><h2>Test spec</h2>");
+    match &r.spec {
+        Some(spec) => {
+            let mut rows = Vec::new();
+            flatten(spec, "", &mut rows);
+            o.push_str("<p class=\"muted\">As run; secrets redacted.</p><div class=\"spec\">");
+            let half = rows.len().div_ceil(2).max(1);
+            for part in rows.chunks(half) {
+                table(o, &["Field", "Value"], part);
+            }
+            o.push_str("</div>");
+        }
+        None => o.push_str("<p class=\"muted\">This result does not carry its spec.</p>"),
+    }
+    o.push_str("</section>");
+}
+
+fn flatten(v: &Value, path: &str, rows: &mut Vec<Vec<String>>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match v {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, child) in map {
+                flatten(child, &join(k), rows);
+            }
+        }
+        Value::Array(items) if items.iter().any(|i| i.is_object() || i.is_array()) => {
+            for (i, child) in items.iter().enumerate() {
+                flatten(child, &format!("{path}[{i}]"), rows);
+            }
+        }
+        Value::Array(items) => rows.push(vec![
+            path.to_string(),
+            items.iter().map(scalar).collect::<Vec<_>>().join(", "),
+        ]),
+        other => rows.push(vec![path.to_string(), scalar(other)]),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Object(_) => "{}".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{report, shard};
+
+    #[test]
+    fn every_part_is_there() {
+        let page = html(&report());
+        for part in [
+            "<!DOCTYPE html>",
+            "id=\"verdict\"",
+            "id=\"cells\"",
+            "id=\"latency\"",
+            "id=\"throughput\"",
+            "id=\"shards\"",
+            "id=\"spec\"",
+            "<table>",
+            "rtt.p99 &lt; 5ms",
+            "Findings",
+            "Start skew over the shards: 12.345 ms",
+            "</html>",
+        ] {
+            assert!(page.contains(part), "{part} missing");
+        }
+        // A latency chart, and two per cell with samples (rates, open connections).
+        assert_eq!(page.matches("<svg").count(), 1 + 2 * 2, "{page}");
+        // Self-contained: nothing to fetch, nothing to run.
+        for external in ["<script", "<link", "src=", "@import", "url("] {
+            assert!(!page.contains(external), "{external} in the page");
+        }
+    }
+
+    #[test]
+    fn user_text_is_escaped() {
+        let mut r = shard(0, 10, 1, 1);
+        r.test = "<script>alert(1)</script>".into();
+        r.target = "ws://x/?a=1&b=\"2\"".into();
+        r.cells[0].label = "<b>".into();
+        r.notes.push("it's <i>".into());
+        r.spec = Some(serde_json::json!({"target": {"url": "</td><img src=x>"}}));
+        let page = html(&r);
+        assert!(!page.contains("<script>") && !page.contains("<img") && !page.contains("<b>"));
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(page.contains("ws://x/?a=1&amp;b=&quot;2&quot;"));
+        assert!(page.contains("it&#39;s &lt;i&gt;"));
+    }
+
+    #[test]
+    fn a_result_without_samples_or_spec_still_renders() {
+        let r = shard(1, 10, 1, 1);
+        assert!(r.cells.iter().all(|c| c.timeline.is_empty()) && r.spec.is_none());
+        let page = html(&r);
+        assert!(page.contains("no per-second samples"));
+        assert!(page.contains("does not carry its spec"));
+        assert_eq!(page.matches("<svg").count(), 1);
+        assert!(page.ends_with("</html>\n"));
+    }
+
+    #[test]
+    fn the_spec_reads_as_dotted_fields() {
+        let mut rows = Vec::new();
+        let spec = serde_json::json!({
+            "connections": [100, 1000],
+            "connect": {"batchSize": 500, "timeout": "10s"},
+            "loadgen": {"env": [{"name": "A", "value": "(redacted)"}], "tuning": {}},
+            "target": {"url": "ws://x"}
+        });
+        flatten(&spec, "", &mut rows);
+        let text: Vec<String> = rows.iter().map(|r| r.join(" = ")).collect();
+        assert_eq!(
+            text,
+            vec![
+                "connect.batchSize = 500",
+                "connect.timeout = 10s",
+                "connections = 100, 1000",
+                "loadgen.env[0].name = A",
+                "loadgen.env[0].value = (redacted)",
+                "loadgen.tuning = {}",
+                "target.url = ws://x",
+            ]
+        );
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(utc(1_795_930_482_123_456), "2026-11-29 05:34:42.123 UTC");
+        assert_eq!(utc(951_782_400_000_000), "2000-02-29 00:00:00.000 UTC");
+    }
+}
