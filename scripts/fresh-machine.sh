@@ -22,10 +22,10 @@ stdout_is_data
 
 # What need_packages installs somewhere in scripts/ that a new project machine does not have.
 # check-scripts.sh fails when a script installs a package that is in neither list.
-PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools prometheus shellcheck)
+PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools prometheus shellcheck chromium)
 # Installed by the scripts when missing, but part of every project machine (purging them would
-# take the machine's TLS certificates or git with them): left installed.
-BASE=(openssl curl jq)
+# take the machine's TLS certificates, git or every program's fonts with them): left installed.
+BASE=(openssl curl jq fonts-dejavu-core)
 
 yes=0 warm=0 dir=""
 parts=()
