@@ -54,6 +54,10 @@ enum Command {
     Shard(ShardArgs),
     /// Merge shard results into one report (histograms add exactly).
     Merge(MergeArgs),
+    /// Show a result again: a run's --out, a shard's, or the operator's merged result (plain
+    /// or gzip-compressed JSON); --html writes it as one self-contained HTML page. Exits 1
+    /// when its verdict failed, as the run did.
+    Report(ReportArgs),
     /// Check a LoadTest file and print what it would run.
     Validate(ValidateArgs),
     /// Echo for an Autobahn|Testsuite fuzzingserver, with the load generator's own client:
@@ -80,6 +84,8 @@ struct RunArgs {
     /// to this PNG (the LoadTest overview dashboard's two main panels).
     #[arg(long, value_name = "FILE.png")]
     plot: Option<PathBuf>,
+    #[command(flatten)]
+    html: HtmlArg,
 }
 
 #[derive(clap::Args)]
@@ -117,6 +123,23 @@ struct MergeArgs {
     results: Vec<PathBuf>,
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    html: HtmlArg,
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    result: PathBuf,
+    #[command(flatten)]
+    html: HtmlArg,
+}
+
+#[derive(clap::Args)]
+struct HtmlArg {
+    /// Also write the report as one self-contained HTML file (spec, verdict, tables, charts,
+    /// shards; nothing fetched from the network), to share or attach to CI.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -177,9 +200,19 @@ fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
     Ok(())
 }
 
-fn finish(result: &RunResult, out: &Option<PathBuf>) -> Result<ExitCode> {
+fn write_html(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, wsload_report::html(result))
+            .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!("HTML report written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn finish(result: &RunResult, out: &Option<PathBuf>, html: &HtmlArg) -> Result<ExitCode> {
     print!("{}", result.render());
     write_out(out, result)?;
+    write_html(&html.html, result)?;
     Ok(match &result.verdict {
         Some(v) if !v.passed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
@@ -191,6 +224,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => run(args),
         Command::Shard(args) => shard(args),
         Command::Merge(args) => merge(args),
+        Command::Report(args) => report(args),
         Command::Validate(args) => validate(args),
         Command::AutobahnClient(args) => autobahn_client(args),
         Command::Sysctl(args) => sysctl(args),
@@ -204,6 +238,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         common,
         server_bin,
         plot,
+        html,
     } = args;
     let lt = LoadTest::from_file(&file)?;
     let opts = Options {
@@ -219,7 +254,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
     } else {
         run::run(&lt, &opts)?
     };
-    finish(&result, &common.out)
+    finish(&result, &common.out, &html)
 }
 
 /// `wsload shard`: at once (or at `--start-at`), or under the operator's control protocol.
@@ -263,7 +298,7 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         plot: None,
     };
     if !await_start {
-        return finish(&run::run(&lt, &opts)?, &common.out);
+        return finish(&run::run(&lt, &opts)?, &common.out, &HtmlArg { html: None });
     }
     shard_under_control(lt, opts, listen, linger, common.out)
 }
@@ -300,11 +335,7 @@ fn shard_under_control(
 fn merge(args: MergeArgs) -> Result<ExitCode> {
     let mut merged: Option<RunResult> = None;
     for p in &args.results {
-        let bytes =
-            std::fs::read(p).map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
-        // Plain JSON (`--out`) or gzip-compressed, as the operator stores results.
-        let r = wsload_report::stored::decode(&bytes)
-            .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?;
+        let r = read_result(p)?;
         match &mut merged {
             None => merged = Some(r),
             Some(m) => m
@@ -314,7 +345,20 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
     }
     let merged =
         merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
-    finish(&merged, &args.out)
+    finish(&merged, &args.out, &args.html)
+}
+
+/// A result file: plain JSON (`--out`) or gzip-compressed, as the operator stores results.
+fn read_result(p: &std::path::Path) -> Result<RunResult> {
+    let bytes =
+        std::fs::read(p).map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
+    wsload_report::stored::decode(&bytes).map_err(|e| Error::Spec(format!("{}: {e}", p.display())))
+}
+
+/// `wsload report`: a stored result shown again, as tables and optionally as HTML.
+fn report(args: ReportArgs) -> Result<ExitCode> {
+    let result = read_result(&args.result)?;
+    finish(&result, &None, &args.html)
 }
 
 /// `wsload validate`: the file parsed and checked, and the cells it would run.

@@ -197,7 +197,7 @@ impl Prepared {
     pub fn empty_result(&self, lt: &LoadTest, started_at_unix_ms: u64) -> RunResult {
         let spec = &lt.spec;
         let shard = self.shard;
-        RunResult {
+        let mut result = RunResult {
             test: lt.name().to_string(),
             scenario: spec.scenario,
             target: self.url.clone(),
@@ -220,7 +220,12 @@ impl Prepared {
             notes: Vec::new(),
             shard_info: Vec::new(),
             spec: None,
+        };
+        // The report (`wsload report --html`) shows what ran; the copy has secrets redacted.
+        if let Err(e) = result.set_spec(spec) {
+            tracing::warn!(error = %e, "the spec is left out of the result");
         }
+        result
     }
 
     /// The servers' received counters, for a gate that judges delivery.

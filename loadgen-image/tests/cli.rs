@@ -264,6 +264,26 @@ fn shards_merge_exactly() {
     // Shards without a conductor never judge delivery: each saw the others' messages too.
     assert_eq!(m.server_received, None);
 
+    // The merge shown again: the same tables as `merge` printed, from plain or compressed
+    // JSON, and as one HTML page carrying the spec the shards ran.
+    let html = dir.path("merged.html");
+    let again = wsload(&[
+        "report",
+        merged_path.to_str().expect("utf-8 path"),
+        "--html",
+        html.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(stdout(&again), stdout(&o));
+    let page = std::fs::read_to_string(&html).expect("the HTML report");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{}", &page[..80]);
+    assert!(page.contains("<svg"), "a chart");
+    assert!(page.contains("Test spec"), "the spec section");
+    assert!(merged.spec.is_some(), "each shard records its spec");
+    let o = wsload(&["report", packed.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("shards [1] of 2"), "{}", stdout(&o));
+
     // A shard merged twice is refused, naming the shard.
     let o = wsload(&[
         "merge",
