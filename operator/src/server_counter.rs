@@ -7,6 +7,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use wsload_http::http_client::Client;
 use wsload_http::scrape;
 use wsload_spec::LoadTestSpec;
 
@@ -71,16 +72,17 @@ impl ServerCounter {
         Ok(Some(ServerCounter { urls, name, labels }))
     }
 
-    /// Every URL scraped at once and summed. One that fails fails the reading: a sum missing
-    /// a replica would read as loss.
-    pub async fn read(&self, timeout: Duration) -> Result<u64, CounterError> {
+    /// Every URL scraped at once through `http` and summed. One that fails fails the
+    /// reading: a sum missing a replica would read as loss.
+    pub async fn read(&self, http: &Client, timeout: Duration) -> Result<u64, CounterError> {
         // Futures built up front, owning what they need (see reconcile/fanout.rs).
         let reads: Vec<_> = self
             .urls
             .iter()
             .map(|url| {
                 let (url, name, labels) = (url.clone(), self.name.clone(), self.labels.clone());
-                async move { Ok(scrape::read(&url, &name, &labels, timeout).await?) }
+                let http = http.clone();
+                async move { Ok(scrape::read(&http, &url, &name, &labels, timeout).await?) }
             })
             .collect();
         let readings: Vec<Result<u64, CounterError>> = futures_util::stream::iter(reads)
@@ -180,10 +182,14 @@ mod tests {
             name: "rx_total".into(),
             labels: BTreeMap::new(),
         };
-        assert_eq!(c.read(Duration::from_secs(5)).await.expect("read"), 42);
+        let http = Client::new();
+        assert_eq!(
+            c.read(&http, Duration::from_secs(5)).await.expect("read"),
+            42
+        );
         // One replica unreachable: no sum.
         let mut broken = c.clone();
         broken.urls.push("http://127.0.0.1:1/metrics".into());
-        assert!(broken.read(Duration::from_secs(5)).await.is_err());
+        assert!(broken.read(&http, Duration::from_secs(5)).await.is_err());
     }
 }

@@ -710,6 +710,7 @@ async fn three_shards_over_two_server_replicas_reconcile_delivery_exactly() {
         let p = e.pods.get(pod).await.expect("replica pod");
         let ip = p.status.and_then(|s| s.pod_ip).expect("pod IP");
         let n = wsload_http::scrape::read(
+            &wsload_http::http_client::Client::new(),
             &format!("http://{ip}:9090"),
             wsload_spec::DEFAULT_RECEIVED_METRIC,
             &Default::default(),

@@ -17,8 +17,15 @@ pub struct ShardClient {
 }
 
 impl ShardClient {
-    /// A shard at `host:port` (an IPv6 address is bracketed here).
+    /// A shard at `host:port` (an IPv6 address is bracketed here), with a pool of its own.
     pub fn new(host: &str, port: u16, timeout: Duration) -> Self {
+        ShardClient::with_http(Client::new(), host, port, timeout)
+    }
+
+    /// A shard at `host:port` asked through `http`: a conductor of many shards passes one
+    /// pool to them all, so that each poll reuses the shard's kept-alive connection instead
+    /// of opening a new one.
+    pub fn with_http(http: Client, host: &str, port: u16, timeout: Duration) -> Self {
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -27,7 +34,7 @@ impl ShardClient {
         ShardClient {
             base: format!("http://{host}:{port}"),
             timeout,
-            http: Client::new(),
+            http,
         }
     }
 

@@ -20,8 +20,10 @@ use std::time::Duration;
 /// near it (a shard's result with its histograms is a few hundred KiB).
 pub const MAX_ANSWER: usize = 64 * 1024 * 1024;
 /// A pooled connection idle this long is closed: shorter than the endpoints'
-/// [`crate::REQUEST_TIMEOUT`], so that the client does not reuse one the server is closing.
-const POOL_IDLE: Duration = Duration::from_secs(2);
+/// [`crate::REQUEST_TIMEOUT`] (5 s), so that the client does not reuse one the server is
+/// closing, and longer than the operator's default poll (2 s) plus a reconcile, so that its
+/// polls of a shard reuse one connection.
+const POOL_IDLE: Duration = Duration::from_secs(4);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! pub fn sum(body: &str, name: &str, labels: &BTreeMap<String, String>) -> f64
-//! pub async fn read(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
+//! pub async fn read(client: &http_client::Client, url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! pub fn read_blocking(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! ```
 
@@ -200,16 +200,18 @@ fn answer(
     Ok(value.round() as u64)
 }
 
-/// Scrapes `url` (a bare `http://host:port` means its `/metrics`) and sums the counter `name`
-/// over the series carrying `labels`.
+/// Scrapes `url` (a bare `http://host:port` means its `/metrics`) with `client` and sums the
+/// counter `name` over the series carrying `labels`. The caller's client, so that repeated
+/// scrapes of one endpoint reuse its kept-alive connection.
 pub async fn read(
+    client: &http_client::Client,
     url: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
     timeout: Duration,
 ) -> Result<u64> {
     let url = with_default_path(url);
-    let r = http_client::get(&url, timeout).await?;
+    let r = client.get(&url, timeout).await?;
     answer(url, r, name, labels)
 }
 
@@ -354,7 +356,8 @@ mod tests {
         });
         let url = format!("http://{addr}");
         let t = Duration::from_secs(5);
-        let got = read(&url, "x_total", &labels(&[("a", "b")]), t).await;
+        let client = http_client::Client::new();
+        let got = read(&client, &url, "x_total", &labels(&[("a", "b")]), t).await;
         assert_eq!(got.expect("read"), 41);
         let blocking = {
             let url = url.clone();
@@ -363,7 +366,7 @@ mod tests {
                 .expect("join")
         };
         assert_eq!(blocking.expect("read"), 42);
-        let e = read(&format!("{url}/nope"), "x", &labels(&[]), t)
+        let e = read(&client, &format!("{url}/nope"), "x", &labels(&[]), t)
             .await
             .expect_err("404");
         assert_eq!(e.to_string(), format!("GET {url}/nope: HTTP 404"));

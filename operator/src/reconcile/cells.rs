@@ -186,10 +186,15 @@ impl Step<'_> {
             .map(|(i, _)| i);
         let targets = self.addresses(waiting);
         let start_at = cell.start_at_millis;
-        let answers = fanout::each(&targets, self.ctx.config.control_timeout, |c| {
-            let key = key.clone();
-            async move { c.cell(start_at, key).await }
-        })
+        let answers = fanout::each(
+            &self.ctx.http,
+            &targets,
+            self.ctx.config.control_timeout,
+            |c| {
+                let key = key.clone();
+                async move { c.cell(start_at, key).await }
+            },
+        )
         .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
@@ -212,9 +217,12 @@ impl Step<'_> {
             "all {} cells done; shards building their results",
             self.st.cells.len()
         ));
-        let answers = fanout::each(&targets, self.ctx.config.control_timeout, |c| async move {
-            c.end().await
-        })
+        let answers = fanout::each(
+            &self.ctx.http,
+            &targets,
+            self.ctx.config.control_timeout,
+            |c| async move { c.end().await },
+        )
         .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
@@ -253,7 +261,9 @@ impl Step<'_> {
             }
         };
         let before = self.counter_before(cell.index)?;
-        let reading = counter.read(self.ctx.config.control_timeout).await;
+        let reading = counter
+            .read(&self.ctx.http, self.ctx.config.control_timeout)
+            .await;
         let uid = self.lt.uid().unwrap_or_default();
         let now = Instant::now();
         let mut settles = lock(&self.ctx.settles);

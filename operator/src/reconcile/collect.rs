@@ -23,6 +23,7 @@ use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use std::time::Duration;
 use wsload_control::client::ShardClient;
+use wsload_http::http_client::Client;
 use wsload_spec::status::{Phase, ShardState};
 use wsload_spec::{Cleanup, LoadTestResource};
 
@@ -43,6 +44,7 @@ enum Collected {
 /// cannot be asked (its pod gone, or not answering) may have been collected already by a
 /// reconcile whose status write was lost: its stored result counts.
 async fn collect_one(
+    http: Client,
     ip: Option<String>,
     index: u32,
     config_maps: kube::Api<ConfigMap>,
@@ -51,7 +53,7 @@ async fn collect_one(
 ) -> (u32, Collected) {
     let (result_timeout, control_timeout) = timeouts;
     let fetched = match &ip {
-        Some(ip) => ShardClient::new(ip, SHARD_PORT, result_timeout)
+        Some(ip) => ShardClient::with_http(http.clone(), ip, SHARD_PORT, result_timeout)
             .result()
             .await
             .map_err(|e| e.to_string()),
@@ -77,7 +79,7 @@ async fn collect_one(
     };
     // Stored: the shard may go. One that does not hear it exits after its linger.
     if let Some(ip) = &ip
-        && let Err(e) = ShardClient::new(ip, SHARD_PORT, control_timeout)
+        && let Err(e) = ShardClient::with_http(http, ip, SHARD_PORT, control_timeout)
             .finish()
             .await
     {
@@ -98,6 +100,7 @@ impl Step<'_> {
             .into_iter()
             .map(|i| {
                 collect_one(
+                    self.ctx.http.clone(),
                     self.world.shards.get(&i).and_then(pods::ip),
                     i,
                     self.apis.config_maps.clone(),

@@ -6,13 +6,15 @@ use futures_util::StreamExt;
 use std::future::Future;
 use std::time::Duration;
 use wsload_control::client::ShardClient;
+use wsload_http::http_client::Client;
 
 /// Requests in flight at most.
 const CONCURRENCY: usize = 32;
 
-/// Calls `call` on every shard of `targets` (index, pod IP), at most [`CONCURRENCY`] at a
-/// time; the answers by shard index, in no particular order.
+/// Calls `call` on every shard of `targets` (index, pod IP) through `http`, at most
+/// [`CONCURRENCY`] at a time; the answers by shard index, in no particular order.
 pub(super) async fn each<T, F, Fut>(
+    http: &Client,
     targets: &[(u32, String)],
     timeout: Duration,
     call: F,
@@ -28,7 +30,12 @@ where
         .iter()
         .map(|(i, ip)| {
             let i = *i;
-            let answer = call(ShardClient::new(ip, SHARD_PORT, timeout));
+            let answer = call(ShardClient::with_http(
+                http.clone(),
+                ip,
+                SHARD_PORT,
+                timeout,
+            ));
             async move { (i, answer.await) }
         })
         .collect();

@@ -28,6 +28,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wsload_http::http_client::Client;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase};
 
@@ -39,6 +40,10 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Config,
+    /// One connection pool for every shard's control endpoint and every server's counter:
+    /// each poll reuses a shard's kept-alive connection rather than opening one per shard
+    /// per poll. Each call still has its own limit (`control_timeout`, `result_timeout`).
+    pub http: Client,
     /// The server counter settling after a cell, per LoadTest uid. In memory only: it is a
     /// few seconds of readings, and a restarted operator simply settles the cell again.
     pub settles: Mutex<HashMap<String, cells::Settling>>,
@@ -58,6 +63,7 @@ impl Context {
             recorder,
             metrics,
             config,
+            http: Client::new(),
             settles: Mutex::new(HashMap::new()),
         }
     }

@@ -62,9 +62,12 @@ impl Step<'_> {
         }
         // Every live shard asked at once: the barrier needs all of them, and hundreds of
         // shards one after another would take longer than a cell.
-        let answers = fanout::each(&targets, self.ctx.config.control_timeout, |c| async move {
-            c.state().await
-        })
+        let answers = fanout::each(
+            &self.ctx.http,
+            &targets,
+            self.ctx.config.control_timeout,
+            |c| async move { c.state().await },
+        )
         .await;
         let mut states = BTreeMap::new();
         let mut all_answered = targets.len() == self.count_live();

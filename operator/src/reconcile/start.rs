@@ -287,6 +287,7 @@ impl Step<'_> {
             .cloned()
             .collect();
         let answers = fanout::each(
+            &self.ctx.http,
             &unreleased,
             self.ctx.config.control_timeout,
             |c| async move {
@@ -367,7 +368,10 @@ impl Step<'_> {
                 return None;
             }
         };
-        match counter.read(self.ctx.config.control_timeout).await {
+        match counter
+            .read(&self.ctx.http, self.ctx.config.control_timeout)
+            .await
+        {
             Ok(n) => {
                 self.st.server_received_baseline = Some(n);
                 None
