@@ -15,6 +15,7 @@ pub mod pods;
 pub mod reconcile;
 pub mod results;
 pub mod server_counter;
+pub mod shard_entries;
 pub mod text;
 
 #[derive(Debug, thiserror::Error)]

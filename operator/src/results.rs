@@ -1,27 +1,13 @@
-//! Shares and results: how the load is split (recorded in status before any shard runs), and
-//! how the shards' results become the test's figures and verdict (merged with the same code as
-//! `wsload merge`, so a cluster run and a local run of the same spec report alike).
+//! How the shards' results become the test's figures and verdict: merged with the same code as
+//! `wsload merge`, so a cluster run and a local run of the same spec report alike.
 
 use std::collections::BTreeMap;
 use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
-    LoadTestStatus, MAX_LISTED, Percentiles, ShardState, ShardStatus, ThresholdResult, TierFigures,
-    Verdict,
+    LoadTestStatus, MAX_LISTED, Percentiles, ThresholdResult, TierFigures, Verdict,
 };
-
-/// One status entry per shard, each pending. Its share of the load is the spec's
-/// (`wsload_spec::shares`), not repeated here: status stays small at thousands of shards.
-pub fn shard_entries(spec: &LoadTestSpec) -> Vec<ShardStatus> {
-    (0..spec.shards)
-        .map(|index| ShardStatus {
-            index,
-            state: ShardState::Pending,
-            ..Default::default()
-        })
-        .collect()
-}
 
 /// What the shards' results add up to.
 pub struct Summary {
@@ -251,15 +237,6 @@ mod tests {
     }
 
     #[test]
-    fn every_shard_starts_pending_in_index_order() {
-        let s = spec("target: {server: {}}\nscenario: echo\nconnections: [10]\nshards: 4\n");
-        let entries = shard_entries(&s);
-        let indexes: Vec<u32> = entries.iter().map(|e| e.index).collect();
-        assert_eq!(indexes, [0, 1, 2, 3]);
-        assert!(entries.iter().all(|e| e.state == ShardState::Pending));
-    }
-
-    #[test]
     fn the_p99_column_says_when_it_is_the_handshake() {
         let mut f = Figures::default();
         assert_eq!(headline_p99(&f), None);
@@ -376,13 +353,13 @@ mod tests {
     /// thresholds each) stays well below etcd's 1.5 MiB object limit.
     #[test]
     fn status_stays_bounded_at_the_largest_spec() {
-        use wsload_spec::status::{CellStatus, Percentiles as P};
+        use wsload_spec::status::{CellStatus, Percentiles as P, ShardState};
         let s = spec(&format!(
             "target: {{server: {{}}}}\nscenario: echo\nconnections: [200]\nshards: {}\n",
             wsload_spec::cel::MAX_SHARDS
         ));
         let mut st = LoadTestStatus {
-            shards: shard_entries(&s),
+            shards: crate::shard_entries::pending(&s),
             ..Default::default()
         };
         for e in &mut st.shards {

@@ -12,7 +12,7 @@
 
 use super::Context;
 use super::fanout;
-use super::step::Step;
+use super::view::View;
 use crate::pods;
 use crate::server_counter::ServerCounter;
 use kube::ResourceExt;
@@ -98,7 +98,7 @@ fn finished(s: &State, index: u32) -> bool {
     s.state == ShardPhase::Between && s.last_cell.as_ref().is_some_and(|c| c.index == index)
 }
 
-impl Step<'_> {
+impl View<'_> {
     /// Moves the cells on, given the control state of every shard still live (`all_answered`:
     /// none of them failed to answer). Returns how soon to look again when sooner than the
     /// poll interval.
@@ -315,8 +315,8 @@ impl Step<'_> {
     }
 }
 
-fn unix_millis(step: &Step<'_>) -> u64 {
-    u64::try_from(step.now.as_millisecond()).unwrap_or(0)
+fn unix_millis(view: &View<'_>) -> u64 {
+    u64::try_from(view.now.as_millisecond()).unwrap_or(0)
 }
 
 #[cfg(test)]

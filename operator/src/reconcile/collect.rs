@@ -5,8 +5,8 @@
 
 use super::cells;
 use super::fanout;
-use super::step::{Step, humantime};
 use super::store::{self, StoreError};
+use super::view::{View, humantime};
 use crate::Result;
 use crate::builders;
 use crate::names::SHARD_PORT;
@@ -88,7 +88,7 @@ async fn collect_one(
     (index, Collected::Stored(stored))
 }
 
-impl Step<'_> {
+impl View<'_> {
     pub(super) async fn collecting(&mut self) -> Result<Action> {
         let (_, _, collect_limit) = self.timeouts();
         let timeouts = (

@@ -5,13 +5,14 @@
 
 mod cells;
 mod collect;
+mod conditions;
 mod fanout;
 mod running;
 mod start;
-mod step;
 mod store;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use crate::builders;
 use crate::metrics::Metrics;
@@ -134,7 +135,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     let effective = ctx.config.defaults.apply(&lt);
     let old = lt.status.clone().unwrap_or_default();
     let mut st = old.clone();
-    let mut step = Step {
+    let mut view = View {
         ctx: &ctx,
         lt: &effective,
         apis: &apis,
@@ -142,7 +143,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         st: &mut st,
         now: Timestamp::now(),
     };
-    let action = step.run().await;
+    let action = view.run().await;
     // Whatever the step managed before an error is still written: results already collected
     // and shards already released must not be forgotten.
     if st != old {
@@ -232,4 +233,4 @@ async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
     }
 }
 
-use step::Step;
+use view::View;

@@ -2,17 +2,17 @@
 //! test's policy, start skew measured, the run deadline kept.
 
 use super::fanout;
-use super::step::{Step, humantime};
+use super::view::{View, humantime};
 use crate::Result;
 use crate::pods::{self, PodHealth};
 use crate::text::listed;
 use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wsload_control::protocol::Phase as ShardPhase;
+use wsload_control::protocol::{Phase as ShardPhase, State};
 use wsload_spec::status::{Phase, ShardState, ShardStatus};
 
-impl Step<'_> {
+impl View<'_> {
     /// A shard that stopped being able to deliver its result, and why.
     pub(super) fn shard_loss(&self, index: u32) -> Option<(ShardState, String)> {
         let Some(pod) = self.world.shards.get(&index) else {
@@ -34,11 +34,36 @@ impl Step<'_> {
     }
 
     pub(super) async fn running(&mut self) -> Result<Action> {
-        let test = self.test();
         let (_, run_limit, _) = self.timeouts();
         if let Some(why) = self.server_lost() {
             self.mark_failed("ServerLost", format!("{why} during the run"));
         }
+        let targets = self.live_shard_addresses();
+        let (states, all_answered) = self.poll_shards(&targets).await;
+        self.st.start_skew_millis = skew_millis(&self.st.shards);
+        let soon = self.conduct(&states, all_answered).await;
+        let unfinished: Vec<u32> = self
+            .st
+            .shards
+            .iter()
+            .filter(|s| live(s.state))
+            .map(|s| s.index)
+            .collect();
+        if unfinished.is_empty() {
+            self.enter(Phase::Collecting, "all shards finished; collecting results");
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        if self.deadline_passed(run_limit) {
+            self.run_deadline_exceeded(&unfinished, run_limit);
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        let poll = self.ctx.config.poll;
+        Ok(Action::requeue(soon.map_or(poll, |s| s.min(poll))))
+    }
+
+    /// The live shards whose pods can still deliver, by index and pod IP. Each one's restart
+    /// count is recorded on the way; a shard whose pod cannot deliver any more is lost.
+    fn live_shard_addresses(&mut self) -> Vec<(u32, String)> {
         let indexes: Vec<u32> = self.st.shards.iter().map(|s| s.index).collect();
         let mut targets = Vec::new();
         for i in indexes {
@@ -60,11 +85,18 @@ impl Step<'_> {
                 targets.push((i, ip));
             }
         }
+        targets
+    }
+
+    /// Asks every shard of `targets` for its control state: those still in a cell (or
+    /// between cells), by index, and whether every live shard answered. A shard that ended
+    /// is marked Done, one that restarted lost.
+    async fn poll_shards(&mut self, targets: &[(u32, String)]) -> (BTreeMap<u32, State>, bool) {
         // Every live shard asked at once: the barrier needs all of them, and hundreds of
         // shards one after another would take longer than a cell.
         let answers = fanout::each(
             &self.ctx.http,
-            &targets,
+            targets,
             self.ctx.config.control_timeout,
             |c| async move { c.state().await },
         )
@@ -72,82 +104,75 @@ impl Step<'_> {
         let mut states = BTreeMap::new();
         let mut all_answered = targets.len() == self.count_live();
         for (i, answer) in answers {
-            let cs = match answer {
-                Ok(cs) => cs,
+            match answer {
+                Ok(cs) => {
+                    if let Some(cs) = self.note_state(i, cs) {
+                        states.insert(i, cs);
+                    }
+                }
                 Err(e) => {
                     all_answered = false;
-                    tracing::debug!(loadtest = %test, shard = i, error = %e, "shard state unknown");
-                    continue;
-                }
-            };
-            if let (Some(us), Some(s)) = (
-                cs.started_at_micros,
-                self.st.shards.iter_mut().find(|s| s.index == i),
-            ) {
-                s.started_at_micros = Some(us);
-            }
-            match cs.state {
-                ShardPhase::Done | ShardPhase::Failed => {
-                    let note = cs
-                        .error
-                        .as_ref()
-                        .map(|e| format!("finished with an error: {e}"));
-                    self.set_shard(i, ShardState::Done, note);
-                }
-                ShardPhase::Waiting => {
-                    // The new process can answer before the kubelet's restartCount reaches
-                    // the watch cache; a failed shard is not looked at again, so its count
-                    // would stay 0 although it restarted.
-                    if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
-                        s.restarts = s.restarts.max(1);
-                    }
-                    self.shard_failed(
-                        i,
-                        ShardState::Lost,
-                        format!(
-                            "shard {i} is waiting for a start again: it restarted after release"
-                        ),
-                    )
-                }
-                ShardPhase::Armed | ShardPhase::Running | ShardPhase::Between => {
-                    states.insert(i, cs);
+                    tracing::debug!(loadtest = %self.test(), shard = i, error = %e, "shard state unknown");
                 }
             }
         }
-        self.st.start_skew_millis = skew_millis(&self.st.shards);
-        let soon = self.conduct(&states, all_answered).await;
-        let unfinished: Vec<u32> = self
-            .st
-            .shards
-            .iter()
-            .filter(|s| live(s.state))
-            .map(|s| s.index)
-            .collect();
-        if unfinished.is_empty() {
-            self.enter(Phase::Collecting, "all shards finished; collecting results");
-            return Ok(Action::requeue(Duration::from_millis(10)));
+        (states, all_answered)
+    }
+
+    /// Records what shard `i` answered; its state back when it is still in the run.
+    fn note_state(&mut self, i: u32, cs: State) -> Option<State> {
+        if let (Some(us), Some(s)) = (
+            cs.started_at_micros,
+            self.st.shards.iter_mut().find(|s| s.index == i),
+        ) {
+            s.started_at_micros = Some(us);
         }
-        if self.deadline_passed(run_limit) {
-            for i in &unfinished {
-                self.set_shard(*i, ShardState::Lost, Some("run deadline exceeded".into()));
+        match cs.state {
+            ShardPhase::Done | ShardPhase::Failed => {
+                let note = cs
+                    .error
+                    .as_ref()
+                    .map(|e| format!("finished with an error: {e}"));
+                self.set_shard(i, ShardState::Done, note);
+                None
             }
-            self.mark_failed(
-                "RunDeadlineExceeded",
-                format!(
-                    "{} shards did not finish within {}: {}",
-                    unfinished.len(),
-                    humantime(run_limit),
-                    listed(&unfinished, 10)
-                ),
-            );
-            self.enter(
-                Phase::Collecting,
-                "run deadline exceeded; collecting what finished",
-            );
-            return Ok(Action::requeue(Duration::from_millis(10)));
+            ShardPhase::Waiting => {
+                // The new process can answer before the kubelet's restartCount reaches
+                // the watch cache; a failed shard is not looked at again, so its count
+                // would stay 0 although it restarted.
+                if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == i) {
+                    s.restarts = s.restarts.max(1);
+                }
+                self.shard_failed(
+                    i,
+                    ShardState::Lost,
+                    format!("shard {i} is waiting for a start again: it restarted after release"),
+                );
+                None
+            }
+            ShardPhase::Armed | ShardPhase::Running | ShardPhase::Between => Some(cs),
         }
-        let poll = self.ctx.config.poll;
-        Ok(Action::requeue(soon.map_or(poll, |s| s.min(poll))))
+    }
+
+    /// The run outlived its deadline: the unfinished shards are lost, the test fails, and
+    /// what finished is collected.
+    fn run_deadline_exceeded(&mut self, unfinished: &[u32], run_limit: Duration) {
+        for i in unfinished {
+            self.set_shard(*i, ShardState::Lost, Some("run deadline exceeded".into()));
+        }
+        self.mark_failed(
+            "RunDeadlineExceeded",
+            format!(
+                "{} shards did not finish within {}: {}",
+                unfinished.len(),
+                humantime(run_limit),
+                listed(unfinished, 10)
+            ),
+        );
+        self.enter(
+            Phase::Collecting,
+            "run deadline exceeded; collecting what finished",
+        );
     }
 
     /// Shards that may still run or report cells.

@@ -2,15 +2,17 @@
 //! on, the shards started, and the start barrier.
 
 use super::cells::cell_released;
+use super::conditions::CONDITION_FAILED;
 use super::fanout;
-use super::step::{CONDITION_FAILED, Step, humantime};
+use super::view::{View, humantime};
 use crate::builders;
 use crate::names::{self, MANAGER};
 use crate::pods::{self, PodHealth};
-use crate::results;
 use crate::server_counter::ServerCounter;
+use crate::shard_entries;
 use crate::text::listed;
 use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Patch, PatchParams};
@@ -18,7 +20,18 @@ use kube::runtime::controller::Action;
 use std::time::Duration;
 use wsload_spec::status::{Phase, ShardState};
 
-impl Step<'_> {
+/// The shards' pods in one reconcile of Starting.
+#[derive(Default)]
+struct ShardPods {
+    /// Index and pod IP of each ready shard.
+    ready: Vec<(u32, String)>,
+    /// Pods to apply (name, pod): the shards that have none yet.
+    create: Vec<(String, Pod)>,
+    /// What each shard not ready waits for.
+    waiting: Vec<String>,
+}
+
+impl View<'_> {
     pub(super) fn begin(&mut self) -> Result<Action> {
         self.st.observed_generation = self.lt.metadata.generation;
         self.st.start_time = Some(Time(self.now));
@@ -34,7 +47,7 @@ impl Step<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
-        self.st.shards = results::shard_entries(spec);
+        self.st.shards = shard_entries::pending(spec);
         self.condition(CONDITION_FAILED, false, "NoFailure", "");
         self.enter(Phase::Pending, "starting the server under test");
         Ok(Action::requeue(Duration::from_millis(200)))
@@ -169,44 +182,85 @@ impl Step<'_> {
         if let Some(why) = self.server_lost() {
             return self.fail("ServerLost", why).await;
         }
-        let test = self.test();
-        let target_url = self.st.target_url.clone().unwrap_or_default();
+        let (start_limit, _, _) = self.timeouts();
         let document = builders::loadtest_document(self.lt)
             .map_err(|e| Error::serialize("the LoadTest for its shards", e))?;
-        let pp = PatchParams::apply(MANAGER).force();
-        let (start_limit, _, _) = self.timeouts();
-        let mut waiting = Vec::new();
-        let mut ready = Vec::new();
-        let mut create = Vec::new();
+        let pods = match self.shard_pods(&document) {
+            Ok(pods) => pods,
+            Err(ended) => return self.fail("ShardFailed", ended).await,
+        };
+        self.create_shard_pods(pods.create).await?;
+        self.mark_ready(&pods.ready);
+        if !pods.waiting.is_empty() {
+            return self
+                .wait_for_shards(&pods.waiting, pods.ready.len(), start_limit)
+                .await;
+        }
+        self.condition(
+            "ShardsReady",
+            true,
+            "AllReady",
+            format!("{} shards ready", pods.ready.len()),
+        );
+        // The start instant (and the server counter's baseline, and cell 0) is written to
+        // status before any shard hears it, so an operator that restarts mid-release sends
+        // every shard the same instant.
+        let Some(start_ms) = self.st.start_at_millis else {
+            return Ok(self.fix_start_instant(start_limit).await);
+        };
+        if self.st.cells.is_empty()
+            && let Some(first) = wsload_control::Conductor::first(&self.lt.spec)
+        {
+            self.st
+                .cells
+                .push(cell_released(&first, start_ms, pods.ready.len()));
+        }
+        let refused = self.release(&pods.ready, start_ms).await;
+        if !refused.is_empty()
+            && let Some(action) = self.refused_release(&refused, start_ms).await?
+        {
+            return Ok(action);
+        }
+        Ok(self.enter_running())
+    }
+
+    /// Every shard's pod as the view holds it, each shard's status following its pod's
+    /// health; `Err` with the cause when a shard's pod ended before the start.
+    fn shard_pods(&mut self, document: &str) -> std::result::Result<ShardPods, String> {
+        let test = self.test();
+        let target_url = self.st.target_url.clone().unwrap_or_default();
+        let mut pods = ShardPods::default();
         for i in 0..self.lt.spec.shards {
             let name = names::shard(&test, i);
             let Some(pod) = self.world.shards.get(&i) else {
                 // Created once: a pod's spec is immutable, and the one made is the one to use.
-                create.push((
-                    name,
-                    builders::shard_pod(self.lt, i, &target_url, &document),
-                ));
-                waiting.push(format!("shard {i}: pod created"));
+                pods.create
+                    .push((name, builders::shard_pod(self.lt, i, &target_url, document)));
+                pods.waiting.push(format!("shard {i}: pod created"));
                 continue;
             };
             match pods::health(pod) {
-                PodHealth::Ready { ip } => ready.push((i, ip)),
+                PodHealth::Ready { ip } => pods.ready.push((i, ip)),
                 PodHealth::Ended { reason } => {
                     self.set_shard(i, ShardState::Failed, Some(reason.clone()));
-                    return self
-                        .fail(
-                            "ShardFailed",
-                            format!("shard {i} (pod {name}) ended before the start: {reason}"),
-                        )
-                        .await;
+                    return Err(format!(
+                        "shard {i} (pod {name}) ended before the start: {reason}"
+                    ));
                 }
                 h => {
                     self.set_shard(i, ShardState::Pending, Some(h.describe()));
-                    waiting.push(format!("shard {i} (pod {name}): {}", h.describe()));
+                    pods.waiting
+                        .push(format!("shard {i} (pod {name}): {}", h.describe()));
                 }
             }
         }
-        // Hundreds of pods: created side by side, not one round trip after another.
+        Ok(pods)
+    }
+
+    /// Applies the missing shard pods, side by side: hundreds of pods must not take one round
+    /// trip after another.
+    async fn create_shard_pods(&self, create: Vec<(String, Pod)>) -> Result<()> {
+        let pp = PatchParams::apply(MANAGER).force();
         let creates: Vec<_> = create
             .into_iter()
             .map(|(name, pod)| {
@@ -218,7 +272,12 @@ impl Step<'_> {
         for created in fanout::bounded(creates).await {
             created?;
         }
-        for (i, _) in &ready {
+        Ok(())
+    }
+
+    /// Shards whose pods are ready and that wait for their release become Ready.
+    fn mark_ready(&mut self, ready: &[(u32, String)]) {
+        for (i, _) in ready {
             // Released shards stay Running through a retry of the others' release.
             if self
                 .shard(*i)
@@ -227,57 +286,51 @@ impl Step<'_> {
                 self.set_shard(*i, ShardState::Ready, None);
             }
         }
-        if !waiting.is_empty() {
-            if self.deadline_passed(start_limit) {
-                return self
-                    .fail(
-                        "ShardsNotReady",
-                        format!(
-                            "{} of {} shards not ready within {}: {}",
-                            waiting.len(),
-                            self.lt.spec.shards,
-                            humantime(start_limit),
-                            listed(&waiting, 10)
-                        ),
-                    )
-                    .await;
-            }
-            self.st.message = Some(format!(
-                "{}/{} shards ready",
-                ready.len(),
-                self.lt.spec.shards
-            ));
-            return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    /// Some shards are not ready: look again soon, or fail once the start deadline passed.
+    async fn wait_for_shards(
+        &mut self,
+        waiting: &[String],
+        ready: usize,
+        start_limit: Duration,
+    ) -> Result<Action> {
+        let shards = self.lt.spec.shards;
+        if self.deadline_passed(start_limit) {
+            return self
+                .fail(
+                    "ShardsNotReady",
+                    format!(
+                        "{} of {shards} shards not ready within {}: {}",
+                        waiting.len(),
+                        humantime(start_limit),
+                        listed(waiting, 10)
+                    ),
+                )
+                .await;
         }
-        self.condition(
-            "ShardsReady",
-            true,
-            "AllReady",
-            format!("{} shards ready", ready.len()),
-        );
-        // The start instant (and the server counter's baseline, and cell 0) is written to
-        // status before any shard hears it, so an operator that restarts mid-release sends
-        // every shard the same instant.
-        let Some(start_ms) = self.st.start_at_millis else {
-            if let Some(wait) = self.read_baseline(start_limit).await {
-                return Ok(Action::requeue(wait));
-            }
-            let delay =
-                SignedDuration::try_from(self.lt.spec.run.start_delay.get()).unwrap_or_default();
-            let at = self.now.checked_add(delay).unwrap_or(self.now);
-            self.st.start_at = Some(Time(at));
-            self.st.start_at_millis = Some(u64::try_from(at.as_millisecond()).unwrap_or(0));
-            self.st.message = Some(format!("all shards ready; releasing them at {at}"));
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        };
-        if self.st.cells.is_empty()
-            && let Some(first) = wsload_control::Conductor::first(&self.lt.spec)
-        {
-            self.st
-                .cells
-                .push(cell_released(&first, start_ms, ready.len()));
+        self.st.message = Some(format!("{ready}/{shards} shards ready"));
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
+    /// Every shard ready and no instant yet: the servers' baseline read, then the start
+    /// instant chosen and recorded; the release follows in the next reconcile.
+    async fn fix_start_instant(&mut self, start_limit: Duration) -> Action {
+        if let Some(wait) = self.read_baseline(start_limit).await {
+            return Action::requeue(wait);
         }
-        // Only the shards not released yet: a retry must not wait on those already told.
+        let delay =
+            SignedDuration::try_from(self.lt.spec.run.start_delay.get()).unwrap_or_default();
+        let at = self.now.checked_add(delay).unwrap_or(self.now);
+        self.st.start_at = Some(Time(at));
+        self.st.start_at_millis = Some(u64::try_from(at.as_millisecond()).unwrap_or(0));
+        self.st.message = Some(format!("all shards ready; releasing them at {at}"));
+        Action::requeue(Duration::from_millis(10))
+    }
+
+    /// Tells every ready shard not released yet to start at `start_ms` (a retry must not wait
+    /// on those already told); the shards that refused or did not answer, with why.
+    async fn release(&mut self, ready: &[(u32, String)], start_ms: u64) -> Vec<(u32, String)> {
         let unreleased: Vec<(u32, String)> = ready
             .iter()
             .filter(|(i, _)| {
@@ -304,35 +357,48 @@ impl Step<'_> {
             }
         }
         refused.sort();
-        if !refused.is_empty() {
-            let now_ms = u64::try_from(self.now.as_millisecond()).unwrap_or(0);
-            if now_ms < start_ms {
-                let text: Vec<String> = refused
-                    .iter()
-                    .map(|(i, e)| format!("shard {i}: {e}"))
-                    .collect();
-                self.st.message = Some(format!("releasing: {}", listed(&text, 5)));
-                return Ok(Action::requeue(Duration::from_millis(200)));
-            }
-            // The instant passed: a shard released now would start late and skew every
-            // cell. It is lost, and the test's shardFailure policy decides.
-            for (i, e) in &refused {
-                self.shard_failed(
-                    *i,
-                    ShardState::Lost,
-                    format!("not released before the start instant: {e}"),
-                );
-            }
-            let released = self.count_live();
-            if released == 0 {
-                return self
-                    .fail("ReleaseFailed", "no shard could be released")
-                    .await;
-            }
-            if let Some(c) = self.st.cells.first_mut() {
-                c.shards = u32::try_from(released).unwrap_or(u32::MAX);
-            }
+        refused
+    }
+
+    /// Some shards were not released: before the instant, try again soon; after it, they are
+    /// lost. `Some` when the reconcile ends here.
+    async fn refused_release(
+        &mut self,
+        refused: &[(u32, String)],
+        start_ms: u64,
+    ) -> Result<Option<Action>> {
+        let now_ms = u64::try_from(self.now.as_millisecond()).unwrap_or(0);
+        if now_ms < start_ms {
+            let text: Vec<String> = refused
+                .iter()
+                .map(|(i, e)| format!("shard {i}: {e}"))
+                .collect();
+            self.st.message = Some(format!("releasing: {}", listed(&text, 5)));
+            return Ok(Some(Action::requeue(Duration::from_millis(200))));
         }
+        // The instant passed: a shard released now would start late and skew every
+        // cell. It is lost, and the test's shardFailure policy decides.
+        for (i, e) in refused {
+            self.shard_failed(
+                *i,
+                ShardState::Lost,
+                format!("not released before the start instant: {e}"),
+            );
+        }
+        let released = self.count_live();
+        if released == 0 {
+            return self
+                .fail("ReleaseFailed", "no shard could be released")
+                .await
+                .map(Some);
+        }
+        if let Some(c) = self.st.cells.first_mut() {
+            c.shards = u32::try_from(released).unwrap_or(u32::MAX);
+        }
+        Ok(None)
+    }
+
+    fn enter_running(&mut self) -> Action {
         let released = self.count_live();
         let start_at = self
             .st
@@ -350,7 +416,7 @@ impl Step<'_> {
             Phase::Running,
             format!("{released} shards released for {start_at}"),
         );
-        Ok(Action::requeue(self.ctx.config.poll))
+        Action::requeue(self.ctx.config.poll)
     }
 
     /// Reads the servers' summed received counter before the first cell into

@@ -5,7 +5,7 @@
 
 use crate::builders;
 use crate::fixtures::{MockApi, ago, exited, loadtest, ready, reconcile_once};
-use crate::results::shard_entries;
+use crate::shard_entries;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -29,7 +29,7 @@ fn managed() -> Value {
 /// The status of a test of `spec` that entered `phase` `since` ago, its shards in `shards`.
 fn status(spec: &Value, phase: Phase, since: Duration, shards: ShardState) -> LoadTestStatus {
     let lt = loadtest("t", spec.clone(), None);
-    let mut entries = shard_entries(&lt.spec);
+    let mut entries = shard_entries::pending(&lt.spec);
     for e in &mut entries {
         e.state = shards;
     }

@@ -1,44 +1,18 @@
-//! One reconcile's view of a test (the status being written, the children as read) and what
-//! every phase shares: entering a phase, conditions, failing with a cause, deadlines.
+//! How a reconcile reports the test's course in status: entering a phase, conditions, failing
+//! with a cause (kept as the first failure's message), and a shard lost after release under
+//! the test's shardFailure policy.
 
-use super::{Apis, Context, World};
+use super::view::View;
 use crate::Result;
-use crate::names::{self};
+use crate::names;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use std::time::Duration;
-use wsload_spec::status::{LoadTestStatus, Phase, ShardState, ShardStatus};
-use wsload_spec::{LoadTestResource, ShardFailurePolicy};
-
-pub(super) struct Step<'a> {
-    pub(super) ctx: &'a Context,
-    pub(super) lt: &'a LoadTestResource,
-    pub(super) apis: &'a Apis,
-    pub(super) world: &'a World,
-    pub(super) st: &'a mut LoadTestStatus,
-    pub(super) now: Timestamp,
-}
+use wsload_spec::ShardFailurePolicy;
+use wsload_spec::status::{Phase, ShardState};
 
 pub(super) const CONDITION_FAILED: &str = "Failed";
 
-impl Step<'_> {
-    pub(super) async fn run(&mut self) -> Result<Action> {
-        match self.st.phase {
-            None => self.begin(),
-            Some(Phase::Pending) => self.pending().await,
-            Some(Phase::Starting) => self.starting().await,
-            Some(Phase::Running) => self.running().await,
-            Some(Phase::Collecting) => self.collecting().await,
-            Some(Phase::Succeeded | Phase::Failed) => self.finished().await,
-        }
-    }
-
-    pub(super) fn test(&self) -> String {
-        self.lt.name_any()
-    }
-
+impl View<'_> {
     pub(super) fn enter(&mut self, phase: Phase, message: impl Into<String>) {
         self.st.phase = Some(phase);
         self.st.phase_since = Some(Time(self.now));
@@ -125,43 +99,6 @@ impl Step<'_> {
         self.finished().await
     }
 
-    pub(super) fn deadline_passed(&self, limit: Duration) -> bool {
-        let Some(since) = self.st.phase_since.as_ref() else {
-            return false;
-        };
-        let limit = SignedDuration::try_from(limit).unwrap_or(SignedDuration::MAX);
-        self.now.duration_since(since.0) > limit
-    }
-
-    pub(super) fn timeouts(&self) -> (Duration, Duration, Duration) {
-        let d = &self.lt.spec.run.deadlines;
-        let start = d.scheduling.get() + d.ready.get();
-        // connectionLimit has no expected length (the search decides): an hour unless set.
-        let mut run = wsload_spec::timing::run_deadline(&self.lt.spec)
-            .unwrap_or(Duration::from_secs(3600))
-            + self.lt.spec.run.start_delay.get();
-        if d.run.is_none() {
-            // Between cells: noticing the barrier, the server counter settling, the next
-            // release's delay. A deadline the spec sets is taken as given.
-            let cells = wsload_control::sequence::planned(&self.lt.spec).len();
-            let between =
-                self.ctx.config.cell_delay + self.ctx.config.poll + wsload_control::settle::QUIET;
-            run += between * u32::try_from(cells).unwrap_or(u32::MAX);
-        }
-        (start, run, d.collect.get())
-    }
-
-    pub(super) fn set_shard(&mut self, index: u32, state: ShardState, reason: Option<String>) {
-        if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == index) {
-            s.state = state;
-            s.reason = reason;
-        }
-    }
-
-    pub(super) fn shard(&self, index: u32) -> Option<&ShardStatus> {
-        self.st.shards.iter().find(|s| s.index == index)
-    }
-
     pub(super) fn shard_failed(&mut self, index: u32, state: ShardState, why: String) {
         let pod = names::shard(&self.test(), index);
         tracing::warn!(loadtest = %self.test(), shard = index, reason = %why, "shard lost");
@@ -177,8 +114,4 @@ impl Step<'_> {
             }
         }
     }
-}
-
-pub(super) fn humantime(d: Duration) -> String {
-    wsload_spec::Dur(d).to_string()
 }
