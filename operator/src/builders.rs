@@ -478,13 +478,7 @@ pub fn is_owned_by(meta: &ObjectMeta, lt: &LoadTestResource) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lt(spec: &str) -> LoadTestResource {
-        let doc = format!(
-            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns, uid: u-1}}\nspec:\n{spec}"
-        );
-        wsload_spec::yaml::parse(&doc).expect("LoadTest")
-    }
+    use crate::fixtures::{UID, yaml_loadtest as lt};
 
     fn env_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a EnvVar> {
         pod.spec.as_ref()?.containers[0]
@@ -512,7 +506,7 @@ mod tests {
         let pod = shard_pod(&lt, 2, "ws://10.0.0.9:8443/", "doc");
         assert_eq!(pod.metadata.name.as_deref(), Some("t-shard-2"));
         let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
-        assert_eq!((owner.uid.as_str(), owner.controller), ("u-1", Some(true)));
+        assert_eq!((owner.uid.as_str(), owner.controller), (UID, Some(true)));
         let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
         assert_eq!(value("WSLOAD_SHARD_INDEX").as_deref(), Some("2"));
         assert_eq!(value("WSLOAD_SHARD_COUNT").as_deref(), Some("3"));

@@ -18,29 +18,34 @@ impl Defaults {
     pub fn apply(&self, lt: &LoadTestResource) -> LoadTestResource {
         let mut lt = lt.clone();
         let lg = &mut lt.spec.loadgen;
-        if let Some(image) = &self.loadgen_image
-            && lg.image == DEFAULT_LOADGEN_IMAGE
-        {
-            lg.image = image.clone();
-        }
-        if let Some(p) = &self.loadgen_placement
-            && lg.placement == Placement::default()
-        {
-            lg.placement = p.clone();
-        }
+        fill(&mut lg.image, DEFAULT_LOADGEN_IMAGE, &self.loadgen_image);
+        fill(
+            &mut lg.placement,
+            &Placement::default(),
+            &self.loadgen_placement,
+        );
         if let Some(server) = lt.spec.target.server.as_mut() {
-            if let Some(image) = &self.server_image
-                && server.image == DEFAULT_SERVER_IMAGE
-            {
-                server.image = image.clone();
-            }
-            if let Some(p) = &self.server_placement
-                && server.placement == Placement::default()
-            {
-                server.placement = p.clone();
-            }
+            fill(&mut server.image, DEFAULT_SERVER_IMAGE, &self.server_image);
+            fill(
+                &mut server.placement,
+                &Placement::default(),
+                &self.server_placement,
+            );
         }
         lt
+    }
+}
+
+/// `value` becomes the install's choice when it is still the `builtin` one.
+fn fill<T, B>(value: &mut T, builtin: &B, install: &Option<T>)
+where
+    T: Clone + PartialEq<B>,
+    B: ?Sized,
+{
+    if let Some(chosen) = install
+        && *value == *builtin
+    {
+        *value = chosen.clone();
     }
 }
 
@@ -55,13 +60,7 @@ pub fn parse_placement(var: &str, json: &str) -> Result<Placement, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lt(spec: &str) -> LoadTestResource {
-        let doc = format!(
-            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t, namespace: ns}}\nspec:\n{spec}"
-        );
-        wsload_spec::yaml::parse(&doc).expect("LoadTest")
-    }
+    use crate::fixtures::yaml_loadtest as lt;
 
     #[test]
     fn install_defaults_fill_only_what_the_loadtest_left_default() {

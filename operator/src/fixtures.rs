@@ -39,14 +39,29 @@ pub fn loadtest(name: &str, spec: Value, status: Option<LoadTestStatus>) -> Load
     lt
 }
 
-/// `pod` as the kubelet reports it Ready at `ip`.
-pub fn ready(mut pod: Pod, ip: &str) -> Pod {
-    let container = pod
-        .spec
+/// A LoadTest `t` like [`loadtest`]'s, its spec given as YAML (each line indented two
+/// spaces), without status.
+pub fn yaml_loadtest(spec: &str) -> LoadTestResource {
+    let doc = format!(
+        "apiVersion: {}\nkind: {}\nmetadata: {{name: t, namespace: {NS}, uid: {UID}, generation: 1}}\nspec:\n{spec}",
+        wsload_spec::API_VERSION,
+        wsload_spec::KIND
+    );
+    wsload_spec::yaml::parse(&doc).expect("LoadTest")
+}
+
+/// The name of `pod`'s main (first) container.
+fn main_container(pod: &Pod) -> String {
+    pod.spec
         .as_ref()
         .and_then(|s| s.containers.first())
         .map(|c| c.name.clone())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// `pod` as the kubelet reports it Ready at `ip`.
+pub fn ready(mut pod: Pod, ip: &str) -> Pod {
+    let container = main_container(&pod);
     let condition = |type_: &str| PodCondition {
         type_: type_.into(),
         status: "True".into(),
@@ -75,12 +90,7 @@ pub fn ready(mut pod: Pod, ip: &str) -> Pod {
 
 /// `pod` with its main container exited with `code`.
 pub fn exited(mut pod: Pod, code: i32, reason: &str) -> Pod {
-    let name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .map(|c| c.name.clone())
-        .unwrap_or_default();
+    let name = main_container(&pod);
     let status = pod.status.get_or_insert_with(Default::default);
     status.phase = Some("Failed".into());
     status.container_statuses = Some(vec![ContainerStatus {
@@ -109,13 +119,23 @@ pub struct Call {
 impl Call {
     /// `"PATCH pods/t-shard-0"`: the verb and the path after the namespace.
     pub fn short(&self) -> String {
-        let tail = self
-            .path
-            .split_once(&format!("/namespaces/{NS}/"))
-            .map_or(self.path.as_str(), |(_, t)| t);
-        let tail = tail.split('?').next().unwrap_or_default();
-        format!("{} {tail}", self.method)
+        format!("{} {}", self.method, in_namespace(&self.path))
     }
+}
+
+/// A request path after the namespace, without its query: `pods/t-shard-0`.
+fn in_namespace(path: &str) -> &str {
+    path.split_once(&format!("/namespaces/{NS}/"))
+        .map_or(path, |(_, t)| t)
+        .split('?')
+        .next()
+        .unwrap_or_default()
+}
+
+/// A `Status` failure as the API server answers it.
+fn failure(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+           "message": message, "reason": reason, "code": code})
 }
 
 /// What the mocked API server holds and how it answers.
@@ -184,20 +204,11 @@ impl MockApi {
 
     fn answer(&self, method: &Method, path: &str, body: &Value) -> (u16, Value) {
         let mut server = self.server();
-        let tail = path
-            .split_once(&format!("/namespaces/{NS}/"))
-            .map_or(path, |(_, t)| t)
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let tail = in_namespace(path);
         if let Some((_, code)) = server.refuse.iter().find(|(p, _)| tail.starts_with(p)) {
             let code = *code;
-            return (
-                code,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "message": format!("{tail} refused by the test"), "reason": "Forbidden", "code": code}),
-            );
+            let message = format!("{tail} refused by the test");
+            return (code, failure(code, "Forbidden", &message));
         }
         match (
             method.as_str(),
@@ -205,11 +216,7 @@ impl MockApi {
         ) {
             ("GET", ["configmaps", name]) => match server.config_maps.get(*name) {
                 Some(cm) => (200, cm.clone()),
-                None => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                           "message": "not found", "reason": "NotFound", "code": 404}),
-                ),
+                None => (404, failure(404, "NotFound", "not found")),
             },
             ("PATCH", ["configmaps", name]) => {
                 server.config_maps.insert(name.to_string(), body.clone());

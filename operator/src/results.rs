@@ -248,6 +248,18 @@ mod tests {
         assert_eq!(headline_p99(&f), Some(wsload_report::ms(0.0005)));
     }
 
+    /// A two-shard echo test of 200 connections judged by `thresholds` (a YAML list's items).
+    fn echo_of_two(thresholds: &str) -> LoadTestSpec {
+        spec(&format!(
+            "target: {{server: {{}}}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [{thresholds}]\n"
+        ))
+    }
+
+    /// `merged` summed up for `s`, the servers having counted `received` in each cell.
+    fn summary(s: &LoadTestSpec, merged: RunResult, received: &[Option<u64>]) -> Summary {
+        summarize(s, merged, received, &Conductor::new(s)).expect("summary")
+    }
+
     /// Folds results as the operator does, each gzip-compressed as stored.
     fn merge(results: &[(u32, &RunResult)]) -> Result<RunResult, SummaryError> {
         let mut m = Merging::default();
@@ -263,12 +275,9 @@ mod tests {
         // "rtt.p99 < 5ms" (the spec's), although shard 0 alone would pass.
         let a = shard(0, 2000, 1, 1_000_000);
         let b = shard(1, 1000, 10, 1_000_500);
-        let s = spec(
-            "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"rtt.p99 < 5ms\", \"errors < 5%\"]\n",
-        );
-        let conductor = Conductor::new(&s);
+        let s = echo_of_two(r#""rtt.p99 < 5ms", "errors < 5%""#);
         let merged = merge(&[(0, &a), (1, &b)]).expect("merge");
-        let sum = summarize(&s, merged, &[], &conductor).expect("summary");
+        let sum = summary(&s, merged, &[]);
         assert_eq!(sum.verdict, Some(Verdict::Fail));
         let failed: Vec<_> = sum.thresholds.iter().filter(|t| !t.pass).collect();
         assert_eq!(failed.len(), 1);
@@ -307,19 +316,16 @@ mod tests {
         // Each fixture shard sends n + 10 with warm-up: 2010 + 1010 in all.
         let a = shard(0, 2000, 1, 1_000_000);
         let b = shard(1, 1000, 1, 1_000_500);
-        let s = spec(
-            "target: {server: {}}\nscenario: echo\nconnections: [200]\nshards: 2\nthresholds: [\"delivery > 99%\"]\n",
-        );
-        let conductor = Conductor::new(&s);
+        let s = echo_of_two(r#""delivery > 99%""#);
         let both = || merge(&[(0, &a), (1, &b)]).expect("merge");
-        let all = summarize(&s, both(), &[Some(3020)], &conductor).expect("summary");
+        let all = summary(&s, both(), &[Some(3020)]);
         assert_eq!(all.tiers[0].delivery, Some(1.0));
         assert_eq!(all.verdict, Some(Verdict::Pass));
-        let short = summarize(&s, both(), &[Some(2010)], &conductor).expect("summary");
+        let short = summary(&s, both(), &[Some(2010)]);
         let d = short.tiers[0].delivery.expect("delivery");
         assert!((d - 2010.0 / 3020.0).abs() < 1e-9, "{d}");
         assert_eq!(short.verdict, Some(Verdict::Fail));
-        let unknown = summarize(&s, both(), &[None], &conductor).expect("summary");
+        let unknown = summary(&s, both(), &[None]);
         assert_eq!(unknown.tiers[0].delivery, None);
     }
 

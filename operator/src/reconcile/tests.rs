@@ -14,6 +14,8 @@ use wsload_spec::status::{LoadTestStatus, Phase, ShardState, Verdict};
 
 /// Nothing listens here: connecting is refused at once.
 const NOBODY: &str = "127.254.254.254";
+/// A phase entered this very instant, or ten hours ago (past any deadline).
+const NOW: Duration = Duration::ZERO;
 const LONG_AGO: Duration = Duration::from_secs(10 * 3600);
 
 fn external(shards: u32) -> Value {
@@ -51,8 +53,33 @@ fn server_pod(lt: &LoadTestResource) -> Pod {
     builders::server_pod(lt, &server, 0)
 }
 
+/// A test of `spec` that entered `phase` `since` ago, its shards in `shards`.
+fn in_phase(spec: Value, phase: Phase, since: Duration, shards: ShardState) -> LoadTestResource {
+    let st = status(&spec, phase, since, shards);
+    loadtest("t", spec, Some(st))
+}
+
 fn written(api: &MockApi) -> LoadTestStatus {
     api.status().expect("a status write")
+}
+
+/// One reconcile of `lt` with `pods` in the cache; the status it wrote.
+async fn reconciled(api: &MockApi, lt: LoadTestResource, pods: Vec<Pod>) -> LoadTestStatus {
+    reconcile_once(api, lt, pods).await.expect("reconcile");
+    written(api)
+}
+
+/// Asserts that the reconcile made `call` (`"PATCH pods/t-server"`).
+#[track_caller]
+fn assert_called(api: &MockApi, call: &str) {
+    let calls = api.calls();
+    assert!(calls.iter().any(|c| c == call), "no {call} in {calls:?}");
+}
+
+#[track_caller]
+fn assert_no_pod_calls(api: &MockApi) {
+    let calls = api.calls();
+    assert!(!calls.iter().any(|c| c.contains("pods")), "{calls:?}");
 }
 
 fn reason(st: &LoadTestStatus) -> Option<&str> {
@@ -64,19 +91,12 @@ fn reason(st: &LoadTestStatus) -> Option<&str> {
 #[tokio::test]
 async fn a_new_test_gets_an_entry_per_shard_and_goes_pending() {
     let api = MockApi::default();
-    reconcile_once(&api, loadtest("t", external(3), None), vec![])
-        .await
-        .expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, loadtest("t", external(3), None), vec![]).await;
     assert_eq!(st.phase, Some(Phase::Pending));
     assert_eq!(st.shards.len(), 3);
     assert!(st.shards.iter().all(|s| s.state == ShardState::Pending));
     assert_eq!(api.events(), ["Pending"]);
-    assert!(
-        !api.calls().iter().any(|c| c.contains("pods")),
-        "{:?}",
-        api.calls()
-    );
+    assert_no_pod_calls(&api);
 }
 
 #[tokio::test]
@@ -84,10 +104,7 @@ async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
     let api = MockApi::default();
     let spec = json!({"target": {"server": {}}, "scenario": "connectionStorm",
                       "connections": [10], "thresholds": ["rtt.p99 < 5ms"]});
-    reconcile_once(&api, loadtest("t", spec, None), vec![])
-        .await
-        .expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, loadtest("t", spec, None), vec![]).await;
     assert_eq!(st.phase, Some(Phase::Failed));
     assert_eq!(reason(&st), Some("InvalidSpec"));
     assert!(
@@ -96,11 +113,7 @@ async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
             .contains("spec.thresholds[0]")
     );
     assert_eq!(api.events(), ["Failed"]);
-    assert!(
-        !api.calls().iter().any(|c| c.contains("pods")),
-        "{:?}",
-        api.calls()
-    );
+    assert_no_pod_calls(&api);
 }
 
 // --- Pending ---------------------------------------------------------------------------
@@ -108,12 +121,8 @@ async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
 #[tokio::test]
 async fn an_external_target_goes_straight_to_starting() {
     let api = MockApi::default();
-    let spec = external(1);
-    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
-    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
-        .await
-        .expect("reconcile");
-    let st = written(&api);
+    let lt = in_phase(external(1), Phase::Pending, NOW, ShardState::Pending);
+    let st = reconciled(&api, lt, vec![]).await;
     assert_eq!(st.phase, Some(Phase::Starting));
     assert_eq!(st.target_url.as_deref(), Some("ws://127.0.0.1:9/"));
 }
@@ -121,38 +130,25 @@ async fn an_external_target_goes_straight_to_starting() {
 #[tokio::test]
 async fn a_managed_server_is_applied_then_waited_on() {
     let api = MockApi::default();
-    let spec = managed();
-    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
-    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
-        .await
-        .expect("reconcile");
-    let calls = api.calls();
-    assert!(
-        calls.contains(&"PATCH pods/t-server".to_string()),
-        "{calls:?}"
-    );
-    assert!(
-        calls.contains(&"PATCH services/t-server".to_string()),
-        "{calls:?}"
-    );
+    let lt = in_phase(managed(), Phase::Pending, NOW, ShardState::Pending);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+    assert_called(&api, "PATCH pods/t-server");
+    assert_called(&api, "PATCH services/t-server");
     // Nothing changed in status: still Pending, not written.
-    assert!(api.status().is_none(), "{calls:?}");
+    assert!(api.status().is_none(), "{:?}", api.calls());
 }
 
 #[tokio::test]
 async fn a_ready_server_moves_the_test_to_starting_at_its_pod_ip() {
     let api = MockApi::default();
-    let spec = managed();
-    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(managed(), Phase::Pending, NOW, ShardState::Pending);
     let pods = vec![ready(server_pod(&lt), "10.0.0.7")];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Starting));
     let url = st.target_url.unwrap_or_default();
     assert!(url.starts_with("ws://10.0.0.7:"), "{url}");
     assert!(
-        !api.calls().contains(&"PATCH pods/t-server".to_string()),
+        !api.calls().iter().any(|c| c == "PATCH pods/t-server"),
         "an existing pod is not applied again"
     );
 }
@@ -160,12 +156,9 @@ async fn a_ready_server_moves_the_test_to_starting_at_its_pod_ip() {
 #[tokio::test]
 async fn a_server_that_exits_before_the_test_fails_it() {
     let api = MockApi::default();
-    let spec = managed();
-    let st = status(&spec, Phase::Pending, Duration::ZERO, ShardState::Pending);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(managed(), Phase::Pending, NOW, ShardState::Pending);
     let pods = vec![exited(server_pod(&lt), 137, "OOMKilled")];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Failed));
     assert_eq!(reason(&st), Some("ServerFailed"));
     assert!(st.message.unwrap_or_default().contains("OOMKilled"));
@@ -174,12 +167,9 @@ async fn a_server_that_exits_before_the_test_fails_it() {
 #[tokio::test]
 async fn a_server_not_ready_by_its_deadline_fails_the_test_saying_why() {
     let api = MockApi::default();
-    let spec = managed();
-    let st = status(&spec, Phase::Pending, LONG_AGO, ShardState::Pending);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(managed(), Phase::Pending, LONG_AGO, ShardState::Pending);
     let pods = vec![server_pod(&lt)];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(reason(&st), Some("ServerNotReady"));
     assert!(st.message.unwrap_or_default().contains("t-server"));
 }
@@ -189,11 +179,8 @@ async fn a_server_not_ready_by_its_deadline_fails_the_test_saying_why() {
 #[tokio::test]
 async fn starting_creates_every_shard_pod() {
     let api = MockApi::default();
-    let spec = external(3);
-    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Pending);
-    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
-        .await
-        .expect("reconcile");
+    let lt = in_phase(external(3), Phase::Starting, NOW, ShardState::Pending);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
     let mut created: Vec<String> = api
         .calls()
         .into_iter()
@@ -214,15 +201,12 @@ async fn starting_creates_every_shard_pod() {
 #[tokio::test]
 async fn a_shard_that_ends_before_the_start_fails_the_test() {
     let api = MockApi::default();
-    let spec = external(2);
-    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Pending);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(external(2), Phase::Starting, NOW, ShardState::Pending);
     let pods = vec![
         ready(shard_pod(&lt, 0), NOBODY),
         exited(shard_pod(&lt, 1), 2, "Error"),
     ];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(reason(&st), Some("ShardFailed"));
     assert_eq!(st.shards[1].state, ShardState::Failed);
 }
@@ -230,14 +214,11 @@ async fn a_shard_that_ends_before_the_start_fails_the_test() {
 #[tokio::test]
 async fn all_shards_ready_fixes_the_start_instant_before_telling_anyone() {
     let api = MockApi::default();
-    let spec = external(2);
-    let st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Ready);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(external(2), Phase::Starting, NOW, ShardState::Ready);
     let delay = lt.spec.run.start_delay.get();
     let pods = (0..2).map(|i| ready(shard_pod(&lt, i), NOBODY)).collect();
     let before = unix_millis();
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Starting));
     let at = st.start_at_millis.expect("startAtMillis");
     let delay = u64::try_from(delay.as_millis()).expect("ms");
@@ -252,12 +233,11 @@ async fn all_shards_ready_fixes_the_start_instant_before_telling_anyone() {
 async fn shards_unreleased_when_the_instant_passes_are_lost() {
     let api = MockApi::default();
     let spec = external(2);
-    let mut st = status(&spec, Phase::Starting, Duration::ZERO, ShardState::Ready);
+    let mut st = status(&spec, Phase::Starting, NOW, ShardState::Ready);
     st.start_at_millis = Some(unix_millis() - 1000);
     let lt = loadtest("t", spec, Some(st));
     let pods = (0..2).map(|i| ready(shard_pod(&lt, i), NOBODY)).collect();
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Failed));
     assert!(st.shards.iter().all(|s| s.state == ShardState::Lost));
     let why = st.shards[0].reason.clone().unwrap_or_default();
@@ -273,12 +253,9 @@ async fn shards_unreleased_when_the_instant_passes_are_lost() {
 #[tokio::test]
 async fn a_shard_pod_deleted_while_running_is_lost_and_fails_the_test() {
     let api = MockApi::default();
-    let spec = external(2);
-    let st = status(&spec, Phase::Running, Duration::ZERO, ShardState::Running);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(external(2), Phase::Running, NOW, ShardState::Running);
     let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Running), "shard 0 still runs");
     assert_eq!(st.shards[1].state, ShardState::Lost);
     assert_eq!(reason(&st), Some("ShardFailed"));
@@ -288,12 +265,9 @@ async fn a_shard_pod_deleted_while_running_is_lost_and_fails_the_test() {
 #[tokio::test]
 async fn a_run_past_its_deadline_goes_to_collecting_with_the_cause() {
     let api = MockApi::default();
-    let spec = external(1);
-    let st = status(&spec, Phase::Running, LONG_AGO, ShardState::Running);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(external(1), Phase::Running, LONG_AGO, ShardState::Running);
     let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
-    reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, pods).await;
     assert_eq!(st.phase, Some(Phase::Collecting));
     assert_eq!(reason(&st), Some("RunDeadlineExceeded"));
     assert_eq!(st.shards[0].state, ShardState::Lost);
@@ -333,9 +307,7 @@ fn stored_result(api: &MockApi, lt: &LoadTestResource) {
 
 /// A one-shard echo test Collecting since `since`, its shard in `shard`, its result stored.
 fn collecting(api: &MockApi, since: Duration, shard: ShardState) -> LoadTestResource {
-    let spec = echo();
-    let st = status(&spec, Phase::Collecting, since, shard);
-    let lt = loadtest("t", spec, Some(st));
+    let lt = in_phase(echo(), Phase::Collecting, since, shard);
     stored_result(api, &lt);
     lt
 }
@@ -343,27 +315,19 @@ fn collecting(api: &MockApi, since: Duration, shard: ShardState) -> LoadTestReso
 #[tokio::test]
 async fn a_gone_shard_with_nothing_stored_leaves_no_results() {
     let api = MockApi::default();
-    let spec = external(1);
-    let st = status(&spec, Phase::Collecting, Duration::ZERO, ShardState::Done);
-    reconcile_once(&api, loadtest("t", spec, Some(st)), vec![])
-        .await
-        .expect("reconcile");
-    let st = written(&api);
+    let lt = in_phase(external(1), Phase::Collecting, NOW, ShardState::Done);
+    let st = reconciled(&api, lt, vec![]).await;
     assert_eq!(st.shards[0].state, ShardState::Lost);
     assert_eq!(st.phase, Some(Phase::Failed));
     assert_eq!(reason(&st), Some("ShardFailed"), "the first cause stays");
-    assert!(
-        api.calls()
-            .contains(&"GET configmaps/t-result-0".to_string())
-    );
+    assert_called(&api, "GET configmaps/t-result-0");
 }
 
 #[tokio::test]
 async fn a_gone_shard_whose_result_was_stored_counts_as_collected() {
     let api = MockApi::default();
-    let lt = collecting(&api, Duration::ZERO, ShardState::Done);
-    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
-    let st = written(&api);
+    let lt = collecting(&api, NOW, ShardState::Done);
+    let st = reconciled(&api, lt, vec![]).await;
     assert_eq!(st.shards[0].state, ShardState::Collected);
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
 }
@@ -371,26 +335,21 @@ async fn a_gone_shard_whose_result_was_stored_counts_as_collected() {
 #[tokio::test]
 async fn stored_results_are_merged_judged_and_the_merge_stored() {
     let api = MockApi::default();
-    let lt = collecting(&api, Duration::ZERO, ShardState::Collected);
-    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
-    let st = written(&api);
+    let lt = collecting(&api, NOW, ShardState::Collected);
+    let st = reconciled(&api, lt, vec![]).await;
     assert_eq!(st.phase, Some(Phase::Succeeded));
     assert_eq!(st.verdict, Some(Verdict::Pass));
     assert_eq!(st.results_config_map.as_deref(), Some("t-results"));
-    assert!(
-        api.calls()
-            .contains(&"PATCH configmaps/t-results".to_string())
-    );
+    assert_called(&api, "PATCH configmaps/t-results");
     assert_eq!(api.events(), ["Succeeded"]);
 }
 
 #[tokio::test]
 async fn a_refused_merge_store_fails_the_test_and_keeps_the_figures() {
     let api = MockApi::default();
-    let lt = collecting(&api, Duration::ZERO, ShardState::Collected);
+    let lt = collecting(&api, NOW, ShardState::Collected);
     api.refuse("configmaps/t-results", 403);
-    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
-    let st = written(&api);
+    let st = reconciled(&api, lt, vec![]).await;
     assert_eq!(st.phase, Some(Phase::Failed));
     assert_eq!(reason(&st), Some("ResultStoreFailed"));
     let message = st.message.clone().unwrap_or_default();
@@ -410,14 +369,13 @@ async fn a_refused_merge_store_fails_the_test_and_keeps_the_figures() {
 #[tokio::test]
 async fn unreadable_results_are_retried_until_the_collect_deadline() {
     for (since, phase, why) in [
-        (Duration::ZERO, Phase::Collecting, None),
+        (NOW, Phase::Collecting, None),
         (LONG_AGO, Phase::Failed, Some("ResultsUnreadable")),
     ] {
         let api = MockApi::default();
         let lt = collecting(&api, since, ShardState::Collected);
         api.refuse("configmaps/t-result-0", 503);
-        reconcile_once(&api, lt, vec![]).await.expect("reconcile");
-        let st = written(&api);
+        let st = reconciled(&api, lt, vec![]).await;
         assert_eq!(st.phase, Some(phase), "{st:#?}");
         assert_eq!(reason(&st), why);
     }
@@ -435,15 +393,8 @@ async fn a_finished_test_deletes_its_pods_and_itself_after_its_ttl() {
     let lt = loadtest("t", spec, Some(st));
     let pods = vec![ready(shard_pod(&lt, 0), NOBODY)];
     reconcile_once(&api, lt, pods).await.expect("reconcile");
-    let calls = api.calls();
-    assert!(
-        calls.contains(&"DELETE pods/t-shard-0".to_string()),
-        "{calls:?}"
-    );
-    assert!(
-        calls.contains(&"DELETE loadtests/t".to_string()),
-        "{calls:?}"
-    );
+    assert_called(&api, "DELETE pods/t-shard-0");
+    assert_called(&api, "DELETE loadtests/t");
 }
 
 fn unix_millis() -> u64 {

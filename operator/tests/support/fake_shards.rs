@@ -22,6 +22,7 @@
 //! [`Behaviour`] makes a shard hang (accept connections, never answer) or pad its result.
 //! Every control request is recorded ([`ShardRecord`]) for assertions on timing.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -41,6 +42,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
+use wsload_http::prometheus_client::metrics::gauge::Gauge;
+use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
 use wsload_report::{CellResult, Hist, Measure, RunResult, ShardInfo};
 use wsload_spec::LoadTest;
@@ -983,11 +986,18 @@ struct Endpoint(Arc<FakeShard>);
 
 impl Exposition for Endpoint {
     fn render(&self) -> String {
-        let s = self.0.state();
-        format!(
-            "# TYPE wsload_fake_shard_cells_done gauge\nwsload_fake_shard_cells_done{{shard=\"{}\"}} {}\n",
-            self.0.index, s.cells_done
-        )
+        // Encoded as the real shard's registry is (OpenMetrics, by prometheus-client), so
+        // anything scraping a fake shard reads what it would read from a real one.
+        let cells_done = Gauge::<i64>::default();
+        cells_done.set(i64::from(self.0.state().cells_done));
+        let shard = (Cow::Borrowed("shard"), Cow::Owned(self.0.index.to_string()));
+        let mut registry = Registry::with_labels(std::iter::once(shard));
+        registry.register(
+            "wsload_fake_shard_cells_done",
+            "Cells this fake shard has finished",
+            cells_done,
+        );
+        wsload_http::encode(&registry)
     }
 
     fn ready(&self) -> bool {
