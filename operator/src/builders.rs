@@ -436,14 +436,19 @@ fn secret_refs(spec: &LoadTestSpec) -> Vec<(String, String)> {
 
 /// The ConfigMap that keeps every shard's result; created empty, filled key by key.
 /// The results ConfigMap holding the merged result (gzip-compressed JSON).
-pub fn results_config_map(lt: &LoadTestResource, merged: Vec<u8>) -> ConfigMap {
+pub fn results_config_map(
+    lt: &LoadTestResource,
+    merged: Vec<u8>,
+    report: Option<Vec<u8>>,
+) -> ConfigMap {
     let test = lt.name_any();
+    let mut data = BTreeMap::from([(names::MERGED_KEY.to_string(), ByteString(merged))]);
+    if let Some(report) = report {
+        data.insert(names::REPORT_KEY.to_string(), ByteString(report));
+    }
     ConfigMap {
         metadata: meta(lt, names::results(&test), names::labels(&test, "results")),
-        binary_data: Some(BTreeMap::from([(
-            names::MERGED_KEY.to_string(),
-            ByteString(merged),
-        )])),
+        binary_data: Some(data),
         ..Default::default()
     }
 }

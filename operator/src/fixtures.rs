@@ -173,6 +173,12 @@ impl MockApi {
         self
     }
 
+    /// A ConfigMap as the API server now holds it (applied by the reconcile, or given).
+    pub fn stored_config_map(&self, name: &str) -> Option<k8s_openapi::api::core::v1::ConfigMap> {
+        let value = self.server().config_maps.get(name)?.clone();
+        Some(serde_json::from_value(value).expect("a ConfigMap"))
+    }
+
     /// Every request so far, as `"VERB path-after-namespace"`.
     pub fn calls(&self) -> Vec<String> {
         self.server().calls.iter().map(Call::short).collect()

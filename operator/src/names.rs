@@ -60,6 +60,9 @@ pub const RESULT_KEY: &str = "result.json.gz";
 /// Key of the merged result (gzip-compressed JSON) in the results ConfigMap's `binaryData`.
 pub const MERGED_KEY: &str = "merged.json.gz";
 
+/// Key of the merged result as an HTML page (gzip-compressed), beside it.
+pub const REPORT_KEY: &str = "report.html.gz";
+
 pub const ROLE_RESULT: &str = "result";
 
 pub fn labels(test: &str, role: &str) -> BTreeMap<String, String> {

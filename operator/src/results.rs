@@ -21,6 +21,8 @@ pub struct Summary {
     pub p99: Option<String>,
     /// The merged result, gzip-compressed JSON, as stored.
     pub merged: Vec<u8>,
+    /// The same as `wsload report --html` writes, gzip-compressed.
+    pub report: Vec<u8>,
 }
 
 impl Summary {
@@ -149,6 +151,8 @@ pub fn summarize(
         .filter(|r| *r > 0.0)
         .map(wsload_report::human_rate);
     let p99 = headline.and_then(|c| headline_p99(&c.figures));
+    let report = wsload_report::stored::compress(wsload_report::html(&merged).as_bytes())
+        .map_err(SummaryError::Serialize)?;
     let merged = wsload_report::stored::encode(&merged).map_err(SummaryError::Serialize)?;
     Ok(Summary {
         tiers,
@@ -160,6 +164,7 @@ pub fn summarize(
         achieved_rate,
         p99,
         merged,
+        report,
     })
 }
 

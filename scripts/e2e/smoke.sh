@@ -156,7 +156,10 @@ stored() {
 	want="$(printf '%s\n' "$@" | jq -sc 'map(tonumber)')"
 	[[ "$merged_shards" == "$want" ]] ||
 		{ diagnose "$name"; fail "LoadTest $name: the merge holds shards $merged_shards, want $want"; }
-	echo "LoadTest $name: results kept in ConfigMaps $name-result-{$(IFS=,; echo "$*")} and the merge in $name-results"
+	kubectl -n "$TEST_NS" get configmap "$name-results" -o jsonpath='{.binaryData.report\.html\.gz}' |
+		base64 -d | gunzip | grep -q '<svg class="chart"' ||
+		{ diagnose "$name"; fail "LoadTest $name: no HTML report with charts in ConfigMap $name-results (report.html.gz)"; }
+	echo "LoadTest $name: results kept in ConfigMaps $name-result-{$(IFS=,; echo "$*")} and the merge (and its HTML report) in $name-results"
 }
 
 # --- the smoke run --------------------------------------------------------------------------

@@ -260,9 +260,14 @@ impl View<'_> {
             });
             match summary {
                 Ok(summary) => {
-                    match store::merged(&self.apis.config_maps, self.lt, summary.merged.clone())
-                        .await
-                    {
+                    let stored = store::merged(
+                        &self.apis.config_maps,
+                        self.lt,
+                        summary.merged.clone(),
+                        summary.report.clone(),
+                    )
+                    .await;
+                    match stored {
                         Ok(()) => self.st.results_config_map = Some(names::results(&test)),
                         Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
                             self.st.message = Some(format!("storing the merged result: {e}"));

@@ -128,18 +128,32 @@ pub async fn shard_result(
     Ok(size)
 }
 
-/// Stores the merged result (already compressed).
+/// Stores the merged result and its HTML report (both already compressed). The result must
+/// fit; the report goes only where it fits beside it (it can be made again from the result
+/// with `wsload report --html`).
 pub async fn merged(
     api: &Api<ConfigMap>,
     lt: &LoadTestResource,
     packed: Vec<u8>,
+    report: Vec<u8>,
 ) -> Result<(), StoreError> {
     fits(
         || "the merged result".to_string(),
         names::MERGED_KEY,
         &packed,
     )?;
-    apply(api, &builders::results_config_map(lt, packed)).await
+    let both = packed.len() + names::MERGED_KEY.len() + report.len() + names::REPORT_KEY.len();
+    let report = if both <= MAX_OBJECT_DATA {
+        Some(report)
+    } else {
+        tracing::warn!(
+            loadtest = %kube::ResourceExt::name_any(lt),
+            bytes = report.len(),
+            "the HTML report does not fit beside the merged result; left out"
+        );
+        None
+    };
+    apply(api, &builders::results_config_map(lt, packed, report)).await
 }
 
 /// Shard `index`'s stored result, as stored (compressed).

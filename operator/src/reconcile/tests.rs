@@ -342,6 +342,14 @@ async fn stored_results_are_merged_judged_and_the_merge_stored() {
     assert_eq!(st.results_config_map.as_deref(), Some("t-results"));
     assert_called(&api, "PATCH configmaps/t-results");
     assert_eq!(api.events(), ["Succeeded"]);
+    // The merge and, beside it, the page `wsload report --html` would write.
+    let cm = api.stored_config_map("t-results").expect("stored");
+    let data = cm.binary_data.expect("binaryData");
+    let merged = wsload_report::stored::decode(&data[crate::names::MERGED_KEY].0).expect("merged");
+    assert_eq!(merged.shards, [0]);
+    let page = wsload_report::stored::json_text(&data[crate::names::REPORT_KEY].0).expect("gzip");
+    let page = String::from_utf8(page).expect("utf-8");
+    assert_eq!(page, wsload_report::html(&merged));
 }
 
 #[tokio::test]
