@@ -244,7 +244,11 @@ impl Worker<'_> {
     async fn measure(self, connected: Connected, start_line: &StartLine) -> WorkerOut {
         let cell = self.cell;
         start_line.barrier.wait().await;
-        let start = *start_line.start.get_or_init(Instant::now);
+        let start = *start_line.start.get_or_init(|| {
+            let now = Instant::now();
+            self.live.measuring(now.into_std());
+            now
+        });
         let started = Instant::now();
         let measure_from = start + cell.warmup;
         let deadline = measure_from + cell.duration;

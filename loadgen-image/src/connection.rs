@@ -133,6 +133,7 @@ impl Shared {
     }
     fn expected(&self, now: Instant, n: u64) {
         self.bin(now).borrow_mut().counts.expected += n;
+        self.live.slot(self.slot_index).expected(n);
     }
     fn lost(&self, now: Instant, n: u64) {
         if n > 0 {

@@ -303,8 +303,7 @@ pub fn serve(
 ) -> Result<Exit> {
     let live = run::live(&lt, &opts);
     let control = Arc::new(Control::new(&live));
-    let _background =
-        run::spawn_background(live.clone(), Some((listener, control.clone())), false)?;
+    let _background = run::spawn_background(live.clone(), Some((listener, control.clone())), None)?;
     spawn_sigterm_watch(control.clone())?;
     let session = control.clone();
     // The run lives on its own thread so that a finish or SIGTERM while it runs ends the

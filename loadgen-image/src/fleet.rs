@@ -169,7 +169,7 @@ fn spawn(
                     let _ = addr_tx.send(rest.trim_end_matches("/metrics").to_string());
                     continue;
                 }
-                eprintln!("[shard {index}] {line}");
+                crate::eprintln_above!("[shard {index}] {line}");
                 let _ = tx.send(line);
             }
         })
@@ -249,7 +249,7 @@ fn reap(shards: &mut [ShardProc], cell: &str, notes: &mut Vec<String>) {
                 s.index,
                 s.tail()
             );
-            eprintln!("wsload: {why}");
+            crate::eprintln_above!("wsload: {why}");
             notes.push(why);
             s.lost = Some(status.to_string());
         }
@@ -293,7 +293,7 @@ async fn conduct(
             return Err(Error::Runtime(format!("shard {}: {e}", s.index)));
         }
     }
-    eprintln!(
+    crate::eprintln_above!(
         "wsload: {} shards released at {at} (Unix ms), cell {}",
         shards.len(),
         key.label
@@ -312,7 +312,7 @@ async fn conduct(
                         "shard {} did not answer for {SILENCE:?} during cell {}: left out, its measurements are lost",
                         s.index, key.label
                     );
-                    eprintln!("wsload: {why}");
+                    crate::eprintln_above!("wsload: {why}");
                     notes.push(why);
                     s.lost = Some("silent".into());
                 } else {
@@ -348,7 +348,7 @@ async fn conduct(
         .await;
         received.resize(key.index as usize, None);
         received.push(got);
-        eprintln!(
+        crate::eprintln_above!(
             "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",
             key.label,
             merged.shards,

@@ -15,6 +15,7 @@ pub mod local_server;
 pub mod message;
 pub mod plan;
 pub mod plot;
+pub mod progress;
 pub mod run;
 pub mod schedule;
 pub mod server_metrics;

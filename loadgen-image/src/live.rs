@@ -6,6 +6,7 @@
 
 use crate::measure::{ConnectError, Drop};
 use crate::plot::{BUCKETS, Sample, Timeline, Totals};
+use crate::progress::{Course, Snapshot};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +47,8 @@ pub struct Slot {
     failed: [AtomicU64; FAIL_REASONS.len()],
     dropped: [AtomicU64; DROP_REASONS.len()],
     closed: AtomicU64,
+    /// Pings (and echoed or paced messages) written that expect an answer.
+    expected: AtomicU64,
     lost: AtomicU64,
     rtt: AtomicHistogram,
     connect: AtomicHistogram,
@@ -62,6 +65,7 @@ impl Slot {
             failed: std::array::from_fn(|_| AtomicU64::new(0)),
             dropped: std::array::from_fn(|_| AtomicU64::new(0)),
             closed: AtomicU64::new(0),
+            expected: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             rtt: AtomicHistogram::default(),
             connect: AtomicHistogram::default(),
@@ -94,6 +98,10 @@ impl Slot {
     pub fn closed(&self) {
         self.closed.fetch_add(1, Relaxed);
     }
+    #[inline]
+    pub fn expected(&self, n: u64) {
+        self.expected.fetch_add(n, Relaxed);
+    }
     pub fn lost(&self, n: u64) {
         self.lost.fetch_add(n, Relaxed);
     }
@@ -121,6 +129,8 @@ pub struct Live {
     last_sent: AtomicU64,
     /// Per-second samples for `--plot`, taken by `tick` (never per message).
     timeline: Mutex<Timeline>,
+    /// Where the running cell is, and the counters when it began: for the terminal's bar.
+    course: Mutex<(Course, Snapshot)>,
 }
 
 impl Live {
@@ -132,6 +142,7 @@ impl Live {
             achieved: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
             timeline: Mutex::new(Timeline::default()),
+            course: Mutex::new((Course::default(), Snapshot::default())),
         }
     }
 
@@ -187,26 +198,62 @@ impl Live {
             .to_vec()
     }
 
-    /// One line for a terminal: the cell, the rate, the connections.
-    pub fn progress_line(&self) -> String {
-        let (cell, _) = self
-            .phase
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let opened = self.sum(|s| s.opened.load(Relaxed));
-        let closed = self.sum(|s| s.closed.load(Relaxed));
-        let failed: u64 = self
-            .slots
-            .iter()
-            .map(|s| s.failed.iter().map(|f| f.load(Relaxed)).sum::<u64>())
-            .sum();
-        format!(
-            "[{cell}] {:.0} msg/s sent, {} received, {} open, {failed} failed",
-            f64::from_bits(self.achieved.load(Relaxed)),
-            self.sum(|s| s.received.load(Relaxed)),
-            opened.saturating_sub(closed)
-        )
+    /// The counters summed now, for the terminal's bar.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut rtt = [0u64; BUCKETS];
+        for s in self.slots.iter() {
+            s.rtt.add_counts_to(&mut rtt);
+        }
+        Snapshot {
+            opened: self.sum(|s| s.opened.load(Relaxed)),
+            closed: self.sum(|s| s.closed.load(Relaxed)),
+            failed: self.sum(|s| s.failed.iter().map(|f| f.load(Relaxed)).sum()),
+            sent: self.sum(|s| s.sent.load(Relaxed)),
+            received: self.sum(|s| s.received.load(Relaxed)),
+            expected: self.sum(|s| s.expected.load(Relaxed)),
+            lost: self.sum(|s| s.lost.load(Relaxed)),
+            rtt,
+        }
+    }
+
+    fn course_mut<R>(&self, f: impl FnOnce(&mut (Course, Snapshot)) -> R) -> R {
+        f(&mut self.course.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The `index`-th cell of the run begins: `connections` over the whole test.
+    pub fn begin_cell(&self, index: usize, label: &str, connections: u32) {
+        let base = self.snapshot();
+        self.course_mut(|c| {
+            *c = (
+                Course {
+                    cell: Some((index, label.to_string(), connections)),
+                    begun: Some(Instant::now()),
+                    measuring: None,
+                    ended: false,
+                },
+                base,
+            )
+        });
+    }
+
+    /// The running cell's connections are open: its warm-up begins at `at`.
+    pub fn measuring(&self, at: Instant) {
+        self.course_mut(|c| c.0.measuring = Some(at));
+    }
+
+    /// The running cell's connections are done.
+    pub fn end_cell(&self) {
+        self.course_mut(|c| c.0.ended = true);
+    }
+
+    /// Where the running cell is.
+    pub fn course(&self) -> Course {
+        self.course_mut(|c| c.0.clone())
+    }
+
+    /// The counters when the running cell began.
+    pub fn course_base(&self) -> Snapshot {
+        self.course_mut(|c| c.1)
     }
 
     /// A registry that reads these counters at each scrape.

@@ -57,7 +57,7 @@ impl LocalServers {
         }
         let metrics_urls: Vec<String> = replicas.iter().map(|r| r.metrics_url.clone()).collect();
         // Said so that Prometheus (or a person with curl) can watch the servers too.
-        eprintln!(
+        crate::eprintln_above!(
             "managed wsload-server{} on {ws_url}, metrics on {}",
             if shared {
                 format!(" x{n} (SO_REUSEPORT)")

@@ -11,6 +11,7 @@ use crate::live::{Labels, Live};
 use crate::local_server::{self, LocalServers};
 use crate::measure::ConnectError;
 use crate::plan::{self, Planned, Shard};
+use crate::progress::{Outline, Progress};
 use crate::report::{CellResult, RunResult, ShardInfo};
 use crate::server_metrics::Counter;
 use crate::{Error, Result};
@@ -62,7 +63,7 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
         .map_err(|e| Error::Io(format!("cannot bind --metrics-listen {addr}: {e}")))?;
     l.set_nonblocking(true)
         .map_err(|e| Error::Io(e.to_string()))?;
-    eprintln!(
+    crate::eprintln_above!(
         "wsload metrics on http://{}/metrics",
         l.local_addr().map_err(|e| Error::Io(e.to_string()))?
     );
@@ -240,7 +241,7 @@ impl Prepared {
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
             let planned = plan::keyed(&lt.spec, self.shard, &key);
             let started = unix_micros();
-            let mut cell = run_cell(&self.workers, &self.dialer, &planned);
+            let mut cell = run_cell(&self.workers, &self.dialer, &planned, result.cells.len());
             cell.started_first_micros = started;
             cell.started_last_micros = started;
             result.cells.push(cell);
@@ -337,10 +338,13 @@ pub fn measure(
 pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
     let live = live(lt, opts);
     let listener = opts.metrics_listen.map(bind_metrics).transpose()?;
+    let progress = opts
+        .progress
+        .then(|| Outline::new(&lt.spec, opts.shard.unwrap_or(Shard::WHOLE)));
     let background = spawn_background(
         live.clone(),
         listener.map(|l| (l, Arc::new(crate::live::Endpoint::new(&live)))),
-        opts.progress,
+        progress,
     )?;
     let prepared = prepare(lt, opts, live.clone())?;
     // The whole test in this process reads the servers itself; a shard of several never
@@ -386,11 +390,17 @@ fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut R
 }
 
 /// Runs one planned cell on `workers` and computes its figures.
-fn run_cell(workers: &Workers, dialer: &Arc<Dialer>, planned: &Planned) -> CellResult {
-    workers
-        .live
-        .set_phase(&planned.cell.label, planned.target_rate);
+fn run_cell(
+    workers: &Workers,
+    dialer: &Arc<Dialer>,
+    planned: &Planned,
+    index: usize,
+) -> CellResult {
+    let live = &workers.live;
+    live.set_phase(&planned.cell.label, planned.target_rate);
+    live.begin_cell(index, &planned.cell.label, planned.total_connections);
     let run = workers.run(&planned.cell, dialer);
+    live.end_cell();
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
@@ -414,14 +424,14 @@ fn run_cell(workers: &Workers, dialer: &Arc<Dialer>, planned: &Planned) -> CellR
 }
 
 /// Starts the background thread, serving `endpoint` (a bound listener and what it exposes)
-/// if given.
+/// if given, and drawing the progress of `progress`'s run if stderr is a terminal.
 pub fn spawn_background<E: wsload_http::Exposition>(
     live: Arc<Live>,
     endpoint: Option<(std::net::TcpListener, Arc<E>)>,
-    progress: bool,
+    progress: Option<Outline>,
 ) -> Result<Background> {
     let stop = Arc::new(AtomicBool::new(false));
-    let progress = progress && std::io::stderr().is_terminal();
+    let progress = progress.filter(|_| std::io::stderr().is_terminal());
     let stopped = stop.clone();
     let handle = std::thread::Builder::new()
         .name("wsload-http".into())
@@ -438,16 +448,31 @@ pub fn spawn_background<E: wsload_http::Exposition>(
                 {
                     tokio::spawn(wsload_http::serve(l, exposition));
                 }
+                let mut progress = progress.map(Progress::new);
+                // Interrupted at a terminal: the bar is taken off before the process ends as
+                // SIGINT would end it. Elsewhere SIGINT keeps its default.
+                let watch = progress.is_some();
+                let mut interrupted = std::pin::pin!(async move {
+                    if watch && tokio::signal::ctrl_c().await.is_ok() {
+                        return;
+                    }
+                    std::future::pending::<()>().await
+                });
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 while !stopped.load(Ordering::Relaxed) {
-                    tick.tick().await;
-                    live.tick(Duration::from_secs(1));
-                    if progress {
-                        eprint!("\r\x1b[K{}", live.progress_line());
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        () = &mut interrupted => {
+                            if let Some(p) = &progress {
+                                p.interrupted();
+                            }
+                            std::process::exit(130);
+                        }
                     }
-                }
-                if progress {
-                    eprint!("\r\x1b[K");
+                    live.tick(Duration::from_secs(1));
+                    if let Some(p) = &mut progress {
+                        p.draw(&live);
+                    }
                 }
             });
         })

@@ -1,0 +1,749 @@
+//! Live progress of `wsload run` on a terminal: which cell of how many is running, the time
+//! it and the run have left, and the figures that matter for the scenario. While the bar shows,
+//! every other stderr line (logs, the managed server's, the shards') goes above it through
+//! [`eprintln_above!`] or [`Stderr`]; on a non-terminal nothing is drawn.
+
+use crate::connection::Behavior;
+use crate::live::Live;
+use crate::plan::{self, Planned, Shard};
+use crate::plot::{BUCKETS, quantile};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use wsload_spec::{LoadTestSpec, Scenario};
+
+/// The bar while it shows; the lines printed meanwhile go above it.
+static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+fn shown() -> Option<ProgressBar> {
+    BAR.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+/// Prints `line` to stderr, above the bar if one shows.
+pub fn eprint_line(line: impl std::fmt::Display) {
+    match shown() {
+        Some(bar) => bar.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    }
+}
+
+/// `eprintln!`, above the bar if one shows.
+#[macro_export]
+macro_rules! eprintln_above {
+    ($($arg:tt)*) => {
+        $crate::progress::eprint_line(format_args!($($arg)*))
+    };
+}
+
+/// Stderr for tracing: each event is written with the bar out of the way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match shown() {
+            Some(bar) => bar.suspend(|| std::io::stderr().write_all(buf))?,
+            None => std::io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
+    type Writer = Stderr;
+    fn make_writer(&'a self) -> Stderr {
+        Stderr
+    }
+}
+
+/// The figures that matter for a scenario once its connections are open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figures {
+    /// Connections only (connectionStorm).
+    Connect,
+    /// Messages per second sent and received; `rtt` when messages come back timed.
+    Rate { rtt: bool },
+    /// Pings sent, answered, lost and their p99.
+    Pings,
+}
+
+impl Figures {
+    pub fn of(scenario: Scenario) -> Figures {
+        match scenario {
+            Scenario::ConnectionStorm => Figures::Connect,
+            Scenario::Throughput
+            | Scenario::PayloadMatrix
+            | Scenario::FormatComparison
+            | Scenario::Blast => Figures::Rate { rtt: false },
+            Scenario::Echo | Scenario::ConstantRate => Figures::Rate { rtt: true },
+            Scenario::PingLatency
+            | Scenario::SustainedHold
+            | Scenario::ConnectionLimit
+            | Scenario::Pingpong => Figures::Pings,
+        }
+    }
+}
+
+/// A cell's planned course: connect, warm-up, measured window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// How long the connect batches are spread over (the last batch's start).
+    pub connect: Duration,
+    pub warmup: Duration,
+    /// `None`: the cell ends when its connections are done (a count of pings), not at a time.
+    pub measured: Option<Duration>,
+}
+
+impl Stage {
+    pub fn of(p: &Planned) -> Stage {
+        let c = &p.cell;
+        let batches = c.connections.div_ceil(c.batch_size.max(1));
+        Stage {
+            connect: c.batch_interval * batches.saturating_sub(1),
+            warmup: c.warmup,
+            measured: match c.behavior {
+                // A storm closes each connection once open: nothing after the batches.
+                Behavior::Close => Some(Duration::ZERO),
+                ref b if b.is_timed() => Some(c.duration),
+                _ => None,
+            },
+        }
+    }
+    fn total(&self) -> Option<Duration> {
+        self.measured.map(|m| self.connect + self.warmup + m)
+    }
+}
+
+/// What the run will do, as far as it is known before it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outline {
+    pub scenario: Scenario,
+    /// The planned cells in run order; empty for a limit search, decided as it goes.
+    pub stages: Vec<Stage>,
+    /// The course of every cell of a limit search (each probe is alike but for its count).
+    pub probe: Option<Stage>,
+}
+
+impl Outline {
+    pub fn new(spec: &LoadTestSpec, shard: Shard) -> Outline {
+        let probe = (spec.scenario == Scenario::ConnectionLimit).then(|| {
+            let start = spec.limit.start;
+            Stage::of(&plan::cell(
+                spec,
+                shard,
+                String::new(),
+                start,
+                spec.message.size,
+                spec.message.format,
+            ))
+        });
+        Outline {
+            scenario: spec.scenario,
+            stages: plan::cells(spec, shard).iter().map(Stage::of).collect(),
+            probe,
+        }
+    }
+
+    /// The cell's name and place, as the report names it.
+    fn place(&self, index: usize, label: &str, connections: u32) -> String {
+        let n = self.stages.len();
+        match self.scenario {
+            _ if self.probe.is_some() => {
+                format!("probe {}: {connections} connections", index + 1)
+            }
+            Scenario::PayloadMatrix | Scenario::FormatComparison => {
+                format!("cell {}/{n}: {label}", index + 1)
+            }
+            _ => format!("tier {}/{n}: {connections} connections", index + 1),
+        }
+    }
+
+    fn stage(&self, index: usize) -> Option<&Stage> {
+        self.probe.as_ref().or_else(|| self.stages.get(index))
+    }
+
+    /// Time the cells after `index` will take; `None` when it cannot be known.
+    fn after(&self, index: usize) -> Option<Duration> {
+        if self.probe.is_some() {
+            return None;
+        }
+        self.stages
+            .iter()
+            .skip(index + 1)
+            .map(Stage::total)
+            .sum::<Option<Duration>>()
+    }
+}
+
+/// Where the running cell is, set by the thread that runs it (a few times per cell).
+#[derive(Debug, Clone, Default)]
+pub struct Course {
+    /// The cell's index in the run, its label and connections (whole test).
+    pub cell: Option<(usize, String, u32)>,
+    pub begun: Option<Instant>,
+    /// When its warm-up (then the measured window) began; `None` while connecting.
+    pub measuring: Option<Instant>,
+    /// Its connections are done: the gate settles and judges it.
+    pub ended: bool,
+}
+
+/// The live counters summed over the workers at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Snapshot {
+    pub opened: u64,
+    pub closed: u64,
+    pub failed: u64,
+    pub sent: u64,
+    pub received: u64,
+    /// Pings (and echoed or paced messages) sent that expect an answer.
+    pub expected: u64,
+    pub lost: u64,
+    /// Round trips by latency bucket: their sum is the answers.
+    pub rtt: [u64; BUCKETS],
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            opened: 0,
+            closed: 0,
+            failed: 0,
+            sent: 0,
+            received: 0,
+            expected: 0,
+            lost: 0,
+            rtt: [0; BUCKETS],
+        }
+    }
+}
+
+impl Snapshot {
+    fn answered(&self) -> u64 {
+        self.rtt.iter().sum()
+    }
+}
+
+/// One frame of the bar: the two lines, from the outline, the course and the counters.
+#[derive(Debug, Clone)]
+pub struct Frame<'a> {
+    pub outline: &'a Outline,
+    pub course: &'a Course,
+    pub now: Instant,
+    /// When the run began.
+    pub run_begun: Instant,
+    /// The counters when the cell began, a second ago, and now.
+    pub base: &'a Snapshot,
+    pub prev: &'a Snapshot,
+    pub cur: &'a Snapshot,
+    /// Between `prev` and `cur`.
+    pub interval: Duration,
+}
+
+/// `m:ss`, or `h:mm:ss` from an hour.
+pub fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// A countdown's whole seconds: a second begun is still left.
+fn ceil_secs(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
+const BAR_WIDTH: usize = 20;
+
+fn bar(done: f64) -> String {
+    let filled = ((done.clamp(0.0, 1.0) * BAR_WIDTH as f64).round() as usize).min(BAR_WIDTH);
+    format!("[{}{}]", "#".repeat(filled), "-".repeat(BAR_WIDTH - filled))
+}
+
+fn latency(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else {
+        format!("{seconds:.2} s")
+    }
+}
+
+impl Frame<'_> {
+    /// The cell's phase, and the time it has left (`None`: not known).
+    fn phase(&self, stage: Option<&Stage>) -> (&'static str, Option<Duration>) {
+        let c = self.course;
+        let Some(stage) = stage else {
+            return ("running", None);
+        };
+        if c.ended {
+            return ("settling", Some(Duration::ZERO));
+        }
+        match c.measuring {
+            None => {
+                let spent = c
+                    .begun
+                    .map_or(Duration::ZERO, |b| self.now.saturating_duration_since(b));
+                let left = stage.connect.saturating_sub(spent);
+                (
+                    "connecting",
+                    stage.measured.map(|m| left + stage.warmup + m),
+                )
+            }
+            Some(at) => {
+                let into = self.now.saturating_duration_since(at);
+                let phase = if into < stage.warmup {
+                    "warm-up"
+                } else if stage.measured.is_none() {
+                    "pinging"
+                } else {
+                    "measuring"
+                };
+                let end = stage.measured.map(|m| stage.warmup + m);
+                (phase, end.map(|e| e.saturating_sub(into)))
+            }
+        }
+    }
+
+    /// The first line: the cell, its phase and times, the run's.
+    pub fn head(&self) -> String {
+        let Some((index, label, connections)) = &self.course.cell else {
+            return "starting".into();
+        };
+        let stage = self.outline.stage(*index);
+        let (phase, left) = self.phase(stage);
+        let spent = self
+            .course
+            .begun
+            .map_or(Duration::ZERO, |b| self.now.saturating_duration_since(b));
+        let mut line = format!(
+            "{}  {phase} ",
+            self.outline.place(*index, label, *connections)
+        );
+        match left.map(ceil_secs) {
+            Some(left) => {
+                let spent = Duration::from_secs(spent.as_secs());
+                let total = spent + left;
+                let done = if total.is_zero() {
+                    1.0
+                } else {
+                    spent.as_secs_f64() / total.as_secs_f64()
+                };
+                let _ = write!(
+                    line,
+                    "{} {} / {}, {} left",
+                    bar(done),
+                    clock(spent),
+                    clock(total),
+                    clock(left)
+                );
+            }
+            None => {
+                let _ = write!(line, "{}, until its pings are done", clock(spent));
+            }
+        }
+        let run = self.now.saturating_duration_since(self.run_begun);
+        let _ = write!(line, "  |  run {}", clock(run));
+        if self.outline.probe.is_some() {
+            line.push_str(", no fixed end (limit search)");
+        } else {
+            match left.map(ceil_secs).zip(self.outline.after(*index)) {
+                Some((l, after)) => {
+                    let _ = write!(line, ", ~{} left", clock(l + after));
+                }
+                None => line.push_str(", end not known (cells end when their pings do)"),
+            }
+        }
+        line
+    }
+
+    /// The second line: the figures that matter now.
+    pub fn figures(&self) -> String {
+        let (b, p, c) = (self.base, self.prev, self.cur);
+        let per_sec = |now: u64, before: u64| {
+            let secs = self.interval.as_secs_f64();
+            if secs > 0.0 {
+                now.saturating_sub(before) as f64 / secs
+            } else {
+                0.0
+            }
+        };
+        let open = c.opened.saturating_sub(c.closed);
+        let failed = c.failed.saturating_sub(b.failed);
+        let connecting = self.course.measuring.is_none() && !self.course.ended;
+        let target = self.course.cell.as_ref().map_or(0, |c| c.2);
+        let connect = || {
+            format!(
+                "{}/{target} opened, {open} open, {:.0} connections/s, {failed} failed",
+                c.opened.saturating_sub(b.opened),
+                per_sec(c.opened, p.opened)
+            )
+        };
+        if connecting {
+            return connect();
+        }
+        let mut rtt = [0u64; BUCKETS];
+        for (d, (now, before)) in rtt.iter_mut().zip(c.rtt.iter().zip(b.rtt.iter())) {
+            *d = now.saturating_sub(*before);
+        }
+        let p99 = quantile(0.99, &rtt).map_or_else(|| "-".into(), latency);
+        match Figures::of(self.outline.scenario) {
+            Figures::Connect => connect(),
+            Figures::Pings => format!(
+                "pings {} sent, {} answered, {} lost, p99 {p99}  |  {open} open, {failed} failed",
+                c.expected.saturating_sub(b.expected),
+                c.answered().saturating_sub(b.answered()),
+                c.lost.saturating_sub(b.lost)
+            ),
+            Figures::Rate { rtt } => {
+                let mut line = format!(
+                    "{:.0} msg/s sent, {:.0} msg/s received",
+                    per_sec(c.sent, p.sent),
+                    per_sec(c.received, p.received)
+                );
+                if rtt {
+                    let _ = write!(line, ", p99 {p99}, {} lost", c.lost.saturating_sub(b.lost));
+                }
+                let _ = write!(line, "  |  {open} open, {failed} failed");
+                line
+            }
+        }
+    }
+}
+
+/// The bar of a run, drawn once a second by the background thread.
+pub struct Progress {
+    outline: Outline,
+    bar: ProgressBar,
+    run_begun: Instant,
+    /// The cell the base snapshot is of.
+    cell: Option<usize>,
+    base: Snapshot,
+    prev: (Instant, Snapshot),
+}
+
+impl Progress {
+    /// A bar on stderr, shown from the first cell on.
+    pub fn new(outline: Outline) -> Progress {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{prefix}\n  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        let now = Instant::now();
+        Progress {
+            outline,
+            bar,
+            run_begun: now,
+            cell: None,
+            base: Snapshot::default(),
+            prev: (now, Snapshot::default()),
+        }
+    }
+
+    /// Redraws the bar from `live`.
+    pub fn draw(&mut self, live: &Live) {
+        let now = Instant::now();
+        let course = live.course();
+        let cur = live.snapshot();
+        let Some((index, ..)) = course.cell else {
+            // Nothing is running yet (the managed server starts): nothing to say.
+            self.prev = (now, cur);
+            return;
+        };
+        if self.cell != Some(index) {
+            if self.cell.is_none() {
+                self.run_begun = course.begun.unwrap_or(now);
+                *BAR.lock().unwrap_or_else(PoisonError::into_inner) = Some(self.bar.clone());
+            }
+            self.cell = Some(index);
+            self.base = live.course_base();
+        }
+        let frame = Frame {
+            outline: &self.outline,
+            course: &course,
+            now,
+            run_begun: self.run_begun,
+            base: &self.base,
+            prev: &self.prev.1,
+            cur: &cur,
+            interval: now - self.prev.0,
+        };
+        self.bar.set_prefix(frame.head());
+        self.bar.set_message(frame.figures());
+        self.prev = (now, cur);
+    }
+
+    /// Takes the bar off the screen after Ctrl-C. The bar fills its last line to the edge, so
+    /// the terminal's echo of `^C` (ECHOCTL) wrapped onto a line of its own: cleared first.
+    pub fn interrupted(&self) {
+        let echoed = nix::sys::termios::tcgetattr(std::io::stderr()).is_ok_and(|t| {
+            use nix::sys::termios::LocalFlags;
+            t.local_flags
+                .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
+        });
+        if echoed && shown().is_some() {
+            eprint!("\r\x1b[2K\x1b[1A");
+        }
+        self.clear();
+    }
+
+    /// Takes the bar off the screen.
+    pub fn clear(&self) {
+        *BAR.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wsload_spec::fixtures::spec;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn lines(
+        outline: &Outline,
+        course: &Course,
+        now: Instant,
+        run_begun: Instant,
+        snaps: [&Snapshot; 3],
+    ) -> (String, String) {
+        let f = Frame {
+            outline,
+            course,
+            now,
+            run_begun,
+            base: snaps[0],
+            prev: snaps[1],
+            cur: snaps[2],
+            interval: secs(1),
+        };
+        (f.head(), f.figures())
+    }
+
+    /// The course of cell `index` (label, connections) begun at `begun`.
+    fn running(
+        (index, label, connections): (usize, &str, u32),
+        begun: Instant,
+        measuring: Option<Instant>,
+    ) -> Course {
+        Course {
+            cell: Some((index, label.into(), connections)),
+            begun: Some(begun),
+            measuring,
+            ended: false,
+        }
+    }
+
+    fn hold() -> Outline {
+        // Two tiers of a hold: 1000 in one batch, 5000 in five batches 1 s apart.
+        let s = spec(
+            "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [1000, 5000]\n  duration: 30s\n  warmup: 5s\n  connect: {batchSize: 1000, batchInterval: 1s}\n",
+        );
+        Outline::new(&s, Shard::WHOLE)
+    }
+
+    #[test]
+    fn outline_knows_each_cells_phases() {
+        let o = hold();
+        assert_eq!(o.stages.len(), 2);
+        assert_eq!(o.stages[0].connect, Duration::ZERO);
+        assert_eq!(o.stages[1].connect, secs(4));
+        assert_eq!(o.stages[1].warmup, secs(5));
+        assert_eq!(o.stages[1].measured, Some(secs(30)));
+        assert_eq!(o.after(0), Some(secs(39)));
+        assert_eq!(o.after(1), Some(Duration::ZERO));
+        assert!(o.probe.is_none());
+    }
+
+    #[test]
+    fn a_hold_shows_its_place_time_left_and_pings() {
+        let o = hold();
+        let t0 = Instant::now();
+        let course = running((1, "5000", 5000), t0 + secs(40), Some(t0 + secs(45)));
+        let base = Snapshot {
+            opened: 1000,
+            closed: 1000,
+            expected: 6000,
+            ..Default::default()
+        };
+        let mut cur = Snapshot {
+            opened: 6000,
+            closed: 1000,
+            failed: 2,
+            expected: 6000 + 1200,
+            lost: 3,
+            ..Default::default()
+        };
+        // 1197 answers at 1.2 ms: the (1 ms, 1.5 ms] bucket.
+        let i = wsload_http::LATENCY_BUCKETS
+            .iter()
+            .position(|b| *b >= 0.0012)
+            .expect("a bucket");
+        cur.rtt[i] = 1197;
+        // 20 s into the cell: connected by 5 s, then 5 s warm-up and 10 s of 30 measured.
+        let (head, figures) = lines(&o, &course, t0 + secs(60), t0, [&base, &cur, &cur]);
+        assert!(
+            head.starts_with("tier 2/2: 5000 connections  measuring ["),
+            "{head}"
+        );
+        assert!(head.contains("0:20 / 0:40, 0:20 left"), "{head}");
+        assert!(head.ends_with("run 1:00, ~0:20 left"), "{head}");
+        assert!(
+            figures.starts_with("pings 1200 sent, 1197 answered, 3 lost, p99 1.5 ms"),
+            "{figures}"
+        );
+        assert!(figures.ends_with("5000 open, 2 failed"), "{figures}");
+
+        // During the first tier, the run also has the second's 39 s ahead.
+        let course = running((0, "1000", 1000), t0, Some(t0 + secs(1)));
+        let zero = Snapshot::default();
+        let (head, _) = lines(&o, &course, t0 + secs(11), t0, [&zero, &zero, &zero]);
+        assert!(head.starts_with("tier 1/2: 1000 connections  measuring"));
+        assert!(head.contains("0:11 / 0:36, 0:25 left"), "{head}");
+        assert!(head.ends_with("run 0:11, ~1:04 left"), "{head}");
+    }
+
+    #[test]
+    fn connecting_shows_opened_and_the_connect_rate() {
+        let o = hold();
+        let t0 = Instant::now();
+        let course = running((1, "5000", 5000), t0, None);
+        let base = Snapshot::default();
+        let prev = Snapshot {
+            opened: 1000,
+            ..Default::default()
+        };
+        let cur = Snapshot {
+            opened: 2000,
+            ..Default::default()
+        };
+        let (head, figures) = lines(&o, &course, t0 + secs(1), t0, [&base, &prev, &cur]);
+        // 3 s of batches left, then 5 s warm-up and 30 s measured.
+        assert!(head.contains("connecting ["), "{head}");
+        assert!(head.contains("0:01 / 0:39, 0:38 left"), "{head}");
+        assert_eq!(
+            figures,
+            "2000/5000 opened, 2000 open, 1000 connections/s, 0 failed"
+        );
+    }
+
+    #[test]
+    fn throughput_shows_rates_and_matrix_cells_their_labels() {
+        let s = spec(
+            "  target: {server: {}}\n  scenario: payloadMatrix\n  connections: [10, 20]\n  sizes: [64, 1024]\n  duration: 10s\n  warmup: 0s\n",
+        );
+        let o = Outline::new(&s, Shard::WHOLE);
+        let t0 = Instant::now();
+        let course = running((2, "1 KiB x 10", 10), t0, Some(t0));
+        let base = Snapshot::default();
+        let prev = Snapshot {
+            opened: 10,
+            sent: 1000,
+            received: 900,
+            ..Default::default()
+        };
+        let cur = Snapshot {
+            opened: 10,
+            sent: 51_000,
+            received: 40_900,
+            ..Default::default()
+        };
+        let (head, figures) = lines(&o, &course, t0 + secs(4), t0, [&base, &prev, &cur]);
+        assert!(
+            head.starts_with("cell 3/4: 1 KiB x 10  measuring"),
+            "{head}"
+        );
+        // This cell's 6 s and the last cell's 10 s.
+        assert!(head.ends_with("run 0:04, ~0:16 left"), "{head}");
+        assert_eq!(
+            figures,
+            "50000 msg/s sent, 40000 msg/s received  |  10 open, 0 failed"
+        );
+    }
+
+    #[test]
+    fn a_storm_shows_connections_only() {
+        let s = spec(
+            "  target: {server: {}}\n  scenario: connectionStorm\n  connections: [500]\n  connect: {batchSize: 100, batchInterval: 1s}\n",
+        );
+        let o = Outline::new(&s, Shard::WHOLE);
+        // Five batches a second apart, nothing after them.
+        assert_eq!(o.stages[0].total(), Some(secs(4)));
+        let t0 = Instant::now();
+        let course = running((0, "500", 500), t0, Some(t0 + secs(4)));
+        let prev = Snapshot {
+            opened: 400,
+            failed: 1,
+            ..Default::default()
+        };
+        let cur = Snapshot {
+            opened: 499,
+            closed: 300,
+            failed: 1,
+            ..Default::default()
+        };
+        let z = Snapshot::default();
+        let (head, figures) = lines(&o, &course, t0 + secs(4), t0, [&z, &prev, &cur]);
+        assert!(head.contains("0:04 / 0:04, 0:00 left"), "{head}");
+        assert!(head.ends_with("run 0:04, ~0:00 left"), "{head}");
+        assert_eq!(
+            figures,
+            "499/500 opened, 199 open, 99 connections/s, 1 failed"
+        );
+    }
+
+    #[test]
+    fn a_limit_search_has_no_fixed_end() {
+        let s = spec("  target: {server: {}}\n  scenario: connectionLimit\n");
+        let o = Outline::new(&s, Shard::WHOLE);
+        assert!(o.stages.is_empty() && o.probe.is_some());
+        let t0 = Instant::now();
+        let course = running((3, "8000", 8000), t0 + secs(50), Some(t0 + secs(52)));
+        let z = Snapshot::default();
+        let (head, figures) = lines(&o, &course, t0 + secs(53), t0, [&z, &z, &z]);
+        assert!(head.starts_with("probe 4: 8000 connections  "), "{head}");
+        assert!(
+            head.ends_with("run 0:53, no fixed end (limit search)"),
+            "{head}"
+        );
+        assert!(figures.starts_with("pings 0 sent, 0 answered, 0 lost, p99 -"));
+    }
+
+    #[test]
+    fn ping_counts_end_when_their_pings_do() {
+        let s = spec("  target: {server: {}}\n  scenario: pingLatency\n  connections: [10, 20]\n");
+        let o = Outline::new(&s, Shard::WHOLE);
+        assert_eq!(o.stages[0].measured, None);
+        let t0 = Instant::now();
+        let course = running((0, "10", 10), t0, Some(t0));
+        let z = Snapshot::default();
+        let (head, _) = lines(&o, &course, t0 + secs(75), t0, [&z, &z, &z]);
+        assert!(
+            head.starts_with("tier 1/2: 10 connections  pinging 1:15, until its pings are done"),
+            "{head}"
+        );
+        assert!(head.contains("end not known"), "{head}");
+    }
+
+    #[test]
+    fn clock_reads_minutes_then_hours() {
+        assert_eq!(clock(secs(5)), "0:05");
+        assert_eq!(clock(secs(125)), "2:05");
+        assert_eq!(clock(secs(3725)), "1:02:05");
+        assert_eq!(bar(0.5), format!("[{}{}]", "#".repeat(10), "-".repeat(10)));
+    }
+}
