@@ -24,8 +24,9 @@ stdout_is_data
 # check-scripts.sh fails when a script installs a package that is in neither list.
 PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools prometheus shellcheck chromium)
 # Installed by the scripts when missing, but part of every project machine (purging them would
-# take the machine's TLS certificates, git or every program's fonts with them): left installed.
-BASE=(openssl curl jq fonts-dejavu-core)
+# take the machine's TLS certificates, git, every program's fonts, or the tmux a person runs
+# this in with them): left installed.
+BASE=(openssl curl jq fonts-dejavu-core tmux)
 
 yes=0 warm=0 dir=""
 parts=()
