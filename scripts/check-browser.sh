@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The HTML report in a real browser: renders the fixture result (wsload-report's `fixtures`) to
-# HTML, loads it in Debian's headless Chromium (scripts/browser.sh installs it), and fails
-# unless the page rendered without errors, fetched nothing, applied its inline style, and
-# drew its charts (inline SVG with lines) and tables (with rows). A copy of the page gets a
-# small inline script that checks this in the browser and writes its verdict into the DOM,
-# which --dump-dom prints; the probe is first shown to fail on a page without charts. Then a
-# screenshot of the page as shipped: target/browser/report.png. About 10 s when warm.
+# The HTML report in a real browser: two pages, the fixture result (wsload-report's `fixtures`:
+# two shards with samples, every chart kind) and a real `wsload run examples/ping-latency.yaml
+# --html` (the release binaries of README's first command). Each is loaded in Debian's headless
+# Chromium (scripts/browser.sh installs it), which fails unless the page rendered without
+# errors, fetched nothing, applied its inline style, and drew its charts (inline SVG with
+# lines) and tables (with rows). A copy of the page gets a small inline script that checks this
+# in the browser and writes its verdict into the DOM, which --dump-dom prints; the probe is
+# first shown to fail on a page without charts. Then a screenshot of each page as shipped:
+# target/browser/{report,ping-latency}.png. About 20 s when warm.
 #
 # usage: scripts/check-browser.sh
 set -euo pipefail
@@ -25,6 +27,12 @@ chromium="$(scripts/browser.sh)"
 
 cargo run -q --locked -p wsload-report --features fixtures --example fixture-html -- "$OUT/report.html" >&2
 log "rendered $OUT/report.html ($(wc -c <"$OUT/report.html") bytes)"
+cargo build -q --release --locked -p wsload -p wsload-server >&2
+BIN="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release"
+# The verdict is the run's business here, not this check's: only the page counts.
+"$BIN/wsload" run examples/ping-latency.yaml --html "$OUT/ping-latency.html" >"$WORK/ping-latency.txt" 2>&1 ||
+	[[ $? -eq 1 ]] || fail "wsload run examples/ping-latency.yaml failed: $(tail -n 5 "$WORK/ping-latency.txt")"
+log "rendered $OUT/ping-latency.html ($(wc -c <"$OUT/ping-latency.html") bytes) from a real run"
 
 # Without the background-networking flags Chromium keeps trying to reach Google's services,
 # which a closed network refuses; --no-sandbox because its sandbox needs user namespaces that
@@ -43,7 +51,7 @@ PROBE_END='<script>(function(){
 var problems=(window.__wsloadErrors||[]).map(function(e){return "error: "+e});
 function need(ok,what){if(!ok)problems.push(what)}
 var svgs=document.querySelectorAll("svg.chart");
-need(svgs.length>=3,"charts: "+svgs.length+" (want 3 or more)");
+need(svgs.length>=MIN_CHARTS,"charts: "+svgs.length+" (want MIN_CHARTS or more)");
 svgs.forEach(function(s,i){var b=s.getBoundingClientRect();
  need(b.width>200&&b.height>80,"chart "+i+" is not drawn ("+b.width+"x"+b.height+")");
  need(s.querySelectorAll("polyline").length>0,"chart "+i+" has no line")});
@@ -58,33 +66,40 @@ var m=document.createElement("pre");m.id="wsload-check";
 m.textContent=(problems.length?"FAILED "+problems.join("; "):"RENDERED OK")+" charts="+svgs.length+" tables="+tables.length+" height="+document.documentElement.scrollHeight;
 document.body.appendChild(m)})();</script>'
 
-# probe PAGE: the probe's verdict on PAGE (an HTML file), as the browser wrote it.
+# probe PAGE MIN_CHARTS: the probe's verdict on PAGE (an HTML file), as the browser wrote it.
 probe() {
-	local page checked="$WORK/checked.html"
+	local page checked="$WORK/checked.html" end="${PROBE_END//MIN_CHARTS/$2}"
 	page="$(<"$1")"
 	# Quoted replacements: bash 5.2 would otherwise put the match in place of each & in them.
 	page="${page/<head>/"<head>$PROBE_HEAD"}"
-	page="${page/<\/body>/"$PROBE_END</body>"}"
+	page="${page/<\/body>/"$end</body>"}"
 	printf '%s' "$page" >"$checked"
 	browse --window-size="$WIDTH,1000" --dump-dom "file://$checked" >"$WORK/dom.html" || die "chromium failed (its log: $WORK/chromium.log)"
 	sed -n 's/.*<pre id="wsload-check">\([^<]*\)<\/pre>.*/\1/p' "$WORK/dom.html"
 }
 
-# The probe must be able to fail: the same page with its charts renamed away.
+# The probe must be able to fail: the fixture page with its charts renamed away.
 page="$(<"$OUT/report.html")"
 printf '%s' "${page//<svg /<xsvg }" >"$WORK/no-charts.html"
-verdict="$(probe "$WORK/no-charts.html")"
+verdict="$(probe "$WORK/no-charts.html" 3)"
 [[ "$verdict" == FAILED*"charts: 0"* ]] || fail "the probe did not notice a page without charts: '$verdict'"
 log "the probe fails a page without charts: $verdict"
 
-verdict="$(probe "$OUT/report.html")"
-[[ -n "$verdict" ]] || fail "the page's check did not run (no #wsload-check in the DOM; chromium's log: $WORK/chromium.log)"
-[[ "$verdict" == "RENDERED OK "* ]] || fail "$verdict"
-log "$verdict"
-
-height="${verdict##*height=}"
-browse --window-size="$WIDTH,$((height + 16))" --screenshot="$OUT/report.png" "file://$OUT/report.html" >&2 ||
-	die "chromium could not take the screenshot (its log: $WORK/chromium.log)"
-[[ "$(head -c 8 "$OUT/report.png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] ||
-	fail "$OUT/report.png is not a PNG"
-log "screenshot: $OUT/report.png ($(wc -c <"$OUT/report.png") bytes)"
+# check NAME MIN_CHARTS: target/browser/NAME.html passes the probe; its screenshot NAME.png.
+check() {
+	local verdict height
+	verdict="$(probe "$OUT/$1.html" "$2")"
+	[[ -n "$verdict" ]] || fail "$1.html: the page's check did not run (no #wsload-check in the DOM; chromium's log: $WORK/chromium.log)"
+	[[ "$verdict" == "RENDERED OK "* ]] || fail "$1.html: $verdict"
+	log "$1.html: $verdict"
+	height="${verdict##*height=}"
+	browse --window-size="$WIDTH,$((height + 16))" --screenshot="$OUT/$1.png" "file://$OUT/$1.html" >&2 ||
+		die "chromium could not take the screenshot of $1.html (its log: $WORK/chromium.log)"
+	[[ "$(head -c 8 "$OUT/$1.png" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]] ||
+		fail "$OUT/$1.png is not a PNG"
+	log "screenshot: $OUT/$1.png ($(wc -c <"$OUT/$1.png") bytes)"
+}
+# The fixture draws every chart kind (latency, and throughput and connections per cell); the
+# ping run's cells last under a second, so it has the latency chart and no samples to draw.
+check report 3
+check ping-latency 1

@@ -246,7 +246,7 @@ impl Worker<'_> {
         start_line.barrier.wait().await;
         let start = *start_line.start.get_or_init(|| {
             let now = Instant::now();
-            self.live.measuring(now.into_std());
+            self.live.measuring(now.into_std(), cell.warmup);
             now
         });
         let started = Instant::now();

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wsload_http::AtomicHistogram;
+use wsload_report::timeline::{Recorder, Sample as CellSample, Totals as CellTotals};
 use wsload_http::prometheus_client::collector::Collector;
 use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use wsload_http::prometheus_client::metrics::MetricType;
@@ -131,6 +132,17 @@ pub struct Live {
     timeline: Mutex<Timeline>,
     /// Where the running cell is, and the counters when it began: for the terminal's bar.
     course: Mutex<(Course, Snapshot)>,
+    /// The running cell's per-second samples for its result (the report's throughput over
+    /// time), taken by `tick` once its measured phase has begun.
+    cell_samples: Mutex<Option<CellSamples>>,
+}
+
+/// One cell's report timeline in the making.
+struct CellSamples {
+    /// When the measured phase begins (after the warm-up).
+    from: Instant,
+    /// Started at the first tick past `from`, with the totals read then.
+    recorder: Option<(Instant, Recorder)>,
 }
 
 impl Live {
@@ -143,6 +155,7 @@ impl Live {
             last_sent: AtomicU64::new(0),
             timeline: Mutex::new(Timeline::default()),
             course: Mutex::new((Course::default(), Snapshot::default())),
+            cell_samples: Mutex::new(None),
         }
     }
 
@@ -166,6 +179,56 @@ impl Live {
         let rate = (sent.saturating_sub(before)) as f64 / interval.as_secs_f64();
         self.achieved.store(rate.to_bits(), Relaxed);
         self.sample(sent);
+        self.sample_cell(Instant::now());
+    }
+
+    /// The running cell's totals as its report timeline counts them.
+    fn cell_totals(&self) -> CellTotals {
+        let snap = self.snapshot();
+        // Only pingers count expected answers: other scenarios' round trips are echoes.
+        let pinged = snap.expected > 0;
+        CellTotals {
+            sent: snap.sent,
+            received: snap.received,
+            open: snap.opened.saturating_sub(snap.closed),
+            pings_answered: if pinged { snap.rtt.iter().sum() } else { 0 },
+            pings_lost: if pinged { snap.lost } else { 0 },
+        }
+    }
+
+    /// One second of the running cell's measured phase, once it has begun.
+    fn sample_cell(&self, now: Instant) {
+        let mut guard = self
+            .cell_samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(cell) = guard.as_mut() else {
+            return;
+        };
+        if now < cell.from {
+            return;
+        }
+        let totals = self.cell_totals();
+        match &mut cell.recorder {
+            None => cell.recorder = Some((now, Recorder::new(totals))),
+            Some((begun, recorder)) => {
+                // The second ending now, counted from the first reading.
+                let secs = now.saturating_duration_since(*begun).as_secs_f64().round();
+                let second = u32::try_from((secs as u64).saturating_sub(1)).unwrap_or(u32::MAX);
+                recorder.tick(second, totals, None);
+            }
+        }
+    }
+
+    /// The running cell's per-second samples, ending its timeline.
+    pub fn take_cell_samples(&self) -> Vec<CellSample> {
+        self.cell_samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .and_then(|c| c.recorder)
+            .map(|(_, r)| r.finish())
+            .unwrap_or_default()
     }
 
     /// One point of the run's timeline: the sums the scrape would show, once a second.
@@ -236,9 +299,17 @@ impl Live {
         });
     }
 
-    /// The running cell's connections are open: its warm-up begins at `at`.
-    pub fn measuring(&self, at: Instant) {
+    /// The running cell's connections are open: its warm-up begins at `at`, its measured
+    /// phase `warmup` later.
+    pub fn measuring(&self, at: Instant, warmup: Duration) {
         self.course_mut(|c| c.0.measuring = Some(at));
+        *self
+            .cell_samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(CellSamples {
+            from: at + warmup,
+            recorder: None,
+        });
     }
 
     /// The running cell's connections are done.

@@ -401,6 +401,7 @@ fn run_cell(
     live.begin_cell(index, &planned.cell.label, planned.total_connections);
     let run = workers.run(&planned.cell, dialer);
     live.end_cell();
+    let timeline = live.take_cell_samples();
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
@@ -415,7 +416,7 @@ fn run_cell(
         started_first_micros: 0,
         started_last_micros: 0,
         figures: Default::default(),
-        timeline: Vec::new(),
+        timeline,
         loadgen_cpu: None,
     };
     cell.compute();

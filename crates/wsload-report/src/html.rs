@@ -245,8 +245,16 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
     o.push_str("<section id=\"throughput\"><h2>Throughput over time</h2>");
     let timed: Vec<_> = r.cells.iter().filter(|c| !c.timeline.is_empty()).collect();
     if timed.is_empty() {
-        o.push_str(
-            "<p class=\"muted\">This result has no per-second samples (written by a load generator that did not record them).</p></section>",
+        // Samples are whole seconds of the measured phase: a cell measured for under two
+        // (a burst of pings) has none to draw.
+        let why = if r.cells.iter().all(|c| c.measured_secs < 2.0) {
+            "every cell measured for under two seconds, too short for per-second samples"
+        } else {
+            "written by a load generator that did not record them"
+        };
+        let _ = write!(
+            o,
+            "<p class=\"muted\">This result has no per-second samples ({why}).</p></section>"
         );
         return;
     }
