@@ -57,11 +57,12 @@ ensure_musl_toolchain() {
 }
 
 build_binary() {
-	log "building $IMAGE_PACKAGE for $MUSL_TARGET"
+	log "building $IMAGE_PACKAGE for $MUSL_TARGET${IMAGE_CARGO_FEATURES[*]:+ (${IMAGE_CARGO_FEATURES[*]})}"
 	# --locked: an image is a release artefact; it must not quietly re-resolve
 	# dependencies that the tests did not see.
 	(cd "$WSLOAD_ROOT" && CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
-		cargo build --locked --release --target "$MUSL_TARGET" -p "$IMAGE_PACKAGE" --bin "$IMAGE_BINARY")
+		cargo build --locked --release --target "$MUSL_TARGET" -p "$IMAGE_PACKAGE" --bin "$IMAGE_BINARY" \
+			"${IMAGE_CARGO_FEATURES[@]}")
 	BINARY_PATH="$TARGET_DIR/$MUSL_TARGET/release/$IMAGE_BINARY"
 	assert_static "$BINARY_PATH"
 }

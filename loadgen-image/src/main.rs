@@ -240,6 +240,9 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         plot,
         html,
     } = args;
+    if plot.is_some() {
+        wsload::plot::ensure_available()?;
+    }
     let lt = LoadTest::from_file(&file)?;
     let opts = Options {
         threads: common.threads,

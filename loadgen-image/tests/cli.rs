@@ -465,6 +465,7 @@ fn a_stalled_load_generator_is_corrected_for() {
     assert!((0.9..=1.1).contains(&ratio), "sent/target {ratio}");
 }
 
+#[cfg(feature = "plot")]
 #[test]
 fn run_plot_is_a_png_of_the_run() {
     // The managed server (so the run also names its metrics address), 3 s of constant rate:
@@ -516,4 +517,32 @@ fn run_plot_is_a_png_of_the_run() {
     ]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("cannot plot to"), "{}", stderr(&o));
+}
+
+#[cfg(not(feature = "plot"))]
+#[test]
+fn run_plot_without_the_feature_is_refused_before_the_run() {
+    // A target nothing listens on: had the run started, it would fail (exit 3) on connecting.
+    let dir = Scratch::new("no-plot");
+    let spec = dir.file(
+        "plot.yaml",
+        &loadtest(
+            "plotted",
+            "  target: {url: ws://127.0.0.1:9/}\n  scenario: constantRate\n  connections: [1]\n  duration: 1s\n",
+        ),
+    );
+    let png = dir.path("run.png");
+    let o = wsload(&[
+        "run",
+        spec.to_str().expect("utf-8 path"),
+        "--plot",
+        png.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("this wsload was built without the `plot` feature"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!png.exists());
 }

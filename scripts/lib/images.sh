@@ -73,24 +73,30 @@ stop_registry() {
 # The image table. Each image is one static binary of one workspace package,
 # staged into a FROM-scratch image by the Dockerfile in its directory; that
 # Dockerfile declares ARG VERSION and ARG REVISION, which both scripts pass,
-# and keeps to what scripts/lib/dockerfile.py understands.
-#   name      cargo package     binary            Dockerfile dir   repository
+# and keeps to what scripts/lib/dockerfile.py understands. features: the cargo
+# features the binary is built with, `default` for the package's own defaults;
+# anything else is built with --no-default-features. The load generator's image
+# leaves out `plot` (shard pods never draw; `wsload run` in a pod needs no plot).
+#   name      cargo package     binary            Dockerfile dir   repository        features
 IMAGE_TABLE="
-server    wsload-server     wsload-server     server-image     wsload/server
-loadgen   wsload            wsload            loadgen-image    wsload/loadgen
-operator  wsload-operator   wsload-operator   operator         wsload/operator
+server    wsload-server     wsload-server     server-image     wsload/server     default
+loadgen   wsload            wsload            loadgen-image    wsload/loadgen    mimalloc
+operator  wsload-operator   wsload-operator   operator         wsload/operator   default
 "
 
-# image_spec NAME: sets IMAGE_NAME, IMAGE_PACKAGE, IMAGE_BINARY, IMAGE_DIR, IMAGE_REPO.
+# image_spec NAME: sets IMAGE_NAME, IMAGE_PACKAGE, IMAGE_BINARY, IMAGE_DIR, IMAGE_REPO and
+# IMAGE_CARGO_FEATURES (the cargo arguments that choose the features).
 image_spec() {
-	local want="$1" name package binary dir repo
-	while read -r name package binary dir repo; do
+	local want="$1" name package binary dir repo features
+	while read -r name package binary dir repo features; do
 		[[ -n "$name" && "$name" == "$want" ]] || continue
 		IMAGE_NAME="$name"
 		IMAGE_PACKAGE="$package"
 		IMAGE_BINARY="$binary"
 		IMAGE_DIR="$WSLOAD_ROOT/$dir"
 		IMAGE_REPO="$repo"
+		IMAGE_CARGO_FEATURES=()
+		[[ "$features" == default ]] || IMAGE_CARGO_FEATURES=(--no-default-features --features "$features")
 		[[ -f "$IMAGE_DIR/Dockerfile" ]] || die "image '$want': $dir/Dockerfile does not exist yet"
 		return 0
 	done <<<"$IMAGE_TABLE"

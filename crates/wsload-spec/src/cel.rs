@@ -344,6 +344,7 @@ pub fn limit_rules(schema: &mut Schema) {
 
 /// `kubectl apply` of a changed spec on a running test would change nothing the shards do
 /// (they read the spec once) while status kept describing the old one: refuse it instead.
+#[cfg(feature = "crd")]
 pub fn immutable_once_started() -> kube::core::Rule {
     kube::core::Rule::new(
         "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || self.spec == oldSelf.spec",
@@ -355,6 +356,7 @@ pub fn immutable_once_started() -> kube::core::Rule {
 }
 
 /// Children are named `<name>-server`, `<name>-shard-<i>`, and the name is a label value.
+#[cfg(feature = "crd")]
 pub fn name_rule() -> kube::core::Rule {
     kube::core::Rule::new(format!(
         "size(self.metadata.name) <= {MAX_NAME_LEN} && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"

@@ -1,5 +1,8 @@
 //! The `LoadTest` resource, `wsload.dev/v1alpha1`: one definition for the load generator
 //! (which reads it from a file) and the operator (which reads it from the API server).
+//! The kube `CustomResource` made from [`LoadTestSpec`] (`LoadTestResource`, from which the
+//! CRD is generated) is the `crd` feature's, the operator's: the file shape, [`LoadTest`], needs
+//! no kube, so the load generator links none.
 
 pub mod cel;
 pub mod cluster;

@@ -3,11 +3,9 @@
 
 use crate::cel;
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
-use crate::status::LoadTestStatus;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -16,14 +14,14 @@ use std::net::IpAddr;
 /// A WebSocket load test: the server under test, the scenario, the load shape, the shards and
 /// the pass/fail thresholds. `wsload run FILE` runs it on one machine; in a cluster the
 /// operator runs it and writes the verdict into status. See docs/loadtest.md.
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[cfg_attr(feature = "crd", derive(kube::CustomResource), kube(
     group = "wsload.dev",
     version = "v1alpha1",
     kind = "LoadTest",
     root = "LoadTestResource",
     namespaced,
-    status = "LoadTestStatus",
+    status = "crate::status::LoadTestStatus",
     derive = "PartialEq",
     shortname = "lt",
     category = "wsload",
@@ -37,7 +35,7 @@ use std::net::IpAddr;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = cel::immutable_once_started(),
     validation = cel::name_rule()
-)]
+))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = cel::spec_rules)]
 pub struct LoadTestSpec {
