@@ -11,14 +11,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_http::AtomicHistogram;
-use wsload_report::timeline::{Recorder, Sample as CellSample, Totals as CellTotals};
 use wsload_http::prometheus_client::collector::Collector;
-use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use wsload_http::prometheus_client::metrics::MetricType;
-use wsload_http::prometheus_client::metrics::counter::ConstCounter;
-use wsload_http::prometheus_client::metrics::gauge::ConstGauge;
+use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::prometheus_client::registry::Registry;
+use wsload_http::{AtomicHistogram, family};
+use wsload_report::timeline::{Recorder, Sample as CellSample, Totals as CellTotals};
 
 const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Refused,
@@ -358,6 +355,7 @@ impl Collector for Live {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let e = &mut encoder;
         for (name, help, v) in [
             (
                 "wsload_messages_sent",
@@ -390,85 +388,67 @@ impl Collector for Live {
                 self.sum(|s| s.lost.load(Relaxed)),
             ),
         ] {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(v).encode(m.encode_family(&base)?)?;
+            family::counters(e, name, help, [(base, v)])?;
         }
-
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_connections_failed",
             "Connection attempts that failed, by reason.",
-            None,
-            MetricType::Counter,
+            FAIL_REASONS.iter().enumerate().map(|(i, r)| {
+                let v = self.sum(|s| s.failed[i].load(Relaxed));
+                ((base, [("reason", r.label())]), v)
+            }),
         )?;
-        for (i, r) in FAIL_REASONS.iter().enumerate() {
-            let v = self.sum(|s| s.failed[i].load(Relaxed));
-            let labels = (base, [("reason", r.label())]);
-            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-        }
 
-        let mut m = encoder.encode_descriptor(
+        let closed = self.sum(|s| s.closed.load(Relaxed));
+        let dropped: [u64; DROP_REASONS.len()] =
+            std::array::from_fn(|i| self.sum(|s| s.dropped[i].load(Relaxed)));
+        let client = closed.saturating_sub(dropped.iter().sum());
+        let reasons = DROP_REASONS.iter().map(|r| r.label()).chain(["client"]);
+        family::counters(
+            e,
             "wsload_connections_closed",
             "Connections that ended, by reason (client = closed by wsload).",
-            None,
-            MetricType::Counter,
+            reasons
+                .zip(dropped.into_iter().chain([client]))
+                .map(|(r, v)| ((base, [("reason", r)]), v)),
         )?;
-        let closed = self.sum(|s| s.closed.load(Relaxed));
-        let mut dropped_total = 0;
-        for (i, r) in DROP_REASONS.iter().enumerate() {
-            let v = self.sum(|s| s.dropped[i].load(Relaxed));
-            dropped_total += v;
-            let labels = (base, [("reason", r.label())]);
-            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-        }
-        let labels = (base, [("reason", "client")]);
-        ConstCounter::new(closed.saturating_sub(dropped_total))
-            .encode(m.encode_family(&labels)?)?;
 
         let opened = self.sum(|s| s.opened.load(Relaxed));
-        let mut m = encoder.encode_descriptor(
+        family::gauges(
+            e,
             "wsload_connections_active",
             "Connections open now.",
-            None,
-            MetricType::Gauge,
+            [(base, opened.saturating_sub(closed))],
         )?;
-        ConstGauge::new(opened.saturating_sub(closed)).encode(m.encode_family(&base)?)?;
         let with_cell = (base, [("cell", cell.as_str())]);
-        let mut m = encoder.encode_descriptor(
+        family::gauges(
+            e,
             "wsload_target_rate",
             "Messages per second the load model asks for (0: closed loop).",
-            None,
-            MetricType::Gauge,
+            [(with_cell, target)],
         )?;
-        ConstGauge::new(target).encode(m.encode_family(&with_cell)?)?;
-        let mut m = encoder.encode_descriptor(
+        family::gauges(
+            e,
             "wsload_achieved_rate",
             "Messages per second written over the last second.",
-            None,
-            MetricType::Gauge,
+            [(with_cell, f64::from_bits(self.achieved.load(Relaxed)))],
         )?;
-        let achieved = f64::from_bits(self.achieved.load(Relaxed));
-        ConstGauge::new(achieved).encode(m.encode_family(&with_cell)?)?;
 
-        for (name, help, pick) in [
-            (
-                "wsload_rtt_seconds",
-                "Round-trip time of pings and echoes (from the intended send time when open-loop).",
-                0,
-            ),
-            (
-                "wsload_connect_seconds",
-                "TCP connect to ready, per connection.",
-                1,
-            ),
-        ] {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            let hists: Vec<&AtomicHistogram> = self
-                .slots
-                .iter()
-                .map(|s| if pick == 0 { &s.rtt } else { &s.connect })
-                .collect();
-            AtomicHistogram::encode_sum(&hists, m.encode_family(&base)?)?;
-        }
+        let rtt: Vec<&AtomicHistogram> = self.slots.iter().map(|s| &s.rtt).collect();
+        let connect: Vec<&AtomicHistogram> = self.slots.iter().map(|s| &s.connect).collect();
+        family::histograms(
+            e,
+            "wsload_rtt_seconds",
+            "Round-trip time of pings and echoes (from the intended send time when open-loop).",
+            [(base, rtt)],
+        )?;
+        family::histograms(
+            e,
+            "wsload_connect_seconds",
+            "TCP connect to ready, per connection.",
+            [(base, connect)],
+        )?;
         Ok(())
     }
 }

@@ -9,12 +9,9 @@ use crate::config::Profile;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
-use wsload_http::AtomicHistogram;
 use wsload_http::prometheus_client::collector::Collector;
-use wsload_http::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use wsload_http::prometheus_client::metrics::MetricType;
-use wsload_http::prometheus_client::metrics::counter::ConstCounter;
-use wsload_http::prometheus_client::metrics::gauge::ConstGauge;
+use wsload_http::prometheus_client::encoding::DescriptorEncoder;
+use wsload_http::{AtomicHistogram, family};
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
@@ -260,68 +257,59 @@ impl std::fmt::Debug for Stats {
 /// Sums the per-thread slots at scrape time; the text is prometheus-client's.
 impl Collector for Stats {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        let mut m = encoder.encode_descriptor(
+        let e = &mut encoder;
+        let version = [("version", env!("CARGO_PKG_VERSION"))];
+        family::gauges(
+            e,
             "wsload_server_build_info",
             "Build of this server.",
-            None,
-            MetricType::Gauge,
+            [(version, 1)],
         )?;
-        ConstGauge::new(1).encode(m.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
-
-        let m = encoder.encode_descriptor(
+        family::gauge(
+            e,
             "wsload_server_connections_active",
             "Admitted connections now open.",
-            None,
-            MetricType::Gauge,
+            self.active.load(Relaxed),
         )?;
-        ConstGauge::new(self.active.load(Relaxed)).encode(m)?;
-
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_server_connections_accepted",
             "Connections admitted after the WebSocket handshake.",
-            None,
-            MetricType::Counter,
+            self.profiles.iter().map(|p| {
+                (
+                    [("profile", p.label())],
+                    self.accepted[p.index()].load(Relaxed),
+                )
+            }),
         )?;
-        for p in &self.profiles {
-            let v = self.accepted[p.index()].load(Relaxed);
-            ConstCounter::new(v).encode(m.encode_family(&[("profile", p.label())])?)?;
-        }
-
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_server_connections_rejected",
             "Connections refused before admission, by reason.",
-            None,
-            MetricType::Counter,
+            Rejected::ALL
+                .iter()
+                .zip(&self.rejected)
+                .map(|(r, v)| ([("reason", r.label())], v.load(Relaxed))),
         )?;
-        for (i, r) in Rejected::ALL.iter().enumerate() {
-            let v = self.rejected[i].load(Relaxed);
-            ConstCounter::new(v).encode(m.encode_family(&[("reason", r.label())])?)?;
-        }
-
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_server_connections_closed",
             "Admitted connections that ended, by reason.",
-            None,
-            MetricType::Counter,
+            self.profiles.iter().flat_map(|p| {
+                Closed::ALL.iter().enumerate().map(move |(i, c)| {
+                    let v = self.closed[p.index() * Closed::COUNT + i].load(Relaxed);
+                    ([("profile", p.label()), ("reason", c.label())], v)
+                })
+            }),
         )?;
-        for p in &self.profiles {
-            for (i, c) in Closed::ALL.iter().enumerate() {
-                let v = self.closed[p.index() * Closed::COUNT + i].load(Relaxed);
-                let labels = [("profile", p.label()), ("reason", c.label())];
-                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-            }
-        }
-
-        let mut m = encoder.encode_descriptor(
+        family::histograms(
+            e,
             "wsload_server_handshake_duration_seconds",
             "TCP accept to HTTP 101, admitted connections.",
-            None,
-            MetricType::Histogram,
+            self.profiles
+                .iter()
+                .map(|p| ([("profile", p.label())], [&self.handshake[p.index()]])),
         )?;
-        for p in &self.profiles {
-            let hist = &self.handshake[p.index()];
-            AtomicHistogram::encode_sum(&[hist], m.encode_family(&[("profile", p.label())])?)?;
-        }
 
         for (kind, name, help) in [
             (
@@ -350,61 +338,54 @@ impl Collector for Stats {
                 "Data frames that did not decode.",
             ),
         ] {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for p in &self.profiles {
-                for f in Format::ALL {
+            let samples = self.profiles.iter().flat_map(|p| {
+                Format::ALL.into_iter().map(move |f| {
                     let v = self.sum(kind, *p, f);
-                    let labels = [("profile", p.label()), ("format", f.label())];
-                    ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-                }
-            }
+                    ([("profile", p.label()), ("format", f.label())], v)
+                })
+            });
+            family::counters(e, name, help, samples)?;
         }
 
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_server_auth_failures",
             "Refused WSE tokens, by reason.",
-            None,
-            MetricType::Counter,
+            AUTH_REASONS
+                .iter()
+                .zip(&self.auth_failures)
+                .map(|(r, v)| ([("reason", *r)], v.load(Relaxed))),
         )?;
-        for (i, r) in AUTH_REASONS.iter().enumerate() {
-            let v = self.auth_failures[i].load(Relaxed);
-            ConstCounter::new(v).encode(m.encode_family(&[("reason", *r)])?)?;
-        }
-
-        let m = encoder.encode_descriptor(
+        family::counter(
+            e,
             "wsload_server_broadcast_lagged",
             "Broadcast messages skipped by clients that fell behind.",
-            None,
-            MetricType::Counter,
+            self.broadcast_lagged.load(Relaxed),
         )?;
-        ConstCounter::new(self.broadcast_lagged.load(Relaxed)).encode(m)?;
-
-        let mut m = encoder.encode_descriptor(
+        family::counters(
+            e,
             "wsload_server_accept_errors",
             "Failed accept(2) calls.",
-            None,
-            MetricType::Counter,
+            [
+                (AcceptError::FileLimit, "file_limit"),
+                (AcceptError::Other, "other"),
+            ]
+            .map(|(kind, label)| {
+                (
+                    [("kind", label)],
+                    self.accept_errors[kind as usize].load(Relaxed),
+                )
+            }),
         )?;
-        for (kind, label) in [
-            (AcceptError::FileLimit, "file_limit"),
-            (AcceptError::Other, "other"),
-        ] {
-            let v = self.accept_errors[kind as usize].load(Relaxed);
-            ConstCounter::new(v).encode(m.encode_family(&[("kind", label)])?)?;
-        }
 
         if let Some(limit) = self.open_files_limit() {
-            let m = encoder.encode_descriptor(
-                "wsload_server_open_files_limit",
-                "Soft open-file limit (RLIMIT_NOFILE) of this process after start-up: each connection takes one.",
-                None,
-                MetricType::Gauge,
-            )?;
-            // RLIM_INFINITY is u64::MAX; Prometheus spells an unbounded value +Inf.
+            let name = "wsload_server_open_files_limit";
+            let help = "Soft open-file limit (RLIMIT_NOFILE) of this process after start-up: each connection takes one.";
+            // RLIM_INFINITY is u64::MAX: an unbounded value, not a number that large.
             if limit == u64::MAX {
-                ConstGauge::new(f64::INFINITY).encode(m)?;
+                family::gauge(e, name, help, f64::INFINITY)?;
             } else {
-                ConstGauge::new(limit).encode(m)?;
+                family::gauge(e, name, help, limit)?;
             }
         }
         Ok(())

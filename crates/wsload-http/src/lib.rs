@@ -4,11 +4,12 @@
 //! operator's and `wsload run`'s); [`blocking`], the load generator's one blocking GET.
 //! Nothing here is on a measured path. [`scrape`] reads a counter back from such an endpoint
 //! (or any Prometheus one). The exposition text itself is prometheus-client's ([`encode`],
-//! [`CONTENT_TYPE`]).
+//! [`CONTENT_TYPE`]); [`family`] writes the families of a custom collector, one call each.
 
 pub use prometheus_client;
 
 pub mod blocking;
+pub mod family;
 pub mod http_client;
 pub mod scrape;
 mod serve;
