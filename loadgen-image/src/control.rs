@@ -19,7 +19,7 @@ use crate::{Error, Result};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
+use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
 use wsload_http::prometheus_client::registry::Registry;
@@ -117,22 +117,22 @@ impl Control {
             Err(reply) => return reply,
         };
         let mut inner = self.lock();
-        match endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request) {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
-                let order = Order::Cell {
-                    start_at: request.start_at,
-                    cell: request.cell.clone(),
-                };
-                Self::arm(&mut inner, request.start_at, order);
-                inner.started = Some(request);
-                let reply = json(202, &inner.state);
-                drop(inner);
-                self.changed.notify_all();
-                reply
-            }
+        if let Some(reply) =
+            endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request)
+                .settled(&inner.state)
+        {
+            return reply;
         }
+        let order = Order::Cell {
+            start_at: request.start_at,
+            cell: request.cell.clone(),
+        };
+        Self::arm(&mut inner, request.start_at, order);
+        inner.started = Some(request);
+        let reply = json(202, &inner.state);
+        drop(inner);
+        self.changed.notify_all();
+        reply
     }
 
     /// `POST /control/cell`: the next cell, once the last one is over.
@@ -148,39 +148,35 @@ impl Control {
             inner.ended_cells,
             &request,
         );
-        match admit {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
-                let order = Order::Cell {
-                    start_at: request.start_at,
-                    cell: Some(request.cell.clone()),
-                };
-                Self::arm(&mut inner, request.start_at, order);
-                inner.last_order = Some(request);
-                let reply = json(202, &inner.state);
-                drop(inner);
-                self.changed.notify_all();
-                reply
-            }
+        if let Some(reply) = admit.settled(&inner.state) {
+            return reply;
         }
+        let order = Order::Cell {
+            start_at: request.start_at,
+            cell: Some(request.cell.clone()),
+        };
+        Self::arm(&mut inner, request.start_at, order);
+        inner.last_order = Some(request);
+        let reply = json(202, &inner.state);
+        drop(inner);
+        self.changed.notify_all();
+        reply
     }
 
     /// `POST /control/end`: no more cells.
     pub fn end(&self) -> Reply {
         let mut inner = self.lock();
-        match endpoint::admit_end(inner.ended_cells, inner.state.state) {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
-                inner.ended_cells = true;
-                inner.order = Some(Order::End);
-                let reply = json(202, &inner.state);
-                drop(inner);
-                self.changed.notify_all();
-                reply
-            }
+        if let Some(reply) =
+            endpoint::admit_end(inner.ended_cells, inner.state.state).settled(&inner.state)
+        {
+            return reply;
         }
+        inner.ended_cells = true;
+        inner.order = Some(Order::End);
+        let reply = json(202, &inner.state);
+        drop(inner);
+        self.changed.notify_all();
+        reply
     }
 
     /// `GET /control/result`.

@@ -65,6 +65,18 @@ pub enum Admit {
     Conflict,
 }
 
+impl Admit {
+    /// The answer when there is nothing to act on (a repeated order: 202; a refused one: 409,
+    /// both with the state); `None` for a new order, which the caller acts on first.
+    pub fn settled(self, state: &impl serde::Serialize) -> Option<Reply> {
+        match self {
+            Admit::Accept => None,
+            Admit::Again => Some(json(202, state)),
+            Admit::Conflict => Some(json(409, state)),
+        }
+    }
+}
+
 /// The body of `POST /control/start`, or the 400 saying what it must be.
 pub fn parse_start(body: &[u8]) -> Result<StartRequest, Reply> {
     serde_json::from_slice(body).map_err(|e| {
@@ -129,6 +141,22 @@ mod tests {
     use super::*;
     use crate::protocol::CellKey;
     use wsload_spec::Format;
+
+    #[test]
+    fn only_a_new_order_is_left_to_act_on() {
+        let state = serde_json::json!({"state": "running"});
+        assert!(Admit::Accept.settled(&state).is_none());
+        let again = Admit::Again.settled(&state).expect("answered");
+        assert_eq!(
+            (again.status, again.body.as_str()),
+            (202, r#"{"state":"running"}"#)
+        );
+        let refused = Admit::Conflict.settled(&state).expect("answered");
+        assert_eq!(
+            (refused.status, refused.body.as_str()),
+            (409, r#"{"state":"running"}"#)
+        );
+    }
 
     fn order(index: u32) -> CellOrder {
         CellOrder {

@@ -39,7 +39,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use wsload_control::endpoint::{self, Admit, ShardEndpoint, json};
+use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
 use wsload_http::prometheus_client::metrics::gauge::Gauge;
@@ -601,11 +601,10 @@ impl FakeShard {
         let mut inner = self.lock();
         let mut arrival =
             Self::arrival(request.start_at, request.cell.as_ref().map(|c| c.index), 0);
-        let reply = match endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request)
-        {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
+        let admit = endpoint::admit_start(inner.started.as_ref(), inner.state.state, &request);
+        let reply = match admit.settled(&inner.state) {
+            Some(reply) => reply,
+            None => {
                 Self::arm(&mut inner, request.start_at);
                 inner.started = Some(request.clone());
                 let first = request
@@ -644,10 +643,9 @@ impl FakeShard {
             inner.ended_cells,
             &request,
         );
-        let reply = match admit {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
+        let reply = match admit.settled(&inner.state) {
+            Some(reply) => reply,
+            None => {
                 Self::arm(&mut inner, request.start_at);
                 inner.last_order = Some(request.clone());
                 tokio::spawn(
@@ -665,16 +663,15 @@ impl FakeShard {
     /// `POST /control/end`.
     fn end(self: &Arc<Self>) -> Reply {
         let mut inner = self.lock();
-        match endpoint::admit_end(inner.ended_cells, inner.state.state) {
-            Admit::Again => json(202, &inner.state),
-            Admit::Conflict => json(409, &inner.state),
-            Admit::Accept => {
-                inner.ended_cells = true;
-                inner.record.ended = true;
-                tokio::spawn(self.clone().conclude());
-                json(202, &inner.state)
-            }
+        if let Some(reply) =
+            endpoint::admit_end(inner.ended_cells, inner.state.state).settled(&inner.state)
+        {
+            return reply;
         }
+        inner.ended_cells = true;
+        inner.record.ended = true;
+        tokio::spawn(self.clone().conclude());
+        json(202, &inner.state)
     }
 
     /// `GET /control/result`.
