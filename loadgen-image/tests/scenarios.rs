@@ -80,6 +80,55 @@ fn storm_opens_every_connection() {
     assert_eq!(closed, 120, "every connection closed by the client");
 }
 
+/// A server whose accept queue holds one connection, stopped while a storm arrives: the kernel
+/// drops the SYNs it cannot queue, the clients retransmit them after 1 s and 3 s, and the
+/// report explains the handshake percentiles that cluster there.
+#[test]
+fn a_full_accept_backlog_is_found_as_syn_retransmits() {
+    let server = Server::start(&["--listen-backlog", "1"]);
+    server.stop();
+    let resume = {
+        let pid = server.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            common::signal(pid, "CONT");
+        })
+    };
+    let r = run_on(
+        &server,
+        "backlog",
+        "  scenario: connectionStorm\n  connections: [24]\n  connect: {batchSize: 24, timeout: 10s}\n",
+    );
+    resume.join().expect("the server resumed");
+    let c = only(&r);
+    assert_eq!(c.measure.counts.connected, 24, "every SYN got through in the end");
+    let tcp = |p: f64| c.measure.hists.tcp.percentile(p);
+    // Most connects waited for a retransmit: none is answered before the server runs again.
+    assert!(tcp(50.0) >= 0.9, "TCP connect p50 {} s", tcp(50.0));
+    let found = wsload_report::findings(&r);
+    let syn: Vec<_> = found
+        .iter()
+        .filter(|f| f.rule == wsload_report::Rule::SynRetransmits)
+        .collect();
+    assert_eq!(syn.len(), 1, "{found:?}");
+    eprintln!("{}", syn[0]);
+    assert!(r.render().contains(&syn[0].to_string()), "the report says it");
+    // A server that keeps up is not found so.
+    let healthy = Server::start(&[]);
+    let r = run_on(
+        &healthy,
+        "backlog-ok",
+        "  scenario: connectionStorm\n  connections: [24]\n  connect: {batchSize: 24}\n",
+    );
+    assert!(
+        !wsload_report::findings(&r)
+            .iter()
+            .any(|f| f.rule == wsload_report::Rule::SynRetransmits),
+        "{:?}",
+        wsload_report::findings(&r)
+    );
+}
+
 #[test]
 fn storm_over_server_cap_counts_the_refused() {
     // Over its cap the server completes the upgrade, then closes with 1013 ("try again

@@ -92,6 +92,14 @@ pub struct Cli {
     #[arg(long, env = "WSLOAD_SERVER_REUSE_PORT")]
     pub reuse_port: bool,
 
+    /// Connections the kernel may queue on each listener before the server accepts them
+    /// (capped by net.core.somaxconn). The default is as many as the kernel allows; a small
+    /// one reproduces a server whose backlog overflows in a storm (clients see SYN
+    /// retransmits: connects of ~1 s and ~3 s).
+    #[arg(long, env = "WSLOAD_SERVER_LISTEN_BACKLOG", default_value_t = 65_535,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub listen_backlog: u32,
+
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(
         long,
@@ -195,6 +203,7 @@ pub struct Config {
     pub default_profile: Profile,
     pub routes: Vec<(String, Profile)>,
     pub reuse_port: bool,
+    pub listen_backlog: u32,
     pub metrics_listen: SocketAddr,
     pub max_connections: u64,
     pub max_message_size: usize,
@@ -278,6 +287,7 @@ impl Config {
             default_profile: cli.profile,
             routes,
             reuse_port: cli.reuse_port,
+            listen_backlog: cli.listen_backlog,
             metrics_listen: cli.metrics_listen,
             max_connections: cli.max_connections,
             max_message_size: cli.max_message_size,

@@ -22,10 +22,6 @@ use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_proto::jwt::Validation;
 
-/// Pending connections the kernel queues per listener (capped by `net.core.somaxconn`);
-/// connection storms overflow the default of 128 at once.
-const LISTEN_BACKLOG: u32 = 65_535;
-
 /// Broadcast messages a slow connection may fall behind before it skips some.
 const BROADCAST_BACKLOG: usize = 1024;
 
@@ -145,7 +141,10 @@ impl HandshakeInfo {
     }
 }
 
-fn bind(addr: SocketAddr, reuse_port: bool) -> Result<TcpListener> {
+/// Binds one WebSocket listener. `backlog`: pending connections the kernel queues (capped by
+/// `net.core.somaxconn`); storms overflow the usual 128 at once, hence `--listen-backlog`'s
+/// large default.
+fn bind(addr: SocketAddr, reuse_port: bool, backlog: u32) -> Result<TcpListener> {
     let err = |source: std::io::Error| {
         let hint = match (source.kind(), reuse_port) {
             (std::io::ErrorKind::AddrInUse, false) => {
@@ -181,7 +180,7 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> Result<TcpListener> {
     // option from the listener on Linux, which saves a system call per connection.
     socket.set_nodelay(true).map_err(err)?;
     socket.bind(addr).map_err(err)?;
-    socket.listen(LISTEN_BACKLOG).map_err(err)
+    socket.listen(backlog).map_err(err)
 }
 
 /// Runs the server until `shutdown_signal` resolves, then drains within `--drain-timeout`.
@@ -196,7 +195,12 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     let listeners = config
         .listeners
         .iter()
-        .map(|l| Ok((bind(l.addr, config.reuse_port)?, l.profile)))
+        .map(|l| {
+            Ok((
+                bind(l.addr, config.reuse_port, config.listen_backlog)?,
+                l.profile,
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let metrics = TcpListener::bind(config.metrics_listen)
         .await
@@ -444,7 +448,7 @@ mod tests {
 
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay_from_the_listener() {
-        let listener = bind("127.0.0.1:0".parse().expect("addr"), false).expect("bind");
+        let listener = bind("127.0.0.1:0".parse().expect("addr"), false, 128).expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let client = TcpStream::connect(addr).await.expect("connect");
         let (accepted, _) = listener.accept().await.expect("accept");
@@ -469,11 +473,11 @@ mod tests {
 
     #[tokio::test]
     async fn reuse_port_lets_two_listeners_share_an_address() {
-        let first = bind("127.0.0.1:0".parse().expect("addr"), true).expect("bind");
+        let first = bind("127.0.0.1:0".parse().expect("addr"), true, 128).expect("bind");
         let addr = first.local_addr().expect("local addr");
-        let second = bind(addr, true).expect("a second listener on the same port");
+        let second = bind(addr, true, 128).expect("a second listener on the same port");
         assert_eq!(second.local_addr().expect("local addr"), addr);
-        let err = bind(addr, false).expect_err("without SO_REUSEPORT the port is taken");
+        let err = bind(addr, false, 128).expect_err("without SO_REUSEPORT the port is taken");
         let text = err.to_string();
         assert!(
             text.contains(&format!("cannot bind the WebSocket listener on {addr}"))
