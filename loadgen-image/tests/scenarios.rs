@@ -101,7 +101,10 @@ fn a_full_accept_backlog_is_found_as_syn_retransmits() {
     );
     resume.join().expect("the server resumed");
     let c = only(&r);
-    assert_eq!(c.measure.counts.connected, 24, "every SYN got through in the end");
+    assert_eq!(
+        c.measure.counts.connected, 24,
+        "every SYN got through in the end"
+    );
     let tcp = |p: f64| c.measure.hists.tcp.percentile(p);
     // Most connects waited for a retransmit: none is answered before the server runs again.
     assert!(tcp(50.0) >= 0.9, "TCP connect p50 {} s", tcp(50.0));
@@ -112,7 +115,10 @@ fn a_full_accept_backlog_is_found_as_syn_retransmits() {
         .collect();
     assert_eq!(syn.len(), 1, "{found:?}");
     eprintln!("{}", syn[0]);
-    assert!(r.render().contains(&syn[0].to_string()), "the report says it");
+    assert!(
+        r.render().contains(&syn[0].to_string()),
+        "the report says it"
+    );
     // A server that keeps up is not found so.
     let healthy = Server::start(&[]);
     let r = run_on(
