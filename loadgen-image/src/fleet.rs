@@ -6,6 +6,7 @@
 //! through the code a cluster run does.
 
 use crate::capacity;
+use crate::fleet_bar::FleetBar;
 use crate::plan::Shard;
 use crate::report::RunResult;
 use crate::run::{self, Options};
@@ -103,7 +104,7 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
         .build()
         .map_err(|e| Error::Io(format!("cannot build the conductor's runtime: {e}")))?;
     let mut shards = spawn_all(lt, file, opts, &url)?;
-    let result = rt.block_on(conduct(lt, &mut shards, &counters));
+    let result = rt.block_on(conduct(lt, &mut shards, &counters, opts.progress));
     drop(shards);
     drop(local);
     let mut result = result?;
@@ -271,8 +272,14 @@ async fn conduct(
     lt: &LoadTest,
     shards: &mut [ShardProc],
     counters: &[Counter],
+    progress: bool,
 ) -> Result<RunResult> {
     await_ready(shards).await?;
+    let urls = shards
+        .iter()
+        .map(|s| format!("{}/metrics", s.client.base()))
+        .collect();
+    let mut bar = FleetBar::new(lt, urls, progress);
     let mut notes = Vec::new();
     let mut conductor = Conductor::new(&lt.spec);
     let mut received: Vec<Option<u64>> = Vec::new();
@@ -298,8 +305,14 @@ async fn conduct(
         shards.len(),
         key.label
     );
+    if let Some(bar) = &mut bar {
+        bar.released(&key);
+    }
     loop {
         let merged = loop {
+            if let Some(bar) = &mut bar {
+                bar.tick().await;
+            }
             reap(shards, &key.label, &mut notes);
             let answers = states(shards).await;
             let mut silent = false;
@@ -363,6 +376,9 @@ async fn conduct(
         };
         key = next;
         release(shards, start_instant(), &key).await;
+        if let Some(bar) = &mut bar {
+            bar.released(&key);
+        }
     }
     end_all(shards).await;
     let mut result = collect(shards, &mut notes).await?;

@@ -9,6 +9,7 @@ pub mod connection;
 pub mod control;
 pub mod dial;
 pub mod fleet;
+pub mod fleet_bar;
 pub mod gate;
 pub mod live;
 pub mod local_server;

@@ -387,6 +387,11 @@ impl Collector for Live {
                 "Pings or echoes never answered.",
                 self.sum(|s| s.lost.load(Relaxed)),
             ),
+            (
+                "wsload_answers_expected",
+                "Messages sent that expect an answer (pings, paced echoes).",
+                self.sum(|s| s.expected.load(Relaxed)),
+            ),
         ] {
             family::counters(e, name, help, [(base, v)])?;
         }

@@ -28,6 +28,28 @@ pub fn eprint_line(line: impl std::fmt::Display) {
     }
 }
 
+/// The bar fills its last line to the edge, so the terminal's echo of `^C` (ECHOCTL) wrapped
+/// onto a line of its own: cleared before the bar is.
+fn clear_echoed_interrupt() {
+    let echoed = nix::sys::termios::tcgetattr(std::io::stderr()).is_ok_and(|t| {
+        use nix::sys::termios::LocalFlags;
+        t.local_flags
+            .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
+    });
+    if echoed && shown().is_some() {
+        eprint!("\r\x1b[2K\x1b[1A");
+    }
+}
+
+/// Ctrl-C while a bar shows: takes it off the screen, then ends the process as SIGINT would.
+pub fn exit_interrupted() -> ! {
+    clear_echoed_interrupt();
+    if let Some(bar) = BAR.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        bar.finish_and_clear();
+    }
+    std::process::exit(130)
+}
+
 /// `eprintln!`, above the bar if one shows.
 #[macro_export]
 macro_rules! eprintln_above {
@@ -447,9 +469,13 @@ impl Progress {
 
     /// Redraws the bar from `live`.
     pub fn draw(&mut self, live: &Live) {
+        self.draw_with(live.course(), live.snapshot(), || live.course_base());
+    }
+
+    /// Redraws the bar from where the run is and its counters now; `base` gives the counters
+    /// as the running cell began (read once per cell).
+    pub fn draw_with(&mut self, course: Course, cur: Snapshot, base: impl FnOnce() -> Snapshot) {
         let now = Instant::now();
-        let course = live.course();
-        let cur = live.snapshot();
         let Some((index, ..)) = course.cell else {
             // Nothing is running yet (the managed server starts): nothing to say.
             self.prev = (now, cur);
@@ -461,7 +487,7 @@ impl Progress {
                 *BAR.lock().unwrap_or_else(PoisonError::into_inner) = Some(self.bar.clone());
             }
             self.cell = Some(index);
-            self.base = live.course_base();
+            self.base = base();
         }
         let frame = Frame {
             outline: &self.outline,
@@ -478,17 +504,9 @@ impl Progress {
         self.prev = (now, cur);
     }
 
-    /// Takes the bar off the screen after Ctrl-C. The bar fills its last line to the edge, so
-    /// the terminal's echo of `^C` (ECHOCTL) wrapped onto a line of its own: cleared first.
+    /// Takes the bar off the screen after Ctrl-C.
     pub fn interrupted(&self) {
-        let echoed = nix::sys::termios::tcgetattr(std::io::stderr()).is_ok_and(|t| {
-            use nix::sys::termios::LocalFlags;
-            t.local_flags
-                .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
-        });
-        if echoed && shown().is_some() {
-            eprint!("\r\x1b[2K\x1b[1A");
-        }
+        clear_echoed_interrupt();
         self.clear();
     }
 

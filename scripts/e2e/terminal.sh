@@ -3,7 +3,8 @@
 # 120x30, captured a few times over ~12 s. Checks that the bar names the cell and its place
 # (tier 1/2), that its elapsed and remaining times move, that no line holds the bar's text run
 # together with another message, and that Ctrl-C leaves the terminal clean; then that the same
-# run with stderr on a pipe prints no progress at all. The captures stay in target/terminal/.
+# run with stderr on a pipe prints no progress at all; and the same bar for a run on two shard
+# processes, fed from their metrics. The captures stay in target/terminal/.
 #
 # usage: scripts/e2e/terminal.sh
 set -euo pipefail
@@ -72,6 +73,26 @@ fi
 tm send-keys -t run "echo clean" Enter
 clean() { capture after && grep -q '^clean$' "$OUT/after.txt"; }
 wait_until 10 clean || fail "the shell does not answer cleanly after Ctrl-C: $(cat "$OUT/after.txt")"
+
+step "shards: 2, as two processes: the same bar, from the shards' metrics"
+# The example, shorter, on two shard processes; the conductor draws the bar.
+sed -e 's/^  scenario: sustainedHold$/  scenario: sustainedHold\n  shards: 2/' \
+	-e 's/^  connections: .*/  connections: [200, 400]/' -e 's/^  duration: .*/  duration: 6s/' \
+	"$EXAMPLE" >"$OUT/two-shards.yaml"
+grep -q '^  shards: 2$' "$OUT/two-shards.yaml" || fail "could not make a two-shard copy of $EXAMPLE"
+tm send-keys -t run "clear; WSLOAD_SERVER_BIN=$BIN/wsload-server $BIN/wsload run $OUT/two-shards.yaml; echo \"wsload exited \$?\"" Enter
+fleet_shown() { capture shards && grep -qE '^tier 1/2: 200 connections  (connecting|warm-up|measuring|settling) ' "$OUT/shards.txt"; }
+wait_until 60 fleet_shown || fail "no bar for the two-shard run in 60 s: $(cat "$OUT/shards.txt")"
+cat "$OUT/shards.txt" >&2
+grep -qE '^wsload: 2 shards released at [0-9]+ \(Unix ms\), cell 200$' "$OUT/shards.txt" ||
+	fail "the conductor's line is not on a line of its own: $OUT/shards.txt"
+[[ $(grep -cE "$head_re" "$OUT/shards.txt") -eq 1 ]] || fail "the two-shard bar is drawn more than once: $OUT/shards.txt"
+fleet_done() { capture shards-end && grep -q '^wsload exited 0$' "$OUT/shards-end.txt"; }
+wait_until 90 fleet_done || fail "the two-shard run did not pass: $(cat "$OUT/shards-end.txt")"
+if grep -qE "$head_re|pings [0-9]+ sent" "$OUT/shards-end.txt"; then
+	fail "the bar is still on the terminal after the two-shard run: $OUT/shards-end.txt"
+fi
+grep -q '^Verdict: PASS' "$OUT/shards-end.txt" || fail "no verdict after the two-shard run: $OUT/shards-end.txt"
 
 step "stderr on a pipe: no progress"
 # A session of its own, stopped whole (wsload and its managed server) with SIGTERM: started in

@@ -16,6 +16,7 @@
 //!
 //! ```text
 //! pub fn sum(body: &str, name: &str, labels: &BTreeMap<String, String>) -> f64
+//! pub fn buckets(body: &str, name: &str) -> Vec<(f64, f64)>
 //! pub async fn read(client: &http_client::Client, url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! pub fn read_blocking(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! ```
@@ -70,6 +71,29 @@ pub fn sum(body: &str, name: &str, want: &BTreeMap<String, String>) -> f64 {
         None => format!("{name}_total"),
     };
     total(name).or_else(|| total(&alternative)).unwrap_or(0.0)
+}
+
+/// The cumulative buckets of histogram `name` (its `name_bucket` series) summed over every
+/// series, by their `le` bound in ascending order (`+Inf` last).
+pub fn buckets(body: &str, name: &str) -> Vec<(f64, f64)> {
+    let series = format!("{name}_bucket");
+    let mut by_le: Vec<(f64, f64)> = Vec::new();
+    for s in samples(body).filter(|s| s.name == series) {
+        let Some(le) = s
+            .labels
+            .iter()
+            .find(|(k, _)| *k == "le")
+            .and_then(|(_, v)| parse_value(v))
+        else {
+            continue;
+        };
+        match by_le.iter_mut().find(|(b, _)| *b == le) {
+            Some((_, total)) => *total += s.value,
+            None => by_le.push((le, s.value)),
+        }
+    }
+    by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+    by_le
 }
 
 fn has_labels(s: &Sample<'_>, want: &BTreeMap<String, String>) -> bool {
@@ -291,6 +315,18 @@ mod tests {
         assert_eq!(sum(body, "d", &labels(&[])), 1_500_000.0);
         assert_eq!(sum(body, "e", &labels(&[])), 0.002);
         assert_eq!(sum(body, "f", &labels(&[("le", "+Inf")])), 3.0);
+    }
+
+    #[test]
+    fn histogram_buckets_add_over_series_in_bound_order() {
+        let body = "h_bucket{le=\"0.5\",shard=\"0\"} 1\nh_bucket{le=\"+Inf\",shard=\"0\"} 3\n\
+                    h_bucket{shard=\"1\",le=\"0.5\"} 2\nh_bucket{le=\"0.1\",shard=\"1\"} 1\n\
+                    h_bucket{le=\"+Inf\",shard=\"1\"} 2\nh_count 5\nother_bucket{le=\"0.1\"} 9\n";
+        assert_eq!(
+            buckets(body, "h"),
+            [(0.1, 1.0), (0.5, 3.0), (f64::INFINITY, 5.0)]
+        );
+        assert!(buckets(body, "missing").is_empty());
     }
 
     #[test]
