@@ -57,6 +57,20 @@ pub fn write_png(path: &Path, title: &str, samples: &[Sample]) -> Result<()> {
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error + 'static>>;
 
+/// Both charts' legend, top right over a light box.
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 fn latency_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult {
     // Milliseconds on a log axis: p50 and p99.9 are often two decades apart.
     let values = samples
@@ -110,14 +124,7 @@ fn latency_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult {
             }
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut chart)
 }
 
 /// Milliseconds with as many decimals as a log axis' ticks need, no trailing zeros.
@@ -180,14 +187,7 @@ fn throughput_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult
             .label(name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut chart)
 }
 
 #[cfg(test)]
