@@ -15,7 +15,11 @@ use wsload_http::prometheus_client::collector::Collector;
 use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{AtomicHistogram, family};
-use wsload_report::timeline::{Recorder, Sample as CellSample, Totals as CellTotals};
+use wsload_report::timeline::{self, Recorder, Sample as CellSample, Totals as CellTotals};
+
+/// How often the running cell's report timeline is sampled: a burst of pings measured for half
+/// a second still gets a few points.
+pub const CELL_STEP: Duration = Duration::from_millis(timeline::FINEST_STEP_MS as u64);
 
 const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Refused,
@@ -129,8 +133,8 @@ pub struct Live {
     timeline: Mutex<Timeline>,
     /// Where the running cell is, and the counters when it began: for the terminal's bar.
     course: Mutex<(Course, Snapshot)>,
-    /// The running cell's per-second samples for its result (the report's throughput over
-    /// time), taken by `tick` once its measured phase has begun.
+    /// The running cell's samples for its result (the report's throughput over time), taken
+    /// by `sample_cell` every step once its measured phase has begun.
     cell_samples: Mutex<Option<CellSamples>>,
 }
 
@@ -176,7 +180,6 @@ impl Live {
         let rate = (sent.saturating_sub(before)) as f64 / interval.as_secs_f64();
         self.achieved.store(rate.to_bits(), Relaxed);
         self.sample(sent);
-        self.sample_cell(Instant::now());
     }
 
     /// The running cell's totals as its report timeline counts them.
@@ -193,8 +196,8 @@ impl Live {
         }
     }
 
-    /// One second of the running cell's measured phase, once it has begun.
-    fn sample_cell(&self, now: Instant) {
+    /// One step ([`CELL_STEP`]) of the running cell's measured phase, once it has begun.
+    pub fn sample_cell(&self, now: Instant) {
         let mut guard = self
             .cell_samples
             .lock()
@@ -207,25 +210,28 @@ impl Live {
         }
         let totals = self.cell_totals();
         match &mut cell.recorder {
-            None => cell.recorder = Some((now, Recorder::new(totals))),
+            None => {
+                cell.recorder = Some((now, Recorder::new(totals, timeline::FINEST_STEP_MS)));
+            }
             Some((begun, recorder)) => {
-                // The second ending now, counted from the first reading.
-                let secs = now.saturating_duration_since(*begun).as_secs_f64().round();
-                let second = u32::try_from((secs as u64).saturating_sub(1)).unwrap_or(u32::MAX);
-                recorder.tick(second, totals, None);
+                // The step ending now, counted from the first reading.
+                let steps = (now.saturating_duration_since(*begun).as_secs_f64()
+                    / CELL_STEP.as_secs_f64())
+                .round();
+                let at = u32::try_from((steps as u64).saturating_sub(1)).unwrap_or(u32::MAX);
+                recorder.tick(at, totals, None);
             }
         }
     }
 
-    /// The running cell's per-second samples, ending its timeline.
-    pub fn take_cell_samples(&self) -> Vec<CellSample> {
+    /// The running cell's samples and their step (ms), ending its timeline.
+    pub fn take_cell_samples(&self) -> (u32, Vec<CellSample>) {
         self.cell_samples
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
             .and_then(|c| c.recorder)
-            .map(|(_, r)| r.finish())
-            .unwrap_or_default()
+            .map_or((timeline::FINEST_STEP_MS, Vec::new()), |(_, r)| r.finish())
     }
 
     /// One point of the run's timeline: the sums the scrape would show, once a second.
@@ -545,6 +551,36 @@ mod tests {
             wsload_http::scrape::sum(&text, "wsload_messages_sent_total", &labels),
             7.0
         );
+    }
+
+    #[test]
+    fn a_cells_timeline_is_sampled_in_steps_from_its_measured_phase() {
+        let live = Live::new(
+            1,
+            Labels {
+                test: "t".into(),
+                shard: 0,
+                scenario: "throughput",
+            },
+        );
+        let t0 = Instant::now();
+        live.begin_cell(0, "10", 10);
+        live.measuring(t0, CELL_STEP);
+        live.slot(0).sent(500, 0);
+        // In the warm-up: not the cell's.
+        live.sample_cell(t0 + CELL_STEP / 2);
+        // The first reading past it starts the timeline; each step after adds a sample.
+        live.sample_cell(t0 + CELL_STEP * 11 / 10);
+        for step in 1..=3u32 {
+            live.slot(0).sent(10 * u64::from(step), 0);
+            live.sample_cell(t0 + CELL_STEP * (10 * step + 11) / 10);
+        }
+        let (step_ms, samples) = live.take_cell_samples();
+        assert_eq!(Duration::from_millis(u64::from(step_ms)), CELL_STEP);
+        let got: Vec<(u32, u64)> = samples.iter().map(|s| (s.at, s.sent)).collect();
+        assert_eq!(got, vec![(0, 10), (1, 20), (2, 30)]);
+        // Taken: the next cell starts afresh.
+        assert!(live.take_cell_samples().1.is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::cell::Workers;
 use crate::clock::{unix_micros, unix_ms};
 use crate::dial::Dialer;
 use crate::gate::{Gate, LocalGate};
-use crate::live::{Labels, Live};
+use crate::live::{CELL_STEP, Labels, Live};
 use crate::local_server::{self, LocalServers};
 use crate::measure::ConnectError;
 use crate::plan::{self, Planned, Shard};
@@ -403,7 +403,7 @@ fn run_cell(
     let run = workers.run(&planned.cell, dialer);
     let loadgen_cpu = cpu.busy();
     live.end_cell();
-    let timeline = live.take_cell_samples();
+    let (timeline_step_ms, timeline) = live.take_cell_samples();
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
@@ -419,6 +419,7 @@ fn run_cell(
         started_last_micros: 0,
         figures: Default::default(),
         timeline,
+        timeline_step_ms,
         loadgen_cpu,
     };
     cell.compute();
@@ -503,7 +504,13 @@ pub fn spawn_background<E: wsload_http::Exposition>(
                     }
                     std::future::pending::<()>().await
                 });
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                // The cell's report timeline is sampled every step; the rate gauge, the
+                // --plot timeline and the bar once a second.
+                let per_second =
+                    (Duration::from_secs(1).as_millis() / CELL_STEP.as_millis().max(1)).max(1);
+                let mut tick = tokio::time::interval(CELL_STEP);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut ticks: u128 = 0;
                 while !stopped.load(Ordering::Relaxed) {
                     tokio::select! {
                         _ = tick.tick() => {}
@@ -513,6 +520,11 @@ pub fn spawn_background<E: wsload_http::Exposition>(
                             }
                             std::process::exit(130);
                         }
+                    }
+                    live.sample_cell(Instant::now());
+                    ticks += 1;
+                    if (ticks - 1) % per_second != 0 {
+                        continue;
                     }
                     live.tick(Duration::from_secs(1));
                     if let Some(p) = &mut progress {

@@ -31,7 +31,7 @@ pub struct LineChart {
 }
 
 /// A tick step of 1, 2 or 5 times a power of ten giving about four steps up to `max`.
-fn nice_step(max: f64) -> f64 {
+pub(crate) fn nice_step(max: f64) -> f64 {
     let raw = max / 4.0;
     let pow = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]

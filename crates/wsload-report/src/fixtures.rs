@@ -34,6 +34,7 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
         started_last_micros: started_at_micros,
         figures: Figures::default(),
         timeline: Vec::new(),
+        timeline_step_ms: crate::timeline::FINEST_STEP_MS,
         loadgen_cpu: None,
     };
     cell.compute();
@@ -79,10 +80,11 @@ pub fn report() -> RunResult {
         r.cells.push(big);
         for (n, cell) in r.cells.iter_mut().enumerate() {
             let rate = 100 * (n as u64 + 1) * (i as u64 + 1);
-            let mut rec = Recorder::new(Totals::default());
+            // Ten seconds in steps of a second: something for the chart to show.
+            let mut rec = Recorder::new(Totals::default(), 1_000);
             let mut t = Totals::default();
             for second in 0..10u32 {
-                // A ramp, then a dip at second 6: something for the chart to show.
+                // A ramp, then a dip at second 6.
                 let k = u64::from(second.min(3) + 1) * rate / 4;
                 let k = if second == 6 { k / 3 } else { k };
                 t.sent += k;
@@ -90,7 +92,7 @@ pub fn report() -> RunResult {
                 t.open = u64::from(cell.connections) / 2 - u64::from(second == 6) * 5;
                 rec.tick(second, t, None);
             }
-            cell.timeline = rec.finish();
+            (cell.timeline_step_ms, cell.timeline) = rec.finish();
         }
         r.cells[1].loadgen_cpu = Some(if i == 1 { 0.97 } else { 0.6 });
     }

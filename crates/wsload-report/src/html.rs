@@ -1,7 +1,7 @@
 //! The result as one self-contained HTML file to share: styles inline, charts as inline SVG,
 //! no script and nothing fetched, so it opens offline and prints as it shows.
 
-use crate::chart::{LineChart, Series};
+use crate::chart::{LineChart, Series, nice_step};
 use crate::report::{RunResult, cell_table, ms, num};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -21,6 +21,7 @@ svg.chart{max-width:100%;height:auto;font-size:11px;font-family:inherit;border:1
 svg .grid{stroke:#e9ecef}svg .axis{stroke:#868e96}svg .ct{font-weight:600;font-size:12px}
 .spec{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.spec td{font-size:12px}.spec td:last-child,.spec th:last-child{text-align:left;white-space:normal}
 .muted{color:#868e96}
+summary{cursor:pointer;margin:8px 0;color:#495057}
 @media print{body{margin:0;max-width:none}h2{break-after:avoid}svg.chart,table{break-inside:avoid}}
 ";
 
@@ -243,38 +244,42 @@ fn latency_chart(o: &mut String, r: &RunResult) {
 
 fn throughput_charts(o: &mut String, r: &RunResult) {
     o.push_str("<section id=\"throughput\"><h2>Throughput over time</h2>");
-    let timed: Vec<_> = r.cells.iter().filter(|c| !c.timeline.is_empty()).collect();
+    // A line needs two points: a cell sampled once (a burst of pings) has none to draw.
+    let timed: Vec<_> = r.cells.iter().filter(|c| c.timeline.len() >= 2).collect();
     if timed.is_empty() {
-        // Samples are whole seconds of the measured phase: a cell measured for under two
-        // (a burst of pings) has none to draw.
-        let why = if r.cells.iter().all(|c| c.measured_secs < 2.0) {
-            "every cell measured for under two seconds, too short for per-second samples"
+        let why = if r
+            .cells
+            .iter()
+            .all(|c| c.timeline.len() < 2 && !c.timeline.is_empty())
+            || r.cells.iter().all(|c| c.measured_secs < 0.3)
+        {
+            "no cell was measured long enough to be sampled twice"
         } else {
             "written by a load generator that did not record them"
         };
         let _ = write!(
             o,
-            "<p class=\"muted\">This result has no per-second samples ({why}).</p></section>"
+            "<p class=\"muted\">This result has no samples over time ({why}).</p></section>"
         );
         return;
     }
     o.push_str("<div class=\"charts\">");
     for c in timed {
         let t = &c.timeline;
-        // Samples are drawn at the end of their second: the axis runs from 0 to the last end.
-        let end = t.last().map_or(1, |s| s.second + 1);
-        let every = end.div_ceil(10).max(1);
-        let x_ticks = (0..=end)
-            .step_by(every as usize)
-            .map(|s| (f64::from(s), s.to_string()))
+        let step = f64::from(c.timeline_step_ms.max(1)) / 1000.0;
+        // A sample covers [at, at + 1) steps: drawn at its end, the axis from 0 to the last.
+        let x = |s: &crate::timeline::Sample| f64::from(s.at + 1) * step;
+        let end = t.last().map_or(step, x);
+        let every = nice_step(end);
+        let x_ticks = (0..)
+            .map(|i| f64::from(i) * every)
+            .take_while(|v| *v <= end + every * 1e-9)
+            .map(|v| (v, seconds(v)))
             .collect();
         let line = |name: &str, f: fn(&crate::timeline::Sample) -> u64| Series {
             name: name.into(),
-            // A sample covers [second, second + 1): drawn at its end.
-            points: t
-                .iter()
-                .map(|s| (f64::from(s.second + 1), f(s) as f64))
-                .collect(),
+            // Counts per step as rates per second.
+            points: t.iter().map(|s| (x(s), f(s) as f64 / step)).collect(),
         };
         let mut series = vec![
             line("sent/s", |s| s.sent),
@@ -284,10 +289,18 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             series.push(line("pings answered/s", |s| s.pings_answered));
             series.push(line("pings lost/s", |s| s.pings_lost));
         }
+        let x_label = format!(
+            "seconds into the measured phase (a sample every {})",
+            if c.timeline_step_ms < 1000 {
+                format!("{} ms", c.timeline_step_ms)
+            } else {
+                format!("{} s", seconds(step))
+            }
+        );
         let rates = LineChart {
             title: format!("{}: messages per second", c.label),
             x_ticks,
-            x_label: "seconds into the measured phase".into(),
+            x_label,
             y_format: num,
             series,
         };
@@ -297,22 +310,36 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             x_ticks: rates.x_ticks.clone(),
             x_label: rates.x_label.clone(),
             y_format: num,
-            series: vec![line("open", |s| s.open)],
+            series: vec![Series {
+                name: "open".into(),
+                points: t.iter().map(|s| (x(s), s.open as f64)).collect(),
+            }],
         };
         o.push_str(&open.svg());
     }
     o.push_str("</div></section>");
 }
 
+/// Seconds on an axis: `0.2`, `1`, `1.5`, `30`.
+fn seconds(v: f64) -> String {
+    let rounded = (v * 1000.0).round() / 1000.0;
+    format!("{rounded}")
+}
+
 fn shards(o: &mut String, r: &RunResult) {
     o.push_str("<section id=\"shards\"><h2>Shards</h2>");
     if r.shard_info.is_empty() {
-        let _ = write!(
-            o,
-            "<p>Shards {} of {}; their start times were not recorded (a single-process run).</p>",
-            escape(&format!("{:?}", r.shards)),
-            r.shard_count
-        );
+        let text = if r.shard_count <= 1 {
+            "One process ran every connection (a single-process run): no shards to align.".into()
+        } else {
+            let which: Vec<String> = r.shards.iter().map(u32::to_string).collect();
+            format!(
+                "Shard {} of {}; their start times were not recorded (one shard's own result).",
+                which.join(", "),
+                r.shard_count
+            )
+        };
+        let _ = write!(o, "<p>{}</p>", escape(&text));
     } else {
         let first = r
             .shard_info
@@ -377,16 +404,40 @@ fn spec(o: &mut String, r: &RunResult) {
         Some(spec) => {
             let mut rows = Vec::new();
             flatten(spec, "", &mut rows);
-            o.push_str("<p class=\"muted\">As run; secrets redacted.</p><div class=\"spec\">");
-            let half = rows.len().div_ceil(2).max(1);
-            for part in rows.chunks(half) {
-                table(o, &["Field", "Value"], part);
+            let defaulted = crate::spec_copy::defaulted(spec);
+            // A row is a default when its field or a section holding it is.
+            let is_default = |path: &str| {
+                defaulted.iter().any(|d| {
+                    path.strip_prefix(d.as_str())
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+                })
+            };
+            let (left, set): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| is_default(&r[0]));
+            o.push_str("<p class=\"muted\">As run; secrets redacted.</p>");
+            spec_tables(o, &set);
+            if !left.is_empty() {
+                let _ = write!(
+                    o,
+                    "<details open><summary>Left at their defaults ({} fields; some serve other scenarios)</summary>",
+                    left.len()
+                );
+                spec_tables(o, &left);
+                o.push_str("</details>");
             }
-            o.push_str("</div>");
         }
         None => o.push_str("<p class=\"muted\">This result does not carry its spec.</p>"),
     }
     o.push_str("</section>");
+}
+
+/// Field and value rows side by side in two tables.
+fn spec_tables(o: &mut String, rows: &[Vec<String>]) {
+    o.push_str("<div class=\"spec\">");
+    let half = rows.len().div_ceil(2).max(1);
+    for part in rows.chunks(half) {
+        table(o, &["Field", "Value"], part);
+    }
+    o.push_str("</div>");
 }
 
 fn flatten(v: &Value, path: &str, rows: &mut Vec<Vec<String>>) {
@@ -476,10 +527,46 @@ mod tests {
         let r = shard(1, 10, 1, 1);
         assert!(r.cells.iter().all(|c| c.timeline.is_empty()) && r.spec.is_none());
         let page = html(&r);
-        assert!(page.contains("no per-second samples"));
+        assert!(page.contains("no samples over time"));
         assert!(page.contains("does not carry its spec"));
         assert_eq!(page.matches("<svg").count(), 1);
         assert!(page.ends_with("</html>\n"));
+    }
+
+    #[test]
+    fn a_short_cell_is_charted_in_steps_of_its_timeline() {
+        use crate::timeline::{Recorder, Totals};
+        let mut r = shard(0, 10, 1, 1);
+        // Half a second of pings in 100 ms steps: 20 answered a step, 200 a second.
+        let mut rec = Recorder::new(Totals::default(), 100);
+        for at in 0..5u32 {
+            let n = 20 * u64::from(at + 1);
+            rec.tick(
+                at,
+                Totals {
+                    sent: n,
+                    received: n,
+                    open: 10,
+                    pings_answered: n,
+                    pings_lost: 0,
+                },
+                None,
+            );
+        }
+        (r.cells[0].timeline_step_ms, r.cells[0].timeline) = rec.finish();
+        let page = html(&r);
+        assert_eq!(page.matches("<svg").count(), 1 + 2, "{page}");
+        assert!(page.contains("a sample every 100 ms"), "{page}");
+        // The axis is marked in seconds, at fractions of one.
+        assert!(page.contains(">0.2<") && page.contains(">0.4<"), "{page}");
+        // Rates per second, not per step: the axis reaches 200/s.
+        assert!(page.contains(">200<"), "{page}");
+        // Sampled once, a cell has no line to draw, and the page says why.
+        let mut once = shard(0, 10, 1, 1);
+        once.cells[0].timeline.truncate(0);
+        once.cells[0].timeline.push(r.cells[0].timeline[0].clone());
+        let page = html(&once);
+        assert!(page.contains("long enough to be sampled twice"), "{page}");
     }
 
     #[test]
@@ -505,6 +592,25 @@ mod tests {
                 "target.url = ws://x",
             ]
         );
+    }
+
+    #[test]
+    fn the_spec_shows_what_was_set_before_the_defaults() {
+        let page = html(&report());
+        let set = page.find("connections</td>").expect("connections listed");
+        let defaults = page.find("<details open>").expect("the defaults, after");
+        let duration = page.find(">duration</td>").expect("duration listed");
+        assert!(set < defaults && defaults < duration, "{page}");
+    }
+
+    #[test]
+    fn a_single_process_run_has_no_shards_to_align() {
+        let mut r = shard(0, 10, 1, 1);
+        r.shard_info.clear();
+        r.shard_count = 1;
+        assert!(html(&r).contains("One process ran every connection"));
+        r.shard_count = 2;
+        assert!(html(&r).contains("Shard 0 of 2"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   its thresholds, [`RunResult::render`] prints the tables.
 //! - [`findings()`]: known causes the figures show, one line each under the table.
 //! - [`html()`]: the whole result as one self-contained HTML page (tables, charts, spec).
-//! - [`timeline`]: per-second samples of a cell, recorded from running totals.
+//! - [`timeline`]: samples of a cell over time (100 ms steps), recorded from running totals.
 //! - [`stored`]: a result as the operator stores it (gzip-compressed JSON) and read back.
 //! - [`hist::Hist`]: the latency histogram (exact merge, base64 serialization).
 //! - [`measure`]: counts and histograms of one cell, and the failure reasons.

@@ -76,10 +76,13 @@ pub struct CellResult {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub started_last_micros: u64,
     pub figures: Figures,
-    /// One sample per second of the measured phase (empty in results written before, and
-    /// for cells no sampler fed).
+    /// The measured phase sampled every `timeline_step_ms` (empty in results written before,
+    /// and for cells no sampler fed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Sample>,
+    /// How long each sample of `timeline` covers, milliseconds.
+    #[serde(default = "timeline::legacy_step_ms")]
+    pub timeline_step_ms: u32,
     /// How busy the busiest load generator was during the cell: CPU time over the wall time
     /// and cores it may use, 0..1 (not recorded: `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,7 +302,12 @@ impl RunResult {
                 (x, y) => x.min(y),
             };
             a.started_last_micros = a.started_last_micros.max(b.started_last_micros);
-            timeline::merge(&mut a.timeline, &b.timeline);
+            timeline::merge(
+                &mut a.timeline,
+                &mut a.timeline_step_ms,
+                &b.timeline,
+                b.timeline_step_ms,
+            );
             a.loadgen_cpu = match (a.loadgen_cpu, b.loadgen_cpu) {
                 (Some(x), Some(y)) => Some(x.max(y)),
                 (x, y) => x.or(y),
@@ -675,13 +683,13 @@ mod tests {
     }
 
     #[test]
-    fn merge_adds_timelines_by_second_and_keeps_the_busiest_cpu() {
+    fn merge_adds_timelines_by_step_and_keeps_the_busiest_cpu() {
         use crate::timeline::{Recorder, Totals};
-        let with_samples = |index, per_second: u64, seconds: u32, cpu| {
+        let with_samples = |index, per_step: u64, steps: u32, cpu| {
             let mut r = shard(index, 10, 1, 1);
-            let mut rec = Recorder::new(Totals::default());
-            for s in 0..seconds {
-                let n = per_second * u64::from(s + 1);
+            let mut rec = Recorder::new(Totals::default(), 100);
+            for s in 0..steps {
+                let n = per_step * u64::from(s + 1);
                 rec.tick(
                     s,
                     Totals {
@@ -693,7 +701,7 @@ mod tests {
                     None,
                 );
             }
-            r.cells[0].timeline = rec.finish();
+            (r.cells[0].timeline_step_ms, r.cells[0].timeline) = rec.finish();
             r.cells[0].loadgen_cpu = cpu;
             // Through JSON, as the operator gets shard results.
             let json = serde_json::to_string(&r).expect("ser");
@@ -702,7 +710,7 @@ mod tests {
         let mut a = with_samples(0, 100, 3, Some(0.4));
         a.merge(&with_samples(1, 10, 4, Some(0.95))).expect("merge");
         let t = &a.cells[0].timeline;
-        let got: Vec<(u32, u64, u64)> = t.iter().map(|s| (s.second, s.sent, s.open)).collect();
+        let got: Vec<(u32, u64, u64)> = t.iter().map(|s| (s.at, s.sent, s.open)).collect();
         assert_eq!(got, vec![(0, 110, 6), (1, 110, 6), (2, 110, 6), (3, 10, 3)]);
         assert_eq!(a.cells[0].loadgen_cpu, Some(0.95));
         // A shard that recorded neither leaves the others' as they were.
@@ -717,7 +725,7 @@ mod tests {
     fn results_written_before_timelines_still_read() {
         let r = shard(0, 10, 1, 1);
         let json = serde_json::to_string(&r).expect("ser");
-        for absent in ["timeline", "loadgenCpu", "\"spec\""] {
+        for absent in ["\"timeline\"", "loadgenCpu", "\"spec\""] {
             assert!(!json.contains(absent), "{absent} in {json}");
         }
         let back: RunResult = serde_json::from_str(&json).expect("de");

@@ -2,7 +2,8 @@
 //! the report is meant to be passed around.
 
 use crate::RunResult;
-use serde_json::Value;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 use wsload_spec::LoadTestSpec;
 
 /// What replaces a secret in the copy.
@@ -17,6 +18,57 @@ impl RunResult {
         self.spec = Some(v);
         Ok(())
     }
+}
+
+/// The dotted paths of a spec copy's fields that hold their defaults (a whole section when
+/// all of it does): a field is one when the spec without it reads back with the same value
+/// there. The report lists what the LoadTest set apart from what it left out. A field written
+/// with its default value counts as left out; a spec that does not read back has none.
+pub fn defaulted(spec: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    if serde_json::from_value::<LoadTestSpec>(spec.clone()).is_ok() {
+        walk(spec, &mut Vec::new(), spec, &mut out);
+    }
+    out
+}
+
+fn walk(root: &Value, path: &mut Vec<String>, here: &Value, out: &mut BTreeSet<String>) {
+    let Value::Object(map) = here else {
+        return;
+    };
+    for (key, child) in map {
+        path.push(key.clone());
+        if reads_back_without(root, path) {
+            out.insert(path.join("."));
+        } else {
+            walk(root, path, child, out);
+        }
+        path.pop();
+    }
+}
+
+/// Whether `root` without the field at `path` reads back with the same value there.
+fn reads_back_without(root: &Value, path: &[String]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut copy = root.clone();
+    let mut parent: Option<&mut Map<String, Value>> = copy.as_object_mut();
+    for key in parents {
+        parent = parent
+            .and_then(|m| m.get_mut(key))
+            .and_then(Value::as_object_mut);
+    }
+    let Some(parent) = parent else {
+        return false;
+    };
+    parent.remove(last);
+    let Ok(back) = serde_json::from_value::<LoadTestSpec>(copy).and_then(serde_json::to_value)
+    else {
+        return false;
+    };
+    let at = |v: &Value| path.iter().try_fold(v.clone(), |v, k| v.get(k).cloned());
+    at(&back) == at(root)
 }
 
 /// Inline secrets (`SecretValue.value`) and environment variables (`EnvVar.value`) are the
@@ -72,5 +124,54 @@ mod tests {
         assert_eq!(spec["target"]["url"], "ws://x");
         let back: RunResult = serde_json::from_str(&text).expect("read");
         assert_eq!(back.spec.as_ref(), Some(spec));
+    }
+
+    #[test]
+    fn defaults_are_told_from_what_the_loadtest_set() {
+        let lt = wsload_spec::LoadTest::from_spec_yaml(
+            "  target: {server: {profile: wse}}
+  protocol: wse
+  auth: {jwt: {secret: {value: k}}}
+  scenario: pingLatency
+  connections: [100, 500]
+  ping: {count: 20, timeout: 2s}
+  limit: {max: 5000}
+",
+            "test.yaml",
+        )
+        .expect("spec");
+        let spec = serde_json::to_value(&lt.spec).expect("json");
+        let d = defaulted(&spec);
+        // Left out: whole sections, and the rest of a section the LoadTest set part of.
+        for left in [
+            "duration",
+            "message",
+            "run",
+            "target.server.image",
+            "limit.hold",
+            "ping.kind",
+            "auth.jwt.ttl",
+        ] {
+            assert!(d.contains(left), "{left} not among {d:?}");
+        }
+        // Set, though nested or a section's single field.
+        for set in [
+            "target",
+            "target.server",
+            "target.server.profile",
+            "scenario",
+            "protocol",
+            "auth.jwt.secret.value",
+            "connections",
+            "ping",
+            "ping.count",
+            "ping.timeout",
+            "limit",
+            "limit.max",
+        ] {
+            assert!(!d.contains(set), "{set} among {d:?}");
+        }
+        // Not a spec: nothing is a default.
+        assert!(defaulted(&serde_json::json!({"scenario": "nonsense"})).is_empty());
     }
 }

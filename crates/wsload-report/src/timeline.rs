@@ -1,28 +1,47 @@
-//! Per-second samples of a cell's measured phase: what the throughput-over-time charts draw.
+//! Samples of a cell's measured phase over time: what the throughput-over-time charts draw.
 //!
-//! The load generator keeps lock-free running totals for /metrics; a [`Recorder`] turns one
-//! reading of them per second into a [`Sample`] of what happened in that second. Shards begin
-//! a cell at one released instant, so their samples of the same second add up ([`merge`]).
+//! The load generator keeps lock-free running totals for /metrics; a [`Recorder`] turns
+//! readings of them, one per step (100 ms), into [`Sample`]s of what happened in each step.
+//! A burst of pings measured for half a second still gets a few points; a long hold is
+//! coarsened when it ends ([`STEPS_MS`]) so a result stays small. Shards begin a cell at one
+//! released instant, so their samples of the same step add up ([`merge`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// One second of a cell's measured phase.
+/// The steps a timeline may have, finest first: each divides the next, so timelines of
+/// different steps merge exactly at the coarser.
+pub const STEPS_MS: [u32; 5] = [100, 1_000, 10_000, 60_000, 600_000];
+
+/// The step a load generator samples at.
+pub const FINEST_STEP_MS: u32 = STEPS_MS[0];
+
+/// At most this many samples in a cell's timeline: an hour's hold keeps 360 of 10 s.
+pub const MAX_SAMPLES: usize = 600;
+
+/// Results written before timelines had steps sampled whole seconds.
+pub fn legacy_step_ms() -> u32 {
+    1_000
+}
+
+/// One step of a cell's measured phase.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sample {
-    /// Seconds since the cell's measured phase began: this sample covers `[second, second + 1)`.
-    pub second: u32,
-    /// Messages sent during this second.
+    /// Steps since the cell's measured phase began: this sample covers
+    /// `[at, at + 1)` steps. (`second` in results written when every step was a second.)
+    #[serde(alias = "second")]
+    pub at: u32,
+    /// Messages sent during this step.
     pub sent: u64,
-    /// Messages (answers, echoes, broadcasts) received during this second.
+    /// Messages (answers, echoes, broadcasts) received during this step.
     pub received: u64,
-    /// Connections open at the end of this second.
+    /// Connections open at the end of this step.
     pub open: u64,
-    /// Pings answered during this second (scenarios that ping).
+    /// Pings answered during this step (scenarios that ping).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pings_answered: u64,
-    /// Pings declared lost during this second.
+    /// Pings declared lost during this step.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pings_lost: u64,
     /// Round-trip p99 so far in the cell, microseconds, where the load generator has it
@@ -33,6 +52,23 @@ pub struct Sample {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+impl Sample {
+    /// Folds `later`, the next step's sample (or another shard's of the same step), into this.
+    fn absorb(&mut self, later: &Sample, gauges_add: bool) {
+        self.sent += later.sent;
+        self.received += later.received;
+        // A gauge over time is its last reading; over shards, their sum.
+        self.open = if gauges_add {
+            self.open + later.open
+        } else {
+            later.open
+        };
+        self.pings_answered += later.pings_answered;
+        self.pings_lost += later.pings_lost;
+        self.p99_us = self.p99_us.max(later.p99_us);
+    }
 }
 
 /// A reading of the load generator's running totals (counters since the cell began, except
@@ -46,65 +82,101 @@ pub struct Totals {
     pub pings_lost: u64,
 }
 
-/// Turns one reading of the running totals per second into samples.
-#[derive(Debug, Clone, Default)]
+/// Turns one reading of the running totals per step into samples.
+#[derive(Debug, Clone)]
 pub struct Recorder {
+    step_ms: u32,
     last: Totals,
     samples: Vec<Sample>,
 }
 
 impl Recorder {
     /// Starts at the totals read when the measured phase began (the warm-up's counts are
-    /// not the cell's).
-    pub fn new(start: Totals) -> Self {
+    /// not the cell's); the caller reads them again every `step_ms`.
+    pub fn new(start: Totals, step_ms: u32) -> Self {
         Recorder {
+            step_ms: step_ms.max(1),
             last: start,
             samples: Vec::new(),
         }
     }
 
-    /// Records the second ending now: `second` is its offset from the measured phase's start,
-    /// `p99_us` the running round-trip p99 when the caller has one.
-    pub fn tick(&mut self, second: u32, now: Totals, p99_us: Option<u64>) {
+    /// Records the step ending now: `at` is its offset from the measured phase's start, in
+    /// steps, `p99_us` the running round-trip p99 when the caller has one. A reading that
+    /// came late, right behind another of the same step, adds to it.
+    pub fn tick(&mut self, at: u32, now: Totals, p99_us: Option<u64>) {
         // Saturating: a counter read torn against another thread's reset must not wrap.
         let d = |now: u64, last: u64| now.saturating_sub(last);
-        self.samples.push(Sample {
-            second,
+        let sample = Sample {
+            at,
             sent: d(now.sent, self.last.sent),
             received: d(now.received, self.last.received),
             open: now.open,
             pings_answered: d(now.pings_answered, self.last.pings_answered),
             pings_lost: d(now.pings_lost, self.last.pings_lost),
             p99_us,
-        });
+        };
         self.last = now;
+        match self.samples.last_mut() {
+            Some(prev) if prev.at >= at => prev.absorb(&sample, false),
+            _ => self.samples.push(sample),
+        }
     }
 
-    /// The samples recorded, in order: a cell's `timeline`.
-    pub fn finish(self) -> Vec<Sample> {
-        self.samples
+    /// The samples recorded, coarsened to at most [`MAX_SAMPLES`]: a cell's `timeline`,
+    /// with its step in milliseconds.
+    pub fn finish(self) -> (u32, Vec<Sample>) {
+        let span = self.samples.last().map_or(0, |s| u64::from(s.at) + 1) * u64::from(self.step_ms);
+        let step = STEPS_MS
+            .into_iter()
+            .filter(|&s| s >= self.step_ms)
+            .find(|&s| span.div_ceil(u64::from(s)) <= MAX_SAMPLES as u64)
+            .unwrap_or(STEPS_MS[STEPS_MS.len() - 1])
+            .max(self.step_ms);
+        (step, coarsen(self.samples, self.step_ms, step))
     }
 }
 
-/// Adds another shard's timeline of the same cell into `into`, second by second.
-pub fn merge(into: &mut Vec<Sample>, other: &[Sample]) {
+/// `samples` of `from_ms` steps as steps of `to_ms` (no finer than they were).
+pub fn coarsen(samples: Vec<Sample>, from_ms: u32, to_ms: u32) -> Vec<Sample> {
+    if to_ms <= from_ms {
+        return samples;
+    }
+    let mut out: Vec<Sample> = Vec::new();
+    for mut s in samples {
+        s.at = u32::try_from(u64::from(s.at) * u64::from(from_ms) / u64::from(to_ms))
+            .unwrap_or(u32::MAX);
+        match out.last_mut() {
+            Some(prev) if prev.at == s.at => prev.absorb(&s, false),
+            _ => out.push(s),
+        }
+    }
+    out
+}
+
+/// Adds another shard's timeline of the same cell (`other`, of `other_step_ms` steps) into
+/// `into` (of `*into_step_ms`), step by step, at the coarser of the two steps.
+pub fn merge(into: &mut Vec<Sample>, into_step_ms: &mut u32, other: &[Sample], other_step_ms: u32) {
     if other.is_empty() {
         return;
     }
-    let mut by_second: BTreeMap<u32, Sample> = into.drain(..).map(|s| (s.second, s)).collect();
-    for s in other {
-        let e = by_second.entry(s.second).or_insert_with(|| Sample {
-            second: s.second,
-            ..Sample::default()
-        });
-        e.sent += s.sent;
-        e.received += s.received;
-        e.open += s.open;
-        e.pings_answered += s.pings_answered;
-        e.pings_lost += s.pings_lost;
-        e.p99_us = e.p99_us.max(s.p99_us);
+    if into.is_empty() {
+        *into = other.to_vec();
+        *into_step_ms = other_step_ms;
+        return;
     }
-    into.extend(by_second.into_values());
+    let step = (*into_step_ms).max(other_step_ms);
+    let mine = coarsen(std::mem::take(into), *into_step_ms, step);
+    let theirs = coarsen(other.to_vec(), other_step_ms, step);
+    let mut by_step: BTreeMap<u32, Sample> = mine.into_iter().map(|s| (s.at, s)).collect();
+    for s in &theirs {
+        by_step
+            .entry(s.at)
+            .and_modify(|e| e.absorb(s, true))
+            .or_insert_with(|| s.clone());
+    }
+    into.extend(by_step.into_values());
+    *into_step_ms = step;
 }
 
 #[cfg(test)]
@@ -120,9 +192,19 @@ mod tests {
         }
     }
 
+    fn sample(at: u32, sent: u64, open: u64) -> Sample {
+        Sample {
+            at,
+            sent,
+            received: sent,
+            open,
+            ..Sample::default()
+        }
+    }
+
     #[test]
-    fn recorder_keeps_what_happened_in_each_second() {
-        let mut r = Recorder::new(totals(50, 40, 10));
+    fn recorder_keeps_what_happened_in_each_step() {
+        let mut r = Recorder::new(totals(50, 40, 10), 100);
         r.tick(0, totals(150, 130, 10), None);
         r.tick(
             1,
@@ -133,63 +215,99 @@ mod tests {
             },
             Some(1200),
         );
-        let s = r.finish();
+        // A late reading of step 1 again: its counts join step 1, its gauge replaces.
+        r.tick(1, totals(360, 330, 8), None);
+        let (step, s) = r.finish();
+        assert_eq!(
+            step, 100,
+            "two steps are far under the cap: kept as sampled"
+        );
+        assert_eq!(s.len(), 2);
         assert_eq!((s[0].sent, s[0].received, s[0].open), (100, 90, 10));
-        assert_eq!((s[1].sent, s[1].received, s[1].open), (200, 200, 9));
+        assert_eq!((s[1].sent, s[1].received, s[1].open), (210, 200, 8));
         assert_eq!((s[1].pings_answered, s[1].pings_lost), (7, 1));
         assert_eq!((s[0].p99_us, s[1].p99_us), (None, Some(1200)));
     }
 
     #[test]
-    fn merge_adds_samples_of_the_same_second_and_keeps_the_rest() {
+    fn a_long_cell_is_coarsened_to_the_cap_and_loses_no_count() {
+        // 61 s of 100 ms steps: 610 samples, over the cap of 600, so whole seconds.
+        let mut r = Recorder::new(Totals::default(), 100);
+        for at in 0..610u32 {
+            let n = u64::from(at + 1);
+            r.tick(at, totals(n * 10, n * 10, u64::from(at)), None);
+        }
+        let (step, s) = r.finish();
+        assert_eq!(step, 1_000);
+        assert_eq!(s.len(), 61);
+        assert_eq!(s.iter().map(|x| x.sent).sum::<u64>(), 6_100);
+        assert_eq!((s[0].at, s[0].sent, s[0].open), (0, 100, 9));
+        assert_eq!((s[60].at, s[60].open), (60, 609));
+        // An hour of them keeps 360 of 10 s.
+        let mut r = Recorder::new(Totals::default(), 100);
+        for at in 0..36_000u32 {
+            r.tick(at, totals(u64::from(at), 0, 1), None);
+        }
+        let (step, s) = r.finish();
+        assert_eq!((step, s.len()), (10_000, 360));
+    }
+
+    #[test]
+    fn merge_adds_samples_of_the_same_step_and_keeps_the_rest() {
         let mut a = vec![
             Sample {
-                second: 0,
-                sent: 10,
-                received: 9,
-                open: 5,
                 p99_us: Some(300),
-                ..Sample::default()
+                ..sample(0, 10, 5)
             },
-            Sample {
-                second: 1,
-                sent: 20,
-                received: 20,
-                open: 5,
-                ..Sample::default()
-            },
+            sample(1, 20, 5),
         ];
-        // The other shard's run went one second longer and has no second 1 (a missed tick).
+        // The other shard's run went one step longer and has no step 1 (a missed tick).
         let b = vec![
             Sample {
-                second: 0,
-                sent: 1,
-                received: 1,
-                open: 2,
                 pings_answered: 4,
                 p99_us: Some(900),
-                ..Sample::default()
+                ..sample(0, 1, 2)
             },
             Sample {
-                second: 2,
-                sent: 3,
-                received: 2,
-                open: 2,
                 pings_lost: 1,
-                ..Sample::default()
+                ..sample(2, 3, 2)
             },
         ];
-        merge(&mut a, &b);
-        assert_eq!(
-            a.iter().map(|s| s.second).collect::<Vec<_>>(),
-            vec![0, 1, 2]
-        );
-        assert_eq!((a[0].sent, a[0].received, a[0].open), (11, 10, 7));
+        let mut step = 100;
+        merge(&mut a, &mut step, &b, 100);
+        assert_eq!(step, 100);
+        assert_eq!(a.iter().map(|s| s.at).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!((a[0].sent, a[0].received, a[0].open), (11, 11, 7));
         assert_eq!((a[0].pings_answered, a[0].p99_us), (4, Some(900)));
         assert_eq!((a[1].sent, a[1].open), (20, 5));
         assert_eq!((a[2].sent, a[2].pings_lost, a[2].p99_us), (3, 1, None));
         let before = a.clone();
-        merge(&mut a, &[]);
-        assert_eq!(a, before);
+        merge(&mut a, &mut step, &[], 1_000);
+        assert_eq!((&a, step), (&before, 100));
+        // Into nothing: the other's, step and all.
+        let mut none = Vec::new();
+        let mut step = 100;
+        merge(&mut none, &mut step, &before, 1_000);
+        assert_eq!((none, step), (before, 1_000));
+    }
+
+    #[test]
+    fn timelines_of_different_steps_merge_at_the_coarser() {
+        // One shard kept 100 ms steps over 2 s, the other was coarsened to seconds.
+        let mut fine: Vec<Sample> = (0..20).map(|at| sample(at, 1, 3)).collect();
+        let coarse = vec![sample(0, 100, 4), sample(1, 200, 4)];
+        let mut step = 100;
+        merge(&mut fine, &mut step, &coarse, 1_000);
+        assert_eq!(step, 1_000);
+        let got: Vec<_> = fine.iter().map(|s| (s.at, s.sent, s.open)).collect();
+        assert_eq!(got, vec![(0, 110, 7), (1, 210, 7)]);
+    }
+
+    #[test]
+    fn results_with_whole_seconds_still_read() {
+        let old = r#"{"second": 4, "sent": 1, "received": 2, "open": 3}"#;
+        let s: Sample = serde_json::from_str(old).expect("a sample written as seconds");
+        assert_eq!((s.at, s.sent, s.received, s.open), (4, 1, 2, 3));
+        assert!(serde_json::to_string(&s).expect("ser").contains("\"at\":4"));
     }
 }

@@ -1153,6 +1153,7 @@ fn synth_cell(
         started_last_micros: 0,
         figures: Default::default(),
         timeline: Vec::new(),
+        timeline_step_ms: 100,
         loadgen_cpu: None,
     };
     cell.compute();
