@@ -5,7 +5,7 @@
 //! histograms; these exist for dashboards while the test runs.
 
 use crate::measure::{ConnectError, Drop};
-use crate::plot::{BUCKETS, Sample, Timeline, Totals};
+use crate::plot::{self, BUCKETS, Sample, Timeline, Totals};
 use crate::progress::{Course, Snapshot};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -144,6 +144,8 @@ struct CellSamples {
     from: Instant,
     /// Started at the first tick past `from`, with the totals read then.
     recorder: Option<(Instant, Recorder)>,
+    /// The round-trip bucket counts at the last reading: each step's p99 is of its own.
+    rtt_before: [u64; BUCKETS],
 }
 
 impl Live {
@@ -182,18 +184,20 @@ impl Live {
         self.sample(sent);
     }
 
-    /// The running cell's totals as its report timeline counts them.
-    fn cell_totals(&self) -> CellTotals {
+    /// The running cell's totals as its report timeline counts them, and its round-trip
+    /// bucket counts.
+    fn cell_totals(&self) -> (CellTotals, [u64; BUCKETS]) {
         let snap = self.snapshot();
         // Only pingers count expected answers: other scenarios' round trips are echoes.
         let pinged = snap.expected > 0;
-        CellTotals {
+        let totals = CellTotals {
             sent: snap.sent,
             received: snap.received,
             open: snap.opened.saturating_sub(snap.closed),
             pings_answered: if pinged { snap.rtt.iter().sum() } else { 0 },
             pings_lost: if pinged { snap.lost } else { 0 },
-        }
+        };
+        (totals, snap.rtt)
     }
 
     /// One step ([`CELL_STEP`]) of the running cell's measured phase, once it has begun.
@@ -208,7 +212,8 @@ impl Live {
         if now < cell.from {
             return;
         }
-        let totals = self.cell_totals();
+        let (totals, rtt) = self.cell_totals();
+        let before = std::mem::replace(&mut cell.rtt_before, rtt);
         match &mut cell.recorder {
             None => {
                 cell.recorder = Some((now, Recorder::new(totals, timeline::FINEST_STEP_MS)));
@@ -219,7 +224,12 @@ impl Live {
                     / CELL_STEP.as_secs_f64())
                 .round();
                 let at = u32::try_from((steps as u64).saturating_sub(1)).unwrap_or(u32::MAX);
-                recorder.tick(at, totals, None);
+                let mut step_rtt = [0u64; BUCKETS];
+                for (d, (now, was)) in step_rtt.iter_mut().zip(rtt.iter().zip(before.iter())) {
+                    *d = now.saturating_sub(*was);
+                }
+                let p99_us = plot::quantile(0.99, &step_rtt).map(|s| (s * 1e6).round() as u64);
+                recorder.tick(at, totals, p99_us);
             }
         }
     }
@@ -312,6 +322,7 @@ impl Live {
             .unwrap_or_else(PoisonError::into_inner) = Some(CellSamples {
             from: at + warmup,
             recorder: None,
+            rtt_before: [0; BUCKETS],
         });
     }
 
@@ -567,18 +578,33 @@ mod tests {
         live.begin_cell(0, "10", 10);
         live.measuring(t0, CELL_STEP);
         live.slot(0).sent(500, 0);
-        // In the warm-up: not the cell's.
+        // In the warm-up: not the cell's, nor is a slow round trip then.
         live.sample_cell(t0 + CELL_STEP / 2);
+        live.slot(0).rtt(Duration::from_millis(900));
         // The first reading past it starts the timeline; each step after adds a sample.
         live.sample_cell(t0 + CELL_STEP * 11 / 10);
         for step in 1..=3u32 {
             live.slot(0).sent(10 * u64::from(step), 0);
+            if step != 2 {
+                live.slot(0).rtt(Duration::from_millis(u64::from(2 * step)));
+            }
             live.sample_cell(t0 + CELL_STEP * (10 * step + 11) / 10);
         }
         let (step_ms, samples) = live.take_cell_samples();
         assert_eq!(Duration::from_millis(u64::from(step_ms)), CELL_STEP);
         let got: Vec<(u32, u64)> = samples.iter().map(|s| (s.at, s.sent)).collect();
         assert_eq!(got, vec![(0, 10), (1, 20), (2, 30)]);
+        // Each step's p99 is of its own round trips (2 ms, none, 6 ms), within their bucket.
+        let p99: Vec<Option<u64>> = samples.iter().map(|s| s.p99_us).collect();
+        assert!(
+            matches!(p99[0], Some(us) if (1_000..=2_000).contains(&us)),
+            "{p99:?}"
+        );
+        assert_eq!(p99[1], None);
+        assert!(
+            matches!(p99[2], Some(us) if (5_000..=10_000).contains(&us)),
+            "{p99:?}"
+        );
         // Taken: the next cell starts afresh.
         assert!(live.take_cell_samples().1.is_empty());
     }

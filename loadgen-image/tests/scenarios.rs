@@ -914,6 +914,17 @@ fn constant_rate_shows_a_server_stall() {
         assert!(rtt.max >= raw.max, "corrected {rtt:?} vs raw {raw:?}");
         assert!(rtt.mean > raw.mean, "corrected {rtt:?} vs raw {raw:?}");
         assert_reconciled(c);
+        // The report's timeline shows when: the sender keeps its schedule while no answer
+        // comes, then the step the server resumes in has the stall in its p99, far above
+        // the typical step's.
+        let t = &c.timeline;
+        assert_eq!(c.timeline_step_ms, 100);
+        assert!(t.iter().any(|s| s.sent > 0 && s.received == 0), "{t:?}");
+        let mut p99s: Vec<u64> = t.iter().filter_map(|s| s.p99_us).collect();
+        p99s.sort_unstable();
+        let worst = p99s.last().copied().unwrap_or(0);
+        assert!(worst > STALL.as_micros() as u64 / 2, "{t:?}");
+        assert!(p99s[p99s.len() / 2] < worst / 4, "{t:?}");
     }
 }
 

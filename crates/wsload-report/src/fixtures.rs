@@ -90,7 +90,9 @@ pub fn report() -> RunResult {
                 t.sent += k;
                 t.received += k - k / 50;
                 t.open = u64::from(cell.connections) / 2 - u64::from(second == 6) * 5;
-                rec.tick(second, t, None);
+                // The dip is a stall: its round trips are slow.
+                let p99_us = 800 * (n as u64 + 1) + u64::from(second == 6) * 40_000;
+                rec.tick(second, t, Some(p99_us));
             }
             (cell.timeline_step_ms, cell.timeline) = rec.finish();
         }

@@ -316,6 +316,24 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             }],
         };
         o.push_str(&open.svg());
+        // Where a stall shows first: the round trips of each step, not of the whole cell.
+        let p99: Vec<(f64, f64)> = t
+            .iter()
+            .filter_map(|s| s.p99_us.map(|us| (x(s), us as f64 / 1e6)))
+            .collect();
+        if p99.len() >= 2 {
+            let latency = LineChart {
+                title: format!("{}: round-trip p99 per sample", c.label),
+                x_ticks: rates.x_ticks.clone(),
+                x_label: rates.x_label.clone(),
+                y_format: |v| if v == 0.0 { "0".into() } else { ms(v) },
+                series: vec![Series {
+                    name: "p99".into(),
+                    points: p99,
+                }],
+            };
+            o.push_str(&latency.svg());
+        }
     }
     o.push_str("</div></section>");
 }
@@ -499,8 +517,8 @@ mod tests {
         ] {
             assert!(page.contains(part), "{part} missing");
         }
-        // A latency chart, and two per cell with samples (rates, open connections).
-        assert_eq!(page.matches("<svg").count(), 1 + 2 * 2, "{page}");
+        // A latency chart, and three per cell with samples (rates, open connections, p99).
+        assert_eq!(page.matches("<svg").count(), 1 + 3 * 2, "{page}");
         // Self-contained: nothing to fetch, nothing to run.
         for external in ["<script", "<link", "src=", "@import", "url("] {
             assert!(!page.contains(external), "{external} in the page");

@@ -44,8 +44,10 @@ pub struct Sample {
     /// Pings declared lost during this step.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pings_lost: u64,
-    /// Round-trip p99 so far in the cell, microseconds, where the load generator has it
-    /// cheaply. Merged shards keep the worst shard's: a p99 does not add.
+    /// Round-trip p99 of this step's round trips, microseconds, from the load generator's
+    /// latency buckets (interpolated inside a bucket as Prometheus' `histogram_quantile`
+    /// does); none when nothing came back. A p99 neither adds nor averages: merged shards and
+    /// coarsened steps keep the worst, an upper bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_us: Option<u64>,
 }
