@@ -263,8 +263,14 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
         );
         return;
     }
-    o.push_str("<div class=\"charts\">");
     for c in timed {
+        // One row per cell: its charts side by side under its name.
+        let name = if c.label == c.connections.to_string() {
+            format!("{} connections", c.label)
+        } else {
+            c.label.clone()
+        };
+        let _ = write!(o, "<h3>{}</h3><div class=\"charts\">", escape(&name));
         let t = &c.timeline;
         let step = f64::from(c.timeline_step_ms.max(1)) / 1000.0;
         // A sample covers [at, at + 1) steps: drawn at its end, the axis from 0 to the last.
@@ -315,7 +321,6 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
                 points: t.iter().map(|s| (x(s), s.open as f64)).collect(),
             }],
         };
-        o.push_str(&open.svg());
         // Where a stall shows first: the round trips of each step, not of the whole cell.
         let p99: Vec<(f64, f64)> = t
             .iter()
@@ -334,8 +339,11 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             };
             o.push_str(&latency.svg());
         }
+        // Rates and p99 side by side, where a stall shows in both; then the connections.
+        o.push_str(&open.svg());
+        o.push_str("</div>");
     }
-    o.push_str("</div></section>");
+    o.push_str("</section>");
 }
 
 /// Seconds on an axis: `0.2`, `1`, `1.5`, `30`.
