@@ -261,8 +261,20 @@ pub struct Frame<'a> {
     pub base: &'a Snapshot,
     pub prev: &'a Snapshot,
     pub cur: &'a Snapshot,
+    /// The round-trip bucket counts the p99 is taken from: as the measured phase began once
+    /// it has (the warm-up's round trips are not the cell's), as the cell began before.
+    pub rtt_from: &'a [u64; BUCKETS],
     /// Between `prev` and `cur`.
     pub interval: Duration,
+}
+
+/// Whether a cell with a warm-up is past it at `now` (false without one: then the cell's round
+/// trips from its start are all measured).
+fn past_warmup(course: &Course, stage: Option<&Stage>, now: Instant) -> bool {
+    match (course.measuring, stage) {
+        (Some(at), Some(stage)) if !stage.warmup.is_zero() => now >= at + stage.warmup,
+        _ => false,
+    }
 }
 
 /// `m:ss`, or `h:mm:ss` from an hour.
@@ -409,7 +421,7 @@ impl Frame<'_> {
             return connect();
         }
         let mut rtt = [0u64; BUCKETS];
-        for (d, (now, before)) in rtt.iter_mut().zip(c.rtt.iter().zip(b.rtt.iter())) {
+        for (d, (now, before)) in rtt.iter_mut().zip(c.rtt.iter().zip(self.rtt_from.iter())) {
             *d = now.saturating_sub(*before);
         }
         let p99 = quantile(0.99, &rtt).map_or_else(|| "-".into(), latency);
@@ -446,12 +458,20 @@ pub struct Progress {
     cell: Option<usize>,
     base: Snapshot,
     prev: (Instant, Snapshot),
+    /// The running cell's p99 counts from here (`Frame::rtt_from`), and whether that is
+    /// already the measured phase's start.
+    rtt_from: [u64; BUCKETS],
+    rtt_from_measured: bool,
 }
 
 impl Progress {
     /// A bar on stderr, shown from the first cell on.
     pub fn new(outline: Outline) -> Progress {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        Progress::drawn_to(outline, ProgressDrawTarget::stderr())
+    }
+
+    fn drawn_to(outline: Outline, target: ProgressDrawTarget) -> Progress {
+        let bar = ProgressBar::with_draw_target(None, target);
         bar.set_style(
             ProgressStyle::with_template("{prefix}\n  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -464,6 +484,8 @@ impl Progress {
             cell: None,
             base: Snapshot::default(),
             prev: (now, Snapshot::default()),
+            rtt_from: [0; BUCKETS],
+            rtt_from_measured: false,
         }
     }
 
@@ -488,6 +510,13 @@ impl Progress {
             }
             self.cell = Some(index);
             self.base = base();
+            self.rtt_from = self.base.rtt;
+            self.rtt_from_measured = false;
+        }
+        if !self.rtt_from_measured && past_warmup(&course, self.outline.stage(index), now) {
+            // The counts now: the p99 shows again from the next second, without the warm-up.
+            self.rtt_from = cur.rtt;
+            self.rtt_from_measured = true;
         }
         let frame = Frame {
             outline: &self.outline,
@@ -497,6 +526,7 @@ impl Progress {
             base: &self.base,
             prev: &self.prev.1,
             cur: &cur,
+            rtt_from: &self.rtt_from,
             interval: now - self.prev.0,
         };
         self.bar.set_prefix(frame.head());
@@ -547,6 +577,7 @@ mod tests {
             base: snaps[0],
             prev: snaps[1],
             cur: snaps[2],
+            rtt_from: &snaps[0].rtt,
             interval: secs(1),
         };
         (f.head(), f.figures())
@@ -572,6 +603,57 @@ mod tests {
             "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [1000, 5000]\n  duration: 30s\n  warmup: 5s\n  connect: {batchSize: 1000, batchInterval: 1s}\n",
         );
         Outline::new(&s, Shard::WHOLE)
+    }
+
+    #[test]
+    fn the_bars_p99_leaves_the_warm_up_out() {
+        let bucket = |secs: f64| {
+            wsload_http::LATENCY_BUCKETS
+                .iter()
+                .position(|b| *b >= secs)
+                .expect("a bucket")
+        };
+        let mut p = Progress::drawn_to(hold(), ProgressDrawTarget::hidden());
+        let now = Instant::now();
+        // Tier 2 has a 5 s warm-up; its connections opened 2 s ago: warm-up still.
+        let warming = running((1, "5000", 5000), now - secs(3), Some(now - secs(2)));
+        let mut cur = Snapshot::default();
+        cur.rtt[bucket(0.9)] = 100;
+        p.draw_with(warming, cur, Snapshot::default);
+        assert_eq!(
+            p.rtt_from, [0; BUCKETS],
+            "the cell's start, until the warm-up ends"
+        );
+        assert!(!p.rtt_from_measured);
+        // 10 s after they opened: past the warm-up, whose slow round trips are left out.
+        let measuring = running((1, "5000", 5000), now - secs(11), Some(now - secs(10)));
+        p.draw_with(measuring.clone(), cur, Snapshot::default);
+        assert_eq!(p.rtt_from, cur.rtt);
+        assert!(p.rtt_from_measured);
+        let mut later = cur;
+        later.rtt[bucket(0.0012)] = 1000;
+        let f = Frame {
+            outline: &p.outline,
+            course: &measuring,
+            now,
+            run_begun: now - secs(20),
+            base: &Snapshot::default(),
+            prev: &cur,
+            cur: &later,
+            rtt_from: &p.rtt_from,
+            interval: secs(1),
+        };
+        assert!(f.figures().contains("p99 1.5 ms"), "{}", f.figures());
+        // Without a warm-up, the cell's round trips from its start are all measured.
+        assert!(!past_warmup(
+            &measuring,
+            Some(&Stage {
+                warmup: Duration::ZERO,
+                ..p.outline.stages[1].clone()
+            }),
+            now
+        ));
+        assert!(past_warmup(&measuring, p.outline.stage(1), now));
     }
 
     #[test]
