@@ -322,7 +322,9 @@ impl Frame<'_> {
                 let spent = c
                     .begun
                     .map_or(Duration::ZERO, |b| self.now.saturating_duration_since(b));
-                let left = stage.connect.saturating_sub(spent);
+                // Batches go one at a time: a connect phase slower than its schedule has
+                // the rest left at the rate seen over the last second.
+                let left = stage.connect.saturating_sub(spent).max(self.connect_left());
                 (
                     "connecting",
                     stage.measured.map(|m| left + stage.warmup + m),
@@ -341,6 +343,20 @@ impl Frame<'_> {
                 (phase, end.map(|e| e.saturating_sub(into)))
             }
         }
+    }
+
+    /// The running cell's connects still to be tried, at the rate they were tried over the
+    /// last second (zero when none were: then the schedule is all there is to go by).
+    fn connect_left(&self) -> Duration {
+        let tried = |s: &Snapshot| s.opened + s.failed;
+        let target = self.course.cell.as_ref().map_or(0, |c| u64::from(c.2));
+        let left = target.saturating_sub(tried(self.cur).saturating_sub(tried(self.base)));
+        let rate = tried(self.cur).saturating_sub(tried(self.prev)) as f64
+            / self.interval.as_secs_f64().max(1e-3);
+        if left == 0 || rate <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(left as f64 / rate)
     }
 
     /// The first line: the cell, its phase and times, the run's.
@@ -739,6 +755,20 @@ mod tests {
             figures,
             "2000/5000 opened, 2000 open, 1000 connections/s, 0 failed"
         );
+        // 10 s in, the batches were due by 4 s, but 2000 are tried (1900 opened, 100 failed)
+        // at 200 a second: 15 s of connects left at that rate, not none.
+        let prev = Snapshot {
+            opened: 1720,
+            failed: 80,
+            ..Default::default()
+        };
+        let cur = Snapshot {
+            opened: 1900,
+            failed: 100,
+            ..Default::default()
+        };
+        let (head, _) = lines(&o, &course, t0 + secs(10), t0, [&base, &prev, &cur]);
+        assert!(head.contains("0:10 / 1:00, 0:50 left"), "{head}");
     }
 
     #[test]
