@@ -2,22 +2,25 @@
 //!
 //! The load generator keeps lock-free running totals for /metrics; a [`Recorder`] turns
 //! readings of them, one per step (100 ms), into [`Sample`]s of what happened in each step.
-//! A burst of pings measured for half a second still gets a few points; a long hold is
-//! coarsened when it ends ([`STEPS_MS`]) so a result stays small. Shards begin a cell at one
-//! released instant, so their samples of the same step add up ([`merge`]).
+//! A burst of pings measured for half a second still gets a few points; a cell longer than
+//! [`MAX_SAMPLES`] steps is coarsened when it ends ([`STEPS_MS`]) so a result stays small.
+//! Shards begin a cell at one released instant, so their samples of the same step add up
+//! ([`merge`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The steps a timeline may have, finest first: each divides the next, so timelines of
 /// different steps merge exactly at the coarser.
-pub const STEPS_MS: [u32; 5] = [100, 1_000, 10_000, 60_000, 600_000];
+pub const STEPS_MS: [u32; 8] = [100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000];
 
 /// The step a load generator samples at.
 pub const FINEST_STEP_MS: u32 = STEPS_MS[0];
 
-/// At most this many samples in a cell's timeline: an hour's hold keeps 360 of 10 s.
-pub const MAX_SAMPLES: usize = 600;
+/// At most this many samples in a cell's timeline: 30 s at 100 ms, 5 min at 1 s, an hour's
+/// hold in 120 of 30 s. A shard's result holds every cell's: a matrix of a hundred minute-long
+/// cells stays a few hundred kilobytes before gzip, far under what a ConfigMap takes.
+pub const MAX_SAMPLES: usize = 300;
 
 /// Results written before timelines had steps sampled whole seconds.
 pub fn legacy_step_ms() -> u32 {
@@ -233,25 +236,25 @@ mod tests {
 
     #[test]
     fn a_long_cell_is_coarsened_to_the_cap_and_loses_no_count() {
-        // 61 s of 100 ms steps: 610 samples, over the cap of 600, so whole seconds.
+        // 31 s of 100 ms steps: 310 samples, over the cap of 300, so whole seconds.
         let mut r = Recorder::new(Totals::default(), 100);
-        for at in 0..610u32 {
+        for at in 0..310u32 {
             let n = u64::from(at + 1);
             r.tick(at, totals(n * 10, n * 10, u64::from(at)), None);
         }
         let (step, s) = r.finish();
         assert_eq!(step, 1_000);
-        assert_eq!(s.len(), 61);
-        assert_eq!(s.iter().map(|x| x.sent).sum::<u64>(), 6_100);
+        assert_eq!(s.len(), 31);
+        assert_eq!(s.iter().map(|x| x.sent).sum::<u64>(), 3_100);
         assert_eq!((s[0].at, s[0].sent, s[0].open), (0, 100, 9));
-        assert_eq!((s[60].at, s[60].open), (60, 609));
-        // An hour of them keeps 360 of 10 s.
+        assert_eq!((s[30].at, s[30].open), (30, 309));
+        // An hour of them keeps 120 of 30 s.
         let mut r = Recorder::new(Totals::default(), 100);
         for at in 0..36_000u32 {
             r.tick(at, totals(u64::from(at), 0, 1), None);
         }
         let (step, s) = r.finish();
-        assert_eq!((step, s.len()), (10_000, 360));
+        assert_eq!((step, s.len()), (30_000, 120));
     }
 
     #[test]
