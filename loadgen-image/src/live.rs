@@ -224,11 +224,8 @@ impl Live {
                     / CELL_STEP.as_secs_f64())
                 .round();
                 let at = u32::try_from((steps as u64).saturating_sub(1)).unwrap_or(u32::MAX);
-                let mut step_rtt = [0u64; BUCKETS];
-                for (d, (now, was)) in step_rtt.iter_mut().zip(rtt.iter().zip(before.iter())) {
-                    *d = now.saturating_sub(*was);
-                }
-                let p99_us = plot::quantile(0.99, &step_rtt).map(|s| (s * 1e6).round() as u64);
+                let p99_us = plot::quantile(0.99, &plot::since(&rtt, &before))
+                    .map(|s| (s * 1e6).round() as u64);
                 recorder.tick(at, totals, p99_us);
             }
         }

@@ -98,10 +98,7 @@ impl Timeline {
         if dt <= 0.0 {
             return;
         }
-        let mut rtt = [0u64; BUCKETS];
-        for (d, (a, b)) in rtt.iter_mut().zip(totals.rtt.iter().zip(prev.rtt.iter())) {
-            *d = a.saturating_sub(*b);
-        }
+        let rtt = since(&totals.rtt, &prev.rtt);
         self.samples.push(Sample {
             secs: now.saturating_duration_since(start).as_secs_f64(),
             sent_rate: totals.sent.saturating_sub(prev.sent) as f64 / dt,
@@ -129,6 +126,16 @@ fn quantiles(counts: &[u64; BUCKETS]) -> Option<[f64; QUANTILES.len()]> {
         *o = quantile(q, counts)?;
     }
     Some(out)
+}
+
+/// The per-bucket counts observed between two readings of running counts (saturating: a
+/// reading torn against a reset must not wrap).
+pub fn since(now: &[u64; BUCKETS], before: &[u64; BUCKETS]) -> [u64; BUCKETS] {
+    let mut d = [0u64; BUCKETS];
+    for (d, (now, before)) in d.iter_mut().zip(now.iter().zip(before.iter())) {
+        *d = now.saturating_sub(*before);
+    }
+    d
 }
 
 /// The `q` quantile of per-bucket counts over [`LATENCY_BUCKETS`], interpolated linearly

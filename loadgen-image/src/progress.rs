@@ -6,7 +6,7 @@
 use crate::connection::Behavior;
 use crate::live::Live;
 use crate::plan::{self, Planned, Shard};
-use crate::plot::{BUCKETS, quantile};
+use crate::plot::{BUCKETS, quantile, since};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
@@ -436,11 +436,7 @@ impl Frame<'_> {
         if connecting {
             return connect();
         }
-        let mut rtt = [0u64; BUCKETS];
-        for (d, (now, before)) in rtt.iter_mut().zip(c.rtt.iter().zip(self.rtt_from.iter())) {
-            *d = now.saturating_sub(*before);
-        }
-        let p99 = quantile(0.99, &rtt).map_or_else(|| "-".into(), latency);
+        let p99 = quantile(0.99, &since(&c.rtt, self.rtt_from)).map_or_else(|| "-".into(), latency);
         match Figures::of(self.outline.scenario) {
             Figures::Connect => connect(),
             Figures::Pings => format!(

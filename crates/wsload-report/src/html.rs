@@ -235,8 +235,7 @@ fn latency_chart(o: &mut String, r: &RunResult) {
             .map(|(i, (_, n))| (i as f64, n.to_string()))
             .collect(),
         x_label: "percentile".into(),
-        // ms() writes "-" for zero (nothing measured); on an axis zero is zero.
-        y_format: |v| if v == 0.0 { "0".into() } else { ms(v) },
+        y_format: axis_ms,
         series,
     };
     let _ = write!(o, "<div class=\"charts\">{}</div></section>", chart.svg());
@@ -247,11 +246,11 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
     // A line needs two points: a cell sampled once (a burst of pings) has none to draw.
     let timed: Vec<_> = r.cells.iter().filter(|c| c.timeline.len() >= 2).collect();
     if timed.is_empty() {
+        // Every cell has fewer than two: sampled once, or too short to be sampled at all.
         let why = if r
             .cells
             .iter()
-            .all(|c| c.timeline.len() < 2 && !c.timeline.is_empty())
-            || r.cells.iter().all(|c| c.measured_secs < 0.3)
+            .all(|c| !c.timeline.is_empty() || c.measured_secs < 0.3)
         {
             "no cell was measured long enough to be sampled twice"
         } else {
@@ -331,7 +330,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
                 title: format!("{}: round-trip p99 per sample", c.label),
                 x_ticks: rates.x_ticks.clone(),
                 x_label: rates.x_label.clone(),
-                y_format: |v| if v == 0.0 { "0".into() } else { ms(v) },
+                y_format: axis_ms,
                 series: vec![Series {
                     name: "p99".into(),
                     points: p99,
@@ -344,6 +343,12 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
         o.push_str("</div>");
     }
     o.push_str("</section>");
+}
+
+/// Seconds as milliseconds on an axis. ms() writes "-" for zero (nothing measured); on an
+/// axis zero is zero.
+fn axis_ms(v: f64) -> String {
+    if v == 0.0 { "0".into() } else { ms(v) }
 }
 
 /// Seconds on an axis: `0.2`, `1`, `1.5`, `30`.
