@@ -310,32 +310,30 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             series,
         };
         o.push_str(&rates.svg());
-        let open = LineChart {
-            title: format!("{}: open connections", c.label),
+        // The cell's other charts share the rates chart's axis, with one line each.
+        let beside = |what: &str, name: &str, y_format: fn(f64) -> String, points| LineChart {
+            title: format!("{}: {what}", c.label),
             x_ticks: rates.x_ticks.clone(),
             x_label: rates.x_label.clone(),
-            y_format: num,
+            y_format,
             series: vec![Series {
-                name: "open".into(),
-                points: t.iter().map(|s| (x(s), s.open as f64)).collect(),
+                name: name.into(),
+                points,
             }],
         };
+        let open = beside(
+            "open connections",
+            "open",
+            num,
+            t.iter().map(|s| (x(s), s.open as f64)).collect(),
+        );
         // Where a stall shows first: the round trips of each step, not of the whole cell.
         let p99: Vec<(f64, f64)> = t
             .iter()
             .filter_map(|s| s.p99_us.map(|us| (x(s), us as f64 / 1e6)))
             .collect();
         if p99.len() >= 2 {
-            let latency = LineChart {
-                title: format!("{}: round-trip p99 per sample", c.label),
-                x_ticks: rates.x_ticks.clone(),
-                x_label: rates.x_label.clone(),
-                y_format: axis_ms,
-                series: vec![Series {
-                    name: "p99".into(),
-                    points: p99,
-                }],
-            };
+            let latency = beside("round-trip p99 per sample", "p99", axis_ms, p99);
             o.push_str(&latency.svg());
         }
         // Rates and p99 side by side, where a stall shows in both; then the connections.
