@@ -65,7 +65,7 @@ set_paths() {
 # --- checks ------------------------------------------------------------------
 
 preflight() {
-	local owner p used
+	local owner p used free_mib
 	[[ $EUID -eq 0 ]] || die "a node needs root (containerd, the kubelet, network namespaces)"
 	# containerd also listens on SOCK.ttrpc; unix socket paths end at 107 bytes.
 	((${#CONTAINERD_SOCK} + 6 <= 107)) ||
@@ -83,6 +83,12 @@ preflight() {
 			die "port $p is in use (a kubelet, kube-proxy or controller of another cluster?); \`ss -ltnp | grep :$p\` names it"
 		fi
 	done
+	# Under 256 MiB free the kubelet evicts every pod (evictionHard below); say so before a test
+	# meets it as a pod that vanished.
+	free_mib="$(df -Pm "$DIR" | awk 'NR == 2 {print $4}')"
+	if [[ "$free_mib" =~ ^[0-9]+$ ]] && ((free_mib < 2048)); then
+		log "warning: ${free_mib} MiB free on the disk of $DIR; under 256 MiB the kubelet evicts pods (free space: \`df -h $DIR\`)"
+	fi
 }
 
 ensure_node_binaries() {
@@ -266,7 +272,10 @@ start_kubelet() {
 	mkdir -p "$NODE_DIR/manifests" "$NODE_DIR/podlogs" "$NODE_DIR/root"
 	# The reference kubelet-config.yaml, proven on this VM: cgroupfs (no
 	# systemd), cgroup v1 allowed, image GC that never collects imported
-	# images (nothing could pull them back).
+	# images (nothing could pull them back). Disk eviction only when the
+	# disk is really full: this node shares its disk with builds, and a
+	# percentage of a big disk is gigabytes (1% of 252 GB evicted a CI run's
+	# pod while a fresh clone's build was filling the disk).
 	cat >"$NODE_DIR/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -284,7 +293,7 @@ failSwapOn: false
 staticPodPath: $NODE_DIR/manifests
 resolvConf: /etc/resolv.conf
 healthzBindAddress: 127.0.0.1
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+evictionHard: {memory.available: "100Mi", nodefs.available: "256Mi", imagefs.available: "256Mi", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

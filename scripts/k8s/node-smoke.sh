@@ -154,8 +154,17 @@ else
 	phase="$(pod_phase loadgen)"
 	log "pod/loadgen still ${phase:-without a phase} after 120s"
 fi
-for c in pod service; do kubectl logs loadgen -c "$c" | grep -E 'Verdict|^\| 10 ' || true; done
-((ok)) || fail "pod loadgen did not succeed (kubectl logs loadgen -c pod|service)"
+if ((ok)); then
+	for c in pod service; do kubectl logs loadgen -c "$c" | grep -E 'Verdict|^\| 10 ' || true; done
+else
+	# The cluster is torn down after a failure, so everything needed to tell why is printed here.
+	kubectl describe pod loadgen || true
+	for c in pod service; do
+		log "kubectl logs loadgen -c $c:"
+		kubectl logs loadgen -c "$c" 2>&1 | tail -n 60 || true
+	done
+	fail "pod loadgen did not succeed (its description and container logs above)"
+fi
 timed "pod traffic"
 
 step "the cluster smoke test (scripts/e2e/smoke.sh): chart, Prometheus, a 2-shard LoadTest, fault runs"
