@@ -25,7 +25,8 @@ use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, Conductor, Phase, State, assemble};
 use wsload_spec::LoadTest;
 
-/// Set in a shard's environment: it asks the kernel for SIGTERM when this process dies.
+/// Set in a shard's environment to this process's pid: the shard asks the kernel for SIGTERM
+/// when this process dies, and exits at once if it already has.
 pub const EXIT_WITH_PARENT: &str = "WSLOAD_EXIT_WITH_PARENT";
 /// A shard's control requests go to loopback: a slow answer is a stuck shard.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -150,7 +151,7 @@ fn spawn(
         .args(["--await-start", "--linger", "10m"])
         .env_remove("WSLOAD_LOADTEST")
         .env_remove("WSLOAD_SERVER_METRICS_URL")
-        .env(EXIT_WITH_PARENT, "1")
+        .env(EXIT_WITH_PARENT, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

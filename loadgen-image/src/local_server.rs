@@ -101,6 +101,9 @@ impl LocalServer {
         if reuse_port {
             cmd.arg("--reuse-port");
         }
+        // A run killed in any way (SIGKILL included, where no Drop runs) takes its server with
+        // it. The kernel ties this to the spawning thread, which is the run's own.
+        cmd.args(["--exit-with-parent", &std::process::id().to_string()]);
         if let Some(jwt) = spec.auth.as_ref().and_then(|a| a.jwt.as_ref()) {
             if let Some(secret) = jwt.secret.value.clone().or_else(|| {
                 jwt.secret
@@ -185,8 +188,12 @@ impl LocalServer {
 
 impl LocalServer {
     fn terminate(&self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
     }
 }
 

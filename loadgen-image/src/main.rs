@@ -274,9 +274,19 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         server_metrics_url,
         server_bin,
     } = args;
-    // A shard `wsload run` started ends with it: a killed run leaves no load behind.
-    if std::env::var_os(wsload::fleet::EXIT_WITH_PARENT).is_some() {
-        let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+    // A shard `wsload run` started ends with it: a killed run leaves no load behind. A run
+    // that died before the request was made goes unnoticed by the kernel, but this process
+    // then has another parent.
+    if let Some(parent) = std::env::var_os(wsload::fleet::EXIT_WITH_PARENT) {
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+            .map_err(|e| Error::Io(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+        if parent.to_str() != Some(std::os::unix::process::parent_id().to_string().as_str()) {
+            return Err(Error::Io(format!(
+                "{}={}: that process, which started this shard, has ended",
+                wsload::fleet::EXIT_WITH_PARENT,
+                parent.to_string_lossy()
+            )));
+        }
     }
     if count == 0 || index >= count {
         return Err(Error::Spec(format!(

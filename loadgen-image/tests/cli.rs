@@ -546,3 +546,93 @@ fn run_plot_without_the_feature_is_refused_before_the_run() {
     );
     assert!(!png.exists());
 }
+
+/// Every live process below `pid`: children of each of its threads, recursively.
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.filter_map(Result::ok) {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                if alive(child) {
+                    let comm =
+                        std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                    found.push((child, comm.trim().to_string()));
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// `pid` exists and is not a zombie (an exited process its reaper has not collected yet).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
+}
+
+#[test]
+fn a_killed_run_leaves_no_process_behind() {
+    // SIGKILL, where no handler and no Drop runs: the managed server, and a fleet's shard
+    // processes, must still end with the run, or they hold ports and load after it.
+    for shards in [1, 2] {
+        let dir = Scratch::new(&format!("killed-{shards}"));
+        let f = dir.file(
+            "hold.yaml",
+            &loadtest(
+                "hold",
+                &format!(
+                    "  target: {{server: {{profile: echo}}}}\n  scenario: sustainedHold\n  connections: [4]\n  duration: 60s\n  shards: {shards}\n"
+                ),
+            ),
+        );
+        let run = Wsload::start(&["run", f.to_str().expect("utf-8 path")]);
+        let pid = run.child.id();
+        // Everything the run starts: its server, and with shards, one wsload per shard.
+        let expected = |procs: &[(u32, String)]| {
+            let servers = procs.iter().filter(|(_, c)| c == "wsload-server").count();
+            let shard_procs = procs.iter().filter(|(_, c)| c == "wsload").count();
+            servers == 1 && (shards == 1 || shard_procs == shards)
+        };
+        let deadline = Instant::now() + WATCHDOG;
+        let started = loop {
+            let procs = descendants(pid);
+            if expected(&procs) {
+                break procs;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shards: {shards}: the run started {procs:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        run.signal("KILL");
+        // Checked before `finish`: a process left behind would hold the run's stderr open, and
+        // reading it to its end would wait forever.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left: Vec<_> = started.iter().filter(|(p, _)| alive(*p)).collect();
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for (p, _) in &left {
+                    common::signal(*p, "KILL");
+                }
+                panic!("shards: {shards}: still running 10 s after the run was killed: {left:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = run.finish();
+        assert_eq!(o.status.code(), None, "killed by a signal");
+    }
+}

@@ -170,6 +170,12 @@ pub struct Cli {
     #[arg(long, env = "WSLOAD_SERVER_THREADS")]
     pub threads: Option<usize>,
 
+    /// Stop (as on SIGTERM) when the parent process, PID, ends, however it ends: `wsload run`
+    /// starts its managed server with its own pid, so a run killed even with SIGKILL leaves no
+    /// server behind. A server whose parent is not PID (it ended already) exits at once.
+    #[arg(long, value_name = "PID")]
+    pub exit_with_parent: Option<u32>,
+
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(
         long,

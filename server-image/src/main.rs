@@ -36,9 +36,30 @@ async fn shutdown_signal() {
     }
 }
 
+/// Asks the kernel for SIGTERM when the parent ends, which the server drains on like any
+/// SIGTERM. A parent that ended before the request was made goes unnoticed by the kernel;
+/// then this process was adopted by a reaper, and the parent's pid no longer matches.
+fn exit_with_parent(parent: u32) -> std::result::Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+        .map_err(|e| format!("--exit-with-parent: prctl(PR_SET_PDEATHSIG): {e}"))?;
+    let now = std::os::unix::process::parent_id();
+    if now != parent {
+        return Err(format!(
+            "--exit-with-parent {parent}: the parent is {now}, so {parent} has ended"
+        ));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    if let Some(parent) = cli.exit_with_parent
+        && let Err(e) = exit_with_parent(parent)
+    {
+        eprintln!("wsload-server: {e}");
+        return ExitCode::FAILURE;
+    }
     let config = match Config::from_cli(&cli) {
         Ok(c) => c,
         Err(e) => {
