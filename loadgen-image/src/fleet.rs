@@ -280,7 +280,7 @@ async fn conduct(
         .iter()
         .map(|s| format!("{}/metrics", s.client.base()))
         .collect();
-    let mut bar = FleetBar::new(lt, urls, progress);
+    let bar = FleetBar::new(lt, urls, progress);
     let mut notes = Vec::new();
     let mut conductor = Conductor::new(&lt.spec);
     let mut received: Vec<Option<u64>> = Vec::new();
@@ -306,14 +306,11 @@ async fn conduct(
         shards.len(),
         key.label
     );
-    if let Some(bar) = &mut bar {
+    if let Some(bar) = &bar {
         bar.released(&key);
     }
     loop {
         let merged = loop {
-            if let Some(bar) = &mut bar {
-                bar.tick().await;
-            }
             reap(shards, &key.label, &mut notes);
             let answers = states(shards).await;
             let mut silent = false;
@@ -377,9 +374,12 @@ async fn conduct(
         };
         key = next;
         release(shards, start_instant(), &key).await;
-        if let Some(bar) = &mut bar {
+        if let Some(bar) = &bar {
             bar.released(&key);
         }
+    }
+    if let Some(bar) = bar {
+        bar.finish().await;
     }
     end_all(shards).await;
     let mut result = collect(shards, &mut notes).await?;

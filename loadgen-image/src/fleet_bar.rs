@@ -8,6 +8,7 @@ use crate::progress::{Course, Outline, Progress, Snapshot};
 use futures_util::future::join_all;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use wsload_control::CellKey;
 use wsload_http::LATENCY_BUCKETS;
 use wsload_http::scrape;
@@ -16,7 +17,15 @@ use wsload_spec::LoadTest;
 /// A scrape slower than this is skipped: the bar waits for the next second.
 const SCRAPE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// The conductor's side of the bar, which draws from a task of its own: the scrapes never
+/// delay the conductor's barrier checks. Dropping it takes the bar away.
 pub struct FleetBar {
+    released: watch::Sender<Option<(CellKey, Instant)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What the drawing task keeps between seconds.
+struct Drawn {
     progress: Progress,
     /// Each shard's `/metrics`.
     urls: Vec<String>,
@@ -24,7 +33,6 @@ pub struct FleetBar {
     /// Counters when the running cell was released, and the last reading.
     base: Snapshot,
     cur: Snapshot,
-    drawn: Option<Instant>,
 }
 
 impl FleetBar {
@@ -49,36 +57,62 @@ impl FleetBar {
                 crate::progress::exit_interrupted();
             }
         });
-        Some(FleetBar {
+        let (released, mut cells) = watch::channel(None);
+        let mut drawn = Drawn {
             progress: Progress::new(outline),
             urls,
             course: Course::default(),
             base: Snapshot::default(),
             cur: Snapshot::default(),
-            drawn: None,
-        })
+        };
+        let task = tokio::spawn(async move {
+            let mut second = tokio::time::interval(Duration::from_secs(1));
+            second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = second.tick() => drawn.tick().await,
+                    changed = cells.changed() => {
+                        if changed.is_err() {
+                            // The conductor is done: dropping `drawn` takes the bar away.
+                            return;
+                        }
+                        if let Some((key, at)) = cells.borrow_and_update().clone() {
+                            drawn.released(&key, at);
+                        }
+                    }
+                }
+            }
+        });
+        Some(FleetBar { released, task })
     }
 
     /// The conductor released `key`'s cell to every shard.
-    pub fn released(&mut self, key: &CellKey) {
+    pub fn released(&self, key: &CellKey) {
+        self.released
+            .send_replace(Some((key.clone(), Instant::now())));
+    }
+
+    /// Takes the bar away before the report is printed.
+    pub async fn finish(self) {
+        let FleetBar { released, task } = self;
+        drop(released);
+        let _ = task.await;
+    }
+}
+
+impl Drawn {
+    fn released(&mut self, key: &CellKey, at: Instant) {
         self.course = Course {
             cell: Some((key.index as usize, key.label.clone(), key.connections)),
-            begun: Some(Instant::now()),
+            begun: Some(at),
             measuring: None,
             ended: false,
         };
         self.base = self.cur;
     }
 
-    /// Redraws at most once a second, from the shards' counters read now.
-    pub async fn tick(&mut self) {
-        if self
-            .drawn
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            return;
-        }
-        self.drawn = Some(Instant::now());
+    /// Redraws from the shards' counters read now.
+    async fn tick(&mut self) {
         let bodies = join_all(self.urls.iter().map(|u| async move {
             wsload_http::http_client::get(u, SCRAPE_TIMEOUT)
                 .await
