@@ -573,11 +573,8 @@ fn descendants(pid: u32) -> Vec<(u32, String)> {
 
 /// `pid` exists and is not a zombie (an exited process its reaper has not collected yet).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X')
-    })
+    common::state(Path::new(&format!("/proc/{pid}/stat")))
+        .is_some_and(|state| state != 'Z' && state != 'X')
 }
 
 #[test]

@@ -165,12 +165,7 @@ pub fn stop(pid: u32) -> Instant {
             return Instant::now();
         };
         let stopped = dir.filter_map(Result::ok).all(|t| {
-            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-                // `tid (comm) STATE ...`: the state follows the last parenthesis.
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.trim_start().chars().next())
-                    .is_some_and(|state| state == 'T' || state == 't')
-            })
+            state(&t.path().join("stat")).is_some_and(|state| state == 'T' || state == 't')
         });
         if stopped {
             return Instant::now();
@@ -178,6 +173,15 @@ pub fn stop(pid: u32) -> Instant {
         assert!(Instant::now() < deadline, "process {pid} did not stop");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The state letter (`R`, `S`, `T`, `Z`...) in a `/proc` `stat` file of a process or task;
+/// `None` once it is gone.
+pub fn state(stat: &Path) -> Option<char> {
+    let stat = std::fs::read_to_string(stat).ok()?;
+    // `pid (comm) STATE ...`: the state follows the last parenthesis (comm may hold one).
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
 /// A command running `program`, behind the shell commands `shell` when given (e.g. a
