@@ -136,13 +136,17 @@ pub struct Live {
     /// The running cell's samples for its result (the report's throughput over time), taken
     /// by `sample_cell` every step once its measured phase has begun.
     cell_samples: Mutex<Option<CellSamples>>,
+    /// Wakes the sampler when a cell's measured phase gets its start instant, so that its
+    /// timeline starts then rather than at the next step.
+    cell_armed: tokio::sync::Notify,
 }
 
 /// One cell's report timeline in the making.
 struct CellSamples {
     /// When the measured phase begins (after the warm-up).
     from: Instant,
-    /// Started at the first tick past `from`, with the totals read then.
+    /// Started by the first reading at or past `from` (the sampler wakes at `from`), with the
+    /// totals read then.
     recorder: Option<(Instant, Recorder)>,
     /// The round-trip bucket counts at the last reading: each step's p99 is of its own.
     rtt_before: [u64; BUCKETS],
@@ -159,6 +163,7 @@ impl Live {
             timeline: Mutex::new(Timeline::default()),
             course: Mutex::new((Course::default(), Snapshot::default())),
             cell_samples: Mutex::new(None),
+            cell_armed: tokio::sync::Notify::new(),
         }
     }
 
@@ -229,6 +234,22 @@ impl Live {
                 recorder.tick(at, totals, p99_us);
             }
         }
+    }
+
+    /// When the running cell's timeline is to start, while it has not: the sampler's next
+    /// wake-up, so that the first step is a whole one from the start of the measured phase.
+    pub fn cell_start_pending(&self) -> Option<Instant> {
+        self.cell_samples
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|c| c.recorder.is_none())
+            .map(|c| c.from)
+    }
+
+    /// Resolves when a cell's measured phase got its start instant (`cell_start_pending`).
+    pub async fn cell_armed(&self) {
+        self.cell_armed.notified().await;
     }
 
     /// The running cell's samples and their step (ms), ending its timeline.
@@ -321,6 +342,7 @@ impl Live {
             recorder: None,
             rtt_before: [0; BUCKETS],
         });
+        self.cell_armed.notify_one();
     }
 
     /// The running cell's connections are done.
@@ -573,13 +595,17 @@ mod tests {
         );
         let t0 = Instant::now();
         live.begin_cell(0, "10", 10);
+        assert_eq!(live.cell_start_pending(), None, "no measured phase yet");
         live.measuring(t0, CELL_STEP);
+        // The sampler is told when the measured phase begins, to wake then.
+        assert_eq!(live.cell_start_pending(), Some(t0 + CELL_STEP));
         live.slot(0).sent(500, 0);
         // In the warm-up: not the cell's, nor is a slow round trip then.
         live.sample_cell(t0 + CELL_STEP / 2);
         live.slot(0).rtt(Duration::from_millis(900));
         // The first reading past it starts the timeline; each step after adds a sample.
         live.sample_cell(t0 + CELL_STEP * 11 / 10);
+        assert_eq!(live.cell_start_pending(), None, "started");
         for step in 1..=3u32 {
             live.slot(0).sent(10 * u64::from(step), 0);
             if step != 2 {

@@ -512,8 +512,22 @@ pub fn spawn_background<E: wsload_http::Exposition>(
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut ticks: u128 = 0;
                 while !stopped.load(Ordering::Relaxed) {
+                    let cell_start = live.cell_start_pending();
                     tokio::select! {
                         _ = tick.tick() => {}
+                        () = live.cell_armed() => continue,
+                        () = async {
+                            match cell_start {
+                                Some(at) => tokio::time::sleep_until(at.into()).await,
+                                None => std::future::pending().await,
+                            }
+                        } => {
+                            // A cell's measured phase begins: its timeline starts now and
+                            // its steps are counted from here.
+                            live.sample_cell(Instant::now());
+                            tick.reset_after(CELL_STEP);
+                            continue;
+                        }
                         () = &mut interrupted => {
                             if let Some(p) = &progress {
                                 p.interrupted();
