@@ -278,12 +278,12 @@ scrape_configs:
                     text = line.decode(errors="replace")
                     out.write(text)
                     out.flush()
-                    m = re.search(r"managed wsload-server on \S+, metrics on http://([^/\s]+)/metrics", text)
-                    if m and "target" not in server_metrics:
-                        server_metrics["target"] = m.group(1)
+                    addr = common.managed_metrics_addr(text)
+                    if addr and "target" not in server_metrics:
+                        server_metrics["target"] = addr
                         tmp = server_sd + ".tmp"
                         with open(tmp, "w") as sd:
-                            json.dump([{"targets": [m.group(1)]}], sd)
+                            json.dump([{"targets": [addr]}], sd)
                         os.replace(tmp, server_sd)
 
         follower = threading.Thread(target=follow_stderr, daemon=True)

@@ -72,7 +72,7 @@ mapfile -t shard_pids < <(children 'wsload shard')
 mapfile -t server_pids < <(children wsload-server)
 client_base=$(sum_rss "${shard_pids[@]}")
 server_base=$(sum_rss "${server_pids[@]}")
-read -r -a metrics_urls < <(sed -n 's/.*metrics on \(http[^ ]*\( http[^ ]*\)*\)$/\1/p' "$stderr_log" | head -1)
+mapfile -t metrics_urls < <(managed_metrics_urls "$stderr_log")
 log "${#shard_pids[@]} shards (RSS ${client_base} KiB), ${#server_pids[@]} server replicas (RSS ${server_base} KiB)"
 
 want=$(awk '/^  connections:/ { gsub(/[^0-9]/, ""); print; exit }' "$spec")

@@ -2,7 +2,7 @@
 //! limit (`ulimit -n`) is the machine's, not the product's. A shard raises its soft limit to
 //! the hard one and refuses, before any load, a share it cannot open.
 
-use crate::plan::Shard;
+use crate::model::Shard;
 use crate::{Error, Result};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use wsload_spec::LoadTestSpec;

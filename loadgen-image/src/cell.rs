@@ -5,34 +5,17 @@
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
 //! batch, meet at a barrier, and all start the measured phase at one instant.
 
-use crate::connection::{self, Behavior, Shared};
+use crate::connection::{self, WorkerState};
+use crate::counters::{Counters, SlotRef};
 use crate::dial::{Dialer, Ws};
-use crate::live::Live;
 use crate::measure::Measure;
-use crate::message::Template;
+use crate::model::Cell;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::Barrier;
 use tokio::time::Instant;
-
-/// What every connection of a cell does, and for how long.
-#[derive(Clone)]
-pub struct Cell {
-    pub label: String,
-    /// This process's connections.
-    pub connections: u32,
-    /// Global number of this process's first connection (shard offset), for source addresses
-    /// and JWT subjects.
-    pub first: u64,
-    pub batch_size: u32,
-    pub batch_interval: Duration,
-    pub template: Template,
-    pub behavior: Behavior,
-    pub warmup: Duration,
-    pub duration: Duration,
-}
 
 /// The outcome of one cell in this process.
 pub struct CellOutcome {
@@ -45,10 +28,10 @@ pub struct CellOutcome {
     pub start_skew_us: u64,
 }
 
-/// The worker threads a cell runs on, and the live metrics they feed.
+/// The worker threads a cell runs on, and the live counters they feed (a slot each).
 pub struct Workers {
     pub threads: usize,
-    pub live: Arc<Live>,
+    pub counters: Arc<Counters>,
 }
 
 /// Where the workers meet: the connect phase's common clock, then the barrier before the
@@ -72,14 +55,15 @@ impl Workers {
             let handles: Vec<_> = (0..count)
                 .map(|index| {
                     let start_line = start_line.clone();
-                    let (dialer, live) = (dialer.clone(), self.live.clone());
+                    let (dialer, counters) = (dialer.clone(), self.counters.clone());
                     s.spawn(move || {
                         let worker = Worker {
                             index,
                             count,
                             cell,
                             dialer,
-                            live,
+                            slot: counters.slot_ref(index),
+                            counters,
                             stats: Rc::default(),
                         };
                         let rt = tokio::runtime::Builder::new_current_thread()
@@ -149,7 +133,9 @@ struct Worker<'a> {
     count: usize,
     cell: &'a Cell,
     dialer: Arc<Dialer>,
-    live: Arc<Live>,
+    /// Where the cell's course is marked (its measured phase's start).
+    counters: Arc<Counters>,
+    slot: SlotRef,
     /// Where the worker's connections record, dials and measured phase alike.
     stats: Rc<RefCell<Measure>>,
 }
@@ -195,9 +181,8 @@ impl Worker<'_> {
                 };
                 let (dialer, stats, opened) =
                     (self.dialer.clone(), self.stats.clone(), opened.clone());
-                let live = self.live.clone();
+                let slot = self.slot.clone();
                 dials.spawn_local(async move {
-                    let slot = live.slot(w);
                     stats.borrow_mut().counts.attempted += 1;
                     let dialed = dialer.dial(n).await;
                     drop(permit);
@@ -246,13 +231,13 @@ impl Worker<'_> {
         start_line.barrier.wait().await;
         let start = *start_line.start.get_or_init(|| {
             let now = Instant::now();
-            self.live.measuring(now.into_std(), cell.warmup);
+            self.counters.measuring(now.into_std(), cell.warmup);
             now
         });
         let started = Instant::now();
         let measure_from = start + cell.warmup;
         let deadline = measure_from + cell.duration;
-        let shared = Rc::new(Shared {
+        let shared = Rc::new(WorkerState {
             template: cell.template.clone(),
             start,
             connections: cell.connections,
@@ -260,8 +245,7 @@ impl Worker<'_> {
             deadline,
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
-            slot_index: self.index,
-            live: self.live.clone(),
+            slot: self.slot.clone(),
             scratch: Default::default(),
         });
         let mut tasks = tokio::task::JoinSet::new();

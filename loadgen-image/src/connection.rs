@@ -4,10 +4,11 @@
 //! `flush` per burst unless per-message flushing is asked for, and records into its worker's
 //! statistics (or into a discard bin during warm-up).
 
+use crate::counters::SlotRef;
 use crate::dial::Ws;
-use crate::live::Live;
 use crate::measure::{Drop, Measure};
 use crate::message::{self, Template};
+use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
 use crate::wsconn::Recv;
 use bytes::BytesMut;
@@ -15,66 +16,15 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_spec::{Format, PingKind, Protocol};
-
-/// How the connection pings (pingLatency, sustainedHold, pingpong, paced loads).
-#[derive(Debug, Clone, Copy)]
-pub struct PingCfg {
-    pub kind: PingKind,
-    pub protocol: Protocol,
-    pub format: Format,
-    pub level: u32,
-    pub timeout: Duration,
-}
-
-#[derive(Clone)]
-pub enum Behavior {
-    /// Connect, then close (connectionStorm).
-    Close,
-    /// Stay open until the deadline, pinging every `every` (sustainedHold, limit probes).
-    Hold {
-        every: Option<Duration>,
-        ping: PingCfg,
-    },
-    /// `count` pings one after another, `interval` apart (pingLatency).
-    Ping {
-        count: u32,
-        interval: Duration,
-        ping: PingCfg,
-    },
-    /// Write as fast as possible until the deadline. With `window`, the server answers every
-    /// message and at most `window` are in flight; without, nothing is awaited.
-    Saturate {
-        window: Option<u32>,
-        per_message_flush: bool,
-    },
-    /// Write only, never read (blast).
-    Blast { per_message_flush: bool },
-    /// One message in flight, closed loop (pingpong).
-    PingPong { ping: PingCfg },
-    /// Open loop on a schedule (echo mode, constantRate); latency from the intended send time.
-    Paced {
-        schedule: Arc<Schedule>,
-        ping: PingCfg,
-        per_message_flush: bool,
-    },
-}
-
-impl Behavior {
-    /// Whether the cell lasts `duration` (else it ends when the work is done).
-    pub fn is_timed(&self) -> bool {
-        !matches!(self, Behavior::Close | Behavior::Ping { .. })
-    }
-}
+use wsload_spec::{PingKind, Protocol};
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
 /// its live slot and its scratch space.
-pub struct Shared {
+pub struct WorkerState {
     pub template: Template,
     /// When the phase (warm-up included) started: the origin of schedules.
     pub start: Instant,
@@ -84,8 +34,8 @@ pub struct Shared {
     pub deadline: Instant,
     pub stats: Rc<RefCell<Measure>>,
     pub discard: Rc<RefCell<Measure>>,
-    pub slot_index: usize,
-    pub live: Arc<Live>,
+    /// The worker's live counters.
+    pub slot: SlotRef,
     /// What the worker's connections take turns with (their read and write buffers are the
     /// worker thread's too: `wsconn::Spare`).
     pub scratch: Scratch,
@@ -101,7 +51,7 @@ pub struct Scratch {
     arena: RefCell<BytesMut>,
 }
 
-impl Shared {
+impl WorkerState {
     /// Where a figure observed at `now` goes: warm-up figures are discarded.
     fn bin(&self, now: Instant) -> &RefCell<Measure> {
         if now >= self.measure_from {
@@ -117,28 +67,28 @@ impl Shared {
             m.counts.bytes_sent += bytes;
         }
         self.stats.borrow_mut().counts.sent_with_warmup += n;
-        self.live.slot(self.slot_index).sent(n, bytes);
+        self.slot.sent(n, bytes);
     }
     fn received(&self, now: Instant, n: u64, bytes: u64) {
         let mut m = self.bin(now).borrow_mut();
         m.counts.received += n;
         m.counts.bytes_received += bytes;
-        self.live.slot(self.slot_index).received(n, bytes);
+        self.slot.received(n, bytes);
     }
     fn rtt(&self, now: Instant, corrected: Duration, raw: Duration) {
         let mut m = self.bin(now).borrow_mut();
         m.hists.rtt.record(corrected);
         m.hists.rtt_raw.record(raw);
-        self.live.slot(self.slot_index).rtt(corrected);
+        self.slot.rtt(corrected);
     }
     fn expected(&self, now: Instant, n: u64) {
         self.bin(now).borrow_mut().counts.expected += n;
-        self.live.slot(self.slot_index).expected(n);
+        self.slot.expected(n);
     }
     fn lost(&self, now: Instant, n: u64) {
         if n > 0 {
             self.bin(now).borrow_mut().counts.lost += n;
-            self.live.slot(self.slot_index).lost(n);
+            self.slot.lost(n);
         }
     }
     fn close_code(&self, code: u16) {
@@ -152,7 +102,7 @@ impl Shared {
     }
     fn dropped(&self, why: Drop) {
         self.stats.borrow_mut().counts.drop(why);
-        self.live.slot(self.slot_index).dropped(why);
+        self.slot.dropped(why);
     }
 }
 
@@ -184,7 +134,7 @@ fn drop_of(err: &WsError) -> Drop {
 
 /// Counts what one read gave: data frames are received messages, a close frame's code is
 /// kept, and a close or an error ends the connection.
-fn account(ctx: &Shared, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
+fn account(ctx: &WorkerState, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
     match polled {
         None => Err(Drop::Reset),
         Some(Err(e)) => Err(drop_of(&e)),
@@ -204,12 +154,12 @@ fn account(ctx: &Shared, polled: Option<Result<Message, WsError>>) -> Result<Mes
 }
 
 /// Reads one frame; data frames are counted. `Err` ends the connection.
-async fn read(ws: &mut Ws, ctx: &Shared) -> Result<Message, Drop> {
+async fn read(ws: &mut Ws, ctx: &WorkerState) -> Result<Message, Drop> {
     account(ctx, ws.next().await)
 }
 
 /// The message read now if one is already buffered; `None` if none is.
-fn read_ready(ws: &mut Ws, ctx: &Shared) -> Option<Result<Message, Drop>> {
+fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Drop>> {
     // Same accounting as `read`: a close seen here keeps its code too.
     Some(account(ctx, ws.next().now_or_never()?))
 }
@@ -237,7 +187,7 @@ impl Pinger {
     }
 
     /// The next ping and its id.
-    fn next(&mut self, ctx: &Shared) -> (Message, u64) {
+    fn next(&mut self, ctx: &WorkerState) -> (Message, u64) {
         self.seq += 1;
         let id = self.seq;
         let msg = match (self.cfg.kind, self.cfg.protocol) {
@@ -323,7 +273,7 @@ async fn flush(ws: &mut Ws) -> Result<(), Drop> {
 /// 256 KiB ones). Reading while waiting lets both sides move.
 async fn write_reading(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     msg: Option<Message>,
     flush: bool,
     on_read: &mut dyn FnMut(&Message),
@@ -368,7 +318,7 @@ async fn write_reading(
 pub fn run(
     mut ws: Ws,
     n: u64,
-    ctx: Rc<Shared>,
+    ctx: Rc<WorkerState>,
     behavior: Behavior,
 ) -> impl std::future::Future<Output = ()> {
     async move {
@@ -401,7 +351,7 @@ pub fn run(
                 per_message_flush,
             } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
         };
-        let slot = ctx.live.slot(ctx.slot_index);
+        let slot = &ctx.slot;
         match ended {
             Ok(()) => match (behavior, Box::pin(goodbye(&mut ws)).await) {
                 // A storm connection is never read before this goodbye, so a server that took the
@@ -493,7 +443,7 @@ enum Reply {
 #[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
 fn hold<'a>(
     ws: &'a mut Ws,
-    ctx: &'a Shared,
+    ctx: &'a WorkerState,
     every: Option<Duration>,
     cfg: PingCfg,
 ) -> impl std::future::Future<Output = Result<(), Drop>> + 'a {
@@ -537,7 +487,7 @@ fn hold<'a>(
 /// future twice (rust-lang/rust#62958), in every held connection's state.
 fn send_ping<'a>(
     ws: &'a mut Ws,
-    ctx: &'a Shared,
+    ctx: &'a WorkerState,
     pinger: &mut Pinger,
 ) -> impl std::future::Future<Output = Result<(u64, Instant), Drop>> + 'a {
     let (msg, id) = pinger.next(ctx);
@@ -556,7 +506,11 @@ fn send_ping<'a>(
 
 /// A ping's outcome from its answer's: a timeout counts as lost and, in a hold, ends the
 /// connection's survival.
-fn settle_ping(ctx: &Shared, sent_at: Instant, reply: Result<Reply, Drop>) -> Result<(), Drop> {
+fn settle_ping(
+    ctx: &WorkerState,
+    sent_at: Instant,
+    reply: Result<Reply, Drop>,
+) -> Result<(), Drop> {
     match reply {
         Ok(Reply::Answered) => Ok(()),
         Ok(Reply::TimedOut) => {
@@ -573,7 +527,7 @@ fn settle_ping(ctx: &Shared, sent_at: Instant, reply: Result<Reply, Drop>) -> Re
 }
 
 /// Sends one ping and waits for its answer (see `settle_ping`).
-async fn ping_once(ws: &mut Ws, ctx: &Shared, pinger: &mut Pinger) -> Result<(), Drop> {
+async fn ping_once(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Drop> {
     let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
     let mut timeout = std::pin::pin!(tokio::time::sleep_until(sent_at + pinger.cfg.timeout));
     let reply =
@@ -587,7 +541,7 @@ async fn ping_once(ws: &mut Ws, ctx: &Shared, pinger: &mut Pinger) -> Result<(),
 /// the timeout does, as with `timeout_at`.
 fn poll_answer(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     pinger: &Pinger,
     id: u64,
     sent_at: Instant,
@@ -619,7 +573,7 @@ fn poll_answer(
 
 async fn pings(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     count: u32,
     interval: Duration,
     cfg: PingCfg,
@@ -640,7 +594,7 @@ async fn pings(
     Ok(())
 }
 
-async fn pingpong(ws: &mut Ws, ctx: &Shared, cfg: PingCfg) -> Result<(), Drop> {
+async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Drop> {
     let mut pinger = Pinger::new(cfg);
     while Instant::now() < ctx.deadline {
         match ping_once(ws, ctx, &mut pinger).await {
@@ -657,7 +611,7 @@ async fn pingpong(ws: &mut Ws, ctx: &Shared, cfg: PingCfg) -> Result<(), Drop> {
 /// read for the lot. `Ok(n)`: `n` data messages; a close or an error ends the connection.
 fn poll_echoes(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Drop>> {
     Poll::Ready(match std::task::ready!(ws.poll_recv(cx)) {
@@ -678,7 +632,7 @@ fn poll_echoes(
 /// `echoed`.
 async fn write_out_counting(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     all: bool,
     echoed: &mut u32,
 ) -> Result<(), Drop> {
@@ -710,7 +664,11 @@ async fn write_out_counting(
 }
 
 /// Waits for echoes until `deadline`: `Ok(None)` at the deadline.
-async fn echoes_until(ws: &mut Ws, ctx: &Shared, deadline: Instant) -> Result<Option<u32>, Drop> {
+async fn echoes_until(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    deadline: Instant,
+) -> Result<Option<u32>, Drop> {
     match tokio::time::timeout_at(
         deadline,
         std::future::poll_fn(|cx| poll_echoes(ws, ctx, cx)),
@@ -726,7 +684,7 @@ async fn echoes_until(ws: &mut Ws, ctx: &Shared, deadline: Instant) -> Result<Op
 /// shared write buffer, echoes counted per read without building messages.
 async fn saturate(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     window: Option<u32>,
     per_message: bool,
 ) -> Result<(), Drop> {
@@ -780,7 +738,7 @@ async fn saturate(
     Ok(())
 }
 
-async fn blast(ws: &mut Ws, ctx: &Shared, per_message: bool) -> Result<(), Drop> {
+async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), Drop> {
     let msg = ctx.template.constant();
     let len = ctx.template.len() as u64;
     const BURST: u64 = 64;
@@ -822,7 +780,7 @@ async fn blast(ws: &mut Ws, ctx: &Shared, per_message: bool) -> Result<(), Drop>
 /// percentiles instead of being omitted (coordinated omission).
 async fn paced(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     n: u64,
     schedule: &Schedule,
     cfg: PingCfg,
@@ -845,7 +803,7 @@ async fn paced(
 /// answered.
 async fn paced_until_answered(
     ws: &mut Ws,
-    ctx: &Shared,
+    ctx: &WorkerState,
     n: u64,
     schedule: &Schedule,
     mut pinger: Pinger,
@@ -913,7 +871,7 @@ async fn paced_until_answered(
 /// Matches an answer to the oldest outstanding message with its id; older ones it skipped
 /// were lost.
 fn settle(
-    ctx: &Shared,
+    ctx: &WorkerState,
     pinger: &Pinger,
     msg: &Message,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
@@ -944,6 +902,8 @@ fn settle(
 mod tests {
     use super::*;
     use crate::wsconn::{Io, Ws};
+    use std::sync::Arc;
+    use wsload_spec::Format;
 
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
     /// trailer, rounded up to 128 bytes (tokio 1.54 on x86_64): 640 bytes since holds ping
@@ -958,16 +918,9 @@ mod tests {
         let (c, s) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
         let _server = s.expect("accept");
         let ws = Ws::new(Io::Plain(c.expect("connect")), 1024);
-        let live = Arc::new(Live::new(
-            1,
-            crate::live::Labels {
-                test: "t".into(),
-                shard: 0,
-                scenario: "sustainedHold",
-            },
-        ));
+        let slot = Arc::new(crate::counters::Counters::new(1)).slot_ref(0);
         let now = Instant::now();
-        let ctx = Rc::new(Shared {
+        let ctx = Rc::new(WorkerState {
             template: Template::data(Protocol::Echo, Format::Json, 64, 0),
             start: now,
             connections: 1,
@@ -975,8 +928,7 @@ mod tests {
             deadline: now,
             stats: Default::default(),
             discard: Default::default(),
-            slot_index: 0,
-            live,
+            slot,
             scratch: Default::default(),
         });
         let ping = PingCfg {

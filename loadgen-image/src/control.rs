@@ -11,10 +11,12 @@
 //! Delivery and the verdict are the conductor's to judge over every shard, so neither decides
 //! the exit code here.
 
+use crate::background::spawn_background;
+use crate::exposition::LiveMetrics;
 use crate::gate::{self, Gate};
-use crate::live::Live;
+use crate::options::Options;
 use crate::report::{CellResult, RunResult};
-use crate::run::{self, Options};
+use crate::run::{self, Instruments};
 use crate::{Error, Result};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -82,11 +84,11 @@ pub struct Control {
 use crate::clock::{self, unix_ms};
 
 impl Control {
-    pub fn new(live: &Arc<Live>) -> Control {
+    pub fn new(exposition: &Arc<LiveMetrics>) -> Control {
         Control {
             inner: Mutex::new(Inner::default()),
             changed: Condvar::new(),
-            registry: live.registry(),
+            registry: exposition.registry(),
         }
     }
 
@@ -297,9 +299,13 @@ pub fn serve(
     linger: Duration,
     report: impl FnOnce(&RunResult) + Send + 'static,
 ) -> Result<Exit> {
-    let live = run::live(&lt, &opts);
-    let control = Arc::new(Control::new(&live));
-    let _background = run::spawn_background(live.clone(), Some((listener, control.clone())), None)?;
+    let instruments = Instruments::new(&lt, &opts);
+    let control = Arc::new(Control::new(&instruments.exposition));
+    let _background = spawn_background(
+        instruments.sampler.clone(),
+        Some((listener, control.clone())),
+        None,
+    )?;
     spawn_sigterm_watch(control.clone())?;
     let session = control.clone();
     // The run lives on its own thread so that a finish or SIGTERM while it runs ends the
@@ -307,7 +313,7 @@ pub fn serve(
     // server, which only `wsload run`-style local use has).
     std::thread::Builder::new()
         .name("wsload-shard".into())
-        .spawn(move || run_session(&lt, &opts, live, &session, report))
+        .spawn(move || run_session(&lt, &opts, &instruments, &session, report))
         .map_err(|e| Error::Io(format!("cannot start the run thread: {e}")))?;
     match control.wait_exit(linger) {
         Exit::Fatal(e) => Err(e),
@@ -318,11 +324,11 @@ pub fn serve(
 fn run_session(
     lt: &LoadTest,
     opts: &Options,
-    live: Arc<Live>,
+    instruments: &Instruments,
     control: &Control,
     report: impl FnOnce(&RunResult),
 ) {
-    let prepared = match run::prepare(lt, opts, live) {
+    let prepared = match run::prepare(lt, opts, instruments) {
         Ok(p) => p,
         Err(e) => {
             control.update(|i| {
@@ -459,17 +465,18 @@ fn spawn_sigterm_watch(control: Arc<Control>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::Labels;
+    use crate::counters::Counters;
+    use crate::exposition::Labels;
+    use crate::sampler::Sampler;
 
     fn control() -> Control {
-        Control::new(&Arc::new(Live::new(
-            1,
-            Labels {
-                test: "t".into(),
-                shard: 0,
-                scenario: "echo",
-            },
-        )))
+        let sampler = Arc::new(Sampler::new(Arc::new(Counters::new(1))));
+        let labels = Labels {
+            test: "t".into(),
+            shard: 0,
+            scenario: "echo",
+        };
+        Control::new(&Arc::new(LiveMetrics::new(sampler, labels)))
     }
 
     fn state(reply: &Reply) -> State {

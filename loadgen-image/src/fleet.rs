@@ -7,10 +7,11 @@
 
 use crate::capacity;
 use crate::fleet_bar::FleetBar;
-use crate::plan::Shard;
+use crate::model::Shard;
+use crate::options::Options;
 use crate::report::RunResult;
-use crate::run::{self, Options};
 use crate::server_metrics::Counter;
+use crate::target;
 use crate::{Error, Result};
 use futures_util::future::join_all;
 use std::io::{BufRead, BufReader};
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use wsload_contract::announce;
 use wsload_control::barrier::{self, Barrier};
 use wsload_control::client::ShardClient;
 use wsload_control::settle::{self, Settle};
@@ -94,12 +96,12 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
         )?;
     }
     // The servers first: every shard dials the same port (replicas share it).
-    let run::Target {
+    let target::Target {
         url,
         metrics_urls,
         local,
-    } = run::target(lt, opts)?;
-    let counters = run::counters(lt, &metrics_urls);
+    } = target::target(lt, opts)?;
+    let counters = target::server_counters(lt, &metrics_urls);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -167,8 +169,11 @@ fn spawn(
         .name(format!("shard-{index}-log"))
         .spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-                if let Some(rest) = line.strip_prefix("wsload metrics on http://") {
-                    let _ = addr_tx.send(rest.trim_end_matches("/metrics").to_string());
+                if let Some(url) = announce::parse_loadgen_metrics(&line) {
+                    let addr = url
+                        .trim_start_matches("http://")
+                        .trim_end_matches("/metrics");
+                    let _ = addr_tx.send(addr.to_string());
                     continue;
                 }
                 crate::eprintln_above!("[shard {index}] {line}");

@@ -2,15 +2,15 @@
 //! released and its place, and the shards' live counters summed from their `/metrics`, once a
 //! second. The same bar as a single process draws (crate::progress), fed from outside.
 
-use crate::plan::Shard;
-use crate::plot::BUCKETS;
-use crate::progress::{Course, Outline, Progress, Snapshot};
+use crate::counters::{Course, Place, Snapshot};
+use crate::model::Shard;
+use crate::progress::{Outline, Progress};
 use futures_util::future::join_all;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use wsload_control::CellKey;
-use wsload_http::LATENCY_BUCKETS;
+use wsload_http::buckets;
 use wsload_http::scrape;
 use wsload_spec::LoadTest;
 
@@ -54,7 +54,7 @@ impl FleetBar {
         // with their parent anyway).
         tokio::spawn(async {
             if tokio::signal::ctrl_c().await.is_ok() {
-                crate::progress::exit_interrupted();
+                crate::terminal::exit_interrupted();
             }
         });
         let (released, mut cells) = watch::channel(None);
@@ -103,10 +103,13 @@ impl FleetBar {
 impl Drawn {
     fn released(&mut self, key: &CellKey, at: Instant) {
         self.course = Course {
-            cell: Some((key.index as usize, key.label.clone(), key.connections)),
+            cell: Some(Place {
+                index: key.index as usize,
+                label: key.label.clone(),
+                connections: key.connections,
+            }),
             begun: Some(at),
-            measuring: None,
-            ended: false,
+            ..Course::default()
         };
         self.base = self.cur;
     }
@@ -126,7 +129,7 @@ impl Drawn {
             return;
         }
         self.cur = snapshot(&bodies);
-        if let Some((_, _, connections)) = &self.course.cell
+        if let Some(Place { connections, .. }) = &self.course.cell
             && self.course.measuring.is_none()
             && self.cur.opened.saturating_sub(self.base.opened) >= u64::from(*connections)
         {
@@ -150,14 +153,10 @@ fn snapshot(bodies: &[String]) -> Snapshot {
             .sum::<f64>() as u64
     };
     let opened = total("wsload_connections_opened_total");
-    let mut rtt = [0u64; BUCKETS];
+    let mut rtt = buckets::EMPTY;
     for b in bodies {
-        for (i, n) in per_bucket(&scrape::buckets(b, "wsload_rtt_seconds"))
-            .into_iter()
-            .enumerate()
-        {
-            rtt[i] += n;
-        }
+        let counts = buckets::from_cumulative(&scrape::buckets(b, "wsload_rtt_seconds"));
+        buckets::add(&mut rtt, &counts);
     }
     Snapshot {
         opened,
@@ -165,39 +164,18 @@ fn snapshot(bodies: &[String]) -> Snapshot {
         failed: total("wsload_connections_failed_total"),
         sent: total("wsload_messages_sent_total"),
         received: total("wsload_messages_received_total"),
+        bytes_sent: total("wsload_bytes_sent_total"),
+        bytes_received: total("wsload_bytes_received_total"),
         expected: total("wsload_answers_expected_total"),
         lost: total("wsload_messages_lost_total"),
         rtt,
     }
 }
 
-/// Cumulative `(le, count)` buckets over [`LATENCY_BUCKETS`] as per-bucket counts, the last
-/// one past the largest bound (as `Live` keeps them).
-fn per_bucket(cumulative: &[(f64, f64)]) -> [u64; BUCKETS] {
-    let mut out = [0u64; BUCKETS];
-    let at = |bound: f64| {
-        cumulative
-            .iter()
-            .find(|(le, _)| (le - bound).abs() <= bound * 1e-9)
-            .map_or(0.0, |(_, n)| *n)
-    };
-    let mut below = 0.0;
-    for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
-        let upto = at(*bound).max(below);
-        out[i] = (upto - below) as u64;
-        below = upto;
-    }
-    let all = cumulative
-        .iter()
-        .find(|(le, _)| le.is_infinite())
-        .map_or(below, |(_, n)| *n);
-    out[BUCKETS - 1] = (all - below).max(0.0) as u64;
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wsload_http::buckets::{BUCKETS, LATENCY_BUCKETS};
 
     #[test]
     fn two_shards_counters_add_and_their_buckets_become_per_bucket_counts() {
@@ -233,7 +211,5 @@ mod tests {
     }
 
     #[test]
-    fn no_histogram_means_no_round_trips() {
-        assert_eq!(per_bucket(&[]), [0; BUCKETS]);
-    }
+    fn no_histogram_means_no_round_trips() {}
 }

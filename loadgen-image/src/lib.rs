@@ -2,25 +2,33 @@
 //! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
 
 pub mod autobahn_client;
+pub mod background;
 pub mod capacity;
 pub mod cell;
 pub mod clock;
 pub mod connection;
 pub mod control;
+pub mod counters;
+pub mod cpu;
 pub mod dial;
+pub mod exposition;
 pub mod fleet;
 pub mod fleet_bar;
 pub mod gate;
-pub mod live;
 pub mod local_server;
 pub mod message;
+pub mod model;
+pub mod options;
 pub mod plan;
 pub mod plot;
 pub mod progress;
 pub mod run;
+pub mod sampler;
 pub mod schedule;
 pub mod server_metrics;
 pub mod sysctl;
+pub mod target;
+pub mod terminal;
 pub mod tls;
 pub mod wsconn;
 

@@ -5,11 +5,10 @@
 //! limit no longer caps the test.
 
 use crate::{Error, Result};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
+use wsload_contract::announce;
 use wsload_spec::{LoadTestSpec, ManagedServer};
 
 pub struct LocalServer {
@@ -57,14 +56,14 @@ impl LocalServers {
         }
         let metrics_urls: Vec<String> = replicas.iter().map(|r| r.metrics_url.clone()).collect();
         // Said so that Prometheus (or a person with curl) can watch the servers too.
+        let note = if shared {
+            format!(" x{n} (SO_REUSEPORT)")
+        } else {
+            String::new()
+        };
         crate::eprintln_above!(
-            "managed wsload-server{} on {ws_url}, metrics on {}",
-            if shared {
-                format!(" x{n} (SO_REUSEPORT)")
-            } else {
-                String::new()
-            },
-            metrics_urls.join(" ")
+            "{}",
+            announce::managed_servers(&note, &ws_url, &metrics_urls)
         );
         Ok(LocalServers {
             replicas,
@@ -143,46 +142,27 @@ impl LocalServer {
             .stdout
             .take()
             .ok_or_else(|| Error::Target("managed server has no stdout".into()))?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout)
-                .lines()
-                .map_while(std::result::Result::ok)
-            {
-                if tx.send(line).is_err() {
-                    break;
-                }
+        // The server's stdout says nothing after its addresses; the run's stderr is its log.
+        let announced = match announce::await_server(stdout, Duration::from_secs(15), |_| {}) {
+            Ok(a) => a,
+            Err(why) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                return Err(Error::Target(format!(
+                    "the managed server did not start: {why} (exit: {status:?}); see its log above"
+                )));
             }
-        });
-        let mut ws = None;
-        loop {
-            let line = match rx.recv_timeout(Duration::from_secs(15)) {
-                Ok(l) => l,
-                Err(_) => {
-                    let _ = child.kill();
-                    let status = child.wait().ok();
-                    return Err(Error::Target(format!(
-                        "the managed server did not start (exit: {status:?}); see its log above"
-                    )));
-                }
-            };
-            if let Some(rest) = line.strip_prefix("wsload-server listening on ") {
-                ws = rest.split_whitespace().next().map(str::to_string);
-            } else if let Some(rest) = line.strip_prefix("wsload-server metrics on ") {
-                let ws =
-                    ws.ok_or_else(|| Error::Target("managed server printed no listener".into()))?;
-                let path = if server.path.starts_with('/') {
-                    server.path.clone()
-                } else {
-                    format!("/{}", server.path)
-                };
-                return Ok(LocalServer {
-                    child,
-                    ws_url: format!("{ws}{path}"),
-                    metrics_url: rest.trim().to_string(),
-                });
-            }
-        }
+        };
+        let path = if server.path.starts_with('/') {
+            server.path.clone()
+        } else {
+            format!("/{}", server.path)
+        };
+        Ok(LocalServer {
+            child,
+            ws_url: format!("{}{path}", announced.ws[0]),
+            metrics_url: announced.metrics,
+        })
     }
 }
 

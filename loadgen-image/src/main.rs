@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wsload::control::{self, Exit};
-use wsload::plan::Shard;
+use wsload::model::Shard;
+use wsload::options::Options;
 use wsload::report::RunResult;
-use wsload::run::{self, Options};
+use wsload::run;
 use wsload::{Error, Result};
 use wsload_spec::LoadTest;
 
@@ -412,7 +413,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(wsload::progress::Stderr)
+        .with_writer(wsload::terminal::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match main_result(Cli::parse()) {

@@ -1,9 +1,8 @@
 //! Turns a spec into the cells this process runs: one per tier, per size x tier, per
 //! format x tier, with this shard's share of connections and rate.
 
-use crate::cell::Cell;
-use crate::connection::{Behavior, PingCfg};
 use crate::message::Template;
+use crate::model::{Behavior, Cell, PingCfg, Planned, Shard};
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,33 +10,10 @@ use wsload_control::{CellKey, sequence};
 use wsload_spec::shares::{count_offset, count_share, rate_share};
 use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile};
 
-/// This process's place among the shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Shard {
-    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
-}
-
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
 pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
-
-/// A planned cell plus what the report says of it.
-#[derive(Clone)]
-pub struct Planned {
-    pub cell: Cell,
-    /// Connections of the whole test (all shards) in this cell.
-    pub total_connections: u32,
-    pub size: u32,
-    pub format: Format,
-    /// Messages per second asked of the whole test (open loop), else 0.
-    pub target_rate: f64,
-}
 
 /// Whether the server answers every data message (so throughput keeps a window of echoes).
 pub fn server_echoes(spec: &LoadTestSpec) -> bool {

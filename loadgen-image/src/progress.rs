@@ -1,86 +1,18 @@
 //! Live progress of `wsload run` on a terminal: which cell of how many is running, the time
-//! it and the run have left, and the figures that matter for the scenario. While the bar shows,
-//! every other stderr line (logs, the managed server's, the shards') goes above it through
-//! [`eprintln_above!`] or [`Stderr`]; on a non-terminal nothing is drawn.
+//! it and the run have left, and the figures that matter for the scenario, drawn from a
+//! [`Snapshot`] of the counters (this process's, or the shards' scraped: crate::fleet_bar).
+//! While the bar shows, every other stderr line goes above it (crate::terminal); on a
+//! non-terminal nothing is drawn.
 
-use crate::connection::Behavior;
-use crate::live::Live;
-use crate::plan::{self, Planned, Shard};
-use crate::plot::{BUCKETS, quantile, since};
+use crate::counters::{Counters, Course, Place, Snapshot};
+use crate::model::{Shard, Stage};
+use crate::plan;
+use crate::terminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fmt::Write as _;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use wsload_http::buckets::{self, Counts, quantile, since};
 use wsload_spec::{LoadTestSpec, Scenario};
-
-/// The bar while it shows; the lines printed meanwhile go above it.
-static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
-
-fn shown() -> Option<ProgressBar> {
-    BAR.lock().unwrap_or_else(PoisonError::into_inner).clone()
-}
-
-/// Prints `line` to stderr, above the bar if one shows.
-pub fn eprint_line(line: impl std::fmt::Display) {
-    match shown() {
-        Some(bar) => bar.suspend(|| eprintln!("{line}")),
-        None => eprintln!("{line}"),
-    }
-}
-
-/// The bar fills its last line to the edge, so the terminal's echo of `^C` (ECHOCTL) wrapped
-/// onto a line of its own: cleared before the bar is.
-fn clear_echoed_interrupt() {
-    let echoed = nix::sys::termios::tcgetattr(std::io::stderr()).is_ok_and(|t| {
-        use nix::sys::termios::LocalFlags;
-        t.local_flags
-            .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
-    });
-    if echoed && shown().is_some() {
-        eprint!("\r\x1b[2K\x1b[1A");
-    }
-}
-
-/// Ctrl-C while a bar shows: takes it off the screen, then ends the process as SIGINT would.
-pub fn exit_interrupted() -> ! {
-    clear_echoed_interrupt();
-    if let Some(bar) = BAR.lock().unwrap_or_else(PoisonError::into_inner).take() {
-        bar.finish_and_clear();
-    }
-    std::process::exit(130)
-}
-
-/// `eprintln!`, above the bar if one shows.
-#[macro_export]
-macro_rules! eprintln_above {
-    ($($arg:tt)*) => {
-        $crate::progress::eprint_line(format_args!($($arg)*))
-    };
-}
-
-/// Stderr for tracing: each event is written with the bar out of the way.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Stderr;
-
-impl std::io::Write for Stderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match shown() {
-            Some(bar) => bar.suspend(|| std::io::stderr().write_all(buf))?,
-            None => std::io::stderr().write_all(buf)?,
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
-    type Writer = Stderr;
-    fn make_writer(&'a self) -> Stderr {
-        Stderr
-    }
-}
 
 /// The figures that matter for a scenario once its connections are open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,36 +39,6 @@ impl Figures {
             | Scenario::ConnectionLimit
             | Scenario::Pingpong => Figures::Pings,
         }
-    }
-}
-
-/// A cell's planned course: connect, warm-up, measured window.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stage {
-    /// How long the connect batches are spread over (the last batch's start).
-    pub connect: Duration,
-    pub warmup: Duration,
-    /// `None`: the cell ends when its connections are done (a count of pings), not at a time.
-    pub measured: Option<Duration>,
-}
-
-impl Stage {
-    pub fn of(p: &Planned) -> Stage {
-        let c = &p.cell;
-        let batches = c.connections.div_ceil(c.batch_size.max(1));
-        Stage {
-            connect: c.batch_interval * batches.saturating_sub(1),
-            warmup: c.warmup,
-            measured: match c.behavior {
-                // A storm closes each connection once open: nothing after the batches.
-                Behavior::Close => Some(Duration::ZERO),
-                ref b if b.is_timed() => Some(c.duration),
-                _ => None,
-            },
-        }
-    }
-    fn total(&self) -> Option<Duration> {
-        self.measured.map(|m| self.connect + self.warmup + m)
     }
 }
 
@@ -201,54 +103,6 @@ impl Outline {
     }
 }
 
-/// Where the running cell is, set by the thread that runs it (a few times per cell).
-#[derive(Debug, Clone, Default)]
-pub struct Course {
-    /// The cell's index in the run, its label and connections (whole test).
-    pub cell: Option<(usize, String, u32)>,
-    pub begun: Option<Instant>,
-    /// When its warm-up (then the measured window) began; `None` while connecting.
-    pub measuring: Option<Instant>,
-    /// Its connections are done: the gate settles and judges it.
-    pub ended: bool,
-}
-
-/// The live counters summed over the workers at one instant.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Snapshot {
-    pub opened: u64,
-    pub closed: u64,
-    pub failed: u64,
-    pub sent: u64,
-    pub received: u64,
-    /// Pings (and echoed or paced messages) sent that expect an answer.
-    pub expected: u64,
-    pub lost: u64,
-    /// Round trips by latency bucket: their sum is the answers.
-    pub rtt: [u64; BUCKETS],
-}
-
-impl Default for Snapshot {
-    fn default() -> Self {
-        Snapshot {
-            opened: 0,
-            closed: 0,
-            failed: 0,
-            sent: 0,
-            received: 0,
-            expected: 0,
-            lost: 0,
-            rtt: [0; BUCKETS],
-        }
-    }
-}
-
-impl Snapshot {
-    fn answered(&self) -> u64 {
-        self.rtt.iter().sum()
-    }
-}
-
 /// One frame of the bar: the two lines, from the outline, the course and the counters.
 #[derive(Debug, Clone)]
 pub struct Frame<'a> {
@@ -263,7 +117,7 @@ pub struct Frame<'a> {
     pub cur: &'a Snapshot,
     /// The round-trip bucket counts the p99 is taken from: as the measured phase began once
     /// it has (the warm-up's round trips are not the cell's), as the cell began before.
-    pub rtt_from: &'a [u64; BUCKETS],
+    pub rtt_from: &'a Counts,
     /// Between `prev` and `cur`.
     pub interval: Duration,
 }
@@ -349,7 +203,11 @@ impl Frame<'_> {
     /// last second (zero when none were: then the schedule is all there is to go by).
     fn connect_left(&self) -> Duration {
         let tried = |s: &Snapshot| s.opened + s.failed;
-        let target = self.course.cell.as_ref().map_or(0, |c| u64::from(c.2));
+        let target = self
+            .course
+            .cell
+            .as_ref()
+            .map_or(0, |c| u64::from(c.connections));
         let left = target.saturating_sub(tried(self.cur).saturating_sub(tried(self.base)));
         let rate = tried(self.cur).saturating_sub(tried(self.prev)) as f64
             / self.interval.as_secs_f64().max(1e-3);
@@ -361,7 +219,12 @@ impl Frame<'_> {
 
     /// The first line: the cell, its phase and times, the run's.
     pub fn head(&self) -> String {
-        let Some((index, label, connections)) = &self.course.cell else {
+        let Some(Place {
+            index,
+            label,
+            connections,
+        }) = &self.course.cell
+        else {
             return "starting".into();
         };
         let stage = self.outline.stage(*index);
@@ -425,7 +288,7 @@ impl Frame<'_> {
         let open = c.opened.saturating_sub(c.closed);
         let failed = c.failed.saturating_sub(b.failed);
         let connecting = self.course.measuring.is_none() && !self.course.ended;
-        let target = self.course.cell.as_ref().map_or(0, |c| c.2);
+        let target = self.course.cell.as_ref().map_or(0, |c| c.connections);
         let connect = || {
             format!(
                 "{}/{target} opened, {open} open, {:.0} connections/s, {failed} failed",
@@ -472,7 +335,7 @@ pub struct Progress {
     prev: (Instant, Snapshot),
     /// The running cell's p99 counts from here (`Frame::rtt_from`), and whether that is
     /// already the measured phase's start.
-    rtt_from: [u64; BUCKETS],
+    rtt_from: Counts,
     rtt_from_measured: bool,
 }
 
@@ -496,21 +359,23 @@ impl Progress {
             cell: None,
             base: Snapshot::default(),
             prev: (now, Snapshot::default()),
-            rtt_from: [0; BUCKETS],
+            rtt_from: buckets::EMPTY,
             rtt_from_measured: false,
         }
     }
 
-    /// Redraws the bar from `live`.
-    pub fn draw(&mut self, live: &Live) {
-        self.draw_with(live.course(), live.snapshot(), || live.course_base());
+    /// Redraws the bar from this process's counters.
+    pub fn draw(&mut self, counters: &Counters) {
+        self.draw_with(counters.course(), counters.snapshot(), || {
+            counters.course_base()
+        });
     }
 
     /// Redraws the bar from where the run is and its counters now; `base` gives the counters
     /// as the running cell began (read once per cell).
     pub fn draw_with(&mut self, course: Course, cur: Snapshot, base: impl FnOnce() -> Snapshot) {
         let now = Instant::now();
-        let Some((index, ..)) = course.cell else {
+        let Some(index) = course.cell.as_ref().map(|c| c.index) else {
             // Nothing is running yet (the managed server starts): nothing to say.
             self.prev = (now, cur);
             return;
@@ -518,7 +383,7 @@ impl Progress {
         if self.cell != Some(index) {
             if self.cell.is_none() {
                 self.run_begun = course.begun.unwrap_or(now);
-                *BAR.lock().unwrap_or_else(PoisonError::into_inner) = Some(self.bar.clone());
+                terminal::show(self.bar.clone());
             }
             self.cell = Some(index);
             self.base = base();
@@ -548,13 +413,13 @@ impl Progress {
 
     /// Takes the bar off the screen after Ctrl-C.
     pub fn interrupted(&self) {
-        clear_echoed_interrupt();
+        terminal::clear_echoed_interrupt();
         self.clear();
     }
 
     /// Takes the bar off the screen.
     pub fn clear(&self) {
-        *BAR.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        terminal::hide();
         self.bar.finish_and_clear();
     }
 }
@@ -602,10 +467,14 @@ mod tests {
         measuring: Option<Instant>,
     ) -> Course {
         Course {
-            cell: Some((index, label.into(), connections)),
+            cell: Some(Place {
+                index,
+                label: label.into(),
+                connections,
+            }),
             begun: Some(begun),
             measuring,
-            ended: false,
+            ..Course::default()
         }
     }
 
@@ -633,7 +502,8 @@ mod tests {
         cur.rtt[bucket(0.9)] = 100;
         p.draw_with(warming, cur, Snapshot::default);
         assert_eq!(
-            p.rtt_from, [0; BUCKETS],
+            p.rtt_from,
+            buckets::EMPTY,
             "the cell's start, until the warm-up ends"
         );
         assert!(!p.rtt_from_measured);

@@ -2,59 +2,55 @@
 //! shard's share (`wsload shard`). Starts the managed server when the test has one, runs the
 //! cells its gate orders (crate::gate), and judges the thresholds.
 
+use crate::background::spawn_background;
 use crate::capacity;
 use crate::cell::Workers;
 use crate::clock::{unix_micros, unix_ms};
+use crate::counters::Counters;
+use crate::cpu::CpuClock;
 use crate::dial::Dialer;
+use crate::exposition::{Endpoint, Labels, LiveMetrics};
 use crate::gate::{Gate, LocalGate};
-use crate::live::{CELL_STEP, Labels, Live};
-use crate::local_server::{self, LocalServers};
+use crate::local_server::LocalServers;
 use crate::measure::ConnectError;
-use crate::plan::{self, Planned, Shard};
-use crate::progress::{Outline, Progress};
+use crate::model::{Planned, Shard};
+use crate::options::{Options, threads};
+use crate::plan;
+use crate::progress::Outline;
 use crate::report::{CellResult, RunResult, ShardInfo};
+use crate::sampler::Sampler;
 use crate::server_metrics::Counter;
+use crate::target::{Target, server_counters, target};
 use crate::{Error, Result};
-use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 use wsload_spec::LoadTest;
 
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    pub threads: Option<usize>,
-    pub shard: Option<Shard>,
-    pub server_bin: Option<PathBuf>,
-    pub metrics_listen: Option<SocketAddr>,
-    /// Start load at this Unix time (ms): the cluster's start barrier.
-    pub start_at_unix_ms: Option<u64>,
-    /// Overrides the target (the operator passes the managed server's Service URL).
-    pub target_url: Option<String>,
-    pub server_metrics_url: Option<String>,
-    pub progress: bool,
-    /// Plot the run's per-second RTT percentiles and msg/s to this PNG (`--plot`).
-    pub plot: Option<PathBuf>,
+/// A run's live figures: the counters its workers write (one slot each), the timelines
+/// sampled from them, and their Prometheus exposition.
+#[derive(Debug, Clone)]
+pub struct Instruments {
+    pub counters: Arc<Counters>,
+    pub sampler: Arc<Sampler>,
+    pub exposition: Arc<LiveMetrics>,
 }
 
-/// Worker threads of a run: `--threads`, else one per core.
-pub fn threads(opts: &Options) -> usize {
-    opts.threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// The live metrics of a run of `lt` with `opts`, one slot per worker.
-pub fn live(lt: &LoadTest, opts: &Options) -> Arc<Live> {
-    Arc::new(Live::new(
-        threads(opts),
-        Labels {
+impl Instruments {
+    /// The instruments of a run of `lt` with `opts`.
+    pub fn new(lt: &LoadTest, opts: &Options) -> Instruments {
+        let counters = Arc::new(Counters::new(threads(opts)));
+        let sampler = Arc::new(Sampler::new(counters.clone()));
+        let labels = Labels {
             test: lt.name().to_string(),
             shard: opts.shard.unwrap_or(Shard::WHOLE).index,
             scenario: lt.spec.scenario.as_str(),
-        },
-    ))
+        };
+        Instruments {
+            counters,
+            exposition: Arc::new(LiveMetrics::new(sampler.clone(), labels)),
+            sampler,
+        }
+    }
 }
 
 /// Binds `--metrics-listen` (before anything else starts, so a taken port fails the run early).
@@ -63,27 +59,12 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
         .map_err(|e| Error::Io(format!("cannot bind --metrics-listen {addr}: {e}")))?;
     l.set_nonblocking(true)
         .map_err(|e| Error::Io(e.to_string()))?;
+    let addr = l.local_addr().map_err(|e| Error::Io(e.to_string()))?;
     crate::eprintln_above!(
-        "wsload metrics on http://{}/metrics",
-        l.local_addr().map_err(|e| Error::Io(e.to_string()))?
+        "{}",
+        wsload_contract::announce::loadgen_metrics(&format!("http://{addr}/metrics"))
     );
     Ok(l)
-}
-
-/// The background thread: the HTTP endpoint (if any), the achieved-rate ticker, the
-/// terminal progress line. Stopped by dropping it.
-pub struct Background {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
 }
 
 /// Everything of a run that comes before its start: the target resolved (the managed server
@@ -96,11 +77,13 @@ pub struct Prepared {
     counters: Vec<Counter>,
     dialer: Arc<Dialer>,
     workers: Workers,
+    /// Takes each cell's timeline.
+    sampler: Arc<Sampler>,
     /// Dropped with the run: stops the managed servers.
     _local: Option<LocalServers>,
 }
 
-pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepared> {
+pub fn prepare(lt: &LoadTest, opts: &Options, instruments: &Instruments) -> Result<Prepared> {
     let spec = &lt.spec;
     let shard = opts.shard.unwrap_or(Shard::WHOLE);
     capacity::check(spec, shard, capacity::raise())?;
@@ -109,88 +92,19 @@ pub fn prepare(lt: &LoadTest, opts: &Options, live: Arc<Live>) -> Result<Prepare
         metrics_urls,
         local,
     } = target(lt, opts)?;
-    let counters = counters(lt, &metrics_urls);
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     Ok(Prepared {
         shard,
         url,
-        counters,
+        counters: server_counters(lt, &metrics_urls),
         dialer,
         workers: Workers {
             threads: threads(opts),
-            live,
+            counters: instruments.counters.clone(),
         },
+        sampler: instruments.sampler.clone(),
         _local: local,
     })
-}
-
-/// Where a run's connections go: `--target-url`, else the spec's URL, else the managed
-/// server's replicas, started here (and stopped when this is dropped).
-pub struct Target {
-    pub url: String,
-    /// The servers' metrics endpoints, when known.
-    pub metrics_urls: Vec<String>,
-    pub local: Option<LocalServers>,
-}
-
-pub fn target(lt: &LoadTest, opts: &Options) -> Result<Target> {
-    let spec = &lt.spec;
-    let (url, metrics_urls, local) = match (&opts.target_url, &spec.target.url, &spec.target.server)
-    {
-        (Some(u), _, _) => (
-            u.clone(),
-            opts.server_metrics_url.iter().cloned().collect(),
-            None,
-        ),
-        (None, Some(u), _) => (u.clone(), Vec::new(), None),
-        (None, None, Some(server)) => {
-            let s = LocalServers::start(
-                local_server::find_binary(opts.server_bin.clone()),
-                spec,
-                server,
-            )?;
-            (s.ws_url.clone(), s.metrics_urls.clone(), Some(s))
-        }
-        (None, None, None) => {
-            return Err(Error::Spec("spec.target: no url and no server".into()));
-        }
-    };
-    Ok(Target {
-        url,
-        metrics_urls,
-        local,
-    })
-}
-
-/// The received counters of a test's servers: the spec's `serverMetrics` (its own URL, else
-/// each of `metrics_urls`), else for a managed server, ours on each replica.
-pub fn counters(lt: &LoadTest, metrics_urls: &[String]) -> Vec<Counter> {
-    let spec = &lt.spec;
-    match &spec.server_metrics {
-        Some(m) => {
-            let urls: Vec<String> = match &m.url {
-                Some(u) => vec![u.clone()],
-                None => metrics_urls.to_vec(),
-            };
-            urls.into_iter()
-                .filter(|u| !u.is_empty())
-                .map(|url| Counter {
-                    url,
-                    name: m.received.clone(),
-                    labels: m.labels.clone(),
-                })
-                .collect()
-        }
-        None if spec.target.server.is_some() => metrics_urls
-            .iter()
-            .map(|url| Counter {
-                url: url.clone(),
-                name: wsload_spec::DEFAULT_RECEIVED_METRIC.to_string(),
-                labels: Default::default(),
-            })
-            .collect(),
-        None => Vec::new(),
-    }
 }
 
 impl Prepared {
@@ -241,7 +155,7 @@ impl Prepared {
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
             let planned = plan::keyed(&lt.spec, self.shard, &key);
             let started = unix_micros();
-            let mut cell = run_cell(&self.workers, &self.dialer, &planned, result.cells.len());
+            let mut cell = run_cell(self, &planned, result.cells.len());
             cell.started_first_micros = started;
             cell.started_last_micros = started;
             result.cells.push(cell);
@@ -336,17 +250,17 @@ pub fn measure(
 
 /// A whole run: `wsload run`, or `wsload shard` without the control protocol.
 pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
-    let live = live(lt, opts);
+    let instruments = Instruments::new(lt, opts);
     let listener = opts.metrics_listen.map(bind_metrics).transpose()?;
     let progress = opts
         .progress
         .then(|| Outline::new(&lt.spec, opts.shard.unwrap_or(Shard::WHOLE)));
     let background = spawn_background(
-        live.clone(),
-        listener.map(|l| (l, Arc::new(crate::live::Endpoint::new(&live)))),
+        instruments.sampler.clone(),
+        listener.map(|l| (l, Arc::new(Endpoint::new(&instruments.exposition)))),
         progress,
     )?;
-    let prepared = prepare(lt, opts, live.clone())?;
+    let prepared = prepare(lt, opts, &instruments)?;
     // The whole test in this process reads the servers itself; a shard of several never
     // judges delivery (its conductor does, over every shard).
     let whole = opts.shard.is_none_or(|s| s.count == 1);
@@ -360,7 +274,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
     drop(prepared);
     drop(background);
     if let Some(path) = &opts.plot {
-        write_plot(lt, &live, path, &mut result);
+        write_plot(lt, &instruments.sampler, path, &mut result);
     }
     match error {
         None => Ok(result),
@@ -370,16 +284,18 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
 
 /// `--plot`: the run's timeline as a PNG, named in the report. A plot that cannot be written
 /// is said on stderr and in the notes; it does not change the verdict or the exit code.
-fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut RunResult) {
+fn write_plot(lt: &LoadTest, sampler: &Sampler, path: &std::path::Path, result: &mut RunResult) {
     let title = format!("{} ({})", lt.name(), lt.spec.scenario.as_str());
-    let samples = live.samples();
-    match crate::plot::write_png(path, &title, &samples) {
+    let (step_ms, samples) = sampler.run_timeline(crate::plot::MAX_POINTS);
+    let points = crate::plot::points(step_ms, &samples);
+    match crate::plot::write_png(path, &title, &points) {
         Ok(()) => {
             eprintln!("plot written to {}", path.display());
+            let step = humantime::format_duration(std::time::Duration::from_millis(step_ms.into()));
             result.notes.push(format!(
-                "plot: {} (RTT p50/p90/p99/p99.9 and msg/s sent, received, target; {} one-second samples)",
+                "plot: {} (RTT p50/p90/p99/p99.9 and msg/s sent, received, target; {} samples of {step})",
                 path.display(),
-                samples.len()
+                points.len()
             ));
         }
         Err(e) => {
@@ -390,20 +306,21 @@ fn write_plot(lt: &LoadTest, live: &Live, path: &std::path::Path, result: &mut R
 }
 
 /// Runs one planned cell on `workers` and computes its figures.
-fn run_cell(
-    workers: &Workers,
-    dialer: &Arc<Dialer>,
-    planned: &Planned,
-    index: usize,
-) -> CellResult {
-    let live = &workers.live;
-    live.set_phase(&planned.cell.label, planned.target_rate);
-    live.begin_cell(index, &planned.cell.label, planned.total_connections);
+fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult {
+    let Prepared {
+        workers,
+        dialer,
+        sampler,
+        ..
+    } = prepared;
+    let counters = &workers.counters;
+    counters.set_phase(&planned.cell.label, planned.target_rate);
+    counters.begin_cell(index, &planned.cell.label, planned.total_connections);
     let cpu = CpuClock::start(workers.threads);
     let run = workers.run(&planned.cell, dialer);
     let loadgen_cpu = cpu.busy();
-    live.end_cell();
-    let (timeline_step_ms, timeline) = live.take_cell_samples();
+    counters.end_cell();
+    let (timeline_step_ms, timeline) = sampler.take_cell_samples();
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
         connections: planned.total_connections,
@@ -425,181 +342,4 @@ fn run_cell(
     cell.compute();
     tracing::info!(cell = %cell.label, sent = cell.measure.counts.sent, received = cell.measure.counts.received, connected = cell.measure.counts.connected, "cell done");
     cell
-}
-
-/// How busy this process kept the cores its workers could use over a cell: 1.0 means the load
-/// generator, not the server, may have set the pace (the report's finding says so).
-struct CpuClock {
-    wall: Instant,
-    cpu: Option<Duration>,
-    cores: f64,
-}
-
-impl CpuClock {
-    fn start(threads: usize) -> CpuClock {
-        // available_parallelism honours the container's CPU quota: workers beyond it share.
-        let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
-        CpuClock {
-            wall: Instant::now(),
-            cpu: process_cpu(),
-            cores: threads.clamp(1, usable) as f64,
-        }
-    }
-
-    /// The fraction since `start`; `None` when the clock cannot be read.
-    fn busy(&self) -> Option<f64> {
-        let used = process_cpu()?.checked_sub(self.cpu?)?;
-        busy_fraction(used, self.wall.elapsed(), self.cores)
-    }
-}
-
-fn busy_fraction(used: Duration, wall: Duration, cores: f64) -> Option<f64> {
-    let capacity = wall.as_secs_f64() * cores;
-    (capacity > 0.0).then(|| (used.as_secs_f64() / capacity).min(1.0))
-}
-
-/// User plus system CPU time of this process, all threads.
-fn process_cpu() -> Option<Duration> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
-    let t = |tv: nix::sys::time::TimeVal| {
-        Duration::from_secs(u64::try_from(tv.tv_sec()).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
-    };
-    Some(t(u.user_time()) + t(u.system_time()))
-}
-
-/// Starts the background thread, serving `endpoint` (a bound listener and what it exposes)
-/// if given, and drawing the progress of `progress`'s run if stderr is a terminal.
-pub fn spawn_background<E: wsload_http::Exposition>(
-    live: Arc<Live>,
-    endpoint: Option<(std::net::TcpListener, Arc<E>)>,
-    progress: Option<Outline>,
-) -> Result<Background> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = progress.filter(|_| std::io::stderr().is_terminal());
-    let stopped = stop.clone();
-    let handle = std::thread::Builder::new()
-        .name("wsload-http".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Some((l, exposition)) = endpoint
-                    && let Ok(l) = tokio::net::TcpListener::from_std(l)
-                {
-                    tokio::spawn(wsload_http::serve(l, exposition));
-                }
-                let mut progress = progress.map(Progress::new);
-                // Interrupted at a terminal: the bar is taken off before the process ends as
-                // SIGINT would end it. Elsewhere SIGINT keeps its default.
-                let watch = progress.is_some();
-                let mut interrupted = std::pin::pin!(async move {
-                    if watch && tokio::signal::ctrl_c().await.is_ok() {
-                        return;
-                    }
-                    std::future::pending::<()>().await
-                });
-                // The cell's report timeline is sampled every step; the rate gauge, the
-                // --plot timeline and the bar once a second.
-                let per_second =
-                    (Duration::from_secs(1).as_millis() / CELL_STEP.as_millis().max(1)).max(1);
-                let mut tick = tokio::time::interval(CELL_STEP);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let mut ticks: u128 = 0;
-                while !stopped.load(Ordering::Relaxed) {
-                    let cell_start = live.cell_start_pending();
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        () = live.cell_armed() => continue,
-                        () = async {
-                            match cell_start {
-                                Some(at) => tokio::time::sleep_until(at.into()).await,
-                                None => std::future::pending().await,
-                            }
-                        } => {
-                            // A cell's measured phase begins: its timeline starts now and
-                            // its steps are counted from here.
-                            live.sample_cell(Instant::now());
-                            tick.reset_after(CELL_STEP);
-                            continue;
-                        }
-                        () = &mut interrupted => {
-                            if let Some(p) = &progress {
-                                p.interrupted();
-                            }
-                            std::process::exit(130);
-                        }
-                    }
-                    live.sample_cell(Instant::now());
-                    ticks += 1;
-                    if (ticks - 1) % per_second != 0 {
-                        continue;
-                    }
-                    live.tick(Duration::from_secs(1));
-                    if let Some(p) = &mut progress {
-                        p.draw(&live);
-                    }
-                }
-            });
-        })
-        .map_err(|e| Error::Io(e.to_string()))?;
-    Ok(Background {
-        stop,
-        handle: Some(handle),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_is_cpu_time_over_the_cores_the_workers_could_use() {
-        let f = |used_ms, wall_ms, cores| {
-            busy_fraction(
-                Duration::from_millis(used_ms),
-                Duration::from_millis(wall_ms),
-                cores,
-            )
-        };
-        assert_eq!(f(1000, 1000, 1.0), Some(1.0));
-        assert_eq!(f(1000, 1000, 2.0), Some(0.5));
-        // Threads outside the workers (the scrape, the ticker) can push the sum past them.
-        assert_eq!(f(2500, 1000, 2.0), Some(1.0));
-        assert_eq!(f(10, 0, 2.0), None);
-    }
-
-    /// The process clock counts every thread: it has grown by at least what this thread spent
-    /// (read from the thread's own clock, so a loaded machine only makes the test longer).
-    #[test]
-    fn the_process_clock_counts_this_threads_work() {
-        let thread_cpu = || {
-            use nix::sys::resource::{UsageWho, getrusage};
-            let u = getrusage(UsageWho::RUSAGE_THREAD).expect("getrusage");
-            let t = |tv: nix::sys::time::TimeVal| {
-                Duration::from_micros(
-                    u64::try_from(tv.tv_sec() * 1_000_000 + tv.tv_usec()).unwrap_or(0),
-                )
-            };
-            t(u.user_time()) + t(u.system_time())
-        };
-        let before = process_cpu().expect("getrusage");
-        let t0 = thread_cpu();
-        let mut x = 0u64;
-        while thread_cpu() - t0 < Duration::from_millis(100) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let spent = thread_cpu() - t0;
-        let grown = process_cpu().expect("getrusage") - before;
-        // getrusage rounds to its tick; a few milliseconds either way.
-        assert!(
-            grown + Duration::from_millis(20) >= spent,
-            "{grown:?} < {spent:?}"
-        );
-    }
 }

@@ -197,7 +197,10 @@ fn shards_merge_exactly() {
         assert_eq!(o.status.code(), Some(0));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
-            err.contains("wsload metrics on http://127.0.0.1:"),
+            err.lines().any(|l| {
+                wsload_contract::announce::parse_loadgen_metrics(l)
+                    .is_some_and(|u| u.starts_with("http://127.0.0.1:"))
+            }),
             "a shard serves /metrics: {err}"
         );
     }
@@ -486,11 +489,7 @@ fn run_plot_is_a_png_of_the_run() {
         png.to_str().expect("utf-8 path"),
     ]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(
-        stderr(&o).contains("managed wsload-server on ws://127.0.0.1:"),
-        "{}",
-        stderr(&o)
-    );
+    the_scripts_read_the_managed_servers_line(&dir, &stderr(&o));
     assert!(stdout(&o).contains("plot: "), "the report names the plot");
     let bytes = std::fs::read(&png).expect("the plot was written");
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
@@ -517,6 +516,51 @@ fn run_plot_is_a_png_of_the_run() {
     ]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("cannot plot to"), "{}", stderr(&o));
+}
+
+#[cfg(feature = "plot")]
+/// The managed servers' metrics URLs, as `wsload run` printed them, read alike by the
+/// contract's parser and by the scripts' readers (scripts/lib/common.sh and common.py), which
+/// Prometheus jobs and the scale benchmark rely on.
+fn the_scripts_read_the_managed_servers_line(dir: &Scratch, stderr: &str) {
+    let line = stderr
+        .lines()
+        .find(|l| wsload_contract::announce::parse_managed_servers(l).is_some())
+        .unwrap_or_else(|| panic!("no managed servers line in {stderr}"));
+    let urls = wsload_contract::announce::parse_managed_servers(line).expect("parsed");
+    assert_eq!(urls.len(), 1, "{line}");
+    assert!(urls[0].starts_with("http://127.0.0.1:"), "{line}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace");
+    let log = dir.file("run.stderr", stderr);
+    let sh = Command::new("bash")
+        .arg("-c")
+        .arg("source scripts/lib/common.sh && managed_metrics_urls \"$1\"")
+        .arg("bash")
+        .arg(&log)
+        .current_dir(root)
+        .output()
+        .expect("bash runs");
+    assert_eq!(
+        String::from_utf8_lossy(&sh.stdout).trim(),
+        urls[0],
+        "{sh:?}"
+    );
+    let py = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; sys.path.insert(0, 'scripts/lib'); import common; \
+             print(common.managed_metrics_addr(sys.argv[1]))",
+            line,
+        ])
+        .current_dir(root)
+        .output()
+        .expect("python3 runs");
+    let addr = urls[0]
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics");
+    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), addr, "{py:?}");
 }
 
 #[cfg(not(feature = "plot"))]

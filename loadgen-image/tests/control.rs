@@ -86,8 +86,8 @@ impl Shard {
                 .stderr
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the shard prints its endpoint");
-            if let Some(rest) = line.strip_prefix("wsload metrics on ") {
-                shard.base = rest.trim().trim_end_matches("/metrics").to_string();
+            if let Some(url) = wsload_contract::announce::parse_loadgen_metrics(&line) {
+                shard.base = url.trim_end_matches("/metrics").to_string();
             }
             shard.log.push(line);
         }

@@ -1,6 +1,7 @@
 //! Every file in examples/ is a valid LoadTest that plans into cells: users copy these.
 
-use wsload::plan::{self, Shard};
+use wsload::model::Shard;
+use wsload::plan;
 use wsload_spec::{LoadTest, Scenario};
 
 #[test]

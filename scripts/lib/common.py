@@ -12,6 +12,7 @@ stderr through to the user instead of mixing it into the value.
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -190,3 +191,11 @@ def crd_established(binary, env, name):
                         'jsonpath={.status.conditions[?(@.type=="Established")].status}'],
                        env=env, capture_output=True, text=True, timeout=60)
     return r.returncode == 0 and r.stdout == "True"
+
+
+def managed_metrics_addr(line):
+    """HOST:PORT of the first managed server's metrics in a line of `wsload run`'s stderr, else
+    None. The line is crates/wsload-contract's announce::managed_servers; the load generator's
+    tests check this reader against a real run's line."""
+    m = re.match(r"managed wsload-server.*, metrics on http://([^/\s]+)/metrics", line)
+    return m.group(1) if m else None

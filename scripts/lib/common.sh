@@ -188,3 +188,10 @@ kubectl() { "${KUBECTL:-${K8S_BIN_DIR:?source scripts/k8s/versions.sh first}/kub
 crd_established() {
 	[[ "$(kubectl get "crd/$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]]
 }
+
+# The metrics URLs of `wsload run`'s managed servers, from its stderr in FILE, one a line.
+# The line is crates/wsload-contract's announce::managed_servers; the load generator's
+# tests check this reader against a real run's line.
+managed_metrics_urls() {
+	sed -n 's/^managed wsload-server.*, metrics on \(http.*\)$/\1/p' "$1" | head -1 | tr ' ' '\n'
+}

@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use wsload_contract::announce::ServerLine;
 use wsload_http::prometheus_client::collector::Collector;
 use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::prometheus_client::registry::Registry;
@@ -254,7 +255,10 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     for (listener, pinned) in listeners {
         let addr = listener.local_addr()?;
         let profile = pinned.map_or("by path", Profile::label);
-        println!("wsload-server listening on ws://{addr} (profile {profile})");
+        println!(
+            "{}",
+            ServerLine::Listening(format!("ws://{addr}")).print(profile)
+        );
         tracing::info!(%addr, profile, "listening");
         tracker.spawn(accept_loop(
             listener,
@@ -263,7 +267,10 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
             tracker.clone(),
         ));
     }
-    println!("wsload-server metrics on http://{metrics_addr}/metrics");
+    println!(
+        "{}",
+        ServerLine::Metrics(format!("http://{metrics_addr}/metrics")).print("")
+    );
     shared.stats.set_ready(true);
 
     shutdown_signal.await;

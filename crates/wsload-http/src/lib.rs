@@ -9,11 +9,13 @@
 pub use prometheus_client;
 
 pub mod blocking;
+pub mod buckets;
 pub mod family;
 pub mod http_client;
 pub mod scrape;
 mod serve;
 
+pub use buckets::LATENCY_BUCKETS;
 pub use serve::{DRAIN_LIMIT, MAX_BODY, MAX_HEADERS, REQUEST_TIMEOUT, serve};
 
 use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
@@ -89,13 +91,6 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-/// Bucket bounds (seconds) fine enough for `histogram_quantile` from 50 us to 10 s.
-pub const LATENCY_BUCKETS: [f64; 33] = [
-    0.000_05, 0.000_075, 0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_5, 0.000_75, 0.001, 0.001_5,
-    0.002, 0.003, 0.005, 0.007_5, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
-    0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
-];
-
 /// A Prometheus histogram of durations over [`LATENCY_BUCKETS`], updated with relaxed atomics.
 #[derive(Debug)]
 pub struct AtomicHistogram {
@@ -131,7 +126,7 @@ impl AtomicHistogram {
     /// Adds this histogram's counts into `into`: one entry per bucket of [`LATENCY_BUCKETS`]
     /// (not cumulative), then one for observations above the last bound. For samplers that
     /// diff two snapshots (the load generator's per-second run plot), not for the hot path.
-    pub fn add_counts_to(&self, into: &mut [u64; LATENCY_BUCKETS.len() + 1]) {
+    pub fn add_counts_to(&self, into: &mut buckets::Counts) {
         let mut bucketed = 0;
         for (slot, b) in into.iter_mut().zip(&self.buckets) {
             let n = b.load(Relaxed);
@@ -149,7 +144,7 @@ impl AtomicHistogram {
     /// Encodes the sum of `hists` as one histogram series, read now: a custom
     /// [`Collector`](prometheus_client::collector::Collector) calls this at scrape time.
     pub fn encode_sum(hists: &[&AtomicHistogram], encoder: MetricEncoder<'_>) -> fmt::Result {
-        let mut counts = [0u64; LATENCY_BUCKETS.len() + 1];
+        let mut counts = buckets::EMPTY;
         let mut sum_nanos = 0u64;
         for h in hists {
             sum_nanos = sum_nanos.saturating_add(h.sum_nanos.load(Relaxed));

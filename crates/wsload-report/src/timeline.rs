@@ -6,6 +6,10 @@
 //! [`MAX_SAMPLES`] steps is coarsened when it ends ([`STEPS_MS`]) so a result stays small.
 //! Shards begin a cell at one released instant, so their samples of the same step add up
 //! ([`merge`]).
+//!
+//! It is the load generator's one recorder: a result's cells keep only the counts, while the
+//! run's plot (`wsload run --plot`) records each second with an [`Extra`] of its own (the
+//! step's round-trip buckets and target rate), coarsened the same way.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -27,10 +31,22 @@ pub fn legacy_step_ms() -> u32 {
     1_000
 }
 
+/// What a step may carry beyond its counts, folded the way the counts are when steps are
+/// coarsened: never part of a result (it is not serialized).
+pub trait Extra: Clone + Default + PartialEq + std::fmt::Debug {
+    /// Folds the next step's extra into this one.
+    fn absorb(&mut self, later: &Self);
+}
+
+/// A result's samples carry nothing more.
+impl Extra for () {
+    fn absorb(&mut self, _later: &Self) {}
+}
+
 /// One step of a cell's measured phase.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Sample {
+pub struct Sample<X: Extra = ()> {
     /// Steps since the cell's measured phase began: this sample covers
     /// `[at, at + 1)` steps. (`second` in results written when every step was a second.)
     #[serde(alias = "second")]
@@ -53,15 +69,18 @@ pub struct Sample {
     /// coarsened steps keep the worst, an upper bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_us: Option<u64>,
+    /// The recorder's own figures of this step (the plot's), never written to a result.
+    #[serde(skip)]
+    pub extra: X,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-impl Sample {
+impl<X: Extra> Sample<X> {
     /// Folds `later`, the next step's sample (or another shard's of the same step), into this.
-    fn absorb(&mut self, later: &Sample, gauges_add: bool) {
+    fn absorb(&mut self, later: &Sample<X>, gauges_add: bool) {
         self.sent += later.sent;
         self.received += later.received;
         // A gauge over time is its last reading; over shards, their sum.
@@ -73,6 +92,7 @@ impl Sample {
         self.pings_answered += later.pings_answered;
         self.pings_lost += later.pings_lost;
         self.p99_us = self.p99_us.max(later.p99_us);
+        self.extra.absorb(&later.extra);
     }
 }
 
@@ -87,19 +107,34 @@ pub struct Totals {
     pub pings_lost: u64,
 }
 
+/// While recording, at most this many samples are kept before they are coarsened to the
+/// next step: a plot of days, or a hold of hours, costs a bounded few megabytes.
+pub const MAX_RECORDING: usize = 20_000;
+
 /// Turns one reading of the running totals per step into samples.
 #[derive(Debug, Clone)]
-pub struct Recorder {
+pub struct Recorder<X: Extra = ()> {
+    /// The step the caller reads at: `at` counts these.
+    read_ms: u32,
+    /// The step of the samples kept: `read_ms`, or coarser once there were too many.
     step_ms: u32,
     last: Totals,
-    samples: Vec<Sample>,
+    samples: Vec<Sample<X>>,
 }
 
 impl Recorder {
     /// Starts at the totals read when the measured phase began (the warm-up's counts are
     /// not the cell's); the caller reads them again every `step_ms`.
     pub fn new(start: Totals, step_ms: u32) -> Self {
+        Recorder::starting(start, step_ms)
+    }
+}
+
+impl<X: Extra> Recorder<X> {
+    /// [`Recorder::new`], for steps that carry an [`Extra`].
+    pub fn starting(start: Totals, step_ms: u32) -> Self {
         Recorder {
+            read_ms: step_ms.max(1),
             step_ms: step_ms.max(1),
             last: start,
             samples: Vec::new(),
@@ -110,8 +145,15 @@ impl Recorder {
     /// steps, `p99_us` the running round-trip p99 when the caller has one. A reading that
     /// came late, right behind another of the same step, adds to it.
     pub fn tick(&mut self, at: u32, now: Totals, p99_us: Option<u64>) {
+        self.tick_with(at, now, p99_us, X::default());
+    }
+
+    /// [`tick`](Self::tick) with the step's [`Extra`].
+    pub fn tick_with(&mut self, at: u32, now: Totals, p99_us: Option<u64>, extra: X) {
         // Saturating: a counter read torn against another thread's reset must not wrap.
         let d = |now: u64, last: u64| now.saturating_sub(last);
+        let at = u32::try_from(u64::from(at) * u64::from(self.read_ms) / u64::from(self.step_ms))
+            .unwrap_or(u32::MAX);
         let sample = Sample {
             at,
             sent: d(now.sent, self.last.sent),
@@ -120,34 +162,55 @@ impl Recorder {
             pings_answered: d(now.pings_answered, self.last.pings_answered),
             pings_lost: d(now.pings_lost, self.last.pings_lost),
             p99_us,
+            extra,
         };
         self.last = now;
         match self.samples.last_mut() {
             Some(prev) if prev.at >= at => prev.absorb(&sample, false),
             _ => self.samples.push(sample),
         }
+        if self.samples.len() >= MAX_RECORDING {
+            let step = coarser(self.step_ms, self.span_ms(), MAX_RECORDING / 2);
+            self.samples = coarsen(std::mem::take(&mut self.samples), self.step_ms, step);
+            self.step_ms = step;
+        }
+    }
+
+    fn span_ms(&self) -> u64 {
+        self.samples.last().map_or(0, |s| u64::from(s.at) + 1) * u64::from(self.step_ms)
     }
 
     /// The samples recorded, coarsened to at most [`MAX_SAMPLES`]: a cell's `timeline`,
     /// with its step in milliseconds.
-    pub fn finish(self) -> (u32, Vec<Sample>) {
-        let span = self.samples.last().map_or(0, |s| u64::from(s.at) + 1) * u64::from(self.step_ms);
-        let step = STEPS_MS
-            .into_iter()
-            .filter(|&s| s >= self.step_ms)
-            .find(|&s| span.div_ceil(u64::from(s)) <= MAX_SAMPLES as u64)
-            .unwrap_or(STEPS_MS[STEPS_MS.len() - 1])
-            .max(self.step_ms);
+    pub fn finish(self) -> (u32, Vec<Sample<X>>) {
+        self.finish_within(MAX_SAMPLES)
+    }
+
+    /// The samples recorded, coarsened to at most `max` (as far as [`STEPS_MS`] goes), with
+    /// their step in milliseconds.
+    pub fn finish_within(self, max: usize) -> (u32, Vec<Sample<X>>) {
+        let step = coarser(self.step_ms, self.span_ms(), max);
         (step, coarsen(self.samples, self.step_ms, step))
     }
 }
 
+/// The finest step of [`STEPS_MS`], no finer than `step_ms`, that covers `span_ms` in at most
+/// `max` steps (the coarsest when none does).
+fn coarser(step_ms: u32, span_ms: u64, max: usize) -> u32 {
+    STEPS_MS
+        .into_iter()
+        .filter(|&s| s >= step_ms)
+        .find(|&s| span_ms.div_ceil(u64::from(s)) <= max as u64)
+        .unwrap_or(STEPS_MS[STEPS_MS.len() - 1])
+        .max(step_ms)
+}
+
 /// `samples` of `from_ms` steps as steps of `to_ms` (no finer than they were).
-pub fn coarsen(samples: Vec<Sample>, from_ms: u32, to_ms: u32) -> Vec<Sample> {
+pub fn coarsen<X: Extra>(samples: Vec<Sample<X>>, from_ms: u32, to_ms: u32) -> Vec<Sample<X>> {
     if to_ms <= from_ms {
         return samples;
     }
-    let mut out: Vec<Sample> = Vec::new();
+    let mut out: Vec<Sample<X>> = Vec::new();
     for mut s in samples {
         s.at = u32::try_from(u64::from(s.at) * u64::from(from_ms) / u64::from(to_ms))
             .unwrap_or(u32::MAX);
@@ -314,5 +377,33 @@ mod tests {
         let s: Sample = serde_json::from_str(old).expect("a sample written as seconds");
         assert_eq!((s.at, s.sent, s.received, s.open), (4, 1, 2, 3));
         assert!(serde_json::to_string(&s).expect("ser").contains("\"at\":4"));
+    }
+
+    /// A step's extra (the plot's): folded with the counts.
+    #[derive(Debug, Clone, Default, PartialEq)]
+    struct Seen(u64);
+    impl Extra for Seen {
+        fn absorb(&mut self, later: &Self) {
+            self.0 += later.0;
+        }
+    }
+
+    #[test]
+    fn a_long_recording_is_coarsened_as_it_goes_and_keeps_every_count() {
+        // Two days of one-second readings: never more than MAX_RECORDING samples at once.
+        let mut r: Recorder<Seen> = Recorder::starting(Totals::default(), 1_000);
+        let seconds = 2 * 86_400u32;
+        let mut most = 0;
+        for at in 0..seconds {
+            let n = u64::from(at + 1);
+            r.tick_with(at, totals(n, n, 1), None, Seen(1));
+            most = most.max(r.samples.len());
+        }
+        assert!(most <= MAX_RECORDING, "{most}");
+        let (step, s) = r.finish_within(2_000);
+        assert!(s.len() <= 2_000, "{}", s.len());
+        assert_eq!(u64::from(step) * s.len() as u64, u64::from(seconds) * 1_000);
+        assert_eq!(s.iter().map(|x| x.sent).sum::<u64>(), u64::from(seconds));
+        assert_eq!(s.iter().map(|x| x.extra.0).sum::<u64>(), u64::from(seconds));
     }
 }

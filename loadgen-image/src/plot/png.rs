@@ -1,7 +1,7 @@
 //! The run's timeline drawn as a PNG (`wsload run --plot`), with plotters: only in builds with
 //! the `plot` feature, so that the shard image links no drawing code.
 
-use super::{HEIGHT, QUANTILES, Sample, WIDTH};
+use super::{HEIGHT, Point, QUANTILES, WIDTH};
 use crate::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -39,7 +39,7 @@ const RECEIVED: RGBColor = RGBColor(44, 160, 44);
 const TARGET: RGBColor = RGBColor(90, 90, 90);
 
 /// Writes the two plots of `samples` to `path` (PNG, [`WIDTH`] x [`HEIGHT`]).
-pub fn write_png(path: &Path, title: &str, samples: &[Sample]) -> Result<()> {
+pub fn write_png(path: &Path, title: &str, samples: &[Point]) -> Result<()> {
     register_font()?;
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| plot_error(path, e))?;
@@ -71,7 +71,7 @@ fn legend<'a, CT: CoordTranslate>(
     Ok(())
 }
 
-fn latency_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult {
+fn latency_chart(area: &Area<'_>, samples: &[Point], end: f64) -> DrawResult {
     // Milliseconds on a log axis: p50 and p99.9 are often two decades apart.
     let values = samples
         .iter()
@@ -143,7 +143,7 @@ fn ms_label(v: f64) -> String {
     }
 }
 
-fn throughput_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult {
+fn throughput_chart(area: &Area<'_>, samples: &[Point], end: f64) -> DrawResult {
     let top = samples
         .iter()
         .map(|s| s.sent_rate.max(s.received_rate).max(s.target_rate))
@@ -166,7 +166,7 @@ fn throughput_chart(area: &Area<'_>, samples: &[Sample], end: f64) -> DrawResult
         .light_line_style(RGBColor(238, 238, 238))
         .label_style(("sans-serif", 13))
         .draw()?;
-    type Pick = fn(&Sample) -> f64;
+    type Pick = fn(&Point) -> f64;
     // Sent wide and received narrow on top: against an echo server they coincide, and both
     // must stay visible.
     let lines: [(&str, RGBColor, u32, Pick); 3] = [
@@ -199,8 +199,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("wsload-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("plot.png");
-        let samples: Vec<Sample> = (1..=20)
-            .map(|i| Sample {
+        let samples: Vec<Point> = (1..=20)
+            .map(|i| Point {
                 secs: f64::from(i),
                 sent_rate: 1000.0 * f64::from(i.min(10)),
                 received_rate: 990.0 * f64::from(i.min(10)),

@@ -5,14 +5,15 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use wsload::options::Options;
 use wsload::report::{CellResult, RunResult};
-use wsload::run::{self, Options};
+use wsload::run;
+use wsload_contract::announce;
 use wsload_spec::LoadTest;
 
 /// The `wsload-server` binary of this build. Integration tests of `wsload` get no
@@ -71,29 +72,13 @@ impl Server {
             .spawn()
             .expect("wsload-server starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut server = Server {
+        let announced = announce::await_server(stdout, Duration::from_secs(15), |_| {})
+            .expect("wsload-server prints its listeners");
+        let server = Server {
             child,
-            ws: String::new(),
-            metrics: String::new(),
+            ws: announced.ws[0].clone(),
+            metrics: announced.metrics,
         };
-        while server.metrics.is_empty() {
-            let line = rx
-                .recv_timeout(Duration::from_secs(15))
-                .expect("wsload-server prints its listeners");
-            if let Some(rest) = line.strip_prefix("wsload-server listening on ") {
-                server.ws = rest.split_whitespace().next().unwrap_or("").to_string();
-            } else if let Some(rest) = line.strip_prefix("wsload-server metrics on ") {
-                server.metrics = rest.trim().to_string();
-            }
-        }
         assert!(server.ws.starts_with("ws://127.0.0.1:"), "{}", server.ws);
         server
     }

@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Message, protocol::frame::coding::CloseCode};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use wsload_contract::announce;
 
 pub type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -70,25 +71,14 @@ impl Server {
             text
         });
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut ws = Vec::new();
-        let metrics = loop {
-            let line = rx
-                .recv_timeout(Duration::from_secs(20))
-                .expect("server printed its addresses");
-            if let Some(rest) = line.strip_prefix("wsload-server listening on ") {
-                ws.push(rest.split_whitespace().next().expect("address").to_string());
-            } else if let Some(rest) = line.strip_prefix("wsload-server metrics on http://") {
-                break rest.trim_end_matches("/metrics").to_string();
-            }
-        };
+        let announced = announce::await_server(stdout, Duration::from_secs(20), |_| {})
+            .expect("server printed its addresses");
+        let ws = announced.ws;
+        let metrics = announced
+            .metrics
+            .trim_start_matches("http://")
+            .trim_end_matches("/metrics")
+            .to_string();
         Server {
             child,
             ws,
