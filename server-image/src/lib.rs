@@ -2,8 +2,10 @@
 
 pub mod config;
 mod files;
+mod handshake;
 mod server;
 mod session;
+mod state;
 pub mod stats;
 mod wse;
 

@@ -1,70 +1,33 @@
 //! Binding, accepting, the HTTP upgrade, admission, dispatch to a profile, and the drain.
 
 use crate::config::{Config, Profile};
+use crate::handshake::HandshakeInfo;
 use crate::session::{self, Discard, Echo};
-use crate::stats::{AcceptError, Rejected, Stats};
+use crate::state::ServerState;
+use crate::stats::{AcceptError, Rejected};
 use crate::{Error, Result, files, wse};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use wsload_contract::announce::ServerLine;
 use wsload_http::prometheus_client::collector::Collector;
 use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::prometheus_client::registry::Registry;
-use wsload_proto::jwt::Validation;
-
-/// Broadcast messages a slow connection may fall behind before it skips some.
-const BROADCAST_BACKLOG: usize = 1024;
 
 /// errno values of accept(2) when this process or the system is out of file descriptors.
 const EMFILE: i32 = 24;
 const ENFILE: i32 = 23;
 
-/// State shared by every task of the server.
-pub struct Shared {
-    pub config: Config,
-    pub stats: Stats,
-    pub shutdown: CancellationToken,
-    pub validation: Validation,
-    ws_config: WebSocketConfig,
-    broadcast: Option<broadcast::Sender<Message>>,
-    admitted: AtomicU64,
-    accept_error_log: AcceptErrorLog,
-}
-
-impl Shared {
-    /// Takes one of `--max-connections` places; the guard gives it back.
-    fn admit(&self) -> Option<Admission<'_>> {
-        let before = self.admitted.fetch_add(1, Ordering::AcqRel);
-        let cap = self.config.max_connections;
-        if cap > 0 && before >= cap {
-            self.admitted.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Admission(&self.admitted))
-    }
-}
-
-struct Admission<'a>(&'a AtomicU64);
-impl Drop for Admission<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Reads the counters at each scrape. It holds the whole of `Shared` so that `Stats` stays
+/// Reads the counters at each scrape. It holds the whole of `ServerState` so that `Stats` stays
 /// inline there: one pointer fewer on every message's counter increment.
-struct Scraped(Arc<Shared>);
+struct Scraped(Arc<ServerState>);
 
 impl std::fmt::Debug for Scraped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,12 +43,12 @@ impl Collector for Scraped {
 
 /// `/metrics`, `/healthz` and `/readyz`.
 struct Endpoint {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     registry: Registry,
 }
 
 impl Endpoint {
-    fn new(shared: Arc<Shared>) -> Endpoint {
+    fn new(shared: Arc<ServerState>) -> Endpoint {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Scraped(shared.clone())));
         Endpoint { shared, registry }
@@ -98,47 +61,6 @@ impl wsload_http::Exposition for Endpoint {
     }
     fn ready(&self) -> bool {
         self.shared.stats.is_ready()
-    }
-}
-
-/// What the upgrade request said that a profile needs later.
-#[derive(Debug, Default)]
-pub struct HandshakeInfo {
-    pub path: String,
-    /// From the `access_token` cookie, else `Authorization: Bearer`.
-    pub token: Option<String>,
-    /// `format=msgpack` in the query string.
-    pub msgpack: bool,
-}
-
-impl HandshakeInfo {
-    fn from_request(req: &Request) -> Self {
-        let cookie_token = req
-            .headers()
-            .get_all("cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .find_map(|kv| kv.trim().strip_prefix("access_token=").map(str::to_string));
-        let bearer = || {
-            req.headers()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| {
-                    v.strip_prefix("Bearer ")
-                        .or_else(|| v.strip_prefix("bearer "))
-                })
-                .map(|t| t.trim().to_string())
-        };
-        let msgpack = req.uri().query().is_some_and(|q| {
-            q.split('&')
-                .any(|kv| kv.eq_ignore_ascii_case("format=msgpack"))
-        });
-        HandshakeInfo {
-            path: req.uri().path().to_string(),
-            token: cookie_token.or_else(bearer),
-            msgpack,
-        }
     }
 }
 
@@ -216,32 +138,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
             source,
         })?;
 
-    let ws_config = WebSocketConfig::default()
-        .read_buffer_size(config.read_buffer_size)
-        .write_buffer_size(64 * 1024)
-        .max_write_buffer_size(64 * 1024 + 2 * config.max_message_size)
-        .max_message_size(Some(config.max_message_size))
-        .max_frame_size(Some(config.max_message_size));
-    let broadcast = config
-        .serves(Profile::Broadcast)
-        .then(|| broadcast::channel(BROADCAST_BACKLOG).0);
-    let stats = Stats::new(config.profiles());
-    if let Some(limit) = open_files_limit {
-        stats.set_open_files_limit(limit);
-    }
-    let shared = Arc::new(Shared {
-        stats,
-        validation: Validation {
-            issuer: config.jwt_issuer.clone(),
-            audience: config.jwt_audience.clone(),
-        },
-        shutdown: CancellationToken::new(),
-        ws_config,
-        broadcast,
-        admitted: AtomicU64::new(0),
-        accept_error_log: AcceptErrorLog::new(),
-        config,
-    });
+    let shared = Arc::new(ServerState::new(config, open_files_limit));
 
     let metrics_addr = metrics.local_addr()?;
     tokio::spawn(wsload_http::serve(
@@ -274,7 +171,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     shared.stats.set_ready(true);
 
     shutdown_signal.await;
-    let open = shared.admitted.load(Ordering::Relaxed);
+    let open = shared.admitted();
     tracing::info!(
         open,
         "draining: no new connections, closing open ones with 1001"
@@ -285,7 +182,7 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     match tokio::time::timeout(shared.config.drain_timeout, tracker.wait()).await {
         Ok(()) => tracing::info!("drained"),
         Err(_) => tracing::warn!(
-            still_open = shared.admitted.load(Ordering::Relaxed),
+            still_open = shared.admitted(),
             timeout = ?shared.config.drain_timeout,
             "drain timeout; exiting with connections open"
         ),
@@ -293,52 +190,10 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     Ok(())
 }
 
-/// Accept failures are logged at most once a second (for all listeners together): out of
-/// descriptors, accept fails on every retry until a connection closes, and a line per retry
-/// would flood the log.
-struct AcceptErrorLog {
-    epoch: Instant,
-    /// Milliseconds from `epoch` to the last line written; `NEVER` before the first.
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl AcceptErrorLog {
-    const EVERY_MS: u64 = 1000;
-    const NEVER: u64 = u64::MAX;
-
-    fn new() -> Self {
-        AcceptErrorLog {
-            epoch: Instant::now(),
-            last_ms: AtomicU64::new(Self::NEVER),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(failures not logged since the last line)` when a line may be written now.
-    fn due(&self, now: Instant) -> Option<u64> {
-        let now_ms = u64::try_from(now.saturating_duration_since(self.epoch).as_millis())
-            .unwrap_or(Self::NEVER - 1);
-        let last = self.last_ms.load(Ordering::Relaxed);
-        let quiet = last == Self::NEVER || now_ms >= last.saturating_add(Self::EVERY_MS);
-        // The exchange makes one listener the writer when several fail at the same moment.
-        if quiet
-            && self
-                .last_ms
-                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
 async fn accept_loop(
     listener: TcpListener,
     pinned: Option<Profile>,
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     tracker: TaskTracker,
 ) {
     loop {
@@ -367,7 +222,7 @@ async fn accept_loop(
                         tracing::warn!(
                             error = %e,
                             open_files_limit = %limit,
-                            admitted = shared.admitted.load(Ordering::Relaxed),
+                            admitted = shared.admitted(),
                             suppressed,
                             "accept failed: out of file descriptors; new connections wait in the \
                              listen backlog until some close. Raise the hard open-file limit \
@@ -386,7 +241,7 @@ async fn accept_loop(
     }
 }
 
-async fn connection(stream: TcpStream, pinned: Option<Profile>, shared: Arc<Shared>) {
+async fn connection(stream: TcpStream, pinned: Option<Profile>, shared: Arc<ServerState>) {
     let started = Instant::now();
     let mut info = HandshakeInfo::default();
     // The error type is fixed by tungstenite's `Callback` signature.
@@ -428,7 +283,7 @@ async fn connection(stream: TcpStream, pinned: Option<Profile>, shared: Arc<Shar
 }
 
 /// The broadcast feed: one timestamped message per tick, shared by every subscriber.
-async fn publish(tx: broadcast::Sender<Message>, shared: Arc<Shared>) {
+async fn publish(tx: broadcast::Sender<Message>, shared: Arc<ServerState>) {
     let pad = "x".repeat(shared.config.broadcast_payload_size);
     let mut ticker = tokio::time::interval(shared.config.broadcast_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -464,18 +319,6 @@ mod tests {
             !client.nodelay().expect("nodelay"),
             "the control socket has Nagle on"
         );
-    }
-
-    #[test]
-    fn accept_errors_are_logged_at_most_once_a_second() {
-        let log = AcceptErrorLog::new();
-        let t0 = Instant::now();
-        assert_eq!(log.due(t0), Some(0));
-        for ms in [100, 500, 999] {
-            assert_eq!(log.due(t0 + Duration::from_millis(ms)), None);
-        }
-        assert_eq!(log.due(t0 + Duration::from_millis(1000)), Some(3));
-        assert_eq!(log.due(t0 + Duration::from_millis(1500)), None);
     }
 
     #[tokio::test]

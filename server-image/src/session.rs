@@ -7,7 +7,7 @@
 //! the keepalive tick and shutdown.
 
 use crate::config::Profile;
-use crate::server::Shared;
+use crate::state::ServerState;
 use crate::stats::Closed;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::time::Duration;
@@ -61,7 +61,7 @@ pub fn format_of(msg: &Message) -> Option<Format> {
 /// Queues `msg` and counts it as sent.
 pub async fn feed(
     ws: &mut Ws,
-    shared: &Shared,
+    shared: &ServerState,
     profile: Profile,
     msg: Message,
 ) -> Result<(), WsError> {
@@ -133,7 +133,7 @@ struct Keepalive {
 }
 
 impl Keepalive {
-    fn new(shared: &Shared) -> Self {
+    fn new(shared: &ServerState) -> Self {
         let idle_timeout = shared.config.idle_timeout;
         let ping_interval = shared.config.ping_interval;
         let period = match (idle_timeout.map(|d| d / 4), ping_interval) {
@@ -196,7 +196,7 @@ async fn recv_broadcast(
 /// Serves `ws` until it ends; returns why it ended. Counting of the close is the caller's.
 pub async fn run<H: Handler>(
     ws: &mut Ws,
-    shared: &Shared,
+    shared: &ServerState,
     profile: Profile,
     handler: &mut H,
     mut broadcast: Option<broadcast::Receiver<Message>>,
@@ -283,7 +283,7 @@ pub async fn run<H: Handler>(
 
 async fn feed_out(
     ws: &mut Ws,
-    shared: &Shared,
+    shared: &ServerState,
     profile: Profile,
     out: &mut Vec<Message>,
 ) -> Result<(), WsError> {
@@ -295,7 +295,7 @@ async fn feed_out(
 
 async fn flush_out(
     ws: &mut Ws,
-    shared: &Shared,
+    shared: &ServerState,
     profile: Profile,
     out: &mut Vec<Message>,
 ) -> Result<(), WsError> {

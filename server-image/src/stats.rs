@@ -265,6 +265,17 @@ impl Collector for Stats {
             "Build of this server.",
             [(version, 1)],
         )?;
+        self.encode_connections(e)?;
+        self.encode_messages(e)?;
+        self.encode_auth_and_broadcast(e)?;
+        self.encode_accepts_and_file_limit(e)
+    }
+}
+
+/// The exposition's families, in the order a scrape shows them.
+impl Stats {
+    /// Connections by outcome: open, admitted, refused, ended, and the handshake's duration.
+    fn encode_connections(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         family::gauge(
             e,
             "wsload_server_connections_active",
@@ -309,8 +320,11 @@ impl Collector for Stats {
             self.profiles
                 .iter()
                 .map(|p| ([("profile", p.label())], [&self.handshake[p.index()]])),
-        )?;
+        )
+    }
 
+    /// The per-thread message and byte counters, summed, by profile and format.
+    fn encode_messages(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         for (kind, name, help) in [
             (
                 Kind::MessagesIn,
@@ -346,7 +360,11 @@ impl Collector for Stats {
             });
             family::counters(e, name, help, samples)?;
         }
+        Ok(())
+    }
 
+    /// Refused WSE tokens and the broadcast messages slow clients skipped.
+    fn encode_auth_and_broadcast(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         family::counters(
             e,
             "wsload_server_auth_failures",
@@ -361,7 +379,11 @@ impl Collector for Stats {
             "wsload_server_broadcast_lagged",
             "Broadcast messages skipped by clients that fell behind.",
             self.broadcast_lagged.load(Relaxed),
-        )?;
+        )
+    }
+
+    /// Failed accepts and the open-file limit they run into.
+    fn encode_accepts_and_file_limit(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         family::counters(
             e,
             "wsload_server_accept_errors",

@@ -2,8 +2,9 @@
 //! `client_hello` and `ping`, and decode (so as to count) every other message.
 
 use crate::config::Profile;
-use crate::server::{HandshakeInfo, Shared};
+use crate::handshake::HandshakeInfo;
 use crate::session::{self, Handler, Ws};
+use crate::state::ServerState;
 use crate::stats::Closed;
 use futures_util::SinkExt;
 use serde_json::Value;
@@ -15,7 +16,7 @@ use wsload_proto::jwt;
 
 /// Per-connection protocol state.
 pub struct Wse<'a> {
-    shared: &'a Shared,
+    shared: &'a ServerState,
     connection_id: String,
     seq: u64,
     /// Answer in `M:` MsgPack (the client connected with `format=msgpack`).
@@ -23,7 +24,7 @@ pub struct Wse<'a> {
 }
 
 impl<'a> Wse<'a> {
-    fn new(shared: &'a Shared, msgpack: bool) -> Self {
+    fn new(shared: &'a ServerState, msgpack: bool) -> Self {
         Wse {
             shared,
             connection_id: uuid::Uuid::new_v4().to_string(),
@@ -99,7 +100,7 @@ impl Handler for Wse<'_> {
 
 /// Who the token says the client is, or why it is refused: (error code, metric reason, text).
 fn authenticate(
-    shared: &Shared,
+    shared: &ServerState,
     token: Option<&str>,
 ) -> Result<String, (&'static str, &'static str, String)> {
     let cfg = &shared.config;
@@ -126,7 +127,7 @@ fn authenticate(
 }
 
 /// Serves one admitted `wse` connection.
-pub async fn serve(ws: &mut Ws, shared: &Shared, info: HandshakeInfo) -> Closed {
+pub async fn serve(ws: &mut Ws, shared: &ServerState, info: HandshakeInfo) -> Closed {
     let mut wse = Wse::new(shared, info.msgpack);
     let user = match authenticate(shared, info.token.as_deref()) {
         Ok(user) => user,

@@ -1,6 +1,6 @@
 //! Line charts as inline SVG, drawn here so the HTML report needs no script or network.
 
-use crate::html::escape;
+use crate::escape::escape;
 use std::fmt::Write as _;
 
 /// Two charts side by side fit the report's 1040 px column.

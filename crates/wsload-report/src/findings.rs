@@ -2,7 +2,8 @@
 //! a function of one cell: it names a cause only where the figures point at it, and says which.
 
 use crate::measure::ConnectError;
-use crate::report::{CellResult, RunResult, ms, num};
+use crate::numbers::{ms, num};
+use crate::result::{CellResult, RunResult};
 
 /// One explained observation about one cell.
 #[derive(Debug, Clone, PartialEq)]

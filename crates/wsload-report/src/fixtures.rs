@@ -2,7 +2,7 @@
 //! (feature `fixtures`): one source of truth for what a merge must add up to.
 
 use crate::measure::{ConnectError, Measure};
-use crate::report::{CellResult, Figures, RunResult, ShardInfo};
+use crate::result::{CellResult, Figures, RunResult, ShardInfo};
 use crate::timeline::{Recorder, Totals};
 use std::time::Duration;
 use wsload_spec::Scenario;

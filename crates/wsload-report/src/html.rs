@@ -2,7 +2,10 @@
 //! no script and nothing fetched, so it opens offline and prints as it shows.
 
 use crate::chart::{LineChart, Series, nice_step};
-use crate::report::{RunResult, cell_table, ms, num};
+use crate::escape::escape;
+use crate::numbers::{ms, num};
+use crate::result::RunResult;
+use crate::table::cell_table;
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -24,22 +27,6 @@ svg .grid{stroke:#e9ecef}svg .axis{stroke:#868e96}svg .ct{font-weight:600;font-s
 summary{cursor:pointer;margin:8px 0;color:#495057}
 @media print{body{margin:0;max-width:none}h2{break-after:avoid}svg.chart,table{break-inside:avoid}}
 ";
-
-/// Text made safe for HTML content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// Unix microseconds as `2026-11-24 05:24:42.123 UTC` (civil-from-days, proleptic Gregorian).
 fn utc(micros: u64) -> String {

@@ -14,24 +14,37 @@
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
 
 mod chart;
+mod escape;
 pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod hist;
 mod html;
 pub mod measure;
-pub mod report;
+mod merge;
+mod numbers;
+mod result;
 mod spec_copy;
 pub mod stored;
+mod table;
+mod text;
 pub mod timeline;
+mod verdict;
 
 pub use findings::{Finding, Rule, findings};
 pub use hist::Hist;
 pub use html::html;
 pub use measure::{ConnectError, Counts, Drop, Hists, Measure};
-pub use report::{
-    CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict, human_rate,
-    in_units, ms, num,
-};
+pub use numbers::{human_rate, in_units, ms, num};
+pub use result::{CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict};
 pub use spec_copy::REDACTED;
 pub use timeline::{Recorder, Sample, Totals};
+
+/// The result and its number formats under the path the load generator and the conductor
+/// import them by (`wsload_report::report::RunResult`, re-exported as `wsload::report`).
+pub mod report {
+    pub use crate::numbers::{human_rate, in_units, ms, num};
+    pub use crate::result::{
+        CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict,
+    };
+}

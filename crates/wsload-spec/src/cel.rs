@@ -5,7 +5,12 @@
 //!
 //! Rules stay cheap enough for the API server's cost estimate: every list or string a rule
 //! walks has a `maxItems` / `maxLength` (the limits below, also enforced by `validate.rs`).
+//!
+//! The value types (`Dur`, `Percent`, `Threshold`) get their `JsonSchema` here, beside the
+//! rules it carries, so they stay below this module and know nothing of the API server.
 
+use crate::threshold::{Metric, Threshold};
+use crate::units::{Dur, Percent};
 use schemars::Schema;
 use serde_json::{Value, json};
 
@@ -53,7 +58,7 @@ pub const MAX_SHARD_SHARE: u32 = 10_000_000;
 pub const MAX_SERVER_REPLICAS: u32 = 1_000;
 
 /// Every metric a threshold may name, as in the error messages of both checkers.
-pub const KNOWN_METRICS: &str = crate::threshold::Metric::NAMES;
+pub const KNOWN_METRICS: &str = Metric::NAMES;
 
 fn push(schema: &mut Schema, rules: Vec<Value>) {
     let obj = schema.ensure_object();
@@ -142,6 +147,43 @@ pub fn threshold_schema() -> Schema {
             ),
         ],
     })
+}
+
+// The API server sees these as strings (or whole numbers).
+impl schemars::JsonSchema for Dur {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        duration_schema()
+    }
+}
+
+impl schemars::JsonSchema for Percent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Percent".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        percent_schema()
+    }
+}
+
+impl schemars::JsonSchema for Threshold {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Threshold".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        threshold_schema()
+    }
 }
 
 /// For `Option<Enum>` fields: schemars admits `null` (in `type` and among the values), and the

@@ -2,7 +2,7 @@
 //! pods are built and tuned, and the operator's lifecycle policy (deadlines, failure, cleanup).
 //! `wsload run` accepts and ignores them, so one file serves both ways of running a test.
 
-use crate::spec::EnvVar;
+use crate::env_var::EnvVar;
 use crate::units::Dur;
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use schemars::JsonSchema;

@@ -6,6 +6,7 @@
 
 pub mod cel;
 pub mod cluster;
+pub mod env_var;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod shares;
@@ -18,6 +19,7 @@ pub mod validate;
 pub mod yaml;
 
 pub use cluster::*;
+pub use env_var::EnvVar;
 pub use spec::*;
 pub use status::*;
 pub use threshold::Threshold;

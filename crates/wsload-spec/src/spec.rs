@@ -3,6 +3,7 @@
 
 use crate::cel;
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
+use crate::env_var::EnvVar;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -209,14 +210,6 @@ fn default_metrics_port() -> u16 {
 }
 fn default_path() -> String {
     "/".to_string()
-}
-
-/// An environment variable: `name` and its `value`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EnvVar {
-    pub name: String,
-    pub value: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -288,18 +288,6 @@ impl<'de> Deserialize<'de> for Threshold {
     }
 }
 
-impl schemars::JsonSchema for Threshold {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Threshold".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        crate::cel::threshold_schema()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

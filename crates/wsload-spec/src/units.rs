@@ -55,31 +55,6 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
-// The API server sees these as strings (or whole numbers): see `cel::duration_schema`.
-impl schemars::JsonSchema for Dur {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Duration".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        crate::cel::duration_schema()
-    }
-}
-
-impl schemars::JsonSchema for Percent {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Percent".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        crate::cel::percent_schema()
-    }
-}
-
 /// YAML users write `10s` or `10`, `5%` or `0.05`: both forms are accepted.
 #[derive(Deserialize)]
 #[serde(untagged)]

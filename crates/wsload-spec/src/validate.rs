@@ -311,8 +311,18 @@ fn auth(spec: &LoadTestSpec, e: &mut Errors) {
     }
 }
 
+/// What the run is made of: shards, tiers, messages, pacing, the limit search, and whether one
+/// shard's share fits a process. Errors come in this order.
 fn shape(spec: &LoadTestSpec, e: &mut Errors) {
-    let scenario = spec.scenario;
+    shard_count(spec, e);
+    tiers(spec, e);
+    messages(spec, e);
+    rate(spec, e);
+    limit(spec, e);
+    shard_share(spec, e);
+}
+
+fn shard_count(spec: &LoadTestSpec, e: &mut Errors) {
     if spec.shards == 0 {
         e.add("shards", "must be at least 1");
     } else if spec.shards > cel::MAX_SHARDS {
@@ -325,35 +335,46 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
             ),
         );
     }
-    if scenario != Scenario::ConnectionLimit {
-        if spec.connections.is_empty() {
+}
+
+/// The connection counts: every shard needs one connection of every tier.
+fn tiers(spec: &LoadTestSpec, e: &mut Errors) {
+    if spec.scenario == Scenario::ConnectionLimit {
+        return;
+    }
+    if spec.connections.is_empty() {
+        e.add(
+            "connections",
+            "list at least one connection count, e.g. [100]",
+        );
+    }
+    for (i, &n) in spec.connections.iter().enumerate() {
+        if n == 0 {
+            e.add(format!("connections[{i}]"), "must be at least 1");
+        } else if n > cel::MAX_CONNECTIONS_PER_TIER {
             e.add(
-                "connections",
-                "list at least one connection count, e.g. [100]",
+                format!("connections[{i}]"),
+                format!(
+                    "{n} connections; at most {} in one tier",
+                    cel::MAX_CONNECTIONS_PER_TIER
+                ),
+            );
+        } else if n < spec.shards {
+            e.add(
+                format!("connections[{i}]"),
+                format!(
+                    "{n} connections cannot be split over {} shards",
+                    spec.shards
+                ),
             );
         }
-        for (i, &n) in spec.connections.iter().enumerate() {
-            if n == 0 {
-                e.add(format!("connections[{i}]"), "must be at least 1");
-            } else if n > cel::MAX_CONNECTIONS_PER_TIER {
-                e.add(
-                    format!("connections[{i}]"),
-                    format!(
-                        "{n} connections; at most {} in one tier",
-                        cel::MAX_CONNECTIONS_PER_TIER
-                    ),
-                );
-            } else if n < spec.shards {
-                e.add(
-                    format!("connections[{i}]"),
-                    format!(
-                        "{n} connections cannot be split over {} shards",
-                        spec.shards
-                    ),
-                );
-            }
-        }
     }
+}
+
+/// What each connection sends and waits for: the duration, the message, the window, connect
+/// batches, pings and the payload sizes.
+fn messages(spec: &LoadTestSpec, e: &mut Errors) {
+    let scenario = spec.scenario;
     let timed = !matches!(
         scenario,
         Scenario::ConnectionStorm | Scenario::PingLatency | Scenario::ConnectionLimit
@@ -397,6 +418,10 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
             e.add(format!("sizes[{i}]"), "must be at least 1 byte");
         }
     }
+}
+
+/// The pacing: a rate or stages, and constantRate needs one of them.
+fn rate(spec: &LoadTestSpec, e: &mut Errors) {
     if let Some(rate) = &spec.rate {
         if rate
             .messages_per_second
@@ -416,49 +441,56 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
             }
         }
     }
-    match scenario {
-        Scenario::ConstantRate => {
-            let ok = spec
-                .rate
-                .as_ref()
-                .is_some_and(|r| r.messages_per_second.is_some() || !r.stages.is_empty());
-            if !ok {
-                e.add(
-                    "rate",
-                    "constantRate needs rate.messagesPerSecond or rate.stages",
-                );
-            }
+    if spec.scenario == Scenario::ConstantRate {
+        let ok = spec
+            .rate
+            .as_ref()
+            .is_some_and(|r| r.messages_per_second.is_some() || !r.stages.is_empty());
+        if !ok {
+            e.add(
+                "rate",
+                "constantRate needs rate.messagesPerSecond or rate.stages",
+            );
         }
-        Scenario::ConnectionLimit => {
-            let l = &spec.limit;
-            if l.start == 0 {
-                e.add("limit.start", "must be at least 1");
-            }
-            if l.max < l.start {
-                e.add(
-                    "limit.max",
-                    format!("must be at least limit.start ({})", l.start),
-                );
-            }
-            if l.max > cel::MAX_CONNECTIONS_PER_TIER {
-                e.add(
-                    "limit.max",
-                    format!(
-                        "{} connections; at most {}",
-                        l.max,
-                        cel::MAX_CONNECTIONS_PER_TIER
-                    ),
-                );
-            }
-            if l.resolution == 0 {
-                e.add("limit.resolution", "must be at least 1");
-            }
-            if l.hold.get().is_zero() {
-                e.add("limit.hold", "must be above zero");
-            }
-        }
-        _ => {}
     }
+}
+
+/// connectionLimit's search: where it starts, where it stops, and how each probe is held.
+fn limit(spec: &LoadTestSpec, e: &mut Errors) {
+    if spec.scenario != Scenario::ConnectionLimit {
+        return;
+    }
+    let l = &spec.limit;
+    if l.start == 0 {
+        e.add("limit.start", "must be at least 1");
+    }
+    if l.max < l.start {
+        e.add(
+            "limit.max",
+            format!("must be at least limit.start ({})", l.start),
+        );
+    }
+    if l.max > cel::MAX_CONNECTIONS_PER_TIER {
+        e.add(
+            "limit.max",
+            format!(
+                "{} connections; at most {}",
+                l.max,
+                cel::MAX_CONNECTIONS_PER_TIER
+            ),
+        );
+    }
+    if l.resolution == 0 {
+        e.add("limit.resolution", "must be at least 1");
+    }
+    if l.hold.get().is_zero() {
+        e.add("limit.hold", "must be above zero");
+    }
+}
+
+/// One shard's share of the largest tier: what one process may hold, and what its source
+/// addresses can carry.
+fn shard_share(spec: &LoadTestSpec, e: &mut Errors) {
     // A sane bound on one shard's share (see cel::MAX_SHARD_SHARE), not any host's
     // open-file limit: a shard checks that limit itself when it starts.
     let shards = spec.shards.max(1);
@@ -467,7 +499,7 @@ fn shape(spec: &LoadTestSpec, e: &mut Errors) {
     let max = cel::MAX_SHARD_SHARE;
     if per_shard > max {
         let need = peak.div_ceil(max);
-        let what = if scenario == Scenario::ConnectionLimit {
+        let what = if spec.scenario == Scenario::ConnectionLimit {
             "limit.max"
         } else {
             "the largest tier"

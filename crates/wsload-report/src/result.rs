@@ -1,0 +1,216 @@
+//! The result of a run as it is stored and sent: JSON with every count and serialized histogram
+//! (so shards merge exactly), and the figures derived from them.
+
+use crate::hist::Hist;
+use crate::measure::Measure;
+use crate::timeline::{self, Sample};
+use serde::{Deserialize, Serialize};
+use wsload_spec::{Scenario, Threshold};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub count: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Hist) -> Self {
+        Percentiles {
+            p50: h.percentile(50.0),
+            p90: h.percentile(90.0),
+            p95: h.percentile(95.0),
+            p99: h.percentile(99.0),
+            p999: h.percentile(99.9),
+            max: h.max(),
+            mean: h.mean(),
+            count: h.len(),
+        }
+    }
+}
+
+/// Figures of one cell, derived from its counts and histograms (seconds, fractions, per second).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figures {
+    pub sent_per_sec: f64,
+    pub received_per_sec: f64,
+    pub bytes_sent_per_sec: f64,
+    pub connect_rate: f64,
+    pub errors: f64,
+    pub loss: f64,
+    pub survival: f64,
+    pub delivery: Option<f64>,
+    pub connect: Percentiles,
+    pub rtt: Percentiles,
+    pub rtt_raw: Percentiles,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CellResult {
+    pub label: String,
+    pub connections: u32,
+    pub size: u32,
+    pub format: String,
+    pub target_rate: f64,
+    pub connect_secs: f64,
+    pub measured_secs: f64,
+    pub start_skew_us: u64,
+    #[serde(flatten)]
+    pub measure: Measure,
+    /// Messages the servers counted during the cell: every replica's counter's increase,
+    /// summed by the conductor once every shard finished the cell. A shard never sets it.
+    pub server_received: Option<u64>,
+    /// When the first and the last shard began the cell, Unix microseconds (0: not recorded).
+    /// Cells begin at one instant released to every shard; the spread is the skew.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_first_micros: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_last_micros: u64,
+    pub figures: Figures,
+    /// The measured phase sampled every `timeline_step_ms` (empty in results written before,
+    /// and for cells no sampler fed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<Sample>,
+    /// How long each sample of `timeline` covers, milliseconds.
+    #[serde(default = "timeline::legacy_step_ms")]
+    pub timeline_step_ms: u32,
+    /// How busy the busiest load generator was during the cell: CPU time over the wall time
+    /// and cores it may use, 0..1 (not recorded: `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loadgen_cpu: Option<f64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl CellResult {
+    /// How far apart the shards began this cell, milliseconds (when more than one did).
+    pub fn shard_skew_ms(&self) -> Option<f64> {
+        (self.started_first_micros > 0 && self.started_last_micros >= self.started_first_micros)
+            .then(|| (self.started_last_micros - self.started_first_micros) as f64 / 1000.0)
+    }
+
+    pub fn compute(&mut self) {
+        let c = &self.measure.counts;
+        let h = &self.measure.hists;
+        let per = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let frac = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
+        self.figures = Figures {
+            sent_per_sec: per(c.sent, self.measured_secs),
+            received_per_sec: per(c.received, self.measured_secs),
+            bytes_sent_per_sec: per(c.bytes_sent, self.measured_secs),
+            connect_rate: per(c.connected, self.connect_secs),
+            // A connection the server refused after the upgrade, or dropped later, failed too.
+            errors: frac(c.failed_total() + c.dropped_total(), c.attempted),
+            loss: frac(c.lost, c.expected),
+            survival: frac(c.survived, c.connected),
+            delivery: self.server_received.map(|s| frac(s, c.sent_with_warmup)),
+            connect: Percentiles::of(&h.connect),
+            rtt: Percentiles::of(&h.rtt),
+            rtt_raw: Percentiles::of(&h.rtt_raw),
+        };
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    pub threshold: String,
+    pub cell: String,
+    pub actual: Option<f64>,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub passed: bool,
+    pub checks: Vec<Check>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Probe {
+    pub connections: u32,
+    pub error_rate: f64,
+    pub passed: bool,
+}
+
+/// One shard's run in wall-clock time (Unix microseconds): the operator's start skew is the
+/// spread of `started_at_micros` over the shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardInfo {
+    pub index: u32,
+    /// When the load began: after the shard slept until the common start instant.
+    pub started_at_micros: u64,
+    pub finished_at_micros: u64,
+    /// Why the shard's run ended early; its cells are what it measured until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    pub test: String,
+    pub scenario: Scenario,
+    pub target: String,
+    /// Shards whose results are in this one.
+    pub shards: Vec<u32>,
+    pub shard_count: u32,
+    pub started_at_unix_ms: u64,
+    pub cells: Vec<CellResult>,
+    /// connectionLimit: every probe, and the largest count that passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    pub thresholds: Vec<Threshold>,
+    pub verdict: Option<Verdict>,
+    /// Problems worth a reader's attention (file limits, a failed server scrape...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// Per shard, when its load ran (`wsload shard`; empty for `wsload run` and for results
+    /// written before shards recorded it, which still merge).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard_info: Vec<ShardInfo>,
+    /// The LoadTest's spec as run, secrets redacted ([`RunResult::set_spec`]). Kept as JSON, not
+    /// as `LoadTestSpec`, so a stored result still reads after the spec's schema changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
+}
+
+impl RunResult {
+    /// The spread of the shards' start instants (microseconds), when more than one recorded it.
+    pub fn start_skew_micros(&self) -> Option<u64> {
+        let starts = self.shard_info.iter().map(|s| s.started_at_micros);
+        let (min, max) = (starts.clone().min()?, starts.max()?);
+        (self.shard_info.len() > 1).then_some(max - min)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::shard;
+
+    #[test]
+    fn results_written_before_timelines_still_read() {
+        let r = shard(0, 10, 1, 1);
+        let json = serde_json::to_string(&r).expect("ser");
+        for absent in ["\"timeline\"", "loadgenCpu", "\"spec\""] {
+            assert!(!json.contains(absent), "{absent} in {json}");
+        }
+        let back: RunResult = serde_json::from_str(&json).expect("de");
+        assert!(back.cells[0].timeline.is_empty() && back.spec.is_none());
+    }
+}

@@ -1,0 +1,156 @@
+//! A cell table's columns and rows for each kind of scenario, as the text and the HTML report
+//! print them.
+
+use crate::numbers::{ms, num};
+use crate::result::{CellResult, RunResult};
+use wsload_spec::Scenario;
+
+/// A cell table's columns and rows, as the text and the HTML report print them.
+pub(crate) struct Table {
+    pub head: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn of(
+        head: Vec<&'static str>,
+        cells: &[CellResult],
+        row: impl Fn(&CellResult) -> Vec<String>,
+    ) -> Table {
+        Table {
+            head,
+            rows: cells.iter().map(row).collect(),
+        }
+    }
+}
+
+/// The columns that matter for what the scenario measures, one row per cell.
+pub(crate) fn cell_table(r: &RunResult) -> Table {
+    use Scenario::*;
+    match r.scenario {
+        ConnectionStorm | ConnectionLimit => handshakes(&r.cells),
+        PingLatency | SustainedHold | Pingpong => pings(&r.cells, r.scenario == SustainedHold),
+        Throughput | PayloadMatrix | FormatComparison | Blast => throughput(&r.cells),
+        Echo | ConstantRate => paced_echoes(&r.cells),
+    }
+}
+
+/// Connection storms and limits: how fast connections were accepted and how long a handshake took.
+fn handshakes(cells: &[CellResult]) -> Table {
+    let head = vec![
+        "Connections",
+        "Accept rate",
+        "p50",
+        "p95",
+        "p99",
+        "p99.9",
+        "Failed",
+    ];
+    Table::of(head, cells, |c| {
+        let f = &c.figures;
+        // Connections the server closed right after the upgrade (over its cap) failed too.
+        let failed = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        vec![
+            c.label.clone(),
+            format!("{}/s", num(f.connect_rate)),
+            ms(f.connect.p50),
+            ms(f.connect.p95),
+            ms(f.connect.p99),
+            ms(f.connect.p999),
+            failed.to_string(),
+        ]
+    })
+}
+
+/// Ping scenarios: round trips, and survival where connections are held.
+fn pings(cells: &[CellResult], survival: bool) -> Table {
+    let head = vec![
+        "Connections",
+        "Pings",
+        "p50",
+        "p95",
+        "p99",
+        "p99.9",
+        "max",
+        "Lost",
+        if survival { "Survival" } else { "Errors" },
+    ];
+    Table::of(head, cells, |c| {
+        let f = &c.figures;
+        let last = if survival {
+            format!("{:.2}%", f.survival * 100.0)
+        } else {
+            c.measure.counts.failed_total().to_string()
+        };
+        vec![
+            c.label.clone(),
+            num(f.rtt.count as f64),
+            ms(f.rtt.p50),
+            ms(f.rtt.p95),
+            ms(f.rtt.p99),
+            ms(f.rtt.p999),
+            ms(f.rtt.max),
+            c.measure.counts.lost.to_string(),
+            last,
+        ]
+    })
+}
+
+/// Unpaced sending: message and byte rates, and what the servers counted.
+fn throughput(cells: &[CellResult]) -> Table {
+    let head = vec![
+        "Cell",
+        "Msg/s",
+        "MB/s",
+        "Per-conn msg/s",
+        "Echoes/s",
+        "Server received",
+        "Errors",
+    ];
+    Table::of(head, cells, |c| {
+        let f = &c.figures;
+        let server = match (c.server_received, f.delivery) {
+            (Some(s), Some(d)) => format!("{} ({:.2}%)", num(s as f64), d * 100.0),
+            _ => "-".into(),
+        };
+        let errors = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        vec![
+            c.label.clone(),
+            num(f.sent_per_sec),
+            format!("{:.1}", f.bytes_sent_per_sec / 1e6),
+            num(f.sent_per_sec / f64::from(c.connections.max(1))),
+            num(f.received_per_sec),
+            server,
+            errors.to_string(),
+        ]
+    })
+}
+
+/// Paced echoes: the rate asked for against the rates reached, round trips and loss.
+fn paced_echoes(cells: &[CellResult]) -> Table {
+    let head = vec![
+        "Connections",
+        "Target/s",
+        "Sent/s",
+        "Received/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "raw p99",
+        "Loss",
+    ];
+    Table::of(head, cells, |c| {
+        let f = &c.figures;
+        vec![
+            c.label.clone(),
+            num(c.target_rate),
+            num(f.sent_per_sec),
+            num(f.received_per_sec),
+            ms(f.rtt.p50),
+            ms(f.rtt.p99),
+            ms(f.rtt.p999),
+            ms(f.rtt_raw.p99),
+            format!("{:.2}%", f.loss * 100.0),
+        ]
+    })
+}

@@ -1,0 +1,112 @@
+//! The result as text for a terminal or a Markdown file: the cell table, findings, probes,
+//! shard skew, notes and the verdict, in the style of the seed reports.
+
+use crate::numbers::{in_units, num};
+use crate::result::{Check, RunResult};
+use crate::table::cell_table;
+use std::fmt::Write as _;
+
+impl RunResult {
+    /// What a check measured, in its threshold's units (`not measured` when nothing was).
+    pub fn actual(&self, c: &Check) -> String {
+        let metric = self
+            .thresholds
+            .iter()
+            .find(|t| t.text == c.threshold)
+            .map(|t| t.metric);
+        match (c.actual, metric) {
+            (Some(a), Some(m)) => in_units(m, a),
+            _ => "not measured".to_string(),
+        }
+    }
+
+    /// What ran against what: `echo against ws://x, shards [0, 1] of 2`.
+    pub(crate) fn headline(&self) -> String {
+        let shards = if self.shard_count > 1 {
+            format!(", shards {:?} of {}", self.shards, self.shard_count)
+        } else {
+            String::new()
+        };
+        format!("{} against {}{shards}", self.scenario.as_str(), self.target)
+    }
+
+    /// Tables in the style of the seed reports, and the verdict.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "\n{} — {}\n", self.test, self.headline());
+        o.push_str(&markdown_table(self));
+        let findings = crate::findings::findings(self);
+        if !findings.is_empty() {
+            o.push('\n');
+            for f in &findings {
+                let _ = writeln!(o, "{f}");
+            }
+        }
+        if !self.probes.is_empty() {
+            let _ = writeln!(o, "\n| Probe | Error rate | Result |\n|---|---|---|");
+            for p in &self.probes {
+                let _ = writeln!(
+                    o,
+                    "| {} | {:.2}% | {} |",
+                    num(f64::from(p.connections)),
+                    p.error_rate * 100.0,
+                    if p.passed { "held" } else { "failed" }
+                );
+            }
+            let _ = writeln!(
+                o,
+                "\nLimit: {}",
+                self.limit.map_or("none held".into(), |l| format!(
+                    "{} connections",
+                    num(f64::from(l))
+                ))
+            );
+        }
+        if self.shard_count > 1 && self.cells.iter().any(|c| c.shard_skew_ms().is_some()) {
+            let _ = writeln!(
+                o,
+                "\nShards began each cell together (released per cell); start skew per cell:"
+            );
+            let skews: Vec<String> = self
+                .cells
+                .iter()
+                .filter_map(|c| c.shard_skew_ms().map(|s| format!("{} {s:.1} ms", c.label)))
+                .collect();
+            let _ = writeln!(o, "  {}", skews.join(", "));
+        }
+        for n in &self.notes {
+            let _ = writeln!(o, "note: {n}");
+        }
+        if let Some(v) = &self.verdict {
+            let _ = writeln!(o, "\nThresholds:");
+            for c in &v.checks {
+                let actual = self.actual(c);
+                let _ = writeln!(
+                    o,
+                    "  {} {} [{}] actual {actual}",
+                    if c.passed { "PASS" } else { "FAIL" },
+                    c.threshold,
+                    c.cell
+                );
+            }
+            let _ = writeln!(o, "\nVerdict: {}", if v.passed { "PASS" } else { "FAIL" });
+        }
+        o
+    }
+}
+
+/// The cell table as Markdown, as the seed reports have it.
+fn markdown_table(r: &RunResult) -> String {
+    let t = cell_table(r);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "| {} |\n|{}",
+        t.head.join(" | "),
+        "---|".repeat(t.head.len())
+    );
+    for cells in &t.rows {
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
+    }
+    o
+}
