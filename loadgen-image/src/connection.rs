@@ -9,7 +9,6 @@ use crate::live::Live;
 use crate::measure::{Drop, Measure};
 use crate::message::{self, Template};
 use crate::schedule::Schedule;
-use crate::wsconn::Recv;
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
@@ -21,6 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use wsload_spec::{Format, PingKind, Protocol};
+use wsload_ws::Recv;
 
 /// How the connection pings (pingLatency, sustainedHold, pingpong, paced loads).
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +87,7 @@ pub struct Shared {
     pub slot_index: usize,
     pub live: Arc<Live>,
     /// What the worker's connections take turns with (their read and write buffers are the
-    /// worker thread's too: `wsconn::Spare`).
+    /// worker thread's too: wsload-ws's `Spare`).
     pub scratch: Scratch,
 }
 
@@ -943,7 +943,7 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wsconn::{Io, Ws};
+    use wsload_ws::{Io, Ws};
 
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
     /// trailer, rounded up to 128 bytes (tokio 1.54 on x86_64): 640 bytes since holds ping

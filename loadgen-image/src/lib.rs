@@ -22,7 +22,6 @@ pub mod schedule;
 pub mod server_metrics;
 pub mod sysctl;
 pub mod tls;
-pub mod wsconn;
 
 // Results moved to wsload-report (the operator merges with the same code); these paths stay.
 pub use wsload_report::{hist, measure, report};
