@@ -31,7 +31,8 @@
 //!
 //! The modules, by what they hold: [`frame`] (headers read and written), [`mask`], [`handshake`]
 //! (the key and the server's response head), the connection itself ([`Ws`], over an [`Io`]),
-//! and the errors.
+//! and the errors. `tests/fuzz.rs` feeds the frame and head parsers arbitrary bytes cut at
+//! arbitrary points.
 
 mod conn;
 mod error;
