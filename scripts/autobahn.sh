@@ -6,7 +6,7 @@
 # usage: scripts/autobahn.sh [--client]
 #   (no option)  the fuzzingclient (Autobahn is the client) against `wsload-server --profile echo`
 #   --client     the fuzzingserver (Autobahn is the server) against the load generator's own
-#                client (loadgen-image/src/wsconn.rs) run by the hidden `wsload autobahn-client`,
+#                client (crates/wsload-ws) run by the hidden `wsload autobahn-client`,
 #                which echoes every message back, as the client cases expect
 #
 # Cases 12.* and 13.* (permessage-deflate) are excluded: neither side implements compression,

@@ -6,7 +6,6 @@
 //! (`Ws` reassembles fragments, checks UTF-8, answers pings and the server's close), then
 //! wait for the server to end the connection. `/updateReports` writes the report last.
 
-use crate::wsconn::{Io, Ws};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
@@ -16,6 +15,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::generate_request;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_ws::{Io, Ws};
 
 /// Reads aim at this much: the 9.* cases send up to 16 MiB messages.
 const READ_SIZE: usize = 64 * 1024;

@@ -10,7 +10,6 @@ use crate::measure::{Drop, Measure};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
-use crate::wsconn::Recv;
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
@@ -21,6 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use wsload_spec::{PingKind, Protocol};
+use wsload_ws::Recv;
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
 /// its live slot and its scratch space.
@@ -37,7 +37,7 @@ pub struct WorkerState {
     /// The worker's live counters.
     pub slot: SlotRef,
     /// What the worker's connections take turns with (their read and write buffers are the
-    /// worker thread's too: `wsconn::Spare`).
+    /// worker thread's too: wsload-ws's `Spare`).
     pub scratch: Scratch,
 }
 
@@ -901,9 +901,9 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wsconn::{Io, Ws};
     use std::sync::Arc;
     use wsload_spec::Format;
+    use wsload_ws::{Io, Ws};
 
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
     /// trailer, rounded up to 128 bytes (tokio 1.54 on x86_64): 640 bytes since holds ping

@@ -3,7 +3,6 @@
 
 use crate::measure::ConnectError;
 use crate::message;
-use crate::wsconn::{HandshakeError, Io};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::ServerName;
@@ -19,11 +18,12 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
+use wsload_ws::{HandshakeError, Io};
 
-pub use crate::wsconn::Ws;
+pub use wsload_ws::Ws;
 
 /// What one read takes at most, for scenarios that move data: several messages. The buffer is
-/// the worker's, lent to each connection for a read (`wsconn::Spare`), so the size costs
+/// the worker's, lent to each connection for a read (wsload-ws's `Spare`), so the size costs
 /// memory once per worker, not per connection.
 const READ_BUFFER: usize = 4 * 1024;
 /// The most one read starts at, for large windows of large messages.
@@ -381,7 +381,7 @@ impl Dialer {
         };
         let mut req = Vec::with_capacity(self.request.len() + 2 + jwt.as_ref().map_or(0, Vec::len));
         req.extend_from_slice(&self.request);
-        let key = crate::wsconn::new_key();
+        let key = wsload_ws::new_key();
         req[self.key_at..self.key_at + key.len()].copy_from_slice(&key);
         if let Some(h) = jwt {
             req.extend_from_slice(&h);
@@ -567,10 +567,9 @@ mod tests {
     /// an upgrade rejection, the reason every other bad 101 is counted under.
     #[tokio::test]
     async fn an_extension_not_requested_is_an_upgrade_rejection() {
-        let (addr, server) = crate::wsconn::test_server::answer_101(
-            "Sec-WebSocket-Extensions: permessage-deflate\r\n",
-        )
-        .await;
+        let (addr, server) =
+            wsload_ws::test_server::answer_101("Sec-WebSocket-Extensions: permessage-deflate\r\n")
+                .await;
         let port = addr.port();
         let spec = wsload_spec::fixtures::spec(&format!(
             "  target: {{url: \"ws://127.0.0.1:{port}/\"}}\n  scenario: constantRate\n  connections: [1]\n  rate: {{messagesPerSecond: 1}}\n"

@@ -30,7 +30,6 @@ pub mod sysctl;
 pub mod target;
 pub mod terminal;
 pub mod tls;
-pub mod wsconn;
 
 // Results moved to wsload-report (the operator merges with the same code); these paths stay.
 pub use wsload_report::{hist, measure, report};

@@ -33,7 +33,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sampler",
             "server_metrics",
             "autobahn_client",
-            "wsconn",
         ],
     ),
     // The counters shown: the bar, the shards' bar, the exposition, the plot.

@@ -1,0 +1,538 @@
+//! One client WebSocket connection after its handshake: [`Ws`], reading and writing frames
+//! through the thread's spare buffers, a `Stream` + `Sink` of tungstenite's messages.
+
+use crate::error::{HandshakeError, failure_code, invalid_utf8};
+use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
+use crate::handshake::{self, Head};
+use crate::io::Io;
+use crate::message::{Fragments, MAX_MESSAGE, close_frame, close_payload, data_message, is_utf8};
+use crate::spare::Spare;
+use bytes::{Buf, BytesMut};
+use futures_util::{Sink, Stream};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::Data;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+
+/// Queued bytes past which `poll_ready` writes before taking more: a window of 64 echoes of
+/// 1 KiB goes out in one write.
+const WRITE_SOFT_LIMIT: usize = 128 * 1024;
+/// An incomplete frame up to this size is copied out of the thread's read buffer into one of
+/// the connection's own (a frame cut by the end of a read); a larger one keeps the buffer it is
+/// in, or a large message arriving over many reads would be copied again after every read.
+const COPY_OUT_MAX: usize = 4 * 1024;
+
+/// What [`Ws::poll_recv`] took from the connection.
+#[derive(Debug)]
+pub enum Recv {
+    /// `n` data messages (text or binary) of `bytes` payload bytes in all, at least one.
+    Data { n: u64, bytes: u64 },
+    /// A control message (a ping is answered already; a close too), or a reassembled
+    /// fragmented data message.
+    Other(Message),
+}
+
+/// One client WebSocket connection after its handshake.
+pub struct Ws {
+    io: Io,
+    /// Bytes read and not yet parsed: empty with no capacity while idle, the thread's spare
+    /// read buffer during a poll (see [`Spare`]).
+    rd: BytesMut,
+    /// Capacity a read aims for (one read takes a burst of echoes).
+    read_size: u32,
+    /// `rd` is the thread's read buffer, kept past a poll (a complete frame is still in it).
+    holds_spare: bool,
+    /// Frames queued; `wr[wr_pos..]` is not written yet. No capacity while nothing is queued.
+    wr: Vec<u8>,
+    wr_pos: usize,
+    frag: Option<Box<Fragments>>,
+    close_sent: bool,
+    close_received: bool,
+    /// A pong or a close reply waits in `wr`: reads push it out.
+    reply_pending: bool,
+    /// The stream has ended (closed, or failed): reads return `None`.
+    ended: bool,
+}
+
+impl Ws {
+    /// A connection over `io` whose reads aim at `read_size` bytes.
+    pub fn new(io: Io, read_size: usize) -> Ws {
+        Ws {
+            io,
+            rd: BytesMut::new(),
+            read_size: read_size.clamp(256, 1 << 30) as u32,
+            holds_spare: false,
+            wr: Vec::new(),
+            wr_pos: 0,
+            frag: None,
+            close_sent: false,
+            close_received: false,
+            reply_pending: false,
+            ended: false,
+        }
+    }
+
+    pub fn get_ref(&self) -> &Io {
+        &self.io
+    }
+
+    /// The transport, for a caller that drains it until the peer closes (after a failure).
+    pub fn into_io(self) -> Io {
+        self.io
+    }
+
+    // --- the opening handshake -----------------------------------------------------------
+
+    /// Sends `request` (a complete HTTP upgrade request) and reads the response head; bytes
+    /// after it stay buffered as the first frames.
+    pub async fn handshake(&mut self, request: &[u8]) -> Result<Head, HandshakeError> {
+        self.io
+            .write_all(request)
+            .await
+            .map_err(HandshakeError::Io)?;
+        self.io.flush().await.map_err(HandshakeError::Io)?;
+        std::future::poll_fn(|cx| self.with_spare_read(|ws| ws.poll_head(cx))).await
+    }
+
+    /// Reads until the response head is complete and takes it off the buffer.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, HandshakeError>> {
+        loop {
+            if let Some(head) = handshake::take_head(&mut self.rd).transpose() {
+                return Poll::Ready(head);
+            }
+            if self.rd.capacity() - self.rd.len() < 256 {
+                self.rd.reserve(1024);
+            }
+            let Ws { io, rd, .. } = self;
+            let read = std::pin::pin!(io.read_buf(rd));
+            match ready!(read.poll(cx)) {
+                Ok(0) => return Poll::Ready(Err(HandshakeError::Eof)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(HandshakeError::Io(e))),
+            }
+        }
+    }
+
+    // --- writing ---------------------------------------------------------------------------
+
+    /// Bytes queued and not written yet.
+    pub fn queued(&self) -> usize {
+        self.wr.len() - self.wr_pos
+    }
+
+    /// Whether enough is queued that it should be written before more is queued.
+    pub fn over_soft_limit(&self) -> bool {
+        self.queued() >= WRITE_SOFT_LIMIT
+    }
+
+    /// Queues one frame (FIN set, masked with a fresh random key).
+    fn frame(&mut self, opcode: u8, payload: &[u8]) {
+        if self.wr.is_empty() {
+            self.take_spare_write();
+        }
+        frame::encode(&mut self.wr, true, opcode, payload, Some(rand::random()));
+    }
+
+    /// Queues a data message's frame: text if `text`, else binary.
+    pub fn queue_data(&mut self, text: bool, payload: &[u8]) {
+        self.frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+    }
+
+    /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.wr_pos < self.wr.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.wr[self.wr_pos..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.wr_pos += n;
+        }
+        self.wr.clear();
+        self.wr_pos = 0;
+        self.give_back_write();
+        Poll::Ready(Ok(()))
+    }
+
+    /// Takes the thread's write buffer before queueing into an empty one (unless this one is
+    /// larger already).
+    fn take_spare_write(&mut self) {
+        Spare::with(|s| {
+            if s.write.capacity() > self.wr.capacity() {
+                std::mem::swap(&mut self.wr, &mut s.write);
+            }
+        });
+    }
+
+    /// Everything queued is written: the buffer goes back to the thread (the larger of the two
+    /// is kept), and the connection holds none.
+    fn give_back_write(&mut self) {
+        if self.wr.capacity() == 0 {
+            return;
+        }
+        let mine = std::mem::take(&mut self.wr);
+        Spare::with(|s| {
+            if mine.capacity() > s.write.capacity() {
+                s.write = mine;
+            }
+        });
+    }
+
+    /// Ready when more may be queued: below the soft limit, writing first if above it.
+    pub fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        if self.queued() >= WRITE_SOFT_LIMIT {
+            ready!(self.poll_write_out(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes everything queued and flushes the transport.
+    pub fn poll_flush_all(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        ready!(self.poll_write_out(cx))?;
+        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        self.reply_pending = false;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Queues `msg`.
+    fn queue(&mut self, msg: Message) -> Result<(), WsError> {
+        if self.close_sent {
+            return Err(WsError::Protocol(ProtocolError::SendAfterClosing));
+        }
+        match msg {
+            Message::Text(t) => self.frame(OP_TEXT, t.as_bytes()),
+            Message::Binary(b) => self.frame(OP_BINARY, &b),
+            Message::Ping(p) => self.frame(OP_PING, &p),
+            Message::Pong(p) => self.frame(OP_PONG, &p),
+            Message::Close(f) => {
+                self.close_sent = true;
+                self.queue_close(f.map(|f| (u16::from(f.code), f.reason)));
+            }
+            Message::Frame(_) => {
+                return Err(WsError::Protocol(ProtocolError::InvalidOpcode(0xff)));
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_close(&mut self, frame: Option<(u16, Utf8Bytes)>) {
+        match frame {
+            None => self.frame(OP_CLOSE, &[]),
+            Some((code, reason)) => self.frame(OP_CLOSE, &close_payload(code, &reason)),
+        }
+    }
+
+    // --- reading ---------------------------------------------------------------------------
+
+    /// Reads once more into the buffer: the byte count, 0 at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let spare = self.rd.capacity() - self.rd.len();
+        let target = self.read_size as usize;
+        if spare < (target / 4).max(64) {
+            // Aim for `target` in all; unique and empty, the buffer is reclaimed in place.
+            self.rd
+                .reserve(target.saturating_sub(self.rd.len()).max(target / 4).max(64));
+        }
+        let Ws { io, rd, .. } = self;
+        let read = std::pin::pin!(io.read_buf(rd));
+        read.poll(cx)
+    }
+
+    /// Runs one read step `f` on the thread's read buffer (see [`Spare`]): what this
+    /// connection had buffered (an incomplete frame) is copied in first, and what `f` leaves
+    /// is copied back out after, unless it is a complete frame or a large incomplete one: then
+    /// the connection keeps the buffer until a later step empties it.
+    fn with_spare_read<R>(&mut self, f: impl FnOnce(&mut Ws) -> R) -> R {
+        // The connection's own buffer while it borrows the spare: it takes the rest, if any.
+        let mut own = BytesMut::new();
+        let lent = !self.holds_spare;
+        if lent {
+            let mut shared = Spare::with(|s| std::mem::take(&mut s.read)).unwrap_or_default();
+            shared.extend_from_slice(&self.rd);
+            own = std::mem::replace(&mut self.rd, shared);
+            own.clear();
+        }
+        let r = f(self);
+        if !self.rd.is_empty() && (self.rd.len() > COPY_OUT_MAX || frame::is_complete(&self.rd)) {
+            // The next step takes the rest; meanwhile another connection grows a buffer of its
+            // own from an empty spare.
+            self.holds_spare = true;
+            return r;
+        }
+        self.holds_spare = false;
+        if self.rd.is_empty() {
+            // Nothing to hold: no capacity kept.
+            own = BytesMut::new();
+        } else {
+            own.extend_from_slice(&self.rd);
+        }
+        let mut shared = std::mem::replace(&mut self.rd, own);
+        shared.clear();
+        // Two buffers meet when another connection grew one while this one held the spare:
+        // the larger stays.
+        Spare::with(|s| {
+            if shared.capacity() >= s.read.capacity() {
+                s.read = shared;
+            }
+        });
+        r
+    }
+
+    /// The next complete message in the buffer, reassembling fragments and answering pings
+    /// and closes; `Ok(None)` when more bytes are needed.
+    fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
+        while let Some((header, payload)) = frame::take(&mut self.rd)? {
+            let fin = header.fin;
+            match header.opcode {
+                OP_CLOSE => {
+                    let close = close_frame(payload)?;
+                    if self.close_received {
+                        continue;
+                    }
+                    self.close_received = true;
+                    if !self.close_sent {
+                        // Answer with the same code (RFC 6455 5.5.1); the reply goes out with
+                        // the next read, write or flush.
+                        self.close_sent = true;
+                        self.queue_close(close.as_ref().map(|f| (u16::from(f.code), "".into())));
+                        self.reply_pending = true;
+                    }
+                    return Ok(Some(Message::Close(close)));
+                }
+                OP_PING => {
+                    if !self.close_sent {
+                        self.frame(OP_PONG, &payload);
+                        self.reply_pending = true;
+                    }
+                    return Ok(Some(Message::Ping(payload)));
+                }
+                OP_PONG => return Ok(Some(Message::Pong(payload))),
+                op @ (OP_TEXT | OP_BINARY) => {
+                    if self.frag.is_some() {
+                        return Err(WsError::Protocol(ProtocolError::ExpectedFragment(
+                            if op == OP_TEXT {
+                                Data::Text
+                            } else {
+                                Data::Binary
+                            },
+                        )));
+                    }
+                    if self.close_received {
+                        continue;
+                    }
+                    if fin {
+                        return data_message(op == OP_TEXT, payload).map(Some);
+                    }
+                    self.frag = Some(Box::new(Fragments {
+                        text: op == OP_TEXT,
+                        data: BytesMut::from(&payload[..]),
+                    }));
+                }
+                OP_CONT => {
+                    let Some(f) = self.frag.as_mut() else {
+                        return Err(WsError::Protocol(ProtocolError::UnexpectedContinueFrame));
+                    };
+                    if f.data.len() + payload.len() > MAX_MESSAGE {
+                        return Err(WsError::Capacity(CapacityError::MessageTooLong {
+                            size: f.data.len() + payload.len(),
+                            max_size: MAX_MESSAGE,
+                        }));
+                    }
+                    f.data.extend_from_slice(&payload);
+                    if fin && let Some(f) = self.frag.take() {
+                        if self.close_received {
+                            continue;
+                        }
+                        return data_message(f.text, f.data.freeze()).map(Some);
+                    }
+                }
+                op if op >= 8 => {
+                    return Err(WsError::Protocol(ProtocolError::UnknownControlFrameType(
+                        op,
+                    )));
+                }
+                op => {
+                    return Err(WsError::Protocol(ProtocolError::UnknownDataFrameType(op)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Pushes a pending pong or close reply out, without waiting for the socket.
+    fn push_replies(&mut self, cx: &mut Context<'_>) -> Result<(), WsError> {
+        if self.reply_pending {
+            match self.poll_flush_all(cx) {
+                Poll::Ready(r) => r?,
+                Poll::Pending => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the stream: the closing handshake's end, or a reset.
+    fn eof(&mut self) -> Option<Result<Message, WsError>> {
+        self.ended = true;
+        if self.close_received {
+            None
+        } else {
+            Some(Err(WsError::Protocol(
+                ProtocolError::ResetWithoutClosingHandshake,
+            )))
+        }
+    }
+
+    /// Fails the connection (RFC 6455 7.1.7): for a violation by the peer, a close frame with
+    /// its status code goes out first, as far as the socket takes it without waiting (the
+    /// caller drops the connection next). Only on this path, so it costs reads nothing.
+    fn fail<T>(&mut self, cx: &mut Context<'_>, e: WsError) -> Poll<Option<Result<T, WsError>>> {
+        self.ended = true;
+        if let Some(code) = failure_code(&e)
+            && !self.close_sent
+        {
+            self.close_sent = true;
+            self.queue_close(Some((code, "".into())));
+            // Pending: the socket's buffer is full, and the peer sees the connection drop.
+            let _ = self.poll_flush_all(cx);
+        }
+        Poll::Ready(Some(Err(e)))
+    }
+
+    /// Counting reads: every complete, unfragmented data frame already buffered (reading once
+    /// if none is), as one count, without building messages; anything else comes as a message
+    /// of its own. `None` once the stream has ended.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
+        self.with_spare_read(|ws| ws.poll_recv_step(cx))
+    }
+
+    fn poll_recv_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
+        loop {
+            if self.ended {
+                return Poll::Ready(None);
+            }
+            if let Err(e) = self.push_replies(cx) {
+                return self.fail(cx, e);
+            }
+            let (mut n, mut bytes) = (0u64, 0u64);
+            if self.frag.is_none() && !self.close_received {
+                loop {
+                    let h = match frame::peek(&mut self.rd) {
+                        Ok(Some(h)) => h,
+                        Ok(None) => break,
+                        Err(e) => return self.fail(cx, e),
+                    };
+                    let (head, len) = (h.header_len, h.payload_len as usize);
+                    if !h.fin || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
+                        break;
+                    }
+                    if h.opcode == OP_TEXT && !is_utf8(&self.rd[head..head + len]) {
+                        return self.fail(cx, invalid_utf8());
+                    }
+                    self.rd.advance(head + len);
+                    n += 1;
+                    bytes += len as u64;
+                }
+            }
+            if n > 0 {
+                return Poll::Ready(Some(Ok(Recv::Data { n, bytes })));
+            }
+            match self.parse_message() {
+                Ok(Some(msg)) => {
+                    if let Err(e) = self.push_replies(cx) {
+                        return self.fail(cx, e);
+                    }
+                    // A reassembled data message counts like the others.
+                    return Poll::Ready(Some(Ok(match msg {
+                        Message::Text(t) => Recv::Data {
+                            n: 1,
+                            bytes: t.len() as u64,
+                        },
+                        Message::Binary(b) => Recv::Data {
+                            n: 1,
+                            bytes: b.len() as u64,
+                        },
+                        other => Recv::Other(other),
+                    })));
+                }
+                Ok(None) => {}
+                Err(e) => return self.fail(cx, e),
+            }
+            match self.poll_fill(cx) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(self.eof().map(|r| r.map(Recv::Other))),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return self.fail(cx, WsError::Io(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Stream for Ws {
+    type Item = Result<Message, WsError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().with_spare_read(|ws| ws.poll_next_step(cx))
+    }
+}
+
+impl Ws {
+    fn poll_next_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, WsError>>> {
+        let this = self;
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            if let Err(e) = this.push_replies(cx) {
+                return this.fail(cx, e);
+            }
+            match this.parse_message() {
+                Ok(Some(msg)) => {
+                    if let Err(e) = this.push_replies(cx) {
+                        return this.fail(cx, e);
+                    }
+                    return Poll::Ready(Some(Ok(msg)));
+                }
+                Ok(None) => {}
+                Err(e) => return this.fail(cx, e),
+            }
+            match this.poll_fill(cx) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(this.eof()),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return this.fail(cx, WsError::Io(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Sink<Message> for Ws {
+    type Error = WsError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        self.get_mut().poll_room(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<(), WsError> {
+        self.get_mut().queue(msg)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        self.get_mut().poll_flush_all(cx)
+    }
+
+    /// Sends a close frame (no code) unless one was sent, and flushes.
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        let this = self.get_mut();
+        if !this.close_sent {
+            this.close_sent = true;
+            this.queue_close(None);
+        }
+        this.poll_flush_all(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! The connection's tests, against a loopback TCP peer playing the server.
+
+use super::*;
+use crate::frame::MAX_FRAME;
+use crate::handshake::new_key;
+use crate::mask::mask;
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// A server end of a loopback TCP pair, and the client `Ws` on the other.
+async fn pair(read_size: usize) -> (Ws, TcpStream) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (c, s) = tokio::join!(TcpStream::connect(addr), l.accept());
+    (
+        Ws::new(Io::Plain(c.expect("connect")), read_size),
+        s.expect("accept").0,
+    )
+}
+
+/// An unmasked server frame; `b0` is its first byte (FIN and opcode).
+fn server_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    frame::encode(&mut f, b0 & 0x80 != 0, b0 & 0x0f, payload, None);
+    f
+}
+
+/// Reads one masked client frame: (first byte, unmasked payload).
+async fn client_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).await.expect("header");
+    assert_eq!(h[1] & 0x80, 0x80, "client frames are masked");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).await.expect("len");
+            usize::from(u16::from_be_bytes(l))
+        }
+        n => usize::from(n),
+    };
+    let mut key = [0u8; 4];
+    s.read_exact(&mut key).await.expect("key");
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).await.expect("payload");
+    mask(&mut p, key);
+    (h[0], p)
+}
+
+#[tokio::test]
+async fn frames_both_ways_with_pings_fragments_and_close() {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut ws, mut s) = pair(1024).await;
+    // Client to server: text of each length class, masked with distinct keys.
+    let big = "y".repeat(300);
+    ws.send(Message::Text("hi".into())).await.expect("send");
+    ws.send(Message::Text(big.clone().into()))
+        .await
+        .expect("send");
+    assert_eq!(client_frame(&mut s).await, (0x81, b"hi".to_vec()));
+    assert_eq!(client_frame(&mut s).await, (0x81, big.clone().into_bytes()));
+
+    // Server to client: two texts in one write are counted together; then a ping
+    // (answered with a pong), a fragmented binary message, and a close.
+    let mut burst = server_frame(0x81, b"one");
+    burst.extend(server_frame(0x81, big.as_bytes()));
+    s.write_all(&burst).await.expect("write");
+    let got = std::future::poll_fn(|cx| ws.poll_recv(cx)).await;
+    assert!(
+        matches!(got, Some(Ok(Recv::Data { n: 2, bytes: 303 }))),
+        "{got:?}"
+    );
+    let mut rest = server_frame(0x89, b"pp");
+    rest.extend(server_frame(0x02, b"ab"));
+    rest.extend(server_frame(0x80, b"cd"));
+    rest.extend(server_frame(0x88, &1001u16.to_be_bytes()));
+    s.write_all(&rest).await.expect("write");
+    assert_eq!(
+        ws.next().await.expect("ping").expect("ok"),
+        Message::Ping("pp".into())
+    );
+    assert_eq!(client_frame(&mut s).await, (0x8a, b"pp".to_vec()));
+    assert_eq!(
+        ws.next().await.expect("binary").expect("ok"),
+        Message::Binary(Bytes::from_static(b"abcd"))
+    );
+    match ws.next().await.expect("close").expect("ok") {
+        Message::Close(Some(f)) => assert_eq!(u16::from(f.code), 1001),
+        other => panic!("{other:?}"),
+    }
+    // The close is answered with its code; the server then ends the stream.
+    assert_eq!(
+        client_frame(&mut s).await,
+        (0x88, 1001u16.to_be_bytes().to_vec())
+    );
+    drop(s);
+    assert!(ws.next().await.is_none());
+}
+
+#[tokio::test]
+async fn protocol_violations_fail_the_connection() {
+    use futures_util::StreamExt;
+    for (bytes, what) in [
+        (vec![0x81, 0x82, 1, 2, 3, 4, 5, 6], "masked server frame"),
+        (vec![0xC1, 0x00], "reserved bit"),
+        (vec![0x83, 0x00], "unknown opcode"),
+        (vec![0x80, 0x00], "continuation without a start"),
+        (vec![0x81, 0x02, 0xff, 0xfe], "invalid UTF-8"),
+        (vec![0x09, 0x00], "fragmented ping"),
+    ] {
+        let (mut ws, mut s) = pair(1024).await;
+        s.write_all(&bytes).await.expect("write");
+        assert!(matches!(ws.next().await, Some(Err(_))), "{what}");
+        assert!(ws.next().await.is_none(), "{what}: ended");
+    }
+    // The stream ending without a close frame is a reset.
+    let (mut ws, s) = pair(1024).await;
+    drop(s);
+    assert!(matches!(
+        ws.next().await,
+        Some(Err(WsError::Protocol(
+            ProtocolError::ResetWithoutClosingHandshake
+        )))
+    ));
+}
+
+/// Every violation by the server is answered with a close frame carrying its status code
+/// (1002, 1007 for invalid UTF-8, 1009 for a frame over the limit) before the connection
+/// ends, on both read paths: messages (`next`) and counting reads (`poll_recv`).
+#[tokio::test]
+async fn violations_send_a_close_frame_with_their_code() {
+    use futures_util::StreamExt;
+    let mut too_big = vec![0x82, 127];
+    too_big.extend_from_slice(&(MAX_FRAME as u64 + 1).to_be_bytes());
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (vec![0xC1, 0x00], 1002, "reserved bit"),
+        (vec![0x83, 0x00], 1002, "unknown data opcode"),
+        (vec![0x8B, 0x00], 1002, "unknown control opcode"),
+        (vec![0x80, 0x00], 1002, "continuation without a start"),
+        (vec![0x09, 0x00], 1002, "fragmented ping"),
+        (server_frame(0x89, &[0u8; 126]), 1002, "ping over 125 bytes"),
+        (
+            [server_frame(0x01, b"a"), server_frame(0x81, b"b")].concat(),
+            1002,
+            "a new message inside a fragmented one",
+        ),
+        (vec![0x88, 0x01, 0x03], 1002, "close payload of 1 byte"),
+        (
+            server_frame(0x88, &999u16.to_be_bytes()),
+            1002,
+            "close code 999",
+        ),
+        (
+            server_frame(0x88, &1005u16.to_be_bytes()),
+            1002,
+            "close code 1005",
+        ),
+        (
+            vec![0x81, 0x82, 1, 2, 3, 4, 5, 6],
+            1002,
+            "masked server frame",
+        ),
+        (vec![0x81, 0x02, 0xff, 0xfe], 1007, "invalid UTF-8"),
+        (
+            [server_frame(0x01, b"ok"), server_frame(0x80, &[0xc0, 0xaf])].concat(),
+            1007,
+            "invalid UTF-8 across fragments",
+        ),
+        (
+            server_frame(0x88, &[0x03, 0xe8, 0xff]),
+            1007,
+            "invalid UTF-8 in a close reason",
+        ),
+        (too_big, 1009, "frame over the limit"),
+    ];
+    for (bytes, code, what) in cases {
+        for counting in [false, true] {
+            let (mut ws, mut s) = pair(1024).await;
+            s.write_all(&bytes).await.expect("write");
+            let failed = if counting {
+                matches!(
+                    std::future::poll_fn(|cx| ws.poll_recv(cx)).await,
+                    Some(Err(_))
+                )
+            } else {
+                matches!(ws.next().await, Some(Err(_)))
+            };
+            assert!(failed, "{what} (counting: {counting})");
+            let close =
+                tokio::time::timeout(std::time::Duration::from_secs(5), client_frame(&mut s))
+                    .await
+                    .unwrap_or_else(|_| panic!("{what} (counting: {counting}): no close frame"));
+            assert_eq!(
+                close,
+                (0x88, code.to_be_bytes().to_vec()),
+                "{what} (counting: {counting})"
+            );
+            // The close goes out once: the connection is over.
+            drop(ws);
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).await.expect("read");
+            assert!(rest.is_empty(), "{what}: {rest:?}");
+        }
+    }
+    // The transport failing is no violation of the peer's: nothing to tell it.
+    let (mut ws, s) = pair(1024).await;
+    drop(s);
+    assert!(matches!(
+        ws.next().await,
+        Some(Err(WsError::Protocol(
+            ProtocolError::ResetWithoutClosingHandshake
+        )))
+    ));
+    assert!(!ws.close_sent);
+}
+
+/// A misbehaving server's 101: the handshake against a listener that answers with
+/// `extra` headers; `Ok` when the response passes `verify` (no subprotocol offered).
+async fn handshake_with(extra: &str) -> Result<(), HandshakeError> {
+    let (addr, server) = crate::test_server::answer_101(extra).await;
+    let key = new_key();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {}\r\n\r\n",
+        std::str::from_utf8(&key).expect("ascii")
+    );
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let mut ws = Ws::new(Io::Plain(tcp), 1024);
+    let head = ws.handshake(request.as_bytes()).await;
+    let _server = server.await.expect("server");
+    head?.verify(&derive_accept_key(&key), None)
+}
+
+#[tokio::test]
+async fn a_101_with_an_extension_or_subprotocol_not_requested_fails_the_upgrade() {
+    handshake_with("").await.expect("a plain 101 passes");
+    for extra in [
+        "Sec-WebSocket-Extensions: permessage-deflate\r\n",
+        "sec-websocket-extensions: x-custom; a=1\r\n",
+        "Sec-WebSocket-Protocol: chat\r\n",
+    ] {
+        let r = handshake_with(extra).await;
+        assert!(
+            matches!(r, Err(HandshakeError::Invalid(_))),
+            "{extra:?}: {r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_large_message_grows_the_read_buffer() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = pair(256).await;
+    let payload = vec![7u8; 200_000];
+    let mut f = vec![0x82, 127];
+    f.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    f.extend_from_slice(&payload);
+    tokio::spawn(async move {
+        s.write_all(&f).await.expect("write");
+        s
+    });
+    assert_eq!(
+        ws.next().await.expect("message").expect("ok"),
+        Message::Binary(payload.into())
+    );
+}
+
+/// Idle connections own no buffers: reads borrow the thread's, a frame cut by the end of
+/// a read is copied out into a small buffer of the connection's own, and a connection that
+/// still has a complete frame buffered keeps the thread's buffer until it takes that frame
+/// while another connection reads meanwhile.
+#[tokio::test]
+async fn connections_take_turns_with_the_threads_buffers() {
+    use futures_util::{SinkExt, StreamExt};
+    use std::time::Duration;
+    let (mut a, mut sa) = pair(4096).await;
+    let (mut b, mut sb) = pair(4096).await;
+    let idle = |ws: &Ws| ws.rd.capacity() == 0 && ws.wr.capacity() == 0 && !ws.holds_spare;
+
+    // A sends and reads a whole message: nothing left with it.
+    a.send(Message::Text("hello".into())).await.expect("send");
+    assert_eq!(client_frame(&mut sa).await, (0x81, b"hello".to_vec()));
+    sa.write_all(&server_frame(0x81, b"hello"))
+        .await
+        .expect("write");
+    assert_eq!(
+        a.next().await.expect("message").expect("ok"),
+        Message::Text("hello".into())
+    );
+    assert!(idle(&a));
+
+    // Half a frame: copied out, the rest completes it.
+    let frame = server_frame(0x82, &[9u8; 100]);
+    sa.write_all(&frame[..40]).await.expect("write");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), a.next())
+            .await
+            .is_err()
+    );
+    assert_eq!(a.rd.len(), 40);
+    assert!(!a.holds_spare && a.rd.capacity() < 4096);
+    sa.write_all(&frame[40..]).await.expect("write");
+    assert_eq!(
+        a.next().await.expect("message").expect("ok"),
+        Message::Binary(vec![9u8; 100].into())
+    );
+    assert!(idle(&a));
+
+    // Two frames in one read: A keeps the buffer after the first, B reads in between.
+    let mut two = server_frame(0x81, b"one");
+    two.extend(server_frame(0x81, b"two"));
+    sa.write_all(&two).await.expect("write");
+    assert_eq!(
+        a.next().await.expect("one").expect("ok"),
+        Message::Text("one".into())
+    );
+    assert!(a.holds_spare);
+    sb.write_all(&server_frame(0x81, b"bee"))
+        .await
+        .expect("write");
+    assert_eq!(
+        b.next().await.expect("bee").expect("ok"),
+        Message::Text("bee".into())
+    );
+    assert!(idle(&b));
+    assert_eq!(
+        a.next().await.expect("two").expect("ok"),
+        Message::Text("two".into())
+    );
+    assert!(idle(&a));
+}

@@ -1,0 +1,45 @@
+//! A one-connection server for tests that answers the upgrade with a 101 carrying `extra`
+//! headers (each ending in CRLF): what a misbehaving server sends. This crate's tests use it,
+//! and other crates' with the `test-server` feature.
+
+use crate::handshake::find_head_end;
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// Its address, and the task that yields the connection once answered.
+pub async fn answer_101(extra: &str) -> (SocketAddr, JoinHandle<TcpStream>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let extra = extra.to_string();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.expect("accept");
+        let mut req = Vec::new();
+        while find_head_end(&req).is_none() {
+            let mut b = [0u8; 512];
+            let n = s.read(&mut b).await.expect("read");
+            assert!(n > 0, "request incomplete");
+            req.extend_from_slice(&b[..n]);
+        }
+        let req = String::from_utf8(req).expect("utf-8");
+        let key = req
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| v.trim().to_string())
+            })
+            .expect("key");
+        let resp = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{extra}\r\n",
+            derive_accept_key(key.as_bytes())
+        );
+        s.write_all(resp.as_bytes()).await.expect("write");
+        s
+    });
+    (addr, server)
+}
