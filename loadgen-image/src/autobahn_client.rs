@@ -34,7 +34,7 @@ pub fn run(base: &str, agent: &str, cases: &[u32]) -> Result<u32> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Runtime(format!("tokio runtime: {e}")))?;
+        .map_err(|e| Error::io("tokio runtime", e))?;
     rt.block_on(async {
         let base = base.trim_end_matches('/');
         let count = case_count(base).await?;
@@ -76,7 +76,7 @@ async fn case_count(base: &str) -> Result<u32> {
                     .map_err(|_| Error::Target(format!("getCaseCount: not a count: {t:?}")));
             }
             Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(Error::Target(format!("getCaseCount: {e}"))),
+            Some(Err(e)) => return Err(Error::unreachable("getCaseCount", e)),
             None => return Err(Error::Target("getCaseCount: no count received".into())),
         }
     }
@@ -86,7 +86,7 @@ async fn case_count(base: &str) -> Result<u32> {
 async fn connect(url: &str) -> Result<Ws> {
     let req = url
         .into_client_request()
-        .map_err(|e| Error::Spec(format!("{url}: {e}")))?;
+        .map_err(|e| Error::invalid(url, e))?;
     if req.uri().scheme_str() != Some("ws") {
         return Err(Error::Spec(format!("{url}: only ws:// URLs")));
     }
@@ -98,16 +98,16 @@ async fn connect(url: &str) -> Result<Ws> {
         .trim_end_matches(']')
         .to_string();
     let port = req.uri().port_u16().unwrap_or(80);
-    let (request, key) = generate_request(req).map_err(|e| Error::Spec(format!("{url}: {e}")))?;
+    let (request, key) = generate_request(req).map_err(|e| Error::invalid(url, e))?;
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
-        .map_err(|e| Error::Target(format!("{url}: {e}")))?;
+        .map_err(|e| Error::unreachable(url, e))?;
     let _ = tcp.set_nodelay(true);
     let mut ws = Ws::new(Io::Plain(tcp), READ_SIZE);
     ws.handshake(&request)
         .await
         .and_then(|head| head.verify(&derive_accept_key(key.as_bytes()), None))
-        .map_err(|e| Error::Target(format!("{url}: {e}")))?;
+        .map_err(|e| Error::unreachable(url, e))?;
     Ok(ws)
 }
 

@@ -103,7 +103,7 @@ pub fn spawn_background<E: wsload_http::Exposition>(
                 }
             });
         })
-        .map_err(|e| Error::Io(e.to_string()))?;
+        .map_err(|e| Error::io("cannot start the background thread", e))?;
     Ok(Background {
         stop,
         handle: Some(handle),

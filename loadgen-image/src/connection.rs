@@ -6,7 +6,7 @@
 
 use crate::counters::SlotRef;
 use crate::dial::Ws;
-use crate::measure::{Drop, Measure};
+use crate::measure::{Dropped, Measure};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
@@ -100,7 +100,7 @@ impl WorkerState {
             .entry(code.to_string())
             .or_default() += 1;
     }
-    fn dropped(&self, why: Drop) {
+    fn dropped(&self, why: Dropped) {
         self.stats.borrow_mut().counts.drop(why);
         self.slot.dropped(why);
     }
@@ -114,10 +114,10 @@ fn data_len(msg: &Message) -> Option<u64> {
     }
 }
 
-fn drop_of(err: &WsError) -> Drop {
+fn drop_of(err: &WsError) -> Dropped {
     match err {
-        WsError::ConnectionClosed | WsError::AlreadyClosed => Drop::ServerClose,
-        WsError::Protocol(_) => Drop::Reset,
+        WsError::ConnectionClosed | WsError::AlreadyClosed => Dropped::ServerClose,
+        WsError::Protocol(_) => Dropped::Reset,
         WsError::Io(e)
             if matches!(
                 e.kind(),
@@ -126,23 +126,26 @@ fn drop_of(err: &WsError) -> Drop {
                     | std::io::ErrorKind::UnexpectedEof
             ) =>
         {
-            Drop::Reset
+            Dropped::Reset
         }
-        _ => Drop::Error,
+        _ => Dropped::Error,
     }
 }
 
 /// Counts what one read gave: data frames are received messages, a close frame's code is
 /// kept, and a close or an error ends the connection.
-fn account(ctx: &WorkerState, polled: Option<Result<Message, WsError>>) -> Result<Message, Drop> {
+fn account(
+    ctx: &WorkerState,
+    polled: Option<Result<Message, WsError>>,
+) -> Result<Message, Dropped> {
     match polled {
-        None => Err(Drop::Reset),
+        None => Err(Dropped::Reset),
         Some(Err(e)) => Err(drop_of(&e)),
         Some(Ok(Message::Close(frame))) => {
             if let Some(f) = frame {
                 ctx.close_code(u16::from(f.code));
             }
-            Err(Drop::ServerClose)
+            Err(Dropped::ServerClose)
         }
         Some(Ok(msg)) => {
             if let Some(len) = data_len(&msg) {
@@ -154,12 +157,12 @@ fn account(ctx: &WorkerState, polled: Option<Result<Message, WsError>>) -> Resul
 }
 
 /// Reads one frame; data frames are counted. `Err` ends the connection.
-async fn read(ws: &mut Ws, ctx: &WorkerState) -> Result<Message, Drop> {
+async fn read(ws: &mut Ws, ctx: &WorkerState) -> Result<Message, Dropped> {
     account(ctx, ws.next().await)
 }
 
 /// The message read now if one is already buffered; `None` if none is.
-fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Drop>> {
+fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>> {
     // Same accounting as `read`: a close seen here keeps its code too.
     Some(account(ctx, ws.next().now_or_never()?))
 }
@@ -229,11 +232,11 @@ impl Pinger {
 }
 
 /// What a failed write ends the connection with.
-fn write_drop(e: WsError) -> Drop {
+fn write_drop(e: WsError) -> Dropped {
     if matches!(e, WsError::Io(_)) {
-        Drop::Reset
+        Dropped::Reset
     } else {
-        Drop::Error
+        Dropped::Error
     }
 }
 
@@ -244,7 +247,7 @@ fn write(
     ws: &mut Ws,
     msg: Message,
     flush: bool,
-) -> impl std::future::Future<Output = Result<(), Drop>> + '_ {
+) -> impl std::future::Future<Output = Result<(), Dropped>> + '_ {
     let mut msg = Some(msg);
     std::future::poll_fn(move |cx| {
         if msg.is_some() {
@@ -260,8 +263,8 @@ fn write(
     })
 }
 
-async fn flush(ws: &mut Ws) -> Result<(), Drop> {
-    ws.flush().await.map_err(|_| Drop::Reset)
+async fn flush(ws: &mut Ws) -> Result<(), Dropped> {
+    ws.flush().await.map_err(|_| Dropped::Reset)
 }
 
 /// Writes `msg` (if any) and flushes (if `flush`), reading whenever the write has to wait;
@@ -277,7 +280,7 @@ async fn write_reading(
     msg: Option<Message>,
     flush: bool,
     on_read: &mut dyn FnMut(&Message),
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     let mut msg = msg;
     std::future::poll_fn(|cx| {
         loop {
@@ -360,11 +363,11 @@ pub fn run(
                 // server's own. Counting it as survived would report a refused connection as held.
                 (Behavior::Close, Goodbye::ServerClosed(code)) => {
                     ctx.close_code(code);
-                    ctx.dropped(Drop::ServerClose);
+                    ctx.dropped(Dropped::ServerClose);
                 }
                 // The stream ended or failed with no close frame at all: the server had already
                 // dropped it (after refusing it, then giving up waiting for our close).
-                (Behavior::Close, Goodbye::Broken) => ctx.dropped(Drop::Reset),
+                (Behavior::Close, Goodbye::Broken) => ctx.dropped(Dropped::Reset),
                 // Other behaviors read until the deadline: they were healthy then, whatever the
                 // goodbye brings.
                 _ => ctx.stats.borrow_mut().counts.survived += 1,
@@ -446,7 +449,7 @@ fn hold<'a>(
     ctx: &'a WorkerState,
     every: Option<Duration>,
     cfg: PingCfg,
-) -> impl std::future::Future<Output = Result<(), Drop>> + 'a {
+) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     let mut pinger = Pinger::new(cfg);
     async move {
         let next_wake = |now: Instant| every.map_or(ctx.deadline, |e| (now + e).min(ctx.deadline));
@@ -461,7 +464,7 @@ fn hold<'a>(
                         }
                         Poll::Pending => {
                             std::task::ready!(timer.as_mut().poll(cx));
-                            return Poll::Ready(Ok::<(), Drop>(()));
+                            return Poll::Ready(Ok::<(), Dropped>(()));
                         }
                     }
                 }
@@ -489,7 +492,7 @@ fn send_ping<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
     pinger: &mut Pinger,
-) -> impl std::future::Future<Output = Result<(u64, Instant), Drop>> + 'a {
+) -> impl std::future::Future<Output = Result<(u64, Instant), Dropped>> + 'a {
     let (msg, id) = pinger.next(ctx);
     let len = data_len(&msg);
     let sent_at = Instant::now();
@@ -509,13 +512,13 @@ fn send_ping<'a>(
 fn settle_ping(
     ctx: &WorkerState,
     sent_at: Instant,
-    reply: Result<Reply, Drop>,
-) -> Result<(), Drop> {
+    reply: Result<Reply, Dropped>,
+) -> Result<(), Dropped> {
     match reply {
         Ok(Reply::Answered) => Ok(()),
         Ok(Reply::TimedOut) => {
             ctx.lost(sent_at, 1);
-            Err(Drop::PingTimeout)
+            Err(Dropped::PingTimeout)
         }
         // The connection ended with this ping unanswered: it is lost too, so that every
         // expected answer ends as a round trip or a loss.
@@ -527,7 +530,7 @@ fn settle_ping(
 }
 
 /// Sends one ping and waits for its answer (see `settle_ping`).
-async fn ping_once(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Drop> {
+async fn ping_once(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Dropped> {
     let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
     let mut timeout = std::pin::pin!(tokio::time::sleep_until(sent_at + pinger.cfg.timeout));
     let reply =
@@ -547,7 +550,7 @@ fn poll_answer(
     sent_at: Instant,
     mut timeout: std::pin::Pin<&mut tokio::time::Sleep>,
     cx: &mut std::task::Context<'_>,
-) -> Poll<Result<Reply, Drop>> {
+) -> Poll<Result<Reply, Dropped>> {
     loop {
         let msg = match ws.poll_next_unpin(cx) {
             Poll::Ready(item) => account(ctx, item)?,
@@ -577,7 +580,7 @@ async fn pings(
     count: u32,
     interval: Duration,
     cfg: PingCfg,
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     let mut pinger = Pinger::new(cfg);
     for i in 0..count {
         if i > 0 && !interval.is_zero() {
@@ -585,7 +588,7 @@ async fn pings(
         }
         match ping_once(ws, ctx, &mut pinger).await {
             // A lost ping is counted and the next one goes out: the connection is still open.
-            Err(Drop::PingTimeout) => {}
+            Err(Dropped::PingTimeout) => {}
             other => {
                 other?;
             }
@@ -594,11 +597,11 @@ async fn pings(
     Ok(())
 }
 
-async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Drop> {
+async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Dropped> {
     let mut pinger = Pinger::new(cfg);
     while Instant::now() < ctx.deadline {
         match ping_once(ws, ctx, &mut pinger).await {
-            Err(Drop::PingTimeout) => {}
+            Err(Dropped::PingTimeout) => {}
             other => {
                 other?;
             }
@@ -613,7 +616,7 @@ fn poll_echoes(
     ws: &mut Ws,
     ctx: &WorkerState,
     cx: &mut std::task::Context<'_>,
-) -> Poll<Result<u32, Drop>> {
+) -> Poll<Result<u32, Dropped>> {
     Poll::Ready(match std::task::ready!(ws.poll_recv(cx)) {
         Some(Ok(Recv::Data { n, bytes })) => {
             ctx.received(Instant::now(), n, bytes);
@@ -623,7 +626,7 @@ fn poll_echoes(
         Some(Ok(Recv::Other(Message::Ping(_) | Message::Pong(_)))) => Ok(0),
         Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
         Some(Err(e)) => Err(drop_of(&e)),
-        None => Err(Drop::Reset),
+        None => Err(Dropped::Reset),
     })
 }
 
@@ -635,7 +638,7 @@ async fn write_out_counting(
     ctx: &WorkerState,
     all: bool,
     echoed: &mut u32,
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     std::future::poll_fn(|cx| {
         loop {
             let step = if all {
@@ -647,9 +650,9 @@ async fn write_out_counting(
                 Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
                 Poll::Ready(Err(e)) => {
                     return Poll::Ready(Err(if matches!(e, WsError::Io(_)) {
-                        Drop::Reset
+                        Dropped::Reset
                     } else {
-                        Drop::Error
+                        Dropped::Error
                     }));
                 }
                 Poll::Pending => match poll_echoes(ws, ctx, cx) {
@@ -668,7 +671,7 @@ async fn echoes_until(
     ws: &mut Ws,
     ctx: &WorkerState,
     deadline: Instant,
-) -> Result<Option<u32>, Drop> {
+) -> Result<Option<u32>, Dropped> {
     match tokio::time::timeout_at(
         deadline,
         std::future::poll_fn(|cx| poll_echoes(ws, ctx, cx)),
@@ -687,7 +690,7 @@ async fn saturate(
     ctx: &WorkerState,
     window: Option<u32>,
     per_message: bool,
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     let (text, payload) = (ctx.template.is_text(), ctx.template.payload());
     let len = payload.len() as u64;
     let mut in_flight: u32 = 0;
@@ -738,7 +741,7 @@ async fn saturate(
     Ok(())
 }
 
-async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), Drop> {
+async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), Dropped> {
     let msg = ctx.template.constant();
     let len = ctx.template.len() as u64;
     const BURST: u64 = 64;
@@ -785,7 +788,7 @@ async fn paced(
     schedule: &Schedule,
     cfg: PingCfg,
     per_message: bool,
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     let pinger = Pinger::new(cfg);
     // (id, intended, actual) of every message awaiting its answer, in send order.
     let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
@@ -809,7 +812,7 @@ async fn paced_until_answered(
     mut pinger: Pinger,
     per_message: bool,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
-) -> Result<(), Drop> {
+) -> Result<(), Dropped> {
     let schedule = schedule.for_connection(n, ctx.connections);
     let origin = ctx.start;
     let mut due = schedule.first(origin);

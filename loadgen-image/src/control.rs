@@ -314,7 +314,7 @@ pub fn serve(
     std::thread::Builder::new()
         .name("wsload-shard".into())
         .spawn(move || run_session(&lt, &opts, &instruments, &session, report))
-        .map_err(|e| Error::Io(format!("cannot start the run thread: {e}")))?;
+        .map_err(|e| Error::io("cannot start the run thread", e))?;
     match control.wait_exit(linger) {
         Exit::Fatal(e) => Err(e),
         exit => Ok(exit),
@@ -441,12 +441,12 @@ fn spawn_sigterm_watch(control: Arc<Control>) -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| Error::Io(format!("cannot build the signal runtime: {e}")))?;
+            .map_err(|e| Error::io("cannot build the signal runtime", e))?;
         let signal = rt
             .block_on(async {
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             })
-            .map_err(|e| Error::Io(format!("cannot handle SIGTERM: {e}")))?;
+            .map_err(|e| Error::io("cannot handle SIGTERM", e))?;
         (rt, signal)
     };
     std::thread::Builder::new()
@@ -458,7 +458,7 @@ fn spawn_sigterm_watch(control: Arc<Control>) -> Result<()> {
                 control.terminate();
             }
         })
-        .map_err(|e| Error::Io(format!("cannot start the signal thread: {e}")))?;
+        .map_err(|e| Error::io("cannot start the signal thread", e))?;
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! and where the running cell is. Execution writes them through a `&Slot`; everything above
 //! reads them. The exact figures of a result come from the workers' HDR histograms instead.
 
-use crate::measure::{ConnectError, Drop};
+use crate::measure::{ConnectError, Dropped};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -21,11 +21,11 @@ pub const FAIL_REASONS: [ConnectError; 9] = [
     ConnectError::Tls,
     ConnectError::Other,
 ];
-pub const DROP_REASONS: [Drop; 4] = [
-    Drop::ServerClose,
-    Drop::Reset,
-    Drop::Error,
-    Drop::PingTimeout,
+pub const DROP_REASONS: [Dropped; 4] = [
+    Dropped::ServerClose,
+    Dropped::Reset,
+    Dropped::Error,
+    Dropped::PingTimeout,
 ];
 
 #[repr(align(128))]
@@ -81,7 +81,7 @@ impl Slot {
             self.failed[i].fetch_add(1, Relaxed);
         }
     }
-    pub fn dropped(&self, why: Drop) {
+    pub fn dropped(&self, why: Dropped) {
         if let Some(i) = DROP_REASONS.iter().position(|r| *r == why) {
             self.dropped[i].fetch_add(1, Relaxed);
         }

@@ -190,7 +190,7 @@ impl Endpoint {
         let (host, port) = (&self.host, self.port);
         (self.lookup_host.as_str(), port)
             .to_socket_addrs()
-            .map_err(|e| Error::Target(format!("cannot resolve {host}:{port}: {e}")))?
+            .map_err(|e| Error::unreachable(format!("cannot resolve {host}:{port}"), e))?
             .next()
             .ok_or_else(|| Error::Target(format!("{host}:{port} resolves to no address")))
     }
@@ -206,7 +206,7 @@ impl Endpoint {
         }
         let config = Arc::new(crate::tls::client_config(spec.tls.as_ref())?);
         let name = ServerName::try_from(self.lookup_host.clone())
-            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("spec.target.url {url:?}"), e))?;
         Ok(Some((TlsConnector::from(config), name)))
     }
 }
@@ -221,9 +221,9 @@ fn auth(spec: &LoadTestSpec) -> Result<(Vec<(HeaderName, HeaderValue)>, Token)> 
     };
     for (k, v) in &auth.headers {
         let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("spec.auth.headers.{k}"), e))?;
         let value = HeaderValue::from_str(v)
-            .map_err(|e| Error::Spec(format!("spec.auth.headers.{k}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("spec.auth.headers.{k}"), e))?;
         headers.push((name, value));
     }
     if let Some(t) = &auth.token {
@@ -298,7 +298,7 @@ fn render(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(',').map(|p| p.trim().to_string()).collect());
     let (mut rendered, key) =
-        generate_request(req).map_err(|e| Error::Spec(format!("spec.auth.headers: {e}")))?;
+        generate_request(req).map_err(|e| Error::invalid("spec.auth.headers", e))?;
     let key_line = format!("Sec-WebSocket-Key: {key}\r\n");
     let key_at = rendered
         .windows(key_line.len())
@@ -318,7 +318,7 @@ impl Dialer {
     pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
         let request = url
             .into_client_request()
-            .map_err(|e| Error::Spec(format!("spec.target.url {url:?}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("spec.target.url {url:?}"), e))?;
         let endpoint = Endpoint::of(&request, url)?;
         let addr = endpoint.resolve()?;
         let (headers, token) = auth(spec)?;

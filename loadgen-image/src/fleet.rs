@@ -47,10 +47,21 @@ struct ShardProc {
     client: ShardClient,
     /// The last lines of its stderr, to say why it stopped.
     log: mpsc::Receiver<String>,
-    /// Gone: exited or unreachable; its measurements are lost.
-    lost: Option<String>,
+    /// Gone, and why; its measurements are lost.
+    lost: Option<Lost>,
     /// When its endpoint last answered.
     answered: Instant,
+}
+
+/// Why a shard was left out of the rest of the run.
+#[derive(Debug)]
+enum Lost {
+    /// Its process ended (the note says how).
+    Exited,
+    /// Its endpoint did not answer for [`SILENCE`].
+    Silent,
+    /// A cell's release did not reach it.
+    NotReleased(wsload_control::Error),
 }
 
 impl ShardProc {
@@ -105,7 +116,7 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Io(format!("cannot build the conductor's runtime: {e}")))?;
+        .map_err(|e| Error::io("cannot build the conductor's runtime", e))?;
     let mut shards = spawn_all(lt, file, opts, &url)?;
     let result = rt.block_on(conduct(lt, &mut shards, &counters, opts.progress));
     drop(shards);
@@ -118,7 +129,7 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
 fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
     let n = lt.spec.shards;
     let exe = std::env::current_exe()
-        .map_err(|e| Error::Io(format!("cannot find this binary to start shards: {e}")))?;
+        .map_err(|e| Error::io("cannot find this binary to start shards", e))?;
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     // N processes share the cores: one runtime thread per core over all of them.
     let threads = opts.threads.unwrap_or((cores / n as usize).max(1));
@@ -158,11 +169,11 @@ fn spawn(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| Error::Io(format!("cannot start shard {index}: {e}")))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| Error::Io("shard without stderr".into()))?;
+        .map_err(|e| Error::io(format!("cannot start shard {index}"), e))?;
+    let stderr = child.stderr.take().ok_or_else(|| Error::Shard {
+        index,
+        why: "started without a stderr to read".into(),
+    })?;
     let (tx, rx) = mpsc::channel();
     let (addr_tx, addr_rx) = mpsc::channel();
     std::thread::Builder::new()
@@ -180,7 +191,7 @@ fn spawn(
                 let _ = tx.send(line);
             }
         })
-        .map_err(|e| Error::Io(e.to_string()))?;
+        .map_err(|e| Error::io(format!("cannot start shard {index}'s log reader"), e))?;
     let mut shard = ShardProc {
         index,
         child,
@@ -189,16 +200,19 @@ fn spawn(
         lost: None,
         answered: Instant::now(),
     };
-    let addr = addr_rx.recv_timeout(READY_TIMEOUT).map_err(|_| {
-        Error::Runtime(format!(
-            "shard {index} did not open its endpoint: {}",
-            shard.tail()
-        ))
-    })?;
+    let addr = addr_rx
+        .recv_timeout(READY_TIMEOUT)
+        .map_err(|_| Error::Shard {
+            index,
+            why: format!("did not open its endpoint: {}", shard.tail()),
+        })?;
     let (host, port) = addr
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Runtime(format!("shard {index}: endpoint {addr:?}")))?;
+        .ok_or_else(|| Error::Shard {
+            index,
+            why: format!("endpoint {addr:?}"),
+        })?;
     shard.client = ShardClient::new(&host, port, HTTP_TIMEOUT);
     Ok(shard)
 }
@@ -216,7 +230,10 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
                 let why = tail.trim_start_matches("wsload: ").to_string();
                 return Err(match status.code() {
                     Some(2) => Error::Spec(why),
-                    _ => Error::Runtime(format!("shard {} exited ({status}): {why}", s.index)),
+                    _ => Error::Shard {
+                        index: s.index,
+                        why: format!("exited ({status}): {why}"),
+                    },
                 });
             }
             if !s.client.ready().await {
@@ -227,7 +244,7 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(Error::Runtime(format!(
+            return Err(Error::Shards(format!(
                 "{waiting} shard(s) not ready within {READY_TIMEOUT:?}"
             )));
         }
@@ -258,7 +275,7 @@ fn reap(shards: &mut [ShardProc], cell: &str, notes: &mut Vec<String>) {
             );
             crate::eprintln_above!("wsload: {why}");
             notes.push(why);
-            s.lost = Some(status.to_string());
+            s.lost = Some(Lost::Exited);
         }
     }
 }
@@ -299,69 +316,17 @@ async fn conduct(
     let Some(mut key) = conductor.next(None) else {
         return Err(Error::Spec("the LoadTest has no cell to run".into()));
     };
-    let at = start_instant();
-    let released = join_all(shards.iter().map(|s| s.client.start(at, Some(key.clone())))).await;
-    for (s, r) in shards.iter().zip(released) {
-        if let Err(e) = r {
-            return Err(Error::Runtime(format!("shard {}: {e}", s.index)));
-        }
-    }
-    crate::eprintln_above!(
-        "wsload: {} shards released at {at} (Unix ms), cell {}",
-        shards.len(),
-        key.label
-    );
+    start(shards, &key).await?;
     if let Some(bar) = &bar {
         bar.released(&key);
     }
     loop {
-        let merged = loop {
-            reap(shards, &key.label, &mut notes);
-            let answers = states(shards).await;
-            let mut silent = false;
-            for (i, answer) in &answers {
-                let s = &mut shards[*i];
-                if answer.is_some() {
-                    s.answered = Instant::now();
-                } else if s.answered.elapsed() > SILENCE {
-                    let why = format!(
-                        "shard {} did not answer for {SILENCE:?} during cell {}: left out, its measurements are lost",
-                        s.index, key.label
-                    );
-                    crate::eprintln_above!("wsload: {why}");
-                    notes.push(why);
-                    s.lost = Some("silent".into());
-                } else {
-                    silent = true;
-                }
-            }
-            if silent {
-                // A shard that does not answer may be busy: ask again (an exit is reaped).
-                tokio::time::sleep(POLL).await;
-                continue;
-            }
-            let known: Vec<&State> = answers
-                .iter()
-                .filter(|(i, _)| shards[*i].lost.is_none())
-                .filter_map(|(_, s)| s.as_ref())
-                .collect();
-            match barrier::evaluate(key.index, &known) {
-                Barrier::Waiting => tokio::time::sleep(POLL).await,
-                Barrier::Passed(m) => break Some(m),
-                Barrier::Over => break None,
-            }
-        };
-        let Some(merged) = merged else {
+        let Some(merged) = await_cell(shards, &key, &mut notes).await else {
             notes.push(format!("no shard finished cell {}", key.label));
             break;
         };
-        let got = settle_counters(
-            counters,
-            &mut before,
-            merged.outcome.sent_with_warmup,
-            &mut notes,
-        )
-        .await;
+        let sent = merged.outcome.sent_with_warmup;
+        let got = settle_counters(counters, &mut before, sent, &mut notes).await;
         received.resize(key.index as usize, None);
         received.push(got);
         crate::eprintln_above!(
@@ -370,8 +335,7 @@ async fn conduct(
             merged.shards,
             merged.start_spread_micros as f64 / 1000.0,
             got.map_or(String::new(), |r| format!(
-                ", servers received {r} of {} sent",
-                merged.outcome.sent_with_warmup
+                ", servers received {r} of {sent} sent"
             ))
         );
         let Some(next) = conductor.next(Some(&merged.outcome)) else {
@@ -391,6 +355,73 @@ async fn conduct(
     result.notes.append(&mut notes);
     assemble::complete(&mut result, &received, &conductor);
     Ok(result)
+}
+
+/// Starts every shard at one instant with the first cell; a shard that refuses fails the run
+/// before anything is measured.
+async fn start(shards: &[ShardProc], key: &CellKey) -> Result<()> {
+    let at = start_instant();
+    let released = join_all(shards.iter().map(|s| s.client.start(at, Some(key.clone())))).await;
+    for (s, r) in shards.iter().zip(released) {
+        if let Err(e) = r {
+            return Err(Error::ShardControl {
+                index: s.index,
+                source: e,
+            });
+        }
+    }
+    crate::eprintln_above!(
+        "wsload: {} shards released at {at} (Unix ms), cell {}",
+        shards.len(),
+        key.label
+    );
+    Ok(())
+}
+
+/// Waits until every shard still in the run has finished `key`'s cell, leaving out (in
+/// `notes`) those that exit or stay silent: the cell merged over them, or `None` when none
+/// finished it.
+async fn await_cell(
+    shards: &mut [ShardProc],
+    key: &CellKey,
+    notes: &mut Vec<String>,
+) -> Option<barrier::Merged> {
+    loop {
+        reap(shards, &key.label, notes);
+        let answers = states(shards).await;
+        let mut silent = false;
+        for (i, answer) in &answers {
+            let s = &mut shards[*i];
+            if answer.is_some() {
+                s.answered = Instant::now();
+            } else if s.answered.elapsed() > SILENCE {
+                let why = format!(
+                    "shard {} did not answer for {SILENCE:?} during cell {}: left out, its measurements are lost",
+                    s.index, key.label
+                );
+                crate::eprintln_above!("wsload: {why}");
+                notes.push(why);
+                s.lost = Some(Lost::Silent);
+            } else {
+                silent = true;
+            }
+        }
+        if silent {
+            // A shard that does not answer may be busy: ask again (an exit is reaped).
+            tokio::time::sleep(POLL).await;
+            continue;
+        }
+        let known: Vec<&State> = answers
+            .iter()
+            .filter(|(i, _)| shards[*i].lost.is_none())
+            .filter_map(|(_, s)| s.as_ref())
+            .collect();
+        match barrier::evaluate(key.index, &known) {
+            Barrier::Waiting => tokio::time::sleep(POLL).await,
+            Barrier::Passed(m) => return Some(m),
+            Barrier::Over => return None,
+        }
+    }
 }
 
 /// What the servers received during the cell just over, once they settled.
@@ -427,8 +458,8 @@ async fn release(shards: &mut [ShardProc], at: u64, key: &CellKey) {
     let answers = join_all(live.iter().map(|&i| shards[i].client.cell(at, key.clone()))).await;
     for (i, a) in live.into_iter().zip(answers) {
         if let Err(e) = a {
-            tracing::warn!(shard = shards[i].index, error = %e, "the cell was not released");
-            shards[i].lost = Some(format!("cell {} not released: {e}", key.label));
+            tracing::warn!(shard = shards[i].index, cell = %key.label, error = %e, "the cell was not released");
+            shards[i].lost = Some(Lost::NotReleased(e));
         }
     }
 }
@@ -449,6 +480,12 @@ async fn collect(shards: &mut [ShardProc], notes: &mut Vec<String>) -> Result<Ru
     for s in shards.iter_mut() {
         let deadline = Instant::now() + READY_TIMEOUT;
         let body = loop {
+            if let Some(Lost::NotReleased(e)) = &s.lost {
+                notes.push(format!(
+                    "shard {}: a cell was not released to it ({e}): its measurements are lost",
+                    s.index
+                ));
+            }
             if s.lost.is_some() {
                 break None;
             }
@@ -466,18 +503,21 @@ async fn collect(shards: &mut [ShardProc], notes: &mut Vec<String>) -> Result<Ru
             }
         };
         let Some(body) = body else { continue };
-        let part: RunResult = serde_json::from_str(&body)
-            .map_err(|e| Error::Runtime(format!("shard {}: not a result: {e}", s.index)))?;
+        let part: RunResult = serde_json::from_str(&body).map_err(|source| Error::ShardResult {
+            index: s.index,
+            source,
+        })?;
         match &mut merged {
             None => merged = Some(part),
-            Some(m) => m
-                .merge(&part)
-                .map_err(|e| Error::Runtime(format!("shard {}: {e}", s.index)))?,
+            Some(m) => m.merge(&part).map_err(|why| Error::Shard {
+                index: s.index,
+                why,
+            })?,
         }
         let _ = s.client.finish().await;
     }
     let mut merged = merged.ok_or_else(|| {
-        Error::Runtime(format!("no shard returned a result: {}", notes.join("; ")))
+        Error::Shards(format!("no shard returned a result: {}", notes.join("; ")))
     })?;
     merged.shard_count = shards.len() as u32;
     Ok(merged)

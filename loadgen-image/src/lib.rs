@@ -34,21 +34,103 @@ pub mod tls;
 // Results moved to wsload-report (the operator merges with the same code); these paths stay.
 pub use wsload_report::{hist, measure, report};
 
+/// A cause of another kind than ours, kept as the error's source.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a command of the load generator failed. Each variant is of one exit-code class
+/// ([`Error::exit_code`]): the input's fault (2), or the target's, this machine's or the run's
+/// (3). Where there is a cause it is the source, and shown after the context.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The LoadTest asks for something impossible here (names the field).
+    /// The LoadTest or a flag asks for something impossible here; the message names the
+    /// field or the flag, and the fix.
     #[error("{0}")]
     Spec(String),
+    /// The same, from a cause: a value that does not parse, a file that does not read as the
+    /// field says.
+    #[error("{what}: {source}")]
+    Invalid {
+        what: String,
+        #[source]
+        source: Cause,
+    },
     /// The target cannot be reached or started.
     #[error("target: {0}")]
     Target(String),
+    #[error("target: {what}: {source}")]
+    Unreachable {
+        what: String,
+        #[source]
+        source: Cause,
+    },
+    /// This machine does not give what the run needs.
     #[error("{0}")]
-    Io(String),
-    /// The run began and could not go on (a bug: a panic); exit code 3.
+    Machine(String),
+    /// The same, from a cause: a port, a thread, a file, a system call.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: Cause,
+    },
+    /// One shard of a run on this machine failed (exited, never opened its endpoint).
+    #[error("shard {index}: {why}")]
+    Shard { index: u32, why: String },
+    /// A shard did not answer the control protocol as it says.
+    #[error("shard {index}: {source}")]
+    ShardControl {
+        index: u32,
+        #[source]
+        source: wsload_control::Error,
+    },
+    /// A shard's result does not read as one.
+    #[error("shard {index}: not a result: {source}")]
+    ShardResult {
+        index: u32,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The shards of a run on this machine, as a whole: none got ready, none kept a result.
     #[error("{0}")]
-    Runtime(String),
+    Shards(String),
+    /// The run broke off: a panic in the load generator (a bug). The cells measured before
+    /// are kept in the result.
+    #[error("the run failed: {0}")]
+    Panicked(String),
     #[error(transparent)]
     LoadTest(#[from] wsload_spec::Error),
+}
+
+impl Error {
+    pub fn invalid(what: impl Into<String>, source: impl Into<Cause>) -> Error {
+        Error::Invalid {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn unreachable(what: impl Into<String>, source: impl Into<Cause>) -> Error {
+        Error::Unreachable {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn io(what: impl Into<String>, source: impl Into<Cause>) -> Error {
+        Error::Io {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The process's exit code for this error: 2 when the input is at fault, else 3 (the
+    /// codes are listed in docs/loadtest.md).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Spec(_) | Error::Invalid { .. } | Error::LoadTest(_) => 2,
+            _ => 3,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -133,10 +133,13 @@ impl LocalServer {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
         let mut child = cmd.spawn().map_err(|e| {
-            Error::Target(format!(
-                "cannot start the managed server {}: {e}; build it (cargo build --release -p wsload-server) or pass --server-bin",
-                bin.display()
-            ))
+            Error::unreachable(
+                format!(
+                    "cannot start the managed server {} (build it with `cargo build --release -p wsload-server`, or pass --server-bin)",
+                    bin.display()
+                ),
+                e,
+            )
         })?;
         let stdout = child
             .stdout
@@ -148,9 +151,12 @@ impl LocalServer {
             Err(why) => {
                 let _ = child.kill();
                 let status = child.wait().ok();
-                return Err(Error::Target(format!(
-                    "the managed server did not start: {why} (exit: {status:?}); see its log above"
-                )));
+                return Err(Error::unreachable(
+                    format!(
+                        "the managed server did not start (exit: {status:?}; its log is above)"
+                    ),
+                    why,
+                ));
             }
         };
         let path = if server.path.starts_with('/') {

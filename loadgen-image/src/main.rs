@@ -193,9 +193,10 @@ fn loadtest_from_env() -> Result<LoadTest> {
 
 fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
     if let Some(p) = path {
-        let json = serde_json::to_string_pretty(result).map_err(|e| Error::Io(e.to_string()))?;
+        let json = serde_json::to_string_pretty(result)
+            .map_err(|e| Error::io("cannot serialize the result", e))?;
         std::fs::write(p, json)
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
+            .map_err(|e| Error::io(format!("cannot write {}", p.display()), e))?;
         eprintln!("result written to {}", p.display());
     }
     Ok(())
@@ -204,7 +205,7 @@ fn write_out(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
 fn write_html(path: &Option<PathBuf>, result: &RunResult) -> Result<()> {
     if let Some(p) = path {
         std::fs::write(p, wsload_report::html(result))
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", p.display())))?;
+            .map_err(|e| Error::io(format!("cannot write {}", p.display()), e))?;
         eprintln!("HTML report written to {}", p.display());
     }
     Ok(())
@@ -280,9 +281,9 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
     // then has another parent.
     if let Some(parent) = std::env::var_os(wsload::fleet::EXIT_WITH_PARENT) {
         nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-            .map_err(|e| Error::Io(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
+            .map_err(|e| Error::io("prctl(PR_SET_PDEATHSIG)", e))?;
         if parent.to_str() != Some(std::os::unix::process::parent_id().to_string().as_str()) {
-            return Err(Error::Io(format!(
+            return Err(Error::Machine(format!(
                 "{}={}: that process, which started this shard, has ended",
                 wsload::fleet::EXIT_WITH_PARENT,
                 parent.to_string_lossy()
@@ -354,7 +355,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
             None => merged = Some(r),
             Some(m) => m
                 .merge(&r)
-                .map_err(|e| Error::Spec(format!("{}: {e}", p.display())))?,
+                .map_err(|e| Error::invalid(p.display().to_string(), e))?,
         }
     }
     let merged =
@@ -365,8 +366,8 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 /// A result file: plain JSON (`--out`) or gzip-compressed, as the operator stores results.
 fn read_result(p: &std::path::Path) -> Result<RunResult> {
     let bytes =
-        std::fs::read(p).map_err(|e| Error::Io(format!("cannot read {}: {e}", p.display())))?;
-    wsload_report::stored::decode(&bytes).map_err(|e| Error::Spec(format!("{}: {e}", p.display())))
+        std::fs::read(p).map_err(|e| Error::io(format!("cannot read {}", p.display()), e))?;
+    wsload_report::stored::decode(&bytes).map_err(|e| Error::invalid(p.display().to_string(), e))
 }
 
 /// `wsload report`: a stored result shown again, as tables and optionally as HTML.
@@ -420,10 +421,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("wsload: {e}");
-            match e {
-                Error::Spec(_) | Error::LoadTest(_) => ExitCode::from(2),
-                _ => ExitCode::from(3),
-            }
+            ExitCode::from(e.exit_code())
         }
     }
 }

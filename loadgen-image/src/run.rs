@@ -56,10 +56,12 @@ impl Instruments {
 /// Binds `--metrics-listen` (before anything else starts, so a taken port fails the run early).
 pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener> {
     let l = std::net::TcpListener::bind(addr)
-        .map_err(|e| Error::Io(format!("cannot bind --metrics-listen {addr}: {e}")))?;
+        .map_err(|e| Error::io(format!("cannot bind --metrics-listen {addr}"), e))?;
     l.set_nonblocking(true)
-        .map_err(|e| Error::Io(e.to_string()))?;
-    let addr = l.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+        .map_err(|e| Error::io("--metrics-listen", e))?;
+    let addr = l
+        .local_addr()
+        .map_err(|e| Error::io("--metrics-listen", e))?;
     crate::eprintln_above!(
         "{}",
         wsload_contract::announce::loadgen_metrics(&format!("http://{addr}/metrics"))
@@ -278,7 +280,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult> {
     }
     match error {
         None => Ok(result),
-        Some(e) => Err(Error::Runtime(format!("the run failed: {e}"))),
+        Some(e) => Err(Error::Panicked(e)),
     }
 }
 

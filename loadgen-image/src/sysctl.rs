@@ -33,7 +33,7 @@ pub fn set_all(settings: &[String]) -> Result<()> {
             .ok_or_else(|| Error::Spec(format!("{s:?}: write KEY=VALUE")))?;
         let (key, value) = (key.trim(), value.trim());
         std::fs::write(path(key)?, value)
-            .map_err(|e| Error::Io(format!("cannot set {key}={value}: {e}")))?;
+            .map_err(|e| Error::io(format!("cannot set {key}={value}"), e))?;
         println!("{key} = {value}");
     }
     Ok(())

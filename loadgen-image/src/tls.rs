@@ -12,7 +12,7 @@ pub fn client_config(tls: Option<&Tls>) -> Result<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Spec(format!("spec.tls: {e}")))?;
+        .map_err(|e| Error::invalid("spec.tls", e))?;
     if tls.is_some_and(|t| t.insecure_skip_verify) {
         return Ok(builder
             .dangerous()
@@ -23,9 +23,9 @@ pub fn client_config(tls: Option<&Tls>) -> Result<ClientConfig> {
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = tls.and_then(|t| t.ca_file.as_deref()) {
         let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| Error::Spec(format!("spec.tls.caFile {path:?}: {e}")))?
+            .map_err(|e| Error::invalid(format!("spec.tls.caFile {path:?}"), e))?
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Spec(format!("spec.tls.caFile {path:?}: {e}")))?;
+            .map_err(|e| Error::invalid(format!("spec.tls.caFile {path:?}"), e))?;
         if certs.is_empty() {
             return Err(Error::Spec(format!(
                 "spec.tls.caFile {path:?}: no PEM certificate in it"
@@ -34,7 +34,7 @@ pub fn client_config(tls: Option<&Tls>) -> Result<ClientConfig> {
         for c in certs {
             roots
                 .add(c)
-                .map_err(|e| Error::Spec(format!("spec.tls.caFile {path:?}: {e}")))?;
+                .map_err(|e| Error::invalid(format!("spec.tls.caFile {path:?}"), e))?;
         }
     }
     Ok(builder.with_root_certificates(roots).with_no_client_auth())

@@ -7,7 +7,7 @@ mod common;
 
 use common::{Server, only, run, settle, spec};
 use std::time::{Duration, Instant};
-use wsload::measure::{ConnectError, Drop};
+use wsload::measure::{ConnectError, Dropped};
 use wsload::report::CellResult;
 
 const RECEIVED: &str = "wsload_server_messages_received_total";
@@ -21,7 +21,7 @@ fn target(server: &Server) -> String {
     )
 }
 
-fn dropped(c: &CellResult, why: Drop) -> u64 {
+fn dropped(c: &CellResult, why: Dropped) -> u64 {
     c.measure.counts.dropped.get(&why).copied().unwrap_or(0)
 }
 
@@ -188,7 +188,7 @@ fn storm_over_server_cap_counts_the_refused() {
     assert_eq!(accepted + refused, 100);
     assert!(accepted >= 40 && refused >= 50, "{accepted} / {refused}");
     assert_eq!(n.survived, accepted);
-    assert_eq!(dropped(c, Drop::ServerClose), refused);
+    assert_eq!(dropped(c, Dropped::ServerClose), refused);
     assert_eq!(n.dropped_total(), refused);
     assert_eq!(close_code(c, "1013"), refused);
     assert_eq!(c.figures.survival, accepted as f64 / 100.0);
@@ -549,7 +549,7 @@ fn sustained_hold_counts_idle_timeouts_against_survival() {
     let n = &c.measure.counts;
     assert_eq!(n.connected, 10);
     assert_eq!(n.survived, 0);
-    assert_eq!(dropped(c, Drop::ServerClose), 10);
+    assert_eq!(dropped(c, Dropped::ServerClose), 10);
     assert_eq!(close_code(c, "1000"), 10);
     assert_eq!(c.figures.survival, 0.0);
     assert_eq!(
@@ -611,7 +611,7 @@ fn sustained_hold_counts_a_ping_timeout_against_survival() {
     let n = &c.measure.counts;
     assert_eq!(n.connected, 10);
     assert_eq!(n.survived, 0);
-    assert_eq!(dropped(c, Drop::PingTimeout), 10);
+    assert_eq!(dropped(c, Dropped::PingTimeout), 10);
     assert_eq!((n.expected, n.lost), (10, 10));
     assert_eq!(c.figures.survival, 0.0);
     assert_eq!(c.figures.loss, 1.0);

@@ -183,7 +183,7 @@ pub fn loadgen_cpu(c: &CellResult) -> Option<Finding> {
 mod tests {
     use super::*;
     use crate::fixtures::shard;
-    use crate::measure::Drop;
+    use crate::measure::Dropped;
     use std::time::Duration;
 
     fn cell() -> CellResult {
@@ -254,7 +254,7 @@ mod tests {
         // Closed by the server right after the upgrade: connected, but not held.
         let counts = &mut c.measure.counts;
         (counts.connected, counts.failed) = (1100, Default::default());
-        counts.dropped.insert(Drop::ServerClose, 76);
+        counts.dropped.insert(Dropped::ServerClose, 76);
         assert!(
             connection_cap(&c)
                 .expect("1024 held")
@@ -262,7 +262,7 @@ mod tests {
                 .contains("held 1024")
         );
         // Not a round number, not a file limit: no cause to name.
-        c.measure.counts.dropped.insert(Drop::ServerClose, 150);
+        c.measure.counts.dropped.insert(Dropped::ServerClose, 150);
         assert_eq!(connection_cap(&c), None);
         c.measure.counts.fail(ConnectError::FileLimit);
         let f = connection_cap(&c).expect("file limit");

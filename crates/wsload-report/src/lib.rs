@@ -34,7 +34,7 @@ mod verdict;
 pub use findings::{Finding, Rule, findings};
 pub use hist::Hist;
 pub use html::html;
-pub use measure::{ConnectError, Counts, Drop, Hists, Measure};
+pub use measure::{ConnectError, Counts, Dropped, Hists, Measure};
 pub use numbers::{human_rate, in_units, ms, num};
 pub use result::{CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict};
 pub use spec_copy::REDACTED;

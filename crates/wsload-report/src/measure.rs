@@ -47,7 +47,7 @@ impl ConnectError {
 /// Why an established connection ended before the client closed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Drop {
+pub enum Dropped {
     /// The server sent a close frame; the code is kept separately.
     ServerClose,
     /// TCP reset or end of stream without a closing handshake.
@@ -58,13 +58,13 @@ pub enum Drop {
     PingTimeout,
 }
 
-impl Drop {
+impl Dropped {
     pub fn label(self) -> &'static str {
         match self {
-            Drop::ServerClose => "server_close",
-            Drop::Reset => "reset",
-            Drop::Error => "error",
-            Drop::PingTimeout => "ping_timeout",
+            Dropped::ServerClose => "server_close",
+            Dropped::Reset => "reset",
+            Dropped::Error => "error",
+            Dropped::PingTimeout => "ping_timeout",
         }
     }
 }
@@ -76,7 +76,7 @@ pub struct Counts {
     pub attempted: u64,
     pub connected: u64,
     pub failed: BTreeMap<ConnectError, u64>,
-    pub dropped: BTreeMap<Drop, u64>,
+    pub dropped: BTreeMap<Dropped, u64>,
     /// Close codes servers sent, as text (`1001`, `4401`).
     pub close_codes: BTreeMap<String, u64>,
     pub sent: u64,
@@ -99,7 +99,7 @@ impl Counts {
     pub fn fail(&mut self, why: ConnectError) {
         *self.failed.entry(why).or_default() += 1;
     }
-    pub fn drop(&mut self, why: Drop) {
+    pub fn drop(&mut self, why: Dropped) {
         *self.dropped.entry(why).or_default() += 1;
     }
     pub fn failed_total(&self) -> u64 {
@@ -211,7 +211,7 @@ mod tests {
         a.hists.rtt.record(Duration::from_millis(1));
         let mut b = a.clone();
         b.counts.fail(ConnectError::Timeout);
-        b.counts.drop(Drop::Reset);
+        b.counts.drop(Dropped::Reset);
         a.add(&b);
         assert_eq!(a.counts.sent, 20);
         assert_eq!(a.counts.failed[&ConnectError::Refused], 2);

@@ -20,12 +20,13 @@ fn register_font() -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Io("the bundled plot font does not load".into()))
+        Err(Error::Machine("the bundled plot font does not load".into()))
     }
 }
 
 fn plot_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Io(format!("cannot plot to {}: {e}", path.display()))
+    // plotters' errors are not all Send: the cause is kept as its text.
+    Error::io(format!("cannot plot to {}", path.display()), e.to_string())
 }
 
 const LATENCY_COLORS: [RGBColor; QUANTILES.len()] = [
