@@ -1,5 +1,20 @@
 //! wsload: the load generator. `wsload run FILE` runs a LoadTest on this machine;
 //! `wsload shard` runs one shard's share (what a pod runs); `wsload merge` combines results.
+//!
+//! Its modules stand in layers, each importing only from its own or those below
+//! (`tests/layers.rs` reads the sources and fails on an upward import or a circle):
+//! - foundation: [`clock`], [`message`] (templates), [`schedule`] (open-loop rates),
+//!   [`terminal`] (stderr around the bar), [`cpu`], [`sysctl`];
+//! - model, what a cell is and how a spec becomes cells: [`model`], [`plan`], [`capacity`],
+//!   [`options`];
+//! - counters, the live per-worker slots and where the run is: [`counters`];
+//! - execution: [`dial`] and [`tls`] (connecting, over the `wsload-ws` client),
+//!   [`connection`] (one connection's behavior), [`cell`] (the workers of a cell),
+//!   [`sampler`] (timelines from the counters), [`server_metrics`], [`autobahn_client`];
+//! - presentation of the counters: [`progress`] (the bar), [`fleet_bar`] (the shards'),
+//!   [`exposition`] (Prometheus), [`plot`];
+//! - orchestration: [`target`] and [`local_server`], [`gate`], [`background`], [`run`],
+//!   [`control`] (a shard under the operator's protocol), [`fleet`] (shards on this machine).
 
 pub mod autobahn_client;
 pub mod background;

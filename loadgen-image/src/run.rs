@@ -24,6 +24,7 @@ use crate::target::{Target, server_counters, target};
 use crate::{Error, Result};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use wsload_report::Part;
 use wsload_spec::LoadTest;
 
 /// A run's live figures: the counters its workers write (one slot each), the timelines
@@ -113,31 +114,11 @@ impl Prepared {
     /// The result before any cell: what ran, against what, judged by which thresholds.
     pub fn empty_result(&self, lt: &LoadTest, started_at_unix_ms: u64) -> RunResult {
         let spec = &lt.spec;
-        let shard = self.shard;
-        let mut result = RunResult {
-            test: lt.name().to_string(),
-            scenario: spec.scenario,
-            target: self.url.clone(),
-            shards: if shard.count > 1 {
-                vec![shard.index]
-            } else {
-                (0..spec.shards).collect()
-            },
-            shard_count: if shard.count > 1 {
-                shard.count
-            } else {
-                spec.shards
-            },
-            started_at_unix_ms,
-            cells: Vec::new(),
-            probes: Vec::new(),
-            limit: None,
-            thresholds: spec.thresholds.clone(),
-            verdict: None,
-            notes: Vec::new(),
-            shard_info: Vec::new(),
-            spec: None,
+        let part = Part {
+            index: self.shard.index,
+            count: self.shard.count,
         };
+        let mut result = RunResult::begun(lt.name(), spec, &self.url, part, started_at_unix_ms);
         // The report (`wsload report --html`) shows what ran; the copy has secrets redacted.
         if let Err(e) = result.set_spec(spec) {
             tracing::warn!(error = %e, "the spec is left out of the result");

@@ -36,7 +36,9 @@ pub use hist::Hist;
 pub use html::html;
 pub use measure::{ConnectError, Counts, Dropped, Hists, Measure};
 pub use numbers::{human_rate, in_units, ms, num};
-pub use result::{CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict};
+pub use result::{
+    CellResult, Check, Figures, Part, Percentiles, Probe, RunResult, ShardInfo, Verdict,
+};
 pub use spec_copy::REDACTED;
 pub use timeline::{Recorder, Sample, Totals};
 

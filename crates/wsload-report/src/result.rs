@@ -189,7 +189,48 @@ pub struct RunResult {
     pub spec: Option<serde_json::Value>,
 }
 
+/// Which shard a result is of: its index among how many (the whole test is one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub index: u32,
+    pub count: u32,
+}
+
 impl RunResult {
+    /// A run's (or one shard's) result before its first cell: which test, against what,
+    /// judged by which thresholds. One process running the whole test names every shard the
+    /// spec has; a shard of several names itself. Its cells, notes and shard record are the
+    /// run's to add.
+    pub fn begun(
+        test: &str,
+        spec: &wsload_spec::LoadTestSpec,
+        target: &str,
+        part: Part,
+        started_at_unix_ms: u64,
+    ) -> RunResult {
+        let (shards, shard_count) = if part.count > 1 {
+            (vec![part.index], part.count)
+        } else {
+            ((0..spec.shards).collect(), spec.shards)
+        };
+        RunResult {
+            test: test.to_string(),
+            scenario: spec.scenario,
+            target: target.to_string(),
+            shards,
+            shard_count,
+            started_at_unix_ms,
+            cells: Vec::new(),
+            probes: Vec::new(),
+            limit: None,
+            thresholds: spec.thresholds.clone(),
+            verdict: None,
+            notes: Vec::new(),
+            shard_info: Vec::new(),
+            spec: None,
+        }
+    }
+
     /// The spread of the shards' start instants (microseconds), when more than one recorded it.
     pub fn start_skew_micros(&self) -> Option<u64> {
         let starts = self.shard_info.iter().map(|s| s.started_at_micros);
