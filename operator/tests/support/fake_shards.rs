@@ -148,11 +148,13 @@ impl ShardRecord {
 /// The fleet: a watch on the namespace's shard pods and the endpoints it serves. Stops (every
 /// endpoint closed) when dropped or [`FakeFleet::stop`]ped; the pods stay in the API.
 pub struct FakeFleet {
-    shared: Arc<Shared>,
+    shared: Arc<FleetState>,
     watch: JoinHandle<()>,
 }
 
-struct Shared {
+/// What the fleet's watch and every fake shard share: the pods' API and the slots limiting
+/// calls to it, every shard served and the log.
+struct FleetState {
     pods: Api<Pod>,
     namespace: String,
     opts: FleetOpts,
@@ -193,7 +195,7 @@ impl FakeFleet {
         let log_path = scratch_dir().join(format!("fleet-{namespace}.log"));
         let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(FleetState {
             pods: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             api_slots: Semaphore::new(opts.api_concurrency.max(1)),
@@ -259,7 +261,7 @@ impl Drop for FakeFleet {
     }
 }
 
-impl Shared {
+impl FleetState {
     fn log(&self, msg: impl AsRef<str>) {
         let t = self.started.elapsed().as_secs_f64();
         let _ = writeln!(lock(&self.log), "{t:9.3} {}", msg.as_ref());
@@ -268,7 +270,7 @@ impl Shared {
 
 // --- the pods ---------------------------------------------------------------------------------
 
-async fn watch_loop(shared: Arc<Shared>, synced: oneshot::Sender<()>) {
+async fn watch_loop(shared: Arc<FleetState>, synced: oneshot::Sender<()>) {
     let config = watcher::Config::default().labels(SHARD_SELECTOR);
     let stream = watcher(shared.pods.clone(), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -322,7 +324,7 @@ fn env_value<'a>(env: &'a [EnvVar], name: &str) -> Option<&'a str> {
 }
 
 /// Makes a new shard pod a served, Ready shard.
-async fn adopt(shared: Arc<Shared>, pod: Pod) {
+async fn adopt(shared: Arc<FleetState>, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let Some(container) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
@@ -464,7 +466,7 @@ fn node_name(namespace: &str) -> String {
 }
 
 /// What a kubelet does last for a deleted pod: removes it for good.
-async fn final_delete(shared: Arc<Shared>, pod: Pod) {
+async fn final_delete(shared: Arc<FleetState>, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let _slot = shared.api_slots.acquire().await;
@@ -529,7 +531,7 @@ async fn hang(listener: TcpListener, shard: Arc<FakeShard>) {
 // --- one shard ----------------------------------------------------------------------------------
 
 struct FakeShard {
-    fleet: Weak<Shared>,
+    fleet: Weak<FleetState>,
     /// The spec loaded (as a real shard's `/readyz`).
     ready: bool,
     lt: Option<LoadTest>,
@@ -899,7 +901,7 @@ impl FakeShard {
     }
 
     /// Patches the pod's status; false (and logged) when the API refused.
-    async fn patch_status(&self, fleet: &Shared, body: Value) -> bool {
+    async fn patch_status(&self, fleet: &FleetState, body: Value) -> bool {
         match fleet
             .pods
             .patch_status(&self.pod, &PatchParams::default(), &Patch::Merge(body))
