@@ -3,3 +3,5 @@
 //! test run in a cluster.
 //!
 //! No dependencies: the server, the load generator, the operator and the tests all use it.
+
+pub mod env;

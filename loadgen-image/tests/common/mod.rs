@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use wsload::report::{CellResult, RunResult};
 use wsload::run::{self, Options};
+use wsload_contract::env as var;
 use wsload_spec::LoadTest;
 
 /// The `wsload-server` binary of this build. Integration tests of `wsload` get no
@@ -22,7 +23,7 @@ use wsload_spec::LoadTest;
 pub fn server_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("WSLOAD_SERVER_BIN") {
+        if let Some(p) = std::env::var_os(var::SERVER_BIN) {
             return PathBuf::from(p);
         }
         let wsload = Path::new(env!("CARGO_BIN_EXE_wsload"));

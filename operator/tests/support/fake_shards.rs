@@ -7,7 +7,7 @@
 //! - takes a loopback address unique across test processes ([`super::kubelet::next_ip`]),
 //!   binds `<ip>:9464` and serves the control protocol there, with the real shard's state
 //!   machine and status codes (loadgen-image/src/control.rs): `start` arms the first cell
-//!   (the spec's, `Conductor::first`, read from the pod's `WSLOAD_LOADTEST`), the cell runs for
+//!   (the spec's, `Conductor::first`, read from the pod's [`var::LOADTEST`]), the cell runs for
 //!   [`FleetOpts::cell_duration`] from its `startAt`, then the shard is `between` with the
 //!   cell's summary; `cell`, `end`, `result`, `finish` as the real one answers them;
 //! - binds the pod to a node name (no Node object: nothing reads it) and writes its status as
@@ -39,6 +39,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
+use wsload_contract::env as var;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
@@ -332,16 +333,18 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
         return;
     };
     let env = container.env.clone().unwrap_or_default();
-    let index: u32 = env_value(&env, "WSLOAD_SHARD_INDEX")
+    let index: u32 = env_value(&env, var::SHARD_INDEX)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let count: u32 = env_value(&env, "WSLOAD_SHARD_COUNT")
+    let count: u32 = env_value(&env, var::SHARD_COUNT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let lt = env_value(&env, "WSLOAD_LOADTEST")
-        .ok_or_else(|| "WSLOAD_LOADTEST is not set".to_string())
-        .and_then(|doc| LoadTest::from_yaml(doc, "$WSLOAD_LOADTEST").map_err(|e| e.to_string()));
-    let target = env_value(&env, "WSLOAD_TARGET_URL")
+    let lt = env_value(&env, var::LOADTEST)
+        .ok_or_else(|| format!("{} is not set", var::LOADTEST))
+        .and_then(|doc| {
+            LoadTest::from_yaml(doc, &format!("${}", var::LOADTEST)).map_err(|e| e.to_string())
+        });
+    let target = env_value(&env, var::TARGET_URL)
         .unwrap_or_default()
         .to_string();
     let test = pod
