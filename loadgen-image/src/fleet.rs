@@ -21,15 +21,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use wsload_contract::announce;
+use wsload_contract::env as var;
 use wsload_control::barrier::{self, Barrier};
 use wsload_control::client::ShardClient;
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, Conductor, Phase, State, assemble};
 use wsload_spec::LoadTest;
 
-/// Set in a shard's environment to this process's pid: the shard asks the kernel for SIGTERM
-/// when this process dies, and exits at once if it already has.
-pub const EXIT_WITH_PARENT: &str = "WSLOAD_EXIT_WITH_PARENT";
 /// A shard's control requests go to loopback: a slow answer is a stuck shard.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a shard may take to get ready (parse, resolve, build its dialer).
@@ -162,9 +160,10 @@ fn spawn(
         .args(["--metrics-listen", &listen.to_string()])
         .args(["--target-url", url])
         .args(["--await-start", "--linger", "10m"])
-        .env_remove("WSLOAD_LOADTEST")
-        .env_remove("WSLOAD_SERVER_METRICS_URL")
-        .env(EXIT_WITH_PARENT, std::process::id().to_string())
+        .env_remove(var::LOADTEST)
+        .env_remove(var::SERVER_METRICS_URL)
+        // The shard asks the kernel for SIGTERM when this process dies.
+        .env(var::EXIT_WITH_PARENT, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

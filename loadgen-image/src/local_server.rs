@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use wsload_contract::announce;
+use wsload_contract::env as var;
 use wsload_spec::{LoadTestSpec, ManagedServer};
 
 pub struct LocalServer {
@@ -19,7 +20,7 @@ pub struct LocalServer {
 
 /// `--server-bin`, else `WSLOAD_SERVER_BIN`, else `wsload-server` beside this binary, else PATH.
 pub fn find_binary(explicit: Option<PathBuf>) -> PathBuf {
-    if let Some(p) = explicit.or_else(|| std::env::var_os("WSLOAD_SERVER_BIN").map(PathBuf::from)) {
+    if let Some(p) = explicit.or_else(|| std::env::var_os(var::SERVER_BIN).map(PathBuf::from)) {
         return p;
     }
     if let Some(sibling) = std::env::current_exe()
@@ -110,7 +111,7 @@ impl LocalServer {
                     .as_ref()
                     .and_then(|v| std::env::var(v).ok())
             }) {
-                cmd.env("WSLOAD_SERVER_JWT_SECRET", secret);
+                cmd.env(var::SERVER_JWT_SECRET, secret);
             }
             if let Some(iss) = &jwt.issuer {
                 cmd.args(["--jwt-issuer", iss]);
@@ -127,7 +128,7 @@ impl LocalServer {
         }
         cmd.env(
             "RUST_LOG",
-            std::env::var("WSLOAD_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+            std::env::var(var::SERVER_LOG).unwrap_or_else(|_| "warn".into()),
         )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

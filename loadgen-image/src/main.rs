@@ -9,6 +9,7 @@ use wsload::options::Options;
 use wsload::report::RunResult;
 use wsload::run;
 use wsload::{Error, Result};
+use wsload_contract::env as var;
 use wsload_spec::LoadTest;
 
 #[cfg(feature = "mimalloc")]
@@ -33,10 +34,10 @@ struct Common {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Worker threads, one runtime each (default: one per core).
-    #[arg(long, env = "WSLOAD_THREADS")]
+    #[arg(long, env = var::THREADS)]
     threads: Option<usize>,
     /// Serve Prometheus metrics of the run on this address (`shard`: 0.0.0.0:9464 by default).
-    #[arg(long, env = "WSLOAD_METRICS_LISTEN")]
+    #[arg(long, env = var::METRICS_LISTEN)]
     metrics_listen: Option<SocketAddr>,
 }
 
@@ -79,7 +80,7 @@ struct RunArgs {
     #[command(flatten)]
     common: Common,
     /// The wsload-server binary for a managed server (default: beside this binary).
-    #[arg(long, env = "WSLOAD_SERVER_BIN")]
+    #[arg(long, env = var::SERVER_BIN)]
     server_bin: Option<PathBuf>,
     /// Plot RTT percentiles and messages per second over the run, one point a second,
     /// to this PNG (the LoadTest overview dashboard's two main panels).
@@ -93,29 +94,29 @@ struct RunArgs {
 struct ShardArgs {
     /// The LoadTest file; without one, the LoadTest YAML in WSLOAD_LOADTEST.
     file: Option<String>,
-    #[arg(long, env = "WSLOAD_SHARD_INDEX")]
+    #[arg(long, env = var::SHARD_INDEX)]
     index: u32,
-    #[arg(long, env = "WSLOAD_SHARD_COUNT")]
+    #[arg(long, env = var::SHARD_COUNT)]
     count: u32,
     #[command(flatten)]
     common: Common,
     /// Start the load at this Unix time in milliseconds (the shards' common start).
-    #[arg(long, env = "WSLOAD_START_AT", conflicts_with = "await_start")]
+    #[arg(long, env = var::START_AT, conflicts_with = "await_start")]
     start_at: Option<u64>,
     /// Get ready, then wait for POST /control/start (the operator's shard control protocol).
-    #[arg(long, env = "WSLOAD_AWAIT_START")]
+    #[arg(long, env = var::AWAIT_START)]
     await_start: bool,
     /// With --await-start: exit this long after the run ends if no POST /control/finish
     /// comes (e.g. 15m, 90s).
-    #[arg(long, env = "WSLOAD_LINGER", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = var::LINGER, default_value = "15m", value_parser = humantime::parse_duration)]
     linger: Duration,
     /// Target URL, overriding the spec (the managed server's Service in a cluster).
-    #[arg(long, env = "WSLOAD_TARGET_URL")]
+    #[arg(long, env = var::TARGET_URL)]
     target_url: Option<String>,
     /// The server's metrics URL, for reconciling received messages.
-    #[arg(long, env = "WSLOAD_SERVER_METRICS_URL")]
+    #[arg(long, env = var::SERVER_METRICS_URL)]
     server_metrics_url: Option<String>,
-    #[arg(long, env = "WSLOAD_SERVER_BIN")]
+    #[arg(long, env = var::SERVER_BIN)]
     server_bin: Option<PathBuf>,
 }
 
@@ -172,7 +173,7 @@ const DEFAULT_SHARD_METRICS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9464);
 
 /// The env variable the operator passes the LoadTest in (as YAML).
-const LOADTEST_ENV: &str = "WSLOAD_LOADTEST";
+const LOADTEST_ENV: &str = var::LOADTEST;
 
 fn loadtest_from_env() -> Result<LoadTest> {
     match std::env::var(LOADTEST_ENV) {
@@ -279,13 +280,13 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
     // A shard `wsload run` started ends with it: a killed run leaves no load behind. A run
     // that died before the request was made goes unnoticed by the kernel, but this process
     // then has another parent.
-    if let Some(parent) = std::env::var_os(wsload::fleet::EXIT_WITH_PARENT) {
+    if let Some(parent) = std::env::var_os(var::EXIT_WITH_PARENT) {
         nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
             .map_err(|e| Error::io("prctl(PR_SET_PDEATHSIG)", e))?;
         if parent.to_str() != Some(std::os::unix::process::parent_id().to_string().as_str()) {
             return Err(Error::Machine(format!(
                 "{}={}: that process, which started this shard, has ended",
-                wsload::fleet::EXIT_WITH_PARENT,
+                var::EXIT_WITH_PARENT,
                 parent.to_string_lossy()
             )));
         }
@@ -422,6 +423,41 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("wsload: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The variables a subcommand's flags read.
+    fn read_by(command: &clap::Command) -> Vec<String> {
+        command
+            .get_arguments()
+            .filter_map(|a| Some(a.get_env()?.to_str()?.to_string()))
+            .collect()
+    }
+
+    /// Every variable the load generator reads is the contract's, and every one the operator
+    /// sets on a shard pod is read by `wsload shard`.
+    #[test]
+    fn the_variables_read_are_the_contracts() {
+        let cli = Cli::command();
+        for command in cli.get_subcommands() {
+            for v in read_by(command) {
+                assert!(
+                    var::ALL.contains(&v.as_str()),
+                    "{v} is not in wsload_contract::env"
+                );
+            }
+        }
+        let shard = read_by(cli.find_subcommand("shard").expect("the shard command"));
+        for v in var::SHARD_POD {
+            // The LoadTest's YAML is read without a flag, where no file is named.
+            let read = shard.iter().any(|r| r == v) || *v == LOADTEST_ENV;
+            assert!(read, "the operator sets {v}, which a shard does not read");
         }
     }
 }

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wsload::measure::ConnectError;
 use wsload::report::RunResult;
+use wsload_contract::env as var;
 
 /// A scratch directory under cargo's target tmp dir, removed when dropped.
 struct Scratch(PathBuf);
@@ -59,8 +60,8 @@ impl Wsload {
     fn start(args: &[&str]) -> Wsload {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wsload"))
             .args(args)
-            .env("WSLOAD_SERVER_BIN", server_bin())
-            .env("WSLOAD_THREADS", "2")
+            .env(var::SERVER_BIN, server_bin())
+            .env(var::THREADS, "2")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wsload::report::RunResult;
+use wsload_contract::env as var;
 use wsload_control::protocol::{Phase, State};
 use wsload_http::http_client::{self, Response};
 
@@ -52,11 +53,11 @@ impl Shard {
         let mut cmd = common::behind(shell, env!("CARGO_BIN_EXE_wsload"));
         cmd.args(["shard", "--await-start", "--metrics-listen", "127.0.0.1:0"])
             .args(args)
-            .env("WSLOAD_THREADS", "2")
-            .env("WSLOAD_SERVER_BIN", server_bin())
+            .env(var::THREADS, "2")
+            .env(var::SERVER_BIN, server_bin())
             .env("RUST_LOG", "warn")
-            .env_remove("WSLOAD_LOADTEST")
-            .env_remove("WSLOAD_AWAIT_START")
+            .env_remove(var::LOADTEST)
+            .env_remove(var::AWAIT_START)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -212,7 +213,7 @@ fn run_shard(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wsload"));
     cmd.arg("shard")
         .args(args)
-        .env_remove("WSLOAD_LOADTEST")
+        .env_remove(var::LOADTEST)
         .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
@@ -254,9 +255,9 @@ fn shards_start_together_hand_over_results_and_exit_when_finished() {
         Shard::start(
             &[],
             &[
-                ("WSLOAD_LOADTEST", doc.as_str()),
-                ("WSLOAD_SHARD_INDEX", "1"),
-                ("WSLOAD_SHARD_COUNT", "2"),
+                (var::LOADTEST, doc.as_str()),
+                (var::SHARD_INDEX, "1"),
+                (var::SHARD_COUNT, "2"),
             ],
             None,
         ),
@@ -381,7 +382,7 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
             let index = i.to_string();
             Shard::start(
                 &["--index", &index, "--count", "2"],
-                &[("WSLOAD_LOADTEST", doc.as_str())],
+                &[(var::LOADTEST, doc.as_str())],
                 None,
             )
         })
@@ -442,7 +443,7 @@ fn a_late_start_runs_at_once_and_an_unclaimed_result_lingers_out() {
     );
     let mut s = Shard::start(
         &["--index", "0", "--count", "1", "--linger", "1500ms"],
-        &[("WSLOAD_LOADTEST", doc.as_str())],
+        &[(var::LOADTEST, doc.as_str())],
         None,
     );
     s.await_ready();
@@ -475,14 +476,14 @@ fn the_environment_names_what_is_wrong_with_it() {
         "  target: {url: ws://127.0.0.1:9/}\n  scenario: throughput\n  connections: [ten]\n",
     );
     let args = ["--await-start", "--index", "0", "--count", "1"];
-    let (code, err) = run_shard(&args, &[("WSLOAD_LOADTEST", &bad)]);
+    let (code, err) = run_shard(&args, &[(var::LOADTEST, &bad)]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("$WSLOAD_LOADTEST"), "{err}");
+    assert!(err.contains(&format!("${}", var::LOADTEST)), "{err}");
     assert!(err.contains("spec.connections[0]"), "{err}");
     let (code, err) = run_shard(&args, &[]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("WSLOAD_LOADTEST"), "{err}");
-    let (code, err) = run_shard(&args, &[("WSLOAD_LOADTEST", "  ")]);
+    assert!(err.contains(var::LOADTEST), "{err}");
+    let (code, err) = run_shard(&args, &[(var::LOADTEST, "  ")]);
     assert_eq!(code, Some(2));
     assert!(err.contains("is empty"), "{err}");
 }
@@ -496,7 +497,7 @@ fn the_soft_open_file_limit_is_raised_and_a_share_above_the_hard_one_refused() {
     );
     let mut s = Shard::start(
         &["--index", "0", "--count", "1"],
-        &[("WSLOAD_LOADTEST", doc.as_str()), ("RUST_LOG", "info")],
+        &[(var::LOADTEST, doc.as_str()), ("RUST_LOG", "info")],
         Some("ulimit -Sn 256 && ulimit -Hn 2048"),
     );
     s.await_ready();
@@ -517,7 +518,7 @@ fn the_soft_open_file_limit_is_raised_and_a_share_above_the_hard_one_refused() {
     // A hard limit short of the share: refused before any load, with the numbers and the fix.
     let mut s = Shard::start(
         &["--index", "0", "--count", "1"],
-        &[("WSLOAD_LOADTEST", doc.as_str())],
+        &[(var::LOADTEST, doc.as_str())],
         Some("ulimit -Sn 256 && ulimit -Hn 512"),
     );
     let status = s.exit(Duration::from_secs(10));

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Instant;
 use wsload::report::RunResult;
+use wsload_contract::env as var;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -37,8 +38,8 @@ fn run(name: &str, body: &str, shell: Option<&str>) -> (Output, Option<RunResult
         .arg(&file)
         .arg("--out")
         .arg(&out)
-        .env("WSLOAD_SERVER_BIN", server_bin())
-        .env("WSLOAD_THREADS", "1")
+        .env(var::SERVER_BIN, server_bin())
+        .env(var::THREADS, "1")
         .stdin(Stdio::null())
         .output()
         .expect("wsload runs");

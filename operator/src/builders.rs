@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
+use wsload_contract::env as var;
 use wsload_spec::{
     API_VERSION, KIND, LoadTestResource, LoadTestSpec, ManagedServer, Placement, SecretValue,
     Spread,
@@ -170,23 +171,23 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -
     let spec = &lt.spec;
     let mut envs = vec![
         field_env("POD_IP", "status.podIP"),
-        env("WSLOAD_SERVER_LISTEN", format!("$(POD_IP):{}", server.port)),
+        env(var::SERVER_LISTEN, format!("$(POD_IP):{}", server.port)),
         env(
-            "WSLOAD_SERVER_METRICS_LISTEN",
+            var::SERVER_METRICS_LISTEN,
             format!("$(POD_IP):{}", server.metrics_port),
         ),
-        env("WSLOAD_SERVER_PROFILE", server.profile.as_str()),
+        env(var::SERVER_PROFILE, server.profile.as_str()),
     ];
     if let Some(jwt) = spec.auth.as_ref().and_then(|a| a.jwt.as_ref()) {
-        envs.extend(secret_source_env("WSLOAD_SERVER_JWT_SECRET", &jwt.secret));
+        envs.extend(secret_source_env(var::SERVER_JWT_SECRET, &jwt.secret));
         if let Some(iss) = &jwt.issuer {
-            envs.push(env("WSLOAD_SERVER_JWT_ISSUER", iss.clone()));
+            envs.push(env(var::SERVER_JWT_ISSUER, iss.clone()));
         }
         if let Some(aud) = &jwt.audience {
-            envs.push(env("WSLOAD_SERVER_JWT_AUDIENCE", aud.clone()));
+            envs.push(env(var::SERVER_JWT_AUDIENCE, aud.clone()));
         }
     } else if server.profile == wsload_spec::ServerProfile::Wse {
-        envs.push(env("WSLOAD_SERVER_WSE_ALLOW_ANONYMOUS", "true"));
+        envs.push(env(var::SERVER_WSE_ALLOW_ANONYMOUS, "true"));
     }
     envs.extend(server.env.iter().map(|e| env(&e.name, e.value.clone())));
     let mut labels = names::labels(&test, names::ROLE_SERVER);
@@ -292,7 +293,7 @@ pub fn server_service(lt: &LoadTestResource, server: &ManagedServer) -> Service 
     }
 }
 
-/// The LoadTest as the file a shard reads (`WSLOAD_LOADTEST`): the same document `wsload run`
+/// The LoadTest as the file a shard reads ([`var::LOADTEST`]): the same document `wsload run`
 /// takes, so a shard validates exactly what a local run would.
 pub fn loadtest_document(
     lt: &LoadTestResource,
@@ -330,14 +331,14 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
     let lg = &spec.loadgen;
     let mut envs = vec![
         field_env("POD_IP", "status.podIP"),
-        env("WSLOAD_LOADTEST", document),
-        env("WSLOAD_SHARD_INDEX", index.to_string()),
-        env("WSLOAD_SHARD_COUNT", spec.shards.to_string()),
-        env("WSLOAD_AWAIT_START", "true"),
-        env("WSLOAD_METRICS_LISTEN", format!("$(POD_IP):{SHARD_PORT}")),
+        env(var::LOADTEST, document),
+        env(var::SHARD_INDEX, index.to_string()),
+        env(var::SHARD_COUNT, spec.shards.to_string()),
+        env(var::AWAIT_START, "true"),
+        env(var::METRICS_LISTEN, format!("$(POD_IP):{SHARD_PORT}")),
         // No server metrics URL: delivery is the operator's to reconcile, over every replica
         // and every shard at once, never one shard's against a shared counter.
-        env("WSLOAD_TARGET_URL", target_url),
+        env(var::TARGET_URL, target_url),
     ];
     for (secret, key) in secret_refs(spec) {
         envs.push(secret_env(
@@ -484,6 +485,7 @@ pub fn is_owned_by(meta: &ObjectMeta, lt: &LoadTestResource) -> bool {
 mod tests {
     use super::*;
     use crate::fixtures::{UID, yaml_loadtest as lt};
+    use std::collections::BTreeSet;
 
     fn env_of<'a>(pod: &'a Pod, name: &str) -> Option<&'a EnvVar> {
         pod.spec.as_ref()?.containers[0]
@@ -513,19 +515,19 @@ mod tests {
         let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
         assert_eq!((owner.uid.as_str(), owner.controller), (UID, Some(true)));
         let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
-        assert_eq!(value("WSLOAD_SHARD_INDEX").as_deref(), Some("2"));
-        assert_eq!(value("WSLOAD_SHARD_COUNT").as_deref(), Some("3"));
+        assert_eq!(value(var::SHARD_INDEX).as_deref(), Some("2"));
+        assert_eq!(value(var::SHARD_COUNT).as_deref(), Some("3"));
         assert_eq!(
-            value("WSLOAD_TARGET_URL").as_deref(),
+            value(var::TARGET_URL).as_deref(),
             Some("ws://10.0.0.9:8443/")
         );
-        assert_eq!(value("WSLOAD_LOADTEST").as_deref(), Some("doc"));
-        assert!(env_of(&pod, "WSLOAD_SERVER_METRICS_URL").is_none());
+        assert_eq!(value(var::LOADTEST).as_deref(), Some("doc"));
+        assert!(env_of(&pod, var::SERVER_METRICS_URL).is_none());
         assert_eq!(
-            value("WSLOAD_METRICS_LISTEN").as_deref(),
+            value(var::METRICS_LISTEN).as_deref(),
             Some("$(POD_IP):9464")
         );
-        let secret = env_of(&pod, "WSLOAD_SECRET_WSE_JWT_SECRET")
+        let secret = env_of(&pod, &wsload_spec::secret_env_name("wse-jwt", "secret"))
             .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
             .expect("secret env");
         assert_eq!(
@@ -603,6 +605,36 @@ mod tests {
         );
     }
 
+    /// The variables on a pod the operator builds are those the contract lists for it; the
+    /// shard's and the server's command lines are checked against the same lists.
+    #[test]
+    fn pods_carry_the_variables_the_contract_lists() {
+        let names = |pod: &Pod| -> BTreeSet<String> {
+            let env = pod.spec.as_ref().and_then(|s| s.containers[0].env.clone());
+            env.unwrap_or_default()
+                .into_iter()
+                .map(|e| e.name)
+                .filter(|n| n != "POD_IP" && !n.starts_with(var::SECRET_PREFIX))
+                .collect()
+        };
+        let listed =
+            |vars: &[&str]| -> BTreeSet<String> { vars.iter().map(|v| v.to_string()).collect() };
+        let shard = names(&shard_pod(&lt(SPEC), 0, "ws://10.0.0.9:8443/", "doc"));
+        assert_eq!(shard, listed(var::SHARD_POD));
+        let anonymous = "  target: {server: {profile: wse}}\n  protocol: wse\n  scenario: throughput\n  connections: [10]\n";
+        let mut server = BTreeSet::new();
+        for spec in [
+            SPEC.to_string(),
+            SPEC.replace("issuer: me", "issuer: me, audience: you"),
+            anonymous.to_string(),
+        ] {
+            let lt = lt(&spec);
+            let managed = lt.spec.target.server.clone().expect("server");
+            server.extend(names(&server_pod(&lt, &managed, 0)));
+        }
+        assert_eq!(server, listed(var::SERVER_POD));
+    }
+
     #[test]
     fn spread_none_and_an_external_target_add_no_anti_affinity_and_no_tuning() {
         let lt = lt(
@@ -629,14 +661,11 @@ mod tests {
                 .is_none()
         );
         let value = |n: &str| env_of(&pod, n).and_then(|e| e.value.clone());
-        assert_eq!(
-            value("WSLOAD_SERVER_LISTEN").as_deref(),
-            Some("$(POD_IP):8443")
-        );
-        assert_eq!(value("WSLOAD_SERVER_PROFILE").as_deref(), Some("wse"));
-        assert_eq!(value("WSLOAD_SERVER_JWT_ISSUER").as_deref(), Some("me"));
+        assert_eq!(value(var::SERVER_LISTEN).as_deref(), Some("$(POD_IP):8443"));
+        assert_eq!(value(var::SERVER_PROFILE).as_deref(), Some("wse"));
+        assert_eq!(value(var::SERVER_JWT_ISSUER).as_deref(), Some("me"));
         assert!(
-            env_of(&pod, "WSLOAD_SERVER_JWT_SECRET")
+            env_of(&pod, var::SERVER_JWT_SECRET)
                 .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
                 .is_some()
         );

@@ -2,6 +2,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
+use wsload_contract::env as var;
 use wsload_operator::controller::{self, Options};
 use wsload_operator::defaults::{Defaults, parse_placement};
 use wsload_operator::leader::LeaderConfig;
@@ -33,15 +34,15 @@ enum Command {
         /// `/metrics`, `/healthz`, `/readyz`.
         #[arg(
             long,
-            env = "WSLOAD_OPERATOR_METRICS_LISTEN",
+            env = var::OPERATOR_METRICS_LISTEN,
             default_value = "0.0.0.0:8080"
         )]
         metrics_listen: SocketAddr,
         /// Watch only this namespace (the chart's namespaced mode); all when unset.
-        #[arg(long, env = "WSLOAD_OPERATOR_WATCH_NAMESPACE")]
+        #[arg(long, env = var::OPERATOR_WATCH_NAMESPACE)]
         watch_namespace: Option<String>,
         /// Hold a Lease before reconciling, so only one replica acts.
-        #[arg(long, env = "WSLOAD_OPERATOR_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+        #[arg(long, env = var::OPERATOR_LEADER_ELECT, default_value_t = true, action = clap::ArgAction::Set)]
         leader_elect: bool,
         /// Namespace of the Lease (the operator's own; the downward API gives it).
         #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -50,32 +51,32 @@ enum Command {
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
         /// How often a running test is looked at when nothing changes.
-        #[arg(long, env = "WSLOAD_OPERATOR_POLL", default_value = "2s", value_parser = humantime::parse_duration)]
+        #[arg(long, env = var::OPERATOR_POLL, default_value = "2s", value_parser = humantime::parse_duration)]
         poll: Duration,
         /// From deciding a test's next cell to its start instant (every shard hears of it
         /// first, so all begin it together).
-        #[arg(long, env = "WSLOAD_OPERATOR_CELL_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
+        #[arg(long, env = var::OPERATOR_CELL_DELAY, default_value = "1s", value_parser = humantime::parse_duration)]
         cell_delay: Duration,
         /// Limit on one control request to a shard (state, release, cell, end, finish): a
         /// shard silent that long is unreachable and does not hold up the others.
-        #[arg(long, env = "WSLOAD_OPERATOR_CONTROL_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+        #[arg(long, env = var::OPERATOR_CONTROL_TIMEOUT, default_value = "2s", value_parser = humantime::parse_duration)]
         control_timeout: Duration,
         /// Limit on fetching one shard's result.
-        #[arg(long, env = "WSLOAD_OPERATOR_RESULT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+        #[arg(long, env = var::OPERATOR_RESULT_TIMEOUT, default_value = "30s", value_parser = humantime::parse_duration)]
         result_timeout: Duration,
-        #[arg(long, env = "WSLOAD_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        #[arg(long, env = var::OPERATOR_LOG_FORMAT, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Load-generator image for LoadTests that keep the built-in one (a private registry).
-        #[arg(long, env = "WSLOAD_OPERATOR_LOADGEN_IMAGE")]
+        #[arg(long, env = var::OPERATOR_LOADGEN_IMAGE)]
         loadgen_image: Option<String>,
         /// Server image for LoadTests that keep the built-in one.
-        #[arg(long, env = "WSLOAD_OPERATOR_SERVER_IMAGE")]
+        #[arg(long, env = var::OPERATOR_SERVER_IMAGE)]
         server_image: Option<String>,
         /// Placement (JSON: nodeSelector, tolerations, affinity) of shards whose LoadTest sets none.
-        #[arg(long, env = "WSLOAD_OPERATOR_LOADGEN_PLACEMENT")]
+        #[arg(long, env = var::OPERATOR_LOADGEN_PLACEMENT)]
         loadgen_placement: Option<String>,
         /// Placement (JSON) of managed servers whose LoadTest sets none.
-        #[arg(long, env = "WSLOAD_OPERATOR_SERVER_PLACEMENT")]
+        #[arg(long, env = var::OPERATOR_SERVER_PLACEMENT)]
         server_placement: Option<String>,
     },
     /// Print the LoadTest CustomResourceDefinition (YAML).
@@ -118,8 +119,8 @@ fn main() -> ExitCode {
                     .transpose()
             };
             let defaults = match (
-                placement("WSLOAD_OPERATOR_LOADGEN_PLACEMENT", loadgen_placement),
-                placement("WSLOAD_OPERATOR_SERVER_PLACEMENT", server_placement),
+                placement(var::OPERATOR_LOADGEN_PLACEMENT, loadgen_placement),
+                placement(var::OPERATOR_SERVER_PLACEMENT, server_placement),
             ) {
                 (Ok(loadgen_placement), Ok(server_placement)) => Defaults {
                     loadgen_image,
@@ -182,5 +183,30 @@ fn init_logs(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    /// The operator's own variables, as the chart sets them, are the contract's.
+    #[test]
+    fn every_variable_the_operator_reads_is_the_contracts() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("the run command");
+        let read: BTreeSet<&str> = run
+            .get_arguments()
+            .filter_map(|a| a.get_env()?.to_str())
+            .filter(|v| v.starts_with("WSLOAD_"))
+            .collect();
+        let listed: BTreeSet<&str> = var::ALL
+            .iter()
+            .copied()
+            .filter(|v| v.starts_with("WSLOAD_OPERATOR_"))
+            .collect();
+        assert_eq!(read, listed);
     }
 }

@@ -88,8 +88,8 @@ async fn server_pod_runs_on_its_ip_follows_readiness_and_dies_when_deleted() {
                     "image": "wsload/server:0.1.0",
                     "env": [
                         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        {"name": "WSLOAD_SERVER_LISTEN", "value": "$(POD_IP):8080"},
-                        {"name": "WSLOAD_SERVER_METRICS_LISTEN", "value": "$(POD_IP):9090"},
+                        {"name": wsload_contract::env::SERVER_LISTEN, "value": "$(POD_IP):8080"},
+                        {"name": wsload_contract::env::SERVER_METRICS_LISTEN, "value": "$(POD_IP):9090"},
                     ],
                     "ports": [
                         {"name": "ws", "containerPort": 8080},

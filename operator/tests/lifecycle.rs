@@ -556,8 +556,8 @@ async fn an_external_target_is_used_as_given() {
         "spec": {"containers": [{"name": "s", "image": "wsload/server:test",
             "env": [
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "WSLOAD_SERVER_LISTEN", "value": "$(POD_IP):8080"},
-                {"name": "WSLOAD_SERVER_METRICS_LISTEN", "value": "$(POD_IP):9090"}],
+                {"name": wsload_contract::env::SERVER_LISTEN, "value": "$(POD_IP):8080"},
+                {"name": wsload_contract::env::SERVER_METRICS_LISTEN, "value": "$(POD_IP):9090"}],
             "readinessProbe": {"httpGet": {"path": "/readyz", "port": 9090}}}]}
     }))
     .expect("pod");

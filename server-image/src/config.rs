@@ -5,6 +5,7 @@ use crate::{Error, Result};
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
+use wsload_contract::env as var;
 
 /// What a connection gets served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
@@ -67,7 +68,7 @@ pub struct Cli {
     /// Repeat the flag (or separate with commas in the variable) for several listeners.
     #[arg(
         long,
-        env = "WSLOAD_SERVER_LISTEN",
+        env = var::SERVER_LISTEN,
         value_delimiter = ',',
         default_value = "0.0.0.0:8080"
     )]
@@ -76,98 +77,98 @@ pub struct Cli {
     /// Profile for listeners and paths not routed otherwise.
     #[arg(
         long,
-        env = "WSLOAD_SERVER_PROFILE",
+        env = var::SERVER_PROFILE,
         value_enum,
         default_value = "echo"
     )]
     pub profile: Profile,
 
     /// PATH=PROFILE: serve a request path with a profile, e.g. /wse=wse. Repeatable.
-    #[arg(long = "route", env = "WSLOAD_SERVER_ROUTES", value_delimiter = ',')]
+    #[arg(long = "route", env = var::SERVER_ROUTES, value_delimiter = ',')]
     pub routes: Vec<String>,
 
     /// Set SO_REUSEPORT on every WebSocket listener, so several server processes (replicas) can
     /// listen on the same ADDR:PORT and the kernel spreads new connections among them. Each
     /// replica needs its own --metrics-listen port.
-    #[arg(long, env = "WSLOAD_SERVER_REUSE_PORT")]
+    #[arg(long, env = var::SERVER_REUSE_PORT)]
     pub reuse_port: bool,
 
     /// Connections the kernel may queue on each listener before the server accepts them
     /// (capped by net.core.somaxconn). The default is as many as the kernel allows; a small
     /// one reproduces a server whose backlog overflows in a storm (clients see SYN
     /// retransmits: connects of ~1 s and ~3 s).
-    #[arg(long, env = "WSLOAD_SERVER_LISTEN_BACKLOG", default_value_t = 65_535,
+    #[arg(long, env = var::SERVER_LISTEN_BACKLOG, default_value_t = 65_535,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub listen_backlog: u32,
 
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(
         long,
-        env = "WSLOAD_SERVER_METRICS_LISTEN",
+        env = var::SERVER_METRICS_LISTEN,
         default_value = "0.0.0.0:9090"
     )]
     pub metrics_listen: SocketAddr,
 
     /// Connections admitted at once; beyond it the server closes with 1013 (try again later).
     /// 0 means no cap.
-    #[arg(long, env = "WSLOAD_SERVER_MAX_CONNECTIONS", default_value_t = 0)]
+    #[arg(long, env = var::SERVER_MAX_CONNECTIONS, default_value_t = 0)]
     pub max_connections: u64,
 
     /// Largest message or frame accepted, in bytes; larger ones close the connection with 1009.
-    #[arg(long, env = "WSLOAD_SERVER_MAX_MESSAGE_SIZE", default_value_t = 16 << 20)]
+    #[arg(long, env = var::SERVER_MAX_MESSAGE_SIZE, default_value_t = 16 << 20)]
     pub max_message_size: usize,
 
     /// Time from TCP accept to the HTTP 101 answer before the connection is dropped.
-    #[arg(long, env = "WSLOAD_SERVER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = var::SERVER_HANDSHAKE_TIMEOUT, default_value = "10s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
 
     /// Close (1000) a connection that sent no frame for this long. 0 disables.
-    #[arg(long, env = "WSLOAD_SERVER_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = var::SERVER_IDLE_TIMEOUT, default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
     /// Send a WebSocket ping to every client this often. 0 disables.
-    #[arg(long, env = "WSLOAD_SERVER_PING_INTERVAL", default_value = "25s", value_parser = parse_duration)]
+    #[arg(long, env = var::SERVER_PING_INTERVAL, default_value = "25s", value_parser = parse_duration)]
     pub ping_interval: Duration,
 
     /// On SIGTERM/SIGINT: stop accepting, close every connection with 1001 and exit within
     /// this bound.
-    #[arg(long, env = "WSLOAD_SERVER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = var::SERVER_DRAIN_TIMEOUT, default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
     /// HS256 secret for WSE tokens; required by the wse profile unless --wse-allow-anonymous.
-    #[arg(long, env = "WSLOAD_SERVER_JWT_SECRET", hide_env_values = true)]
+    #[arg(long, env = var::SERVER_JWT_SECRET, hide_env_values = true)]
     pub jwt_secret: Option<String>,
 
     /// Demand this `iss` claim in WSE tokens.
-    #[arg(long, env = "WSLOAD_SERVER_JWT_ISSUER")]
+    #[arg(long, env = var::SERVER_JWT_ISSUER)]
     pub jwt_issuer: Option<String>,
 
     /// Demand this `aud` claim in WSE tokens.
-    #[arg(long, env = "WSLOAD_SERVER_JWT_AUDIENCE")]
+    #[arg(long, env = var::SERVER_JWT_AUDIENCE)]
     pub jwt_audience: Option<String>,
 
     /// Serve the wse profile without a token.
-    #[arg(long, env = "WSLOAD_SERVER_WSE_ALLOW_ANONYMOUS")]
+    #[arg(long, env = var::SERVER_WSE_ALLOW_ANONYMOUS)]
     pub wse_allow_anonymous: bool,
 
     /// Tick period of the broadcast profile.
-    #[arg(long, env = "WSLOAD_SERVER_BROADCAST_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, env = var::SERVER_BROADCAST_INTERVAL, default_value = "100ms", value_parser = parse_duration)]
     pub broadcast_interval: Duration,
 
     /// Padding, in bytes, of each broadcast message.
     #[arg(
         long,
-        env = "WSLOAD_SERVER_BROADCAST_PAYLOAD_SIZE",
+        env = var::SERVER_BROADCAST_PAYLOAD_SIZE,
         default_value_t = 64
     )]
     pub broadcast_payload_size: usize,
 
     /// Read buffer per connection in bytes: small saves memory with many idle connections.
-    #[arg(long, env = "WSLOAD_SERVER_READ_BUFFER_SIZE", default_value_t = 4096)]
+    #[arg(long, env = var::SERVER_READ_BUFFER_SIZE, default_value_t = 4096)]
     pub read_buffer_size: usize,
 
     /// Runtime worker threads (default: one per core).
-    #[arg(long, env = "WSLOAD_SERVER_THREADS")]
+    #[arg(long, env = var::SERVER_THREADS)]
     pub threads: Option<usize>,
 
     /// Stop (as on SIGTERM) when the parent process, PID, ends, however it ends: `wsload run`
@@ -179,7 +180,7 @@ pub struct Cli {
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(
         long,
-        env = "WSLOAD_SERVER_LOG_FORMAT",
+        env = var::SERVER_LOG_FORMAT,
         value_enum,
         default_value = "text"
     )]
@@ -311,9 +312,10 @@ impl Config {
         };
         if config.serves(Profile::Wse) && config.jwt_secret.is_none() && !config.wse_allow_anonymous
         {
-            return Err(Error::Config(
-                "the wse profile needs --jwt-secret (WSLOAD_SERVER_JWT_SECRET), or --wse-allow-anonymous".into(),
-            ));
+            return Err(Error::Config(format!(
+                "the wse profile needs --jwt-secret ({}), or --wse-allow-anonymous",
+                var::SERVER_JWT_SECRET
+            )));
         }
         Ok(config)
     }
@@ -350,6 +352,28 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+
+    /// Every variable the server reads is the contract's, and every one the operator sets on a
+    /// server pod is read.
+    #[test]
+    fn the_variables_read_are_the_contracts() {
+        let cli = Cli::command();
+        let read: Vec<&str> = cli
+            .get_arguments()
+            .filter_map(|a| a.get_env()?.to_str())
+            .collect();
+        assert!(read.contains(&var::SERVER_LISTEN), "{read:?}");
+        for v in &read {
+            assert!(var::ALL.contains(v), "{v} is not in wsload_contract::env");
+        }
+        for v in var::SERVER_POD {
+            assert!(
+                read.contains(v),
+                "the operator sets {v}, which the server does not read"
+            );
+        }
+    }
 
     fn config(args: &[&str]) -> Result<Config> {
         let mut argv = vec!["wsload-server"];

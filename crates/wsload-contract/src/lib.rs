@@ -5,3 +5,4 @@
 //! No dependencies: the server, the load generator, the operator and the tests all use it.
 
 pub mod announce;
+pub mod env;

@@ -340,7 +340,12 @@ pub fn secret_env_name(name: &str, key: &str) -> String {
             })
             .collect::<String>()
     };
-    format!("WSLOAD_SECRET_{}_{}", clean(name), clean(key))
+    format!(
+        "{}{}_{}",
+        wsload_contract::env::SECRET_PREFIX,
+        clean(name),
+        clean(key)
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -294,3 +294,13 @@ pub enum Verdict {
     Pass,
     Fail,
 }
+
+impl Verdict {
+    /// As status and the report spell it (also the `ThresholdsPassed` condition's reason).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "Pass",
+            Verdict::Fail => "Fail",
+        }
+    }
+}

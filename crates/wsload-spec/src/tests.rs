@@ -396,6 +396,25 @@ p99: 1.0ms
 }
 
 #[test]
+fn phase_and_verdict_names_are_their_serialized_form() {
+    let json = |v: serde_json::Value| v.as_str().map(str::to_string);
+    let phases = [
+        Phase::Pending,
+        Phase::Starting,
+        Phase::Running,
+        Phase::Collecting,
+        Phase::Succeeded,
+        Phase::Failed,
+    ];
+    for p in phases {
+        assert_eq!(json(serde_json::json!(p)).as_deref(), Some(p.as_str()));
+    }
+    for v in [Verdict::Pass, Verdict::Fail] {
+        assert_eq!(json(serde_json::json!(v)).as_deref(), Some(v.as_str()));
+    }
+}
+
+#[test]
 fn cluster_limits_are_checked_here_too() {
     let e = errors(&MINIMAL.replace("name: tiny", "name: Tiny_Test"));
     assert!(

@@ -14,6 +14,7 @@ use wsload::options::Options;
 use wsload::report::{CellResult, RunResult};
 use wsload::run;
 use wsload_contract::announce;
+use wsload_contract::env as var;
 use wsload_spec::LoadTest;
 
 /// The `wsload-server` binary of this build. Integration tests of `wsload` get no
@@ -23,7 +24,7 @@ use wsload_spec::LoadTest;
 pub fn server_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("WSLOAD_SERVER_BIN") {
+        if let Some(p) = std::env::var_os(var::SERVER_BIN) {
             return PathBuf::from(p);
         }
         let wsload = Path::new(env!("CARGO_BIN_EXE_wsload"));

@@ -29,6 +29,16 @@ use wsload_spec::status::CellStatus;
 /// How soon to look again once some shards finished the cell: the others are close behind.
 const SOON: Duration = Duration::from_millis(200);
 
+/// What the servers' counter says a finished cell delivered.
+enum Delivery {
+    /// The counter is still taking in what the shards sent: look again.
+    Settling,
+    /// Received during the cell, every replica summed.
+    Received(u64),
+    /// It cannot be known: no counter, a replica or a shard lost, or the counter unreadable.
+    Unknown,
+}
+
 /// A cell's server counter settling, kept between reconciles in [`Context::settles`].
 #[derive(Debug)]
 pub struct Settling {
@@ -135,12 +145,16 @@ impl View<'_> {
                     return (done > 0).then_some(SOON);
                 }
             };
-            let Some(received) = self.settled(&current, &merged).await else {
-                self.st.message = Some(format!(
-                    "cell {} ({}): every shard finished it; waiting for the server counter",
-                    current.index, current.label
-                ));
-                return Some(settle::POLL);
+            let received = match self.settled(&current, &merged).await {
+                Delivery::Settling => {
+                    self.st.message = Some(format!(
+                        "cell {} ({}): every shard finished it; waiting for the server counter",
+                        current.index, current.label
+                    ));
+                    return Some(settle::POLL);
+                }
+                Delivery::Received(n) => Some(n),
+                Delivery::Unknown => None,
             };
             self.record(current.index, &merged, received);
         }
@@ -240,27 +254,28 @@ impl View<'_> {
         })
     }
 
-    /// `Some(received during the cell)` once the servers' counter settled (`Some(None)`: it
-    /// cannot be known); `None` while it is still taking in what the shards sent.
-    async fn settled(&mut self, cell: &CellStatus, merged: &Merged) -> Option<Option<u64>> {
+    /// What the servers received during the cell, once their counter settled.
+    async fn settled(&mut self, cell: &CellStatus, merged: &Merged) -> Delivery {
         if u32::try_from(merged.shards).unwrap_or(u32::MAX) < cell.shards {
             // A shard was lost during the cell (see record): nothing to wait for.
-            return Some(None);
+            return Delivery::Unknown;
         }
         if let Some(why) = self.server_lost() {
             // A lost replica's count is gone with it: no sum can be right.
             tracing::warn!(loadtest = %self.test(), cell = cell.index, reason = %why, "delivery unknown");
-            return Some(None);
+            return Delivery::Unknown;
         }
         let counter = match ServerCounter::of(&self.lt.spec, &self.world.servers) {
             Ok(Some(c)) => c,
-            Ok(None) => return Some(None),
+            Ok(None) => return Delivery::Unknown,
             Err(e) => {
                 tracing::warn!(loadtest = %self.test(), cell = cell.index, error = %e, "delivery unknown");
-                return Some(None);
+                return Delivery::Unknown;
             }
         };
-        let before = self.counter_before(cell.index)?;
+        let Some(before) = self.counter_before(cell.index) else {
+            return Delivery::Settling;
+        };
         let reading = counter
             .read(&self.ctx.http, self.ctx.config.control_timeout)
             .await;
@@ -277,14 +292,23 @@ impl View<'_> {
             *s = fresh();
         }
         let result = match reading {
-            Ok(r) => s.settle.observe(r, now).map(Some),
+            Ok(r) => s
+                .settle
+                .observe(r, now)
+                .map_or(Delivery::Settling, Delivery::Received),
             Err(e) => {
                 tracing::warn!(loadtest = %self.test(), cell = cell.index, error = %e, "server counter unreadable");
                 // Unreadable for as long as the counter may take to settle: keep what was read.
-                (now.duration_since(s.since) >= settle::MAX).then(|| s.settle.last())
+                if now.duration_since(s.since) >= settle::MAX {
+                    s.settle
+                        .last()
+                        .map_or(Delivery::Unknown, Delivery::Received)
+                } else {
+                    Delivery::Settling
+                }
             }
         };
-        if result.is_some() {
+        if !matches!(result, Delivery::Settling) {
             settles.remove(&uid);
         }
         result

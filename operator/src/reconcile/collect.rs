@@ -5,6 +5,7 @@
 
 use super::cells;
 use super::fanout;
+use super::reason::{ConditionType, Reason};
 use super::store::{self, StoreError};
 use super::view::{View, humantime};
 use crate::Result;
@@ -12,7 +13,7 @@ use crate::builders;
 use crate::names::SHARD_PORT;
 use crate::names::{self};
 use crate::pods::{self};
-use crate::results::{self, Merging};
+use crate::results::{self, Merging, Summary};
 use crate::text::listed;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,10 +22,11 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
+use std::ops::ControlFlow;
 use std::time::Duration;
 use wsload_control::client::ShardClient;
 use wsload_http::http_client::Client;
-use wsload_spec::status::{Phase, ShardState};
+use wsload_spec::status::{Phase, ShardState, Verdict};
 use wsload_spec::{Cleanup, LoadTestResource};
 
 /// How one shard's result fared in one collecting pass.
@@ -40,6 +42,21 @@ enum Collected {
     Store(StoreError),
 }
 
+/// The limits on collecting one shard: fetching its result, then telling it to go.
+#[derive(Clone, Copy)]
+struct CallLimits {
+    result: Duration,
+    control: Duration,
+}
+
+/// Why a result that cannot be stored fails the test.
+fn not_stored(e: &StoreError) -> Reason {
+    match e {
+        StoreError::TooLarge { .. } => Reason::ResultTooLarge,
+        _ => Reason::ResultStoreFailed,
+    }
+}
+
 /// Fetches shard `index`'s result, stores it, and tells the shard it may go. A shard that
 /// cannot be asked (its pod gone, or not answering) may have been collected already by a
 /// reconcile whose status write was lost: its stored result counts.
@@ -49,11 +66,10 @@ async fn collect_one(
     index: u32,
     config_maps: kube::Api<ConfigMap>,
     lt: LoadTestResource,
-    timeouts: (Duration, Duration),
+    limits: CallLimits,
 ) -> (u32, Collected) {
-    let (result_timeout, control_timeout) = timeouts;
     let fetched = match &ip {
-        Some(ip) => ShardClient::with_http(http.clone(), ip, SHARD_PORT, result_timeout)
+        Some(ip) => ShardClient::with_http(http.clone(), ip, SHARD_PORT, limits.result)
             .result()
             .await
             .map_err(|e| e.to_string()),
@@ -79,7 +95,7 @@ async fn collect_one(
     };
     // Stored: the shard may go. One that does not hear it exits after its linger.
     if let Some(ip) = &ip
-        && let Err(e) = ShardClient::with_http(http, ip, SHARD_PORT, control_timeout)
+        && let Err(e) = ShardClient::with_http(http, ip, SHARD_PORT, limits.control)
             .finish()
             .await
     {
@@ -90,11 +106,11 @@ async fn collect_one(
 
 impl View<'_> {
     pub(super) async fn collecting(&mut self) -> Result<Action> {
-        let (_, _, collect_limit) = self.timeouts();
-        let timeouts = (
-            self.ctx.config.result_timeout,
-            self.ctx.config.control_timeout,
-        );
+        let collect_limit = self.limits().collect;
+        let limits = CallLimits {
+            result: self.ctx.config.result_timeout,
+            control: self.ctx.config.control_timeout,
+        };
         let calls: Vec<_> = self
             .shards_in(ShardState::Done)
             .into_iter()
@@ -105,7 +121,7 @@ impl View<'_> {
                     i,
                     self.apis.config_maps.clone(),
                     self.lt.clone(),
-                    timeouts,
+                    limits,
                 )
             })
             .collect();
@@ -129,10 +145,7 @@ impl View<'_> {
                 Collected::Store(e) => {
                     // Trying again gets the same answer: the test fails now, with the cause,
                     // and goes on collecting the others' results.
-                    let reason = match e {
-                        StoreError::TooLarge { .. } => "ResultTooLarge",
-                        _ => "ResultStoreFailed",
-                    };
+                    let reason = not_stored(&e);
                     let why = format!("shard {i}'s result cannot be stored: {e}");
                     tracing::warn!(loadtest = %self.test(), shard = i, error = %e, "result not stored");
                     self.set_shard(i, ShardState::Failed, Some(why.clone()));
@@ -214,7 +227,7 @@ impl View<'_> {
         }
         if let Some(e) = merge_error {
             self.mark_failed(
-                "MergeFailed",
+                Reason::MergeFailed,
                 format!("shard results cannot be merged: {e}"),
             );
         }
@@ -224,22 +237,9 @@ impl View<'_> {
     /// Merges every stored result, judges the thresholds and ends the test. Reading or
     /// storing may fail for a while; past the collect deadline the test ends Failed.
     pub(super) async fn conclude(&mut self) -> Result<Action> {
-        let test = self.test();
-        let (_, _, collect_limit) = self.timeouts();
-        let merging = match self.merge_stored().await {
-            Ok(m) => m,
-            Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
-                self.st.message = Some(format!("reading the stored results: {e}"));
-                return Ok(Action::requeue(Duration::from_secs(1)));
-            }
-            Err(e) => {
-                return self
-                    .fail(
-                        "ResultsUnreadable",
-                        format!("stored results unreadable: {e}"),
-                    )
-                    .await;
-            }
+        let merging = match self.read_back().await {
+            ControlFlow::Continue(merging) => merging,
+            ControlFlow::Break(action) => return action,
         };
         if merging.shards() == 0 {
             // When already failing, `fail` puts the cause before this.
@@ -248,84 +248,115 @@ impl View<'_> {
             } else {
                 "no shard delivered a result".to_string()
             };
-            return self.fail("NoResults", why).await;
+            return self.fail(Reason::NoResults, why).await;
         }
-        if !self.failing() || self.st.reason.as_deref() != Some("MergeFailed") {
-            // The received counts and connectionLimit's probes are the conductor's: what
-            // the cells recorded, replayed.
-            let received = cells::received_per_cell(&self.st.cells);
-            let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
-            let summary = merging.finish().and_then(|merged| {
-                results::summarize(&self.lt.spec, merged, &received, &conductor)
-            });
-            match summary {
-                Ok(summary) => {
-                    let stored = store::merged(
-                        &self.apis.config_maps,
-                        self.lt,
-                        summary.merged.clone(),
-                        summary.report.clone(),
-                    )
-                    .await;
-                    match stored {
-                        Ok(()) => self.st.results_config_map = Some(names::results(&test)),
-                        Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
-                            self.st.message = Some(format!("storing the merged result: {e}"));
-                            return Ok(Action::requeue(Duration::from_secs(1)));
-                        }
-                        Err(e) => {
-                            let reason = match e {
-                                StoreError::TooLarge { .. } => "ResultTooLarge",
-                                _ => "ResultStoreFailed",
-                            };
-                            self.mark_failed(
-                                reason,
-                                format!("the merged result cannot be stored: {e}"),
-                            );
-                        }
-                    }
-                    summary.apply(self.st);
-                    let pass = self.st.verdict == Some(wsload_spec::status::Verdict::Pass);
-                    let verdict_message = summary.verdict_message.clone();
-                    self.condition(
-                        "ThresholdsPassed",
-                        pass,
-                        if pass { "Pass" } else { "Fail" },
-                        verdict_message,
-                    );
-                }
-                Err(e) => {
-                    self.mark_failed(
-                        "MergeFailed",
-                        format!("shard results cannot be merged: {e}"),
-                    );
-                }
+        if !self.failed_with(Reason::MergeFailed)
+            && let ControlFlow::Break(action) = self.judge(merging).await
+        {
+            return Ok(action);
+        }
+        self.enter_outcome();
+        self.finished().await
+    }
+
+    /// The stored results merged; `Break` with what the reconcile returns when they cannot be
+    /// read (yet).
+    async fn read_back(&mut self) -> ControlFlow<Result<Action>, Merging> {
+        let collect_limit = self.limits().collect;
+        match self.merge_stored().await {
+            Ok(merging) => ControlFlow::Continue(merging),
+            Err(e) if e.is_transient() && !self.deadline_passed(collect_limit) => {
+                self.st.message = Some(format!("reading the stored results: {e}"));
+                ControlFlow::Break(Ok(Action::requeue(Duration::from_secs(1))))
             }
+            Err(e) => ControlFlow::Break(
+                self.fail(
+                    Reason::ResultsUnreadable,
+                    format!("stored results unreadable: {e}"),
+                )
+                .await,
+            ),
         }
+    }
+
+    /// Completes the merge, stores it, and judges the thresholds into status; `Break` to look
+    /// again when storing failed for now.
+    async fn judge(&mut self, merging: Merging) -> ControlFlow<Action> {
+        // The received counts and connectionLimit's probes are the conductor's: what the cells
+        // recorded, replayed.
+        let received = cells::received_per_cell(&self.st.cells);
+        let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
+        let summary = merging
+            .finish()
+            .and_then(|merged| results::summarize(&self.lt.spec, merged, &received, &conductor));
+        let summary = match summary {
+            Ok(summary) => summary,
+            Err(e) => {
+                self.mark_failed(
+                    Reason::MergeFailed,
+                    format!("shard results cannot be merged: {e}"),
+                );
+                return ControlFlow::Continue(());
+            }
+        };
+        self.store_merged(&summary).await?;
+        summary.apply(self.st);
+        let verdict = self.st.verdict.unwrap_or(Verdict::Fail);
+        self.condition(
+            ConditionType::ThresholdsPassed,
+            verdict == Verdict::Pass,
+            Reason::Judged(verdict),
+            summary.verdict_message.clone(),
+        );
+        ControlFlow::Continue(())
+    }
+
+    /// Stores the merged result beside the LoadTest; `Break` to try again (before the collect
+    /// deadline). One that cannot be stored fails the test, which keeps its figures in status.
+    async fn store_merged(&mut self, summary: &Summary) -> ControlFlow<Action> {
+        let stored = store::merged(
+            &self.apis.config_maps,
+            self.lt,
+            summary.merged.clone(),
+            summary.report.clone(),
+        )
+        .await;
+        match stored {
+            Ok(()) => self.st.results_config_map = Some(names::results(&self.test())),
+            Err(e) if e.is_transient() && !self.deadline_passed(self.limits().collect) => {
+                self.st.message = Some(format!("storing the merged result: {e}"));
+                return ControlFlow::Break(Action::requeue(Duration::from_secs(1)));
+            }
+            Err(e) => self.mark_failed(
+                not_stored(&e),
+                format!("the merged result cannot be stored: {e}"),
+            ),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The test ends: Failed with its cause, or Succeeded with its verdict.
+    fn enter_outcome(&mut self) {
         self.st.completion_time = Some(Time(self.now));
         if self.failing() {
             let m = self.failure_message();
             // The figures cover only what survived, so thresholds that held over them prove
             // nothing about the load asked for: a CI gate reading `verdict` must not pass.
-            if self.st.verdict == Some(wsload_spec::status::Verdict::Pass) {
-                self.st.verdict = Some(wsload_spec::status::Verdict::Fail);
+            if self.st.verdict == Some(Verdict::Pass) {
+                self.st.verdict = Some(Verdict::Fail);
                 self.condition(
-                    "ThresholdsPassed",
+                    ConditionType::ThresholdsPassed,
                     false,
-                    "Incomplete",
+                    Reason::Incomplete,
                     format!("the thresholds held over what was measured, but the test failed: {m}"),
                 );
             }
             self.enter(Phase::Failed, m);
         } else {
-            let verdict = self.st.verdict.map_or("none", |v| match v {
-                wsload_spec::status::Verdict::Pass => "Pass",
-                wsload_spec::status::Verdict::Fail => "Fail",
-            });
+            let verdict = self.st.verdict.map_or("none", Verdict::as_str);
             let rate = self.st.achieved_rate.clone().unwrap_or_default();
             self.enter(Phase::Succeeded, format!("verdict {verdict}; {rate}"));
         }
-        self.finished().await
     }
 
     pub(super) async fn finished(&mut self) -> Result<Action> {

@@ -2,6 +2,7 @@
 //! with a cause (kept as the first failure's message), and a shard lost after release under
 //! the test's shardFailure policy.
 
+use super::reason::{ConditionType, Reason};
 use super::view::View;
 use crate::Result;
 use crate::names;
@@ -9,8 +10,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::controller::Action;
 use wsload_spec::ShardFailurePolicy;
 use wsload_spec::status::{Phase, ShardState};
-
-pub(super) const CONDITION_FAILED: &str = "Failed";
 
 impl View<'_> {
     pub(super) fn enter(&mut self, phase: Phase, message: impl Into<String>) {
@@ -21,11 +20,12 @@ impl View<'_> {
 
     pub(super) fn condition(
         &mut self,
-        type_: &str,
+        type_: ConditionType,
         ok: bool,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
     ) {
+        let (type_, reason) = (type_.as_str(), reason.as_str());
         let status = if ok { "True" } else { "False" };
         let generation = self.lt.metadata.generation;
         let message = message.into();
@@ -55,15 +55,20 @@ impl View<'_> {
         self.st
             .conditions
             .iter()
-            .any(|c| c.type_ == CONDITION_FAILED && c.status == "True")
+            .any(|c| c.type_ == ConditionType::Failed.as_str() && c.status == "True")
+    }
+
+    /// Failing, and the first cause was `reason`.
+    pub(super) fn failed_with(&self, reason: Reason) -> bool {
+        self.failing() && self.st.reason.as_deref() == Some(reason.as_str())
     }
 
     /// Marks the test as failed; it still collects what was measured when shards ran.
-    pub(super) fn mark_failed(&mut self, reason: &str, message: impl Into<String>) {
+    pub(super) fn mark_failed(&mut self, reason: Reason, message: impl Into<String>) {
         let message = message.into();
         if !self.failing() {
-            self.st.reason = Some(reason.to_string());
-            self.condition(CONDITION_FAILED, true, reason, message.clone());
+            self.st.reason = Some(reason.as_str().to_string());
+            self.condition(ConditionType::Failed, true, reason, message.clone());
         }
         self.st.message = Some(message);
     }
@@ -74,7 +79,7 @@ impl View<'_> {
             .st
             .conditions
             .iter()
-            .find(|c| c.type_ == CONDITION_FAILED && c.status == "True")
+            .find(|c| c.type_ == ConditionType::Failed.as_str() && c.status == "True")
             .map(|c| c.message.clone())
             .unwrap_or_default();
         match self.st.message.as_deref() {
@@ -89,7 +94,7 @@ impl View<'_> {
     /// Ends the test as Failed now (nothing left to collect).
     pub(super) async fn fail(
         &mut self,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
     ) -> Result<Action> {
         self.mark_failed(reason, message);
@@ -108,9 +113,9 @@ impl View<'_> {
         }
         let message = format!("shard {index} (pod {pod}) failed after release: {why}");
         match self.lt.spec.run.shard_failure {
-            ShardFailurePolicy::Fail => self.mark_failed("ShardFailed", message),
+            ShardFailurePolicy::Fail => self.mark_failed(Reason::ShardFailed, message),
             ShardFailurePolicy::Continue => {
-                self.condition("Degraded", true, "ShardFailed", message);
+                self.condition(ConditionType::Degraded, true, Reason::ShardFailed, message);
             }
         }
     }

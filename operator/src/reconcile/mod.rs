@@ -7,6 +7,7 @@ mod cells;
 mod collect;
 mod conditions;
 mod fanout;
+mod reason;
 mod running;
 mod start;
 mod store;

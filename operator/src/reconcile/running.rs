@@ -2,6 +2,7 @@
 //! test's policy, start skew measured, the run deadline kept.
 
 use super::fanout;
+use super::reason::Reason;
 use super::view::{View, humantime};
 use crate::Result;
 use crate::pods::{self, PodHealth};
@@ -34,9 +35,9 @@ impl View<'_> {
     }
 
     pub(super) async fn running(&mut self) -> Result<Action> {
-        let (_, run_limit, _) = self.timeouts();
+        let run_limit = self.limits().run;
         if let Some(why) = self.server_lost() {
-            self.mark_failed("ServerLost", format!("{why} during the run"));
+            self.mark_failed(Reason::ServerLost, format!("{why} during the run"));
         }
         let targets = self.live_shard_addresses();
         let (states, all_answered) = self.poll_shards(&targets).await;
@@ -161,7 +162,7 @@ impl View<'_> {
             self.set_shard(*i, ShardState::Lost, Some("run deadline exceeded".into()));
         }
         self.mark_failed(
-            "RunDeadlineExceeded",
+            Reason::RunDeadlineExceeded,
             format!(
                 "{} shards did not finish within {}: {}",
                 unfinished.len(),

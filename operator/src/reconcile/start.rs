@@ -2,8 +2,8 @@
 //! on, the shards started, and the start barrier.
 
 use super::cells::cell_released;
-use super::conditions::CONDITION_FAILED;
 use super::fanout;
+use super::reason::{ConditionType, Reason};
 use super::view::{View, humantime};
 use crate::builders;
 use crate::names::{self, MANAGER};
@@ -12,13 +12,23 @@ use crate::server_counter::ServerCounter;
 use crate::shard_entries;
 use crate::text::listed;
 use crate::{Error, Result};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use std::time::Duration;
+use wsload_spec::ManagedServer;
 use wsload_spec::status::{Phase, ShardState};
+
+/// The server's replica pods in one reconcile of Pending.
+#[derive(Default)]
+struct ServerPods {
+    /// The pod IP of each ready replica.
+    ready: Vec<String>,
+    /// Each replica not ready (pod name) and what it waits for.
+    waiting: Vec<(String, String)>,
+}
 
 /// The shards' pods in one reconcile of Starting.
 #[derive(Default)]
@@ -42,13 +52,13 @@ impl View<'_> {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
-            self.mark_failed("InvalidSpec", format!("invalid LoadTest: {list}"));
+            self.mark_failed(Reason::InvalidSpec, format!("invalid LoadTest: {list}"));
             self.enter(Phase::Failed, format!("invalid LoadTest: {list}"));
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
         self.st.shards = shard_entries::pending(spec);
-        self.condition(CONDITION_FAILED, false, "NoFailure", "");
+        self.condition(ConditionType::Failed, false, Reason::NoFailure, "");
         self.enter(Phase::Pending, "starting the server under test");
         Ok(Action::requeue(Duration::from_millis(200)))
     }
@@ -60,92 +70,18 @@ impl View<'_> {
             self.enter(Phase::Starting, format!("target {url}; starting shards"));
             return Ok(Action::requeue(Duration::from_millis(200)));
         };
-        let pp = PatchParams::apply(MANAGER).force();
-        let test = self.test();
+        let service = self.apply_server(&server).await?;
         let replicas = server.replicas.max(1);
-        for r in 0..replicas {
-            if !self.world.servers.contains_key(&r) {
-                let pod = builders::server_pod(self.lt, &server, r);
-                self.apis
-                    .pods
-                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
-                    .await?;
-            }
-        }
-        let svc = builders::server_service(self.lt, &server);
-        let svc = self
-            .apis
-            .services
-            .patch(&names::server(&test), &pp, &Patch::Apply(&svc))
-            .await?;
-        let (start_limit, _, _) = self.timeouts();
-        let mut ready = Vec::new();
-        let mut waiting = Vec::new();
-        for r in 0..replicas {
-            let pod = names::server_replica(&test, r);
-            match self.world.servers.get(&r).map(pods::health) {
-                Some(PodHealth::Ready { ip }) => ready.push(ip),
-                Some(PodHealth::Ended { reason }) => {
-                    return self
-                        .fail(
-                            "ServerFailed",
-                            format!("server pod {pod} ended before the test: {reason}"),
-                        )
-                        .await;
-                }
-                other => waiting.push((
-                    pod,
-                    other
-                        .map(|h| h.describe())
-                        .unwrap_or_else(|| "not created".into()),
-                )),
-            }
-        }
-        if !waiting.is_empty() {
-            if self.deadline_passed(start_limit) {
-                let limit = humantime(start_limit);
-                let message = match waiting.as_slice() {
-                    [(pod, why)] if replicas == 1 => {
-                        format!("server pod {pod} not ready within {limit}: {why}")
-                    }
-                    _ => format!(
-                        "{}/{replicas} server pods not ready within {limit}: {}",
-                        waiting.len(),
-                        waiting
-                            .iter()
-                            .map(|(pod, why)| format!("{pod}: {why}"))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                };
-                return self.fail("ServerNotReady", message).await;
-            }
-            if replicas > 1 {
-                self.st.message = Some(format!("{}/{replicas} server pods ready", ready.len()));
-            }
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        // One replica: its pod IP, which needs neither DNS nor kube-proxy. More: the Service,
-        // whose kube-proxy rules spread the shards' connections over every replica.
-        let host = if replicas == 1 {
-            ready.first().cloned().unwrap_or_default()
-        } else {
-            svc.spec
-                .as_ref()
-                .and_then(|s| s.cluster_ip.clone())
-                .filter(|ip| !ip.is_empty() && ip != "None")
-                .unwrap_or_else(|| {
-                    let ns = self.lt.metadata.namespace.clone().unwrap_or_default();
-                    format!("{}.{ns}.svc", names::server(&test))
-                })
+        let pods = match self.server_pods(replicas) {
+            Ok(pods) => pods,
+            Err(ended) => return self.fail(Reason::ServerFailed, ended).await,
         };
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
-        let url = format!("ws://{host}:{}{}", server.port, server.path);
+        if !pods.waiting.is_empty() {
+            return self.wait_for_server(&pods, replicas).await;
+        }
+        let url = self.server_url(&server, &service, &pods.ready);
         self.st.target_url = Some(url.clone());
+        let test = self.test();
         let who = if replicas == 1 {
             names::server(&test)
         } else {
@@ -154,12 +90,114 @@ impl View<'_> {
                 names::server(&test)
             )
         };
-        self.condition("ServerReady", true, "PodReady", format!("{who} at {url}"));
+        self.condition(
+            ConditionType::ServerReady,
+            true,
+            Reason::PodReady,
+            format!("{who} at {url}"),
+        );
         self.enter(
             Phase::Starting,
             format!("server ready at {url}; starting shards"),
         );
         Ok(Action::requeue(Duration::from_millis(200)))
+    }
+
+    /// Applies the server's missing replica pods and its Service; the Service as applied.
+    async fn apply_server(&self, server: &ManagedServer) -> Result<Service> {
+        let pp = PatchParams::apply(MANAGER).force();
+        let test = self.test();
+        for r in 0..server.replicas.max(1) {
+            if !self.world.servers.contains_key(&r) {
+                let pod = builders::server_pod(self.lt, server, r);
+                self.apis
+                    .pods
+                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
+                    .await?;
+            }
+        }
+        let service = builders::server_service(self.lt, server);
+        Ok(self
+            .apis
+            .services
+            .patch(&names::server(&test), &pp, &Patch::Apply(&service))
+            .await?)
+    }
+
+    /// Each server replica's pod as the view holds it; `Err` with the cause when one ended
+    /// before the test.
+    fn server_pods(&self, replicas: u32) -> std::result::Result<ServerPods, String> {
+        let test = self.test();
+        let mut pods = ServerPods::default();
+        for r in 0..replicas {
+            let pod = names::server_replica(&test, r);
+            match self.world.servers.get(&r).map(pods::health) {
+                Some(PodHealth::Ready { ip }) => pods.ready.push(ip),
+                Some(PodHealth::Ended { reason }) => {
+                    return Err(format!("server pod {pod} ended before the test: {reason}"));
+                }
+                other => pods.waiting.push((
+                    pod,
+                    other
+                        .map(|h| h.describe())
+                        .unwrap_or_else(|| "not created".into()),
+                )),
+            }
+        }
+        Ok(pods)
+    }
+
+    /// Some server replicas are not ready: look again soon, or fail once the start deadline
+    /// passed.
+    async fn wait_for_server(&mut self, pods: &ServerPods, replicas: u32) -> Result<Action> {
+        let start_limit = self.limits().start;
+        if self.deadline_passed(start_limit) {
+            let limit = humantime(start_limit);
+            let message = match pods.waiting.as_slice() {
+                [(pod, why)] if replicas == 1 => {
+                    format!("server pod {pod} not ready within {limit}: {why}")
+                }
+                waiting => format!(
+                    "{}/{replicas} server pods not ready within {limit}: {}",
+                    waiting.len(),
+                    waiting
+                        .iter()
+                        .map(|(pod, why)| format!("{pod}: {why}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            };
+            return self.fail(Reason::ServerNotReady, message).await;
+        }
+        if replicas > 1 {
+            self.st.message = Some(format!("{}/{replicas} server pods ready", pods.ready.len()));
+        }
+        Ok(Action::requeue(Duration::from_secs(1)))
+    }
+
+    /// The URL the shards dial. One replica: its pod IP, which needs neither DNS nor
+    /// kube-proxy. More: the Service, whose kube-proxy rules spread the shards' connections
+    /// over every replica.
+    fn server_url(&self, server: &ManagedServer, service: &Service, ready: &[String]) -> String {
+        let host = if server.replicas.max(1) == 1 {
+            ready.first().cloned().unwrap_or_default()
+        } else {
+            service
+                .spec
+                .as_ref()
+                .and_then(|s| s.cluster_ip.clone())
+                .filter(|ip| !ip.is_empty() && ip != "None")
+                .unwrap_or_else(|| {
+                    let ns = self.lt.metadata.namespace.clone().unwrap_or_default();
+                    format!("{}.{ns}.svc", names::server(&self.test()))
+                })
+        };
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        format!("ws://{host}:{}{}", server.port, server.path)
     }
 
     /// The managed server must stay up, every replica of it, while shards start and run.
@@ -180,14 +218,14 @@ impl View<'_> {
 
     pub(super) async fn starting(&mut self) -> Result<Action> {
         if let Some(why) = self.server_lost() {
-            return self.fail("ServerLost", why).await;
+            return self.fail(Reason::ServerLost, why).await;
         }
-        let (start_limit, _, _) = self.timeouts();
+        let start_limit = self.limits().start;
         let document = builders::loadtest_document(self.lt)
             .map_err(|e| Error::serialize("the LoadTest for its shards", e))?;
         let pods = match self.shard_pods(&document) {
             Ok(pods) => pods,
-            Err(ended) => return self.fail("ShardFailed", ended).await,
+            Err(ended) => return self.fail(Reason::ShardFailed, ended).await,
         };
         self.create_shard_pods(pods.create).await?;
         self.mark_ready(&pods.ready);
@@ -197,9 +235,9 @@ impl View<'_> {
                 .await;
         }
         self.condition(
-            "ShardsReady",
+            ConditionType::ShardsReady,
             true,
-            "AllReady",
+            Reason::AllReady,
             format!("{} shards ready", pods.ready.len()),
         );
         // The start instant (and the server counter's baseline, and cell 0) is written to
@@ -299,7 +337,7 @@ impl View<'_> {
         if self.deadline_passed(start_limit) {
             return self
                 .fail(
-                    "ShardsNotReady",
+                    Reason::ShardsNotReady,
                     format!(
                         "{} of {shards} shards not ready within {}: {}",
                         waiting.len(),
@@ -388,7 +426,7 @@ impl View<'_> {
         let released = self.count_live();
         if released == 0 {
             return self
-                .fail("ReleaseFailed", "no shard could be released")
+                .fail(Reason::ReleaseFailed, "no shard could be released")
                 .await
                 .map(Some);
         }
@@ -407,9 +445,9 @@ impl View<'_> {
             .map(|t| t.0.to_string())
             .unwrap_or_default();
         self.condition(
-            "Released",
+            ConditionType::Released,
             true,
-            "StartBarrier",
+            Reason::StartBarrier,
             format!("{released} shards released for {start_at}"),
         );
         self.enter(

@@ -11,6 +11,14 @@ use std::time::Duration;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase, ShardState, ShardStatus};
 
+/// How long each phase may last before the test fails, counted from `status.phaseSince`.
+pub(super) struct PhaseLimits {
+    /// Pending and Starting each: the spec's scheduling and ready deadlines together.
+    pub(super) start: Duration,
+    pub(super) run: Duration,
+    pub(super) collect: Duration,
+}
+
 /// What one reconcile works on; each phase's step is a method of it (start.rs, running.rs,
 /// cells.rs, collect.rs), and the status it leaves is written once the step returns.
 pub(super) struct View<'a> {
@@ -46,7 +54,7 @@ impl View<'_> {
         self.now.duration_since(since.0) > limit
     }
 
-    pub(super) fn timeouts(&self) -> (Duration, Duration, Duration) {
+    pub(super) fn limits(&self) -> PhaseLimits {
         let d = &self.lt.spec.run.deadlines;
         let start = d.scheduling.get() + d.ready.get();
         // connectionLimit has no expected length (the search decides): an hour unless set.
@@ -61,7 +69,11 @@ impl View<'_> {
                 self.ctx.config.cell_delay + self.ctx.config.poll + wsload_control::settle::QUIET;
             run += between * u32::try_from(cells).unwrap_or(u32::MAX);
         }
-        (start, run, d.collect.get())
+        PhaseLimits {
+            start,
+            run,
+            collect: d.collect.get(),
+        }
     }
 
     pub(super) fn set_shard(&mut self, index: u32, state: ShardState, reason: Option<String>) {

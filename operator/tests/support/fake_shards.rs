@@ -7,7 +7,7 @@
 //! - takes a loopback address unique across test processes ([`super::kubelet::next_ip`]),
 //!   binds `<ip>:9464` and serves the control protocol there, with the real shard's state
 //!   machine and status codes (loadgen-image/src/control.rs): `start` arms the first cell
-//!   (the spec's, `Conductor::first`, read from the pod's `WSLOAD_LOADTEST`), the cell runs for
+//!   (the spec's, `Conductor::first`, read from the pod's [`var::LOADTEST`]), the cell runs for
 //!   [`FleetOpts::cell_duration`] from its `startAt`, then the shard is `between` with the
 //!   cell's summary; `cell`, `end`, `result`, `finish` as the real one answers them;
 //! - binds the pod to a node name (no Node object: nothing reads it) and writes its status as
@@ -39,13 +39,14 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
+use wsload_contract::env as var;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
 use wsload_http::prometheus_client::metrics::gauge::Gauge;
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
-use wsload_report::{CellResult, Hist, Measure, RunResult, ShardInfo};
+use wsload_report::{CellResult, Hist, Measure, Part, RunResult, ShardInfo};
 use wsload_spec::LoadTest;
 use wsload_spec::shares::count_share;
 
@@ -148,11 +149,13 @@ impl ShardRecord {
 /// The fleet: a watch on the namespace's shard pods and the endpoints it serves. Stops (every
 /// endpoint closed) when dropped or [`FakeFleet::stop`]ped; the pods stay in the API.
 pub struct FakeFleet {
-    shared: Arc<Shared>,
+    shared: Arc<FleetState>,
     watch: JoinHandle<()>,
 }
 
-struct Shared {
+/// What the fleet's watch and every fake shard share: the pods' API and the slots limiting
+/// calls to it, every shard served and the log.
+struct FleetState {
     pods: Api<Pod>,
     namespace: String,
     opts: FleetOpts,
@@ -193,7 +196,7 @@ impl FakeFleet {
         let log_path = scratch_dir().join(format!("fleet-{namespace}.log"));
         let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(FleetState {
             pods: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             api_slots: Semaphore::new(opts.api_concurrency.max(1)),
@@ -259,7 +262,7 @@ impl Drop for FakeFleet {
     }
 }
 
-impl Shared {
+impl FleetState {
     fn log(&self, msg: impl AsRef<str>) {
         let t = self.started.elapsed().as_secs_f64();
         let _ = writeln!(lock(&self.log), "{t:9.3} {}", msg.as_ref());
@@ -268,7 +271,7 @@ impl Shared {
 
 // --- the pods ---------------------------------------------------------------------------------
 
-async fn watch_loop(shared: Arc<Shared>, synced: oneshot::Sender<()>) {
+async fn watch_loop(shared: Arc<FleetState>, synced: oneshot::Sender<()>) {
     let config = watcher::Config::default().labels(SHARD_SELECTOR);
     let stream = watcher(shared.pods.clone(), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -322,7 +325,7 @@ fn env_value<'a>(env: &'a [EnvVar], name: &str) -> Option<&'a str> {
 }
 
 /// Makes a new shard pod a served, Ready shard.
-async fn adopt(shared: Arc<Shared>, pod: Pod) {
+async fn adopt(shared: Arc<FleetState>, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let Some(container) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
@@ -330,16 +333,18 @@ async fn adopt(shared: Arc<Shared>, pod: Pod) {
         return;
     };
     let env = container.env.clone().unwrap_or_default();
-    let index: u32 = env_value(&env, "WSLOAD_SHARD_INDEX")
+    let index: u32 = env_value(&env, var::SHARD_INDEX)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let count: u32 = env_value(&env, "WSLOAD_SHARD_COUNT")
+    let count: u32 = env_value(&env, var::SHARD_COUNT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let lt = env_value(&env, "WSLOAD_LOADTEST")
-        .ok_or_else(|| "WSLOAD_LOADTEST is not set".to_string())
-        .and_then(|doc| LoadTest::from_yaml(doc, "$WSLOAD_LOADTEST").map_err(|e| e.to_string()));
-    let target = env_value(&env, "WSLOAD_TARGET_URL")
+    let lt = env_value(&env, var::LOADTEST)
+        .ok_or_else(|| format!("{} is not set", var::LOADTEST))
+        .and_then(|doc| {
+            LoadTest::from_yaml(doc, &format!("${}", var::LOADTEST)).map_err(|e| e.to_string())
+        });
+    let target = env_value(&env, var::TARGET_URL)
         .unwrap_or_default()
         .to_string();
     let test = pod
@@ -464,7 +469,7 @@ fn node_name(namespace: &str) -> String {
 }
 
 /// What a kubelet does last for a deleted pod: removes it for good.
-async fn final_delete(shared: Arc<Shared>, pod: Pod) {
+async fn final_delete(shared: Arc<FleetState>, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let _slot = shared.api_slots.acquire().await;
@@ -529,7 +534,7 @@ async fn hang(listener: TcpListener, shard: Arc<FakeShard>) {
 // --- one shard ----------------------------------------------------------------------------------
 
 struct FakeShard {
-    fleet: Weak<Shared>,
+    fleet: Weak<FleetState>,
     /// The spec loaded (as a real shard's `/readyz`).
     ready: bool,
     lt: Option<LoadTest>,
@@ -865,41 +870,25 @@ impl FakeShard {
             .map(|c| c.started_first_micros)
             .or(started)
             .unwrap_or(finished);
-        let mut result = RunResult {
-            test: lt.name().to_string(),
-            scenario: spec.scenario,
-            target: self.target.clone(),
-            shards: if self.count > 1 {
-                vec![self.index]
-            } else {
-                (0..spec.shards).collect()
-            },
-            shard_count: if self.count > 1 {
-                self.count
-            } else {
-                spec.shards
-            },
-            started_at_unix_ms: started / 1000,
-            cells,
-            probes: Vec::new(),
-            limit: None,
-            thresholds: spec.thresholds.clone(),
-            verdict: None,
-            notes: note.into_iter().collect(),
-            shard_info: vec![ShardInfo {
-                index: self.index,
-                started_at_micros: started,
-                finished_at_micros: finished,
-                error: None,
-            }],
-            spec: None,
+        let part = Part {
+            index: self.index,
+            count: self.count,
         };
+        let mut result = RunResult::begun(lt.name(), spec, &self.target, part, started / 1000);
+        result.cells = cells;
+        result.notes.extend(note);
+        result.shard_info.push(ShardInfo {
+            index: self.index,
+            started_at_micros: started,
+            finished_at_micros: finished,
+            error: None,
+        });
         result.judge();
         result
     }
 
     /// Patches the pod's status; false (and logged) when the API refused.
-    async fn patch_status(&self, fleet: &Shared, body: Value) -> bool {
+    async fn patch_status(&self, fleet: &FleetState, body: Value) -> bool {
         match fleet
             .pods
             .patch_status(&self.pod, &PatchParams::default(), &Patch::Merge(body))

@@ -100,11 +100,13 @@ pub struct PodProcess {
 /// The test kubelet of one namespace. Dropping it kills its processes (as does the end of the
 /// test's runtime); [`Kubelet::stop`] does it explicitly.
 pub struct Kubelet {
-    shared: Arc<Shared>,
+    shared: Arc<KubeletState>,
     main: JoinHandle<()>,
 }
 
-struct Shared {
+/// What the kubelet's watch and its pods' runners share: the nodes, each pod's runner, the
+/// Services' proxies and the log.
+struct KubeletState {
     client: kube::Client,
     namespace: String,
     opts: KubeletOpts,
@@ -167,7 +169,7 @@ impl Kubelet {
             .append(true)
             .open(&log_path)
             .expect("open the kubelet log");
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(KubeletState {
             client,
             namespace: namespace.to_string(),
             opts,
@@ -366,7 +368,7 @@ fn now() -> Time {
     Time(Timestamp::now())
 }
 
-impl Shared {
+impl KubeletState {
     /// Points every `<clusterIP>:<port>` in `env` at the Service's proxy, starting proxies for
     /// Services not seen before (what kube-proxy's rules do to a pod's packets).
     async fn route_services(&self, env: &mut [(String, String)]) -> Result<(), NotYet> {
@@ -494,7 +496,7 @@ fn claim_ip_block() -> u32 {
 
 // --- the watch and the scheduler ---------------------------------------------------------------
 
-async fn main_loop(shared: Arc<Shared>, synced: oneshot::Sender<()>) {
+async fn main_loop(shared: Arc<KubeletState>, synced: oneshot::Sender<()>) {
     let (store, writer) = reflector::store();
     let stream =
         reflector(writer, watcher(shared.pods(), watcher::Config::default())).default_backoff();
@@ -539,7 +541,11 @@ fn name(pod: &Pod) -> String {
 
 /// Brings processes in line with the pods in the store. Idempotent: the kubelet's own status
 /// patches come back through the watch and call it again.
-async fn reconcile(shared: &Arc<Shared>, pods: &[Arc<Pod>], assumed: &mut HashMap<String, String>) {
+async fn reconcile(
+    shared: &Arc<KubeletState>,
+    pods: &[Arc<Pod>],
+    assumed: &mut HashMap<String, String>,
+) {
     let uids: HashSet<String> = pods.iter().map(|p| uid(p)).collect();
     lock(&shared.runners).retain(|uid, r| {
         if uids.contains(uid) {
@@ -827,7 +833,7 @@ async fn final_delete(api: &Api<Pod>, name: &str, uid: &str) {
 
 // --- running a pod -----------------------------------------------------------------------------
 
-fn start_runner(shared: &Arc<Shared>, pod: &Pod, node: NodeInfo) {
+fn start_runner(shared: &Arc<KubeletState>, pod: &Pod, node: NodeInfo) {
     let (uid, name) = (uid(pod), name(pod));
     let ip = next_ip();
     shared.log(format!("starting pod {name} on {} with IP {ip}", node.name));
@@ -907,7 +913,7 @@ struct ProbeSpec {
 
 /// One pod's runner: owns its process and writes its status.
 struct Run {
-    shared: Arc<Shared>,
+    shared: Arc<KubeletState>,
     pod: Pod,
     name: String,
     uid: String,
