@@ -113,8 +113,8 @@ expect_eq "${#LAYERS[@]} layer(s), ${#DIFF_IDS[@]} diff_id(s)" "1 layer(s), 1 di
 INTACT=1
 for i in "${!LAYERS[@]}"; do
 	layer="$IMAGE/${LAYERS[i]}"
-	# Docker and buildah write layers uncompressed; a gzip one (docker save of a pulled image)
-	# is read through zcat, which the diff_id is the digest of.
+	# docker save and buildah write layers uncompressed; a gzip one (crane writes those) is read
+	# through zcat: the diff_id is the digest of the uncompressed layer.
 	if [[ "$(head -c 2 "$layer" | od -An -tx1 | tr -d ' ')" == 1f8b ]]; then
 		zcat "$layer" >"$WORK/layer.tar"
 		layer="$WORK/layer.tar"
