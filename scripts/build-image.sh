@@ -1,27 +1,26 @@
 #!/usr/bin/env bash
 # Build the container image NAME (table in scripts/lib/images.sh) from a static
 # musl binary into <cargo target dir>/images/<binary>.tar, tagged
-# <repo>:<workspace version>, for `docker load -i` or `ctr -n k8s.io images import`.
+# <repo>:<workspace version>, for `docker load -i`, `kind load image-archive` or
+# `ctr -n k8s.io images import`.
 #
-# Why two builders: developers have Docker, so when a daemon answers `docker
-# info` the Dockerfile is built by `docker build` exactly as written. CI and the
-# project's build machines have the docker client but no daemon, and no base
-# image could be pulled there anyway; there the same image is assembled with
-# crane (a single static Go binary from the Go module proxy): the staged
-# rootfs/ becomes the one layer on an empty base, and the Dockerfile's config,
-# read by scripts/lib/dockerfile.py, is applied with `crane mutate`.
-# scripts/check-image.sh checks either result against the same Dockerfile.
+# The image is the Dockerfile in NAME's directory, built as written by a real
+# builder: `docker build` when a Docker daemon answers `docker info` (developers),
+# else buildah (Debian's package, installed when missing), which builds a
+# Dockerfile without a daemon or a registry: CI and the project's build machines.
+# buildah's storage is a throwaway directory next to the tarball, so a build
+# shares nothing with other users of containers/storage on the machine.
 #
-# The binary is cross-built on the host, not in Docker, for the same reason: no
-# Rust base image can be pulled here, and the host's cargo cache makes a second
-# run take seconds.
+# The binary is cross-built on the host, not in the image build, because no Rust
+# base image can be pulled here, and the host's cargo cache makes a second run
+# take seconds.
 #
 # Environment:
 #   WSLOAD_IMAGE_VERSION  image tag (default: the package's workspace version)
-#   WSLOAD_IMAGE_BUILDER  auto (default) | docker | crane
-#   WSLOAD_CACHE          tool cache, crane goes to its bin/ (default ~/.cache/wsload)
+#   WSLOAD_IMAGE_BUILDER  auto (default) | docker | buildah
 #   WSLOAD_IMAGE_KEEP_DEBUG=1  ship the binary's DWARF line tables (several times larger)
-#   SOURCE_DATE_EPOCH     file times inside the layer (default: last commit's time)
+#   SOURCE_DATE_EPOCH     file times inside the layer and the image's creation time
+#                         (default: last commit's time)
 set -euo pipefail
 
 # shellcheck source=scripts/lib/common.sh
@@ -36,7 +35,6 @@ fi
 image_spec "$1"
 cargo_facts
 
-DOCKERFILE_PY="$WSLOAD_ROOT/scripts/lib/dockerfile.py"
 BUILDER="${WSLOAD_IMAGE_BUILDER:-auto}"
 TMP_DIR=""
 at_exit '[[ -z "$TMP_DIR" ]] || rm -rf "$TMP_DIR"'
@@ -70,7 +68,7 @@ build_binary() {
 # The build context is staged fresh each run so that nothing left from an
 # earlier build can end up in the image.
 stage_context() {
-	local config user uid gid entry0 rootfs
+	local user uid gid rootfs
 	CONTEXT_DIR="$IMAGES_DIR/context/$IMAGE_BINARY"
 	rootfs="$CONTEXT_DIR/rootfs"
 	rm -rf "$CONTEXT_DIR"
@@ -86,15 +84,12 @@ stage_context() {
 	fi
 	chmod 0755 "$rootfs/usr/local/bin/$IMAGE_BINARY"
 
-	# The Dockerfile is the one place that names the user and entrypoint; read
-	# them rather than repeat them here.
-	config="$(python3 "$DOCKERFILE_PY" config "$CONTEXT_DIR/Dockerfile" "${BUILD_ARGS[@]/#/--build-arg=}")" ||
-		die "cannot use $IMAGE_DIR/Dockerfile (above)"
-	user="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["User"])' <<<"$config")"
-	entry0="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Entrypoint"][0])' <<<"$config")"
-	[[ "$entry0" == "/usr/local/bin/$IMAGE_BINARY" ]] ||
-		die "$IMAGE_DIR/Dockerfile: ENTRYPOINT is $entry0, expected /usr/local/bin/$IMAGE_BINARY"
-	[[ "$user" =~ ^([0-9]+):([0-9]+)$ ]] || die "$IMAGE_DIR/Dockerfile: USER must be numeric UID:GID, got '$user'"
+	# The Dockerfile is the one place that names the user; /etc/passwd must be in
+	# the context before the build, so its USER line is read here (the built
+	# image's User is checked by scripts/check-image.sh).
+	user="$(awk 'toupper($1) == "USER" { print $2 }' "$CONTEXT_DIR/Dockerfile")"
+	[[ "$user" =~ ^([0-9]+):([0-9]+)$ ]] ||
+		die "$IMAGE_DIR/Dockerfile: one USER with a numeric UID:GID expected, got '$user'"
 	uid="${BASH_REMATCH[1]}"
 	gid="${BASH_REMATCH[2]}"
 	((uid != 0 && gid != 0)) || die "$IMAGE_DIR/Dockerfile: USER must not be root"
@@ -114,8 +109,9 @@ stage_context() {
 # tarball on disk is already this image.
 fingerprint() {
 	{
-		printf '%s\n' "$BUILDER" "$IMAGE_TAG" "$IMAGE_PLATFORM" "$CRANE_VERSION" "${WSLOAD_IMAGE_KEEP_DEBUG:-0}" "${BUILD_ARGS[@]}"
-		cat "${BASH_SOURCE[0]}" "$WSLOAD_ROOT/scripts/lib/images.sh" "$DOCKERFILE_PY" "$CONTEXT_DIR/Dockerfile"
+		printf '%s\n' "$BUILDER" "$BUILDER_VERSION" "$IMAGE_TAG" "$IMAGE_PLATFORM" "${WSLOAD_IMAGE_KEEP_DEBUG:-0}" \
+			"$SOURCE_DATE_EPOCH" "${BUILD_ARGS[@]}"
+		cat "${BASH_SOURCE[0]}" "$WSLOAD_ROOT/scripts/lib/images.sh" "$CONTEXT_DIR/Dockerfile"
 		(cd "$CONTEXT_DIR/rootfs" && find . -printf '%p %y %m %T@\n' | LC_ALL=C sort &&
 			find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
@@ -125,40 +121,51 @@ build_with_docker() {
 	local out="$1"
 	log "docker build $IMAGE_TAG"
 	# No default provenance attestations: they would add a second manifest
-	# that the crane path does not make.
+	# that the buildah path does not make.
 	BUILDX_NO_DEFAULT_ATTESTATIONS=1 docker build --platform "$IMAGE_PLATFORM" \
 		"${BUILD_ARGS[@]/#/--build-arg=}" --tag "$IMAGE_TAG" \
 		--file "$CONTEXT_DIR/Dockerfile" "$CONTEXT_DIR"
 	docker save --output "$out" "$IMAGE_TAG"
 }
 
-# crane logs every blob it pushes; show that only when something went wrong.
+# quietly LOG COMMAND...: COMMAND's output goes to LOG, and to stderr only when it fails.
 quietly() {
-	if ! "$@" >"$TMP_DIR/quiet.log" 2>&1; then
-		cat "$TMP_DIR/quiet.log" >&2
+	local log="$1"
+	shift
+	if ! "$@" >"$log" 2>&1; then
+		cat "$log" >&2
 		die "failed: $*"
 	fi
 }
 
-build_with_crane() {
-	local out="$1" layer args_file
-	local -a entries mutate_args
-	ensure_crane
-	layer="$TMP_DIR/layer.tar"
-	# Sorted names, numeric root ownership and fixed times make the layer, and
-	# so the image digest, the same on every machine for the same binary.
-	mapfile -t entries < <(cd "$CONTEXT_DIR/rootfs" && find . -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort)
-	tar --create --file "$layer" --directory "$CONTEXT_DIR/rootfs" --format=gnu --sort=name \
-		--owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" "${entries[@]}"
+# buildah's own storage, in the build's temporary directory: vfs, because overlay needs a
+# kernel and mount options this VM (and many CI containers) may not give, and the image is one
+# small layer anyway; throwaway, because the tarball is the product and the fingerprint above
+# is the cache. CONTAINERS_STORAGE_CONF replaces the machine's storage.conf altogether, so
+# nothing of another containers/storage user's setup applies or is touched.
+buildah_storage() {
+	local dir="$TMP_DIR/buildah"
+	mkdir -p "$dir/root" "$dir/run" "$dir/tmp"
+	printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' "$dir/root" "$dir/run" \
+		>"$dir/storage.conf"
+	export CONTAINERS_STORAGE_CONF="$dir/storage.conf" TMPDIR="$dir/tmp"
+}
 
-	log "crane append + mutate $IMAGE_TAG"
-	crane_stage "$layer" "$IMAGE_REPO:$IMAGE_VERSION" "$TMP_DIR"
-	args_file="$TMP_DIR/mutate.args"
-	python3 "$DOCKERFILE_PY" crane-args "$CONTEXT_DIR/Dockerfile" --rootfs "$CONTEXT_DIR/rootfs" \
-		"${BUILD_ARGS[@]/#/--build-arg=}" >"$args_file"
-	mapfile -d '' mutate_args <"$args_file"
-	quietly "$CRANE" mutate --insecure "$STAGING" "${mutate_args[@]}" --set-platform "$IMAGE_PLATFORM" \
-		--tag "$IMAGE_TAG" --output "$out"
+build_with_buildah() {
+	local out="$1" name="docker.io/$IMAGE_TAG"
+	buildah_storage
+	log "buildah build $IMAGE_TAG"
+	# --isolation chroot: no OCI runtime, which a Dockerfile without RUN never starts anyway
+	# (runc cannot start everywhere this runs; on the project's VM it needs a wrapper).
+	# --format oci: Docker's config format would add a random Hostname and an empty Cmd;
+	# docker-archive converts the config either way. --timestamp: file times and the creation
+	# time from the commit, so the same binary gives the same image ID on every machine. No
+	# io.buildah.version label: docker build adds none. The full name: a short one would be
+	# stored as localhost/... and tagged so in the tarball.
+	quietly "$TMP_DIR/build.log" buildah build --isolation chroot --format oci --identity-label=false \
+		--platform "$IMAGE_PLATFORM" --timestamp "$SOURCE_DATE_EPOCH" "${BUILD_ARGS[@]/#/--build-arg=}" \
+		--tag "$name" --file "$CONTEXT_DIR/Dockerfile" "$CONTEXT_DIR"
+	quietly "$TMP_DIR/push.log" buildah push "$name" "docker-archive:$out:$IMAGE_TAG"
 }
 
 case "$BUILDER" in
@@ -168,12 +175,16 @@ auto)
 	if command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; then
 		BUILDER=docker
 	else
-		BUILDER=crane
+		BUILDER=buildah
 	fi
 	;;
-docker | crane) ;;
-*) die "WSLOAD_IMAGE_BUILDER must be auto, docker or crane, not '$BUILDER'" ;;
+docker | buildah) ;;
+*) die "WSLOAD_IMAGE_BUILDER must be auto, docker or buildah, not '$BUILDER'" ;;
 esac
+if [[ "$BUILDER" == buildah ]]; then
+	need_packages buildah
+fi
+BUILDER_VERSION="$("$BUILDER" --version)"
 
 if [[ -z "${SOURCE_DATE_EPOCH:-}" ]]; then
 	SOURCE_DATE_EPOCH="$(git -C "$WSLOAD_ROOT" log -1 --format=%ct 2>/dev/null || echo 0)"
@@ -198,7 +209,7 @@ mkdir -p "$IMAGES_DIR"
 STAMP="$IMAGE_TAR.inputs"
 FINGERPRINT="$(fingerprint)"
 if [[ -f "$IMAGE_TAR" && -f "$STAMP" && "$(cat "$STAMP")" == "$FINGERPRINT" ]] &&
-	{ [[ "$BUILDER" == crane ]] || docker image inspect "$IMAGE_TAG" >/dev/null 2>&1; }; then
+	{ [[ "$BUILDER" == buildah ]] || docker image inspect "$IMAGE_TAG" >/dev/null 2>&1; }; then
 	log "$IMAGE_TAR is up to date ($IMAGE_TAG, $BUILDER)"
 	exit 0
 fi

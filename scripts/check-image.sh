@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Check the image tarball that scripts/build-image.sh NAME wrote, without a
-# container runtime (none runs on CI): read it as `docker load` would, hold its
-# config to the Dockerfile (so the docker and crane builders cannot drift),
-# unpack its layers, and run the entrypoint from them.
+# container runtime (none runs on CI): read it as `docker load` and `ctr images
+# import` do (manifest.json, the config it names, layers that match the config's
+# diff_ids), check the config a pod runs with (user, entrypoint, environment,
+# labels naming this checkout), unpack the layers, and run the entrypoint from
+# them.
 #
 # Where this runs as root, the binary runs inside the unpacked image (chroot)
 # as the image's user, with only the image's Env, and as PID 1 of its own PID
@@ -32,7 +34,6 @@ TARBALL="${2:-$IMAGE_TAR}"
 MAX_MB="${WSLOAD_IMAGE_MAX_MB:-30}"
 [[ "$MAX_MB" =~ ^[0-9]+$ ]] || die "WSLOAD_IMAGE_MAX_MB must be a whole number of MiB"
 ENTRY="/usr/local/bin/$IMAGE_BINARY"
-LIB="$WSLOAD_ROOT/scripts/lib"
 
 WORK=""
 SERVER_PID=""
@@ -54,24 +55,99 @@ not_ok() {
 
 echo "checking $TARBALL as $IMAGE_TAG"
 
-# The expected config is the Dockerfile's with the build args build-image.sh
-# passes; a different revision label therefore means a stale tarball.
-REVISION="$(git -C "$WSLOAD_ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
-python3 "$LIB/dockerfile.py" config "$IMAGE_DIR/Dockerfile" \
-	--build-arg "VERSION=$IMAGE_VERSION" --build-arg "REVISION=$REVISION" >"$WORK/expect.json"
-
+need_packages jq
+# What `docker inspect` and `skopeo inspect --config` show, read from the tarball itself.
+IMAGE="$WORK/image"
 ROOTFS="$WORK/rootfs"
-python3 "$LIB/image_tar.py" "$TARBALL" --expect "$WORK/expect.json" --tag "$IMAGE_TAG" \
-	--binary "$ENTRY" --rootfs "$ROOTFS" --max-bytes $((MAX_MB * 1024 * 1024)) \
-	--runtime "$WORK/runtime" >"$WORK/inspect.out" ||
-	die "could not read the image: $(cat "$WORK/inspect.out")"
-while IFS= read -r line; do
-	case "$line" in
-	ok:\ *) ok "${line#ok: }" ;;
-	FAIL:\ *) not_ok "${line#FAIL: }" ;;
-	*) echo "$line" ;;
-	esac
-done <"$WORK/inspect.out"
+mkdir -p "$IMAGE" "$ROOTFS"
+tar -xf "$TARBALL" -C "$IMAGE" || die "$TARBALL is not a tar archive"
+[[ -f "$IMAGE/manifest.json" ]] || die "$TARBALL has no manifest.json: not a docker-archive image tarball"
+MANIFEST="$(jq -c . "$IMAGE/manifest.json")" || die "$TARBALL: manifest.json is not JSON"
+CONFIG_FILE="$IMAGE/$(jq -r '.[0].Config' <<<"$MANIFEST")"
+[[ -f "$CONFIG_FILE" ]] || die "$TARBALL: the config manifest.json names is missing"
+CONFIG="$(jq -c . "$CONFIG_FILE")" || die "$TARBALL: the image config is not JSON"
+# cfg FILTER: FILTER (jq) applied to the image's runtime config, one compact JSON value.
+cfg() { jq -c ".config | $1" <<<"$CONFIG"; }
+
+# expect_eq ACTUAL EXPECTED WHAT: the check WHAT passes when ACTUAL is EXPECTED.
+expect_eq() {
+	if [[ "$1" == "$2" ]]; then
+		ok "$3"
+	else
+		not_ok "$3: $1, expected $2"
+	fi
+}
+
+expect_eq "$(jq length <<<"$MANIFEST")" 1 "tarball holds one image"
+# docker save writes the short name, buildah the one it implies (docker.io/...); docker, ctr
+# and the kubelet take both as the same image.
+TAGS="$(jq -r '.[0].RepoTags // [] | map(sub("^(index\\.)?docker\\.io/"; "")) | join(", ")' <<<"$MANIFEST")"
+expect_eq "$TAGS" "$IMAGE_TAG" "tagged $IMAGE_TAG"
+expect_eq "$(jq -r '"\(.os)/\(.architecture)"' <<<"$CONFIG")" "$IMAGE_PLATFORM" "platform is $IMAGE_PLATFORM"
+IMAGE_USER="$(cfg '.User // ""' | jq -r .)"
+# Numeric so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+expect_eq "$IMAGE_USER" 65532:65532 "user is the numeric non-root 65532:65532"
+expect_eq "$(cfg '.Entrypoint')" "[\"$ENTRY\"]" "entrypoint is [$ENTRY]"
+expect_eq "$(cfg '.WorkingDir // "/"' | jq -r .)" / "working directory is /"
+expect_eq "$(cfg '.Env // [] | map(select(startswith("PATH="))) | length')" 1 "Env sets PATH"
+# Kubernetes' ports and the chart's Services name them; an image that exposes none lost its EXPOSE.
+PORTS="$(cfg '.ExposedPorts // {} | keys | join(" ")' | jq -r .)"
+if [[ -n "$PORTS" ]]; then ok "exposes $PORTS"; else not_ok "exposes no port"; fi
+# The version and revision labels come from the build args: another revision means a stale image.
+label() { cfg ".Labels[\"org.opencontainers.image.$1\"] // \"\"" | jq -r .; }
+expect_eq "$(label title)" "$IMAGE_BINARY" "label org.opencontainers.image.title is $IMAGE_BINARY"
+expect_eq "$(label version)" "$IMAGE_VERSION" "label org.opencontainers.image.version is $IMAGE_VERSION"
+REVISION="$(git -C "$WSLOAD_ROOT" rev-parse --verify -q HEAD 2>/dev/null || echo unknown)"
+if [[ "$(label revision)" == "$REVISION" ]]; then
+	ok "label org.opencontainers.image.revision is this checkout's HEAD"
+else
+	not_ok "label org.opencontainers.image.revision is $(label revision), HEAD is $REVISION (stale image: rebuild it)"
+fi
+echo "config: entrypoint $(cfg .Entrypoint), cmd $(cfg '.Cmd // []'), env $(cfg '.Env // []')"
+
+# Every layer as the config's diff_ids say (what an import verifies), unpacked in order. Each
+# image is one COPY on scratch, so one layer and no whiteouts to apply.
+mapfile -t LAYERS < <(jq -r '.[0].Layers[]' <<<"$MANIFEST")
+mapfile -t DIFF_IDS < <(jq -r '.rootfs.diff_ids[]' <<<"$CONFIG")
+expect_eq "${#LAYERS[@]} layer(s), ${#DIFF_IDS[@]} diff_id(s)" "1 layer(s), 1 diff_id(s)" "one layer, one diff_id"
+INTACT=1
+for i in "${!LAYERS[@]}"; do
+	layer="$IMAGE/${LAYERS[i]}"
+	# docker save and buildah write layers uncompressed; a gzip one (crane writes those) is read
+	# through zcat: the diff_id is the digest of the uncompressed layer.
+	if [[ "$(head -c 2 "$layer" | od -An -tx1 | tr -d ' ')" == 1f8b ]]; then
+		zcat "$layer" >"$WORK/layer.tar"
+		layer="$WORK/layer.tar"
+	fi
+	[[ "sha256:$(sha256sum "$layer" | cut -d' ' -f1)" == "${DIFF_IDS[i]:-}" ]] || INTACT=0
+	# As the image says, whoever runs this: numeric owners, modes kept.
+	tar -xf "$layer" -C "$ROOTFS" --numeric-owner --same-permissions 2>"$WORK/untar.err" ||
+		not_ok "layer $i does not unpack: $(head -c 400 "$WORK/untar.err")"
+	tar -tvf "$layer" --numeric-owner >>"$WORK/listing"
+done
+if ((INTACT)); then ok "layer contents match the config's diff_ids"; else not_ok "a layer does not match its diff_id"; fi
+
+CONTENT="$(awk '$1 ~ /^-/ { n += $3 } END { print n + 0 }' "$WORK/listing")"
+SIZES="$(awk -v c="$CONTENT" -v t="$(stat -c %s "$TARBALL")" 'BEGIN { printf "%.1f MiB (tarball %.1f MiB)", c / 2^20, t / 2^20 }')"
+if ((CONTENT < MAX_MB * 1024 * 1024)); then
+	ok "image content $SIZES < $MAX_MB MiB"
+else
+	not_ok "image content $SIZES >= $MAX_MB MiB (WSLOAD_IMAGE_MAX_MB)"
+fi
+# The binary root-owned and not writable by the run-time user, so a compromised process
+# cannot replace its own binary; everyone may execute it.
+read -r MODE OWNER < <(awk -v f="${ENTRY#/}" '$6 == f || $6 == "./" f { print $1, $2 }' "$WORK/listing") || true
+if [[ "${MODE:-}" =~ ^-r[w-]xr-xr-x$ && "${OWNER:-}" == 0/0 ]]; then
+	ok "$ENTRY is a root-owned file everyone may run and only root may write ($MODE $OWNER)"
+else
+	not_ok "$ENTRY: ${MODE:-not in the image} ${OWNER:-}, expected a root-owned, executable, not group/other-writable file"
+fi
+# db_names FILE ID: the passwd/group FILE in the image has an entry with numeric id ID.
+db_names() { [[ -f "$ROOTFS/$1" ]] && awk -F: -v id="$2" '$3 == id { found = 1 } END { exit !found }' "$ROOTFS/$1"; }
+if [[ "$IMAGE_USER" =~ ^([0-9]+):([0-9]+)$ ]]; then
+	if db_names etc/passwd "${BASH_REMATCH[1]}"; then ok "/etc/passwd names UID ${BASH_REMATCH[1]}"; else not_ok "/etc/passwd does not name UID ${BASH_REMATCH[1]}"; fi
+	if db_names etc/group "${BASH_REMATCH[2]}"; then ok "/etc/group names GID ${BASH_REMATCH[2]}"; else not_ok "/etc/group does not name GID ${BASH_REMATCH[2]}"; fi
+fi
 
 BIN="$ROOTFS$ENTRY"
 if [[ ! -f "$BIN" ]]; then
@@ -87,9 +163,7 @@ else
 	not_ok "${msg//"$BIN"/"$ENTRY"}"
 fi
 
-mapfile -t RUNTIME <"$WORK/runtime"
-IMAGE_USER="${RUNTIME[0]}"
-IMAGE_ENV=("${RUNTIME[@]:2}")
+mapfile -t IMAGE_ENV < <(cfg '.Env // [] | .[]' | jq -r .)
 # chroot into the unpacked image as its user; the directory mktemp made is
 # 0700, which that user could not even enter.
 chmod 0755 "$ROOTFS"

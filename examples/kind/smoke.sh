@@ -146,7 +146,7 @@ for tar in wsload-server wsload wsload-operator; do
 	[[ -z "$TAG" || "${ref##*:}" == "$TAG" ]] || fail "$tar is $ref, the others are tagged $TAG"
 	TAG="${ref##*:}"
 	# build-image.sh leaves the image in the Docker daemon when it built it there (the usual
-	# case: it uses docker whenever a daemon answers); a crane-built one exists only as $tar.
+	# case: it uses docker whenever a daemon answers); a buildah-built one exists only as $tar.
 	if docker image inspect "$ref" >/dev/null 2>&1; then
 		step "kind load docker-image $ref"
 		"$KIND" load docker-image "$ref" --name "$CLUSTER" || fail "kind load docker-image $ref failed (above)"

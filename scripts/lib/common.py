@@ -155,11 +155,9 @@ def child_pids(pid):
 
 
 class Checks:
-    """Counted, non-fatal checks: each one judged and remembered, the verdict at the end.
-    verbose prints every check as `ok: what` / `FAIL: what` on stdout as it is made."""
+    """Counted, non-fatal checks: each one judged and remembered, the verdict at the end."""
 
-    def __init__(self, verbose=False):
-        self.verbose = verbose
+    def __init__(self):
         self.passed = 0
         self.failures = []
 
@@ -168,8 +166,6 @@ class Checks:
             self.passed += 1
         else:
             self.failures.append(what)
-        if self.verbose:
-            print(f"{'ok' if ok else 'FAIL'}: {what}", flush=True)
         return ok
 
 

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the variables set here are for the scripts that source this
-# Shared by scripts/build-image.sh and scripts/check-image.sh; sourced, never run.
-# Both scripts must agree on the image table, the tag and the tarball path, so
+# Shared by scripts/build-image.sh and scripts/check-image.sh, and by the node
+# cluster's image scripts (scripts/k8s/pause.sh, prometheus.sh); sourced, never run.
+# The scripts must agree on the image table, the tag and the tarball path, so
 # they live here once. Brings scripts/lib/common.sh (log, die, at_exit) along
 # when the script has not sourced it yet.
 
@@ -20,7 +21,9 @@ CRANE_VERSION="v0.22.1"
 CRANE_MODULE="github.com/google/go-containerregistry/cmd/crane"
 
 # ensure_crane: sets CRANE to the pinned crane, installing it into the cache first when it is
-# missing or another version (every image script builds its tarballs with it).
+# missing or another version. The node cluster's own images have no Dockerfile (pause.sh,
+# prometheus.sh assemble a layer and set its config with crane); ours are built by
+# build-image.sh from their Dockerfiles with docker or buildah.
 ensure_crane() {
 	CRANE="$WSLOAD_CACHE/bin/crane"
 	if [[ -x "$CRANE" && "$("$CRANE" version 2>/dev/null || true)" == "$CRANE_VERSION" ]]; then
@@ -39,8 +42,8 @@ ensure_crane() {
 # crane_stage LAYER NAME DIR: an image of the one layer tarball LAYER on an empty base, pushed as
 # NAME to a throwaway in-memory crane registry on loopback; sets STAGING to its reference and
 # REGISTRY_PID (stopped at exit, or earlier by stop_registry; one registry at a time). `crane
-# mutate` works on registry images only, so every image script stages its image this way
-# before setting its config. Logs go to DIR.
+# mutate` works on registry images only, so pause.sh and prometheus.sh stage their images this
+# way before setting their config. Logs go to DIR.
 crane_stage() {
 	local layer="$1" name="$2" dir="$3" port=""
 	stop_registry
@@ -72,8 +75,8 @@ stop_registry() {
 
 # The image table. Each image is one static binary of one workspace package,
 # staged into a FROM-scratch image by the Dockerfile in its directory; that
-# Dockerfile declares ARG VERSION and ARG REVISION, which both scripts pass,
-# and keeps to what scripts/lib/dockerfile.py understands. features: the cargo
+# Dockerfile declares ARG VERSION and ARG REVISION, which build-image.sh passes
+# and check-image.sh finds in the labels. features: the cargo
 # features the binary is built with, `default` for the package's own defaults;
 # anything else is built with --no-default-features. The load generator's image
 # leaves out `plot` (shard pods never draw; `wsload run` in a pod needs no plot).
