@@ -16,8 +16,12 @@ pub enum ConnectError {
     FileLimit,
     /// No free local port for the source address.
     NoPorts,
-    /// The HTTP upgrade was answered with something other than 101.
+    /// The HTTP upgrade was answered with something other than 101 (the status, its reason
+    /// and the body's first line are the evidence).
     UpgradeRejected,
+    /// The answer to the upgrade was not HTTP, or a 101 broke RFC 6455 4.1 (a header missing
+    /// or wrong: the evidence names it and what it said).
+    UpgradeInvalid,
     /// The server closed before `server_ready` (WSE) or sent an error instead.
     ClosedEarly,
     /// The server refused the token (close 4401 / AUTH_FAILED).
@@ -36,6 +40,7 @@ impl ConnectError {
             ConnectError::FileLimit => "file_limit",
             ConnectError::NoPorts => "no_ports",
             ConnectError::UpgradeRejected => "upgrade_rejected",
+            ConnectError::UpgradeInvalid => "upgrade_invalid",
             ConnectError::ClosedEarly => "closed_early",
             ConnectError::AuthFailed => "auth_failed",
             ConnectError::Tls => "tls",
@@ -56,6 +61,14 @@ pub enum Dropped {
     Error,
     /// No answer to a ping within `ping.timeout` (sustainedHold).
     PingTimeout,
+    /// The server broke RFC 6455 (the rule is the evidence); the client sent close 1002, or
+    /// 1007 for invalid UTF-8.
+    ProtocolError,
+    /// A frame over the client's frame limit or a message over its message limit; the client
+    /// sent close 1009.
+    MessageTooBig,
+    /// Writes made no progress for `writeTimeout`: the server stopped reading.
+    ServerNotReading,
 }
 
 impl Dropped {
@@ -65,6 +78,9 @@ impl Dropped {
             Dropped::Reset => "reset",
             Dropped::Error => "error",
             Dropped::PingTimeout => "ping_timeout",
+            Dropped::ProtocolError => "protocol_error",
+            Dropped::MessageTooBig => "message_too_big",
+            Dropped::ServerNotReading => "server_not_reading",
         }
     }
 }
@@ -93,6 +109,27 @@ pub struct Counts {
     pub mismatched: u64,
     /// Connections that were open and healthy at the end.
     pub survived: u64,
+    /// One example of each failure reason seen (a connect failure's or a drop's label): the
+    /// status and body line, the header, the rule broken. The first one recorded is kept.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub evidence: BTreeMap<String, String>,
+}
+
+/// The longest evidence kept, in characters: a line of a report, not a body.
+pub const MAX_EVIDENCE: usize = 200;
+
+/// `text` cut to [`MAX_EVIDENCE`] characters (an ellipsis marks the cut), control characters
+/// shown as spaces: evidence comes from the server, and goes into one line of a report.
+pub fn bounded_evidence(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_EVIDENCE)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(MAX_EVIDENCE).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 impl Counts {
@@ -101,6 +138,18 @@ impl Counts {
     }
     pub fn drop(&mut self, why: Dropped) {
         *self.dropped.entry(why).or_default() += 1;
+    }
+    /// Keeps `text` as the example of failure `label`, unless one is kept already.
+    pub fn witness(&mut self, label: &str, text: &str) {
+        if !self.evidence.contains_key(label) {
+            self.evidence
+                .insert(label.to_string(), bounded_evidence(text));
+        }
+    }
+    /// Whether an example of failure `label` is kept: what it would cost to describe another
+    /// need not be spent.
+    pub fn has_evidence(&self, label: &str) -> bool {
+        self.evidence.contains_key(label)
     }
     pub fn failed_total(&self) -> u64 {
         self.failed.values().sum()
@@ -130,6 +179,9 @@ impl Counts {
         self.lost += o.lost;
         self.mismatched += o.mismatched;
         self.survived += o.survived;
+        for (k, v) in &o.evidence {
+            self.evidence.entry(k.clone()).or_insert_with(|| v.clone());
+        }
     }
 }
 
@@ -222,5 +274,27 @@ mod tests {
         assert_eq!(a.hists.rtt.len(), 2);
         let json = serde_json::to_string(&a).expect("serialize");
         assert!(json.contains("\"refused\":2"), "{json}");
+        assert!(!json.contains("evidence"), "no evidence, no field: {json}");
+    }
+
+    #[test]
+    fn evidence_keeps_the_first_example_bounded() {
+        let mut a = Counts::default();
+        a.witness("upgrade_rejected", "HTTP 500 Internal Server Error");
+        a.witness("upgrade_rejected", "HTTP 502 Bad Gateway");
+        let mut b = Counts::default();
+        b.witness("upgrade_rejected", "HTTP 503");
+        b.witness("protocol_error", &format!("a\nb{}", "x".repeat(500)));
+        a.add(&b);
+        assert_eq!(
+            a.evidence["upgrade_rejected"],
+            "HTTP 500 Internal Server Error"
+        );
+        let long = &a.evidence["protocol_error"];
+        assert!(long.starts_with("a b") && long.ends_with('…'), "{long}");
+        assert_eq!(long.chars().count(), MAX_EVIDENCE + 1);
+        let json = serde_json::to_string(&a).expect("serialize");
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back.evidence, a.evidence);
     }
 }

@@ -97,6 +97,10 @@ pub struct LoadTestSpec {
     /// clients that flush every send).
     #[serde(default)]
     pub flush: FlushMode,
+    /// How long a connection's writes may wait for the server to read: writes that make no
+    /// progress for this long end the connection as `server_not_reading`.
+    #[serde(default = "default_write_timeout")]
+    pub write_timeout: Dur,
     /// Local addresses connections bind to, beyond one address's ephemeral ports.
     #[serde(default)]
     pub sources: SourcesSpec,
@@ -125,6 +129,9 @@ fn default_connections() -> Vec<u32> {
     vec![100]
 }
 fn default_duration() -> Dur {
+    Dur::secs(10)
+}
+fn default_write_timeout() -> Dur {
     Dur::secs(10)
 }
 fn default_window() -> u32 {

@@ -456,3 +456,20 @@ fn secret_env_names_are_shell_safe() {
         "WSLOAD_SECRET_WSE_JWT_SECRET_KEY"
     );
 }
+
+#[test]
+fn write_timeout_defaults_to_10s_and_must_be_above_zero() {
+    let lt = parse(MINIMAL).expect("valid");
+    assert_eq!(lt.spec.write_timeout, Dur::secs(10));
+    let lt = parse(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  writeTimeout: 500ms",
+    ))
+    .expect("valid");
+    assert_eq!(lt.spec.write_timeout, Dur::millis(500));
+    let e = errors(&MINIMAL.replace(
+        "scenario: throughput",
+        "scenario: throughput\n  writeTimeout: 0s",
+    ));
+    assert!(e.contains("spec.writeTimeout: must be above zero"), "{e}");
+}

@@ -398,6 +398,9 @@ fn messages(spec: &LoadTestSpec, e: &mut Errors) {
     if spec.connect.timeout.get().is_zero() {
         e.add("connect.timeout", "must be above zero");
     }
+    if spec.write_timeout.get().is_zero() {
+        e.add("writeTimeout", "must be above zero");
+    }
     if spec.ping.timeout.get().is_zero() {
         e.add("ping.timeout", "must be above zero");
     }

@@ -56,6 +56,8 @@ pub struct Ws {
     reply_pending: bool,
     /// The stream has ended (closed, or failed): reads return `None`.
     ended: bool,
+    /// Bytes handed to the transport since the connection opened: whether writes progress.
+    written: u64,
 }
 
 impl Ws {
@@ -73,6 +75,7 @@ impl Ws {
             close_received: false,
             reply_pending: false,
             ended: false,
+            written: 0,
         }
     }
 
@@ -124,6 +127,12 @@ impl Ws {
         self.wr.len() - self.wr_pos
     }
 
+    /// Bytes handed to the transport so far: a writer that waits sees from it whether the
+    /// server is taking anything.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
     /// Whether enough is queued that it should be written before more is queued.
     pub fn over_soft_limit(&self) -> bool {
         self.queued() >= WRITE_SOFT_LIMIT
@@ -150,6 +159,7 @@ impl Ws {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.wr_pos += n;
+            self.written += n as u64;
         }
         self.wr.clear();
         self.wr_pos = 0;
@@ -386,8 +396,9 @@ impl Ws {
     }
 
     /// Fails the connection (RFC 6455 7.1.7): for a violation by the peer, a close frame with
-    /// its status code goes out first, as far as the socket takes it without waiting (the
-    /// caller drops the connection next). Only on this path, so it costs reads nothing.
+    /// its status code goes out first, as far as the socket takes it without waiting; the
+    /// caller then [`Ws::linger`]s, which writes the rest. Only on this path, so it costs
+    /// reads nothing.
     fn fail<T>(&mut self, cx: &mut Context<'_>, e: WsError) -> Poll<Option<Result<T, WsError>>> {
         self.ended = true;
         if let Some(code) = failure_code(&e)
@@ -395,10 +406,36 @@ impl Ws {
         {
             self.close_sent = true;
             self.queue_close(Some((code, "".into())));
-            // Pending: the socket's buffer is full, and the peer sees the connection drop.
+            // Pending: the socket's buffer is full; `linger` writes the close out.
             let _ = self.poll_flush_all(cx);
         }
         Poll::Ready(Some(Err(e)))
+    }
+
+    /// The end of a failed connection, bounded by `until`: what is queued (the close frame a
+    /// violation sent) is written out, the write side shut down (FIN), and whatever the peer
+    /// still sends read and thrown away until it closes.
+    ///
+    /// Dropping a socket with unread bytes in its receive buffer makes the kernel answer with
+    /// a reset, and a peer that is still sending may see the reset before it reads the close
+    /// frame (it then never learns why): reading to the end first lets the close arrive as
+    /// the last thing the peer reads. Errors end it quietly: the connection has failed already.
+    pub async fn linger(&mut self, until: tokio::time::Instant) {
+        let _ = tokio::time::timeout_at(until, async {
+            if std::future::poll_fn(|cx| self.poll_write_out(cx)).await.is_err() {
+                return;
+            }
+            if self.io.shutdown().await.is_err() {
+                return;
+            }
+            let mut sink = vec![0u8; 16 * 1024];
+            while let Ok(n) = self.io.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
     }
 
     /// Counting reads: every complete, unfragmented data frame already buffered (reading once

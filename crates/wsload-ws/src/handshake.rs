@@ -8,47 +8,109 @@ use bytes::{Buf, BytesMut};
 /// The largest HTTP response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
-/// What the handshake checks in a 101 response.
+/// The longest excerpt of the response kept as evidence (a body's first line, a header's
+/// value), in characters.
+pub const MAX_EXCERPT: usize = 200;
+
+/// What the handshake checks in a response, kept as the server sent it so that a failure can
+/// say what was wrong.
 #[derive(Debug)]
 pub struct Head {
     pub status: u16,
-    upgrade_websocket: bool,
-    connection_upgrade: bool,
+    /// The status line's reason phrase (`Internal Server Error`).
+    pub reason: String,
+    /// The first line of the body, when the body's start arrived with the head (never waited
+    /// for); `None` for a 101 (what follows it is frames).
+    pub body: Option<String>,
+    upgrade: Option<String>,
+    connection: Option<String>,
     accept: Option<String>,
     protocol: Option<String>,
-    /// A `Sec-WebSocket-Extensions` header was present (the request never offers any).
-    extensions: bool,
+    /// The `Sec-WebSocket-Extensions` header's value (the request never offers any).
+    extensions: Option<String>,
 }
 
 impl Head {
     /// RFC 6455 4.1's checks of a server's 101 (as tungstenite's client made them):
     /// `accept` is the expected `Sec-WebSocket-Accept`, `protocols` whether the request
-    /// offered subprotocols.
+    /// offered subprotocols. A failure names the header and what it said.
     pub fn verify(&self, accept: &str, protocols: Option<&[String]>) -> Result<(), HandshakeError> {
         if self.status != 101 {
-            return Err(HandshakeError::Status(self.status));
+            return Err(HandshakeError::Status {
+                status: self.status,
+                reason: self.reason.clone(),
+                body: self.body.clone(),
+            });
         }
-        if !self.upgrade_websocket {
-            return Err(HandshakeError::Invalid("no Upgrade: websocket"));
+        let invalid = |what: String| Err(HandshakeError::Invalid(what));
+        match &self.upgrade {
+            None => return invalid("no Upgrade: websocket header".into()),
+            Some(v) if !v.eq_ignore_ascii_case("websocket") => {
+                return invalid(format!("Upgrade: {:?} (expected \"websocket\")", excerpt(v)));
+            }
+            Some(_) => {}
         }
-        if !self.connection_upgrade {
-            return Err(HandshakeError::Invalid("no Connection: Upgrade"));
+        match &self.connection {
+            None => return invalid("no Connection: Upgrade header".into()),
+            Some(v) if !v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")) => {
+                return invalid(format!("Connection: {:?} (expected \"Upgrade\")", excerpt(v)));
+            }
+            Some(_) => {}
         }
-        if self.accept.as_deref() != Some(accept) {
-            return Err(HandshakeError::Invalid("Sec-WebSocket-Accept mismatch"));
+        match &self.accept {
+            None => return invalid("no Sec-WebSocket-Accept header".into()),
+            Some(v) if v != accept => {
+                return invalid(format!(
+                    "Sec-WebSocket-Accept: {:?} (expected {accept:?})",
+                    excerpt(v)
+                ));
+            }
+            Some(_) => {}
         }
         // RFC 6455 4.1: an extension the client did not offer fails the connection (its
         // framing would be misread: RSV bits, compressed payloads).
-        if self.extensions {
-            return Err(HandshakeError::Invalid("extension not requested"));
+        if let Some(ext) = &self.extensions {
+            return invalid(format!(
+                "Sec-WebSocket-Extensions: {:?} (none requested)",
+                excerpt(ext)
+            ));
         }
         match (&self.protocol, protocols) {
             (None, None) => Ok(()),
-            (Some(_), None) => Err(HandshakeError::Invalid("subprotocol not requested")),
+            (Some(p), None) => invalid(format!(
+                "Sec-WebSocket-Protocol: {:?} (none requested)",
+                excerpt(p)
+            )),
             (Some(p), Some(offered)) if offered.iter().any(|o| o == p) => Ok(()),
-            _ => Err(HandshakeError::Invalid("subprotocol mismatch")),
+            (Some(p), Some(offered)) => invalid(format!(
+                "Sec-WebSocket-Protocol: {:?} (offered {:?})",
+                excerpt(p),
+                excerpt(&offered.join(", "))
+            )),
+            (None, Some(offered)) => invalid(format!(
+                "no Sec-WebSocket-Protocol header (offered {:?})",
+                excerpt(&offered.join(", "))
+            )),
         }
     }
+}
+
+/// `text` cut to [`MAX_EXCERPT`] characters.
+pub fn excerpt(text: &str) -> String {
+    let mut out: String = text.chars().take(MAX_EXCERPT).collect();
+    if text.chars().nth(MAX_EXCERPT).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// The first non-empty line of what arrived of a body, as text, bounded.
+fn first_line(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(&body[..body.len().min(4 * MAX_EXCERPT)]);
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(excerpt)
 }
 
 /// Takes the response head off the start of `rd` once it is complete; bytes after it (the
@@ -59,11 +121,20 @@ pub fn take_head(rd: &mut BytesMut) -> Result<Option<Head>, HandshakeError> {
         Some(end) => {
             let head = parse_head(&rd[..end]);
             rd.advance(end);
-            head.map(Some)
+            let mut head = head?;
+            if head.status != 101 {
+                head.body = first_line(rd);
+            }
+            Ok(Some(head))
         }
-        None if rd.len() >= MAX_RESPONSE_HEAD => Err(HandshakeError::Malformed),
+        None if rd.len() >= MAX_RESPONSE_HEAD => Err(malformed(rd)),
         None => Ok(None),
     }
+}
+
+/// The response is not HTTP: its first line is the evidence.
+fn malformed(b: &[u8]) -> HandshakeError {
+    HandshakeError::Malformed(first_line(b).unwrap_or_default())
 }
 
 /// The length of the response head (through its blank line), once complete.
@@ -73,44 +144,44 @@ pub fn find_head_end(b: &[u8]) -> Option<usize> {
 
 /// A complete response head: the status line and the headers the handshake checks.
 pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
-    let text = std::str::from_utf8(head).map_err(|_| HandshakeError::Malformed)?;
+    let text = std::str::from_utf8(head).map_err(|_| malformed(head))?;
     let mut lines = text.split("\r\n");
-    let status_line = lines.next().ok_or(HandshakeError::Malformed)?;
+    let status_line = lines.next().ok_or_else(|| malformed(head))?;
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next().unwrap_or_default();
     if !(version == "HTTP/1.1" || version == "HTTP/1.0") {
-        return Err(HandshakeError::Malformed);
+        return Err(malformed(head));
     }
     let status: u16 = parts
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or(HandshakeError::Malformed)?;
+        .ok_or_else(|| malformed(head))?;
     let mut h = Head {
         status,
-        upgrade_websocket: false,
-        connection_upgrade: false,
+        reason: excerpt(parts.next().unwrap_or_default().trim()),
+        body: None,
+        upgrade: None,
+        connection: None,
         accept: None,
         protocol: None,
-        extensions: false,
+        extensions: None,
     };
     for line in lines {
         if line.is_empty() {
             continue;
         }
-        let (name, value) = line.split_once(':').ok_or(HandshakeError::Malformed)?;
-        let value = value.trim();
+        let (name, value) = line.split_once(':').ok_or_else(|| malformed(line.as_bytes()))?;
+        let value = Some(value.trim().to_string());
         if name.eq_ignore_ascii_case("upgrade") {
-            h.upgrade_websocket = value.eq_ignore_ascii_case("websocket");
+            h.upgrade = value;
         } else if name.eq_ignore_ascii_case("connection") {
-            h.connection_upgrade = value
-                .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+            h.connection = value;
         } else if name.eq_ignore_ascii_case("sec-websocket-accept") {
-            h.accept = Some(value.to_string());
+            h.accept = value;
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
-            h.protocol = Some(value.to_string());
+            h.protocol = value;
         } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
-            h.extensions = true;
+            h.extensions = value;
         }
     }
     Ok(h)
@@ -165,16 +236,39 @@ mod tests {
         assert_eq!(end, ok.len());
         let h = parse_head(&ok[..end]).expect("parses");
         assert!(h.verify("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", None).is_ok());
-        assert!(matches!(
-            h.verify("other", None),
-            Err(HandshakeError::Invalid(_))
-        ));
+        match h.verify("other", None) {
+            Err(HandshakeError::Invalid(what)) => assert_eq!(
+                what,
+                "Sec-WebSocket-Accept: \"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\" (expected \"other\")"
+            ),
+            other => panic!("{other:?}"),
+        }
         let denied =
             parse_head(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n").expect("parses");
         assert!(matches!(
             denied.verify("x", None),
-            Err(HandshakeError::Status(401))
+            Err(HandshakeError::Status { status: 401, ref reason, body: None }) if reason == "Unauthorized"
         ));
+        for (head, what) in [
+            (
+                &b"HTTP/1.1 101 OK\r\nConnection: Upgrade\r\n\r\n"[..],
+                "no Upgrade: websocket header",
+            ),
+            (
+                b"HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nConnection: keep-alive\r\n\r\n",
+                "Connection: \"keep-alive\" (expected \"Upgrade\")",
+            ),
+            (
+                b"HTTP/1.1 101 OK\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+                "Upgrade: \"h2c\" (expected \"websocket\")",
+            ),
+        ] {
+            let h = parse_head(head).expect("parses");
+            assert_eq!(
+                h.verify("x", None).expect_err("invalid").to_string(),
+                format!("upgrade: {what}")
+            );
+        }
         assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
         assert_eq!(
             find_head_end(b"HTTP/1.1 101 OK\r\nUpgrade: websocket\r\n"),
@@ -193,7 +287,16 @@ mod tests {
         let mut endless = BytesMut::from(&vec![b'a'; MAX_RESPONSE_HEAD][..]);
         assert!(matches!(
             take_head(&mut endless),
-            Err(HandshakeError::Malformed)
+            Err(HandshakeError::Malformed(_))
         ));
+        // A refusal's body: its first line, as far as it came with the head.
+        let mut rd = BytesMut::from(
+            &b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 40\r\n\r\n\r\ndatabase down\nmore"[..],
+        );
+        let h = take_head(&mut rd).expect("parses").expect("complete");
+        assert_eq!(
+            h.verify("x", None).expect_err("500").to_string(),
+            "upgrade: HTTP 500 Internal Server Error: database down"
+        );
     }
 }

@@ -47,6 +47,6 @@ mod spare;
 pub mod test_server;
 
 pub use conn::{Recv, Ws};
-pub use error::HandshakeError;
+pub use error::{HandshakeError, failure_code};
 pub use handshake::{Head, new_key};
 pub use io::Io;

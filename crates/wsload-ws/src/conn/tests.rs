@@ -331,3 +331,44 @@ async fn connections_take_turns_with_the_threads_buffers() {
     );
     assert!(idle(&a));
 }
+
+/// A server that announces a 1 GiB frame and keeps sending: the client fails the connection
+/// with 1009 and lingers, so the server reads the close frame and then the end of the
+/// client's writes (FIN), not a reset, even though it never stops sending.
+#[tokio::test]
+async fn a_failed_connection_lingers_until_its_close_frame_is_read() {
+    use futures_util::StreamExt;
+    let (mut ws, s) = pair(1024).await;
+    let (mut rd, mut wr) = s.into_split();
+    let flood = tokio::spawn(async move {
+        let mut header = vec![0x82, 127];
+        header.extend_from_slice(&(1u64 << 30).to_be_bytes());
+        wr.write_all(&header).await.expect("header");
+        let chunk = vec![0u8; 64 * 1024];
+        while wr.write_all(&chunk).await.is_ok() {}
+    });
+    assert!(matches!(
+        ws.next().await,
+        Some(Err(WsError::Capacity(_)))
+    ));
+    let client = tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        ws.linger(start + std::time::Duration::from_millis(500)).await;
+        start.elapsed()
+    });
+    let mut h = [0u8; 2];
+    rd.read_exact(&mut h).await.expect("close header");
+    assert_eq!(h, [0x88, 0x82]);
+    let mut rest = [0u8; 6];
+    rd.read_exact(&mut rest).await.expect("key and code");
+    let mut code = [rest[4], rest[5]];
+    mask(&mut code, [rest[0], rest[1], rest[2], rest[3]]);
+    assert_eq!(u16::from_be_bytes(code), 1009);
+    // Then the end of the client's stream: a FIN, read as 0 bytes.
+    let mut more = [0u8; 16];
+    assert_eq!(rd.read(&mut more).await.expect("FIN, not a reset"), 0);
+    // The server never stopped: the linger ended at its bound.
+    let lingered = client.await.expect("client");
+    assert!(lingered >= std::time::Duration::from_millis(400), "{lingered:?}");
+    flood.abort();
+}
