@@ -201,10 +201,20 @@ impl Worker<'_> {
                             slot.opened(total);
                             opened.borrow_mut().push((n, d.ws));
                         }
-                        Err(why) => {
-                            stats.borrow_mut().counts.fail(why);
+                        Err(e) => {
+                            let why = e.why;
+                            let mut m = stats.borrow_mut();
+                            m.counts.fail(why);
+                            if let Some(evidence) = &e.evidence {
+                                m.counts.witness(why.label(), evidence);
+                            }
                             slot.failed(why);
-                            tracing::debug!(connection = n, reason = why.label(), "connect failed");
+                            tracing::debug!(
+                                connection = n,
+                                reason = why.label(),
+                                evidence = e.evidence.as_deref().unwrap_or_default(),
+                                "connect failed"
+                            );
                         }
                     }
                 });
@@ -243,6 +253,7 @@ impl Worker<'_> {
             connections: cell.connections,
             measure_from,
             deadline,
+            write_timeout: cell.write_timeout,
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
             slot: self.slot.clone(),

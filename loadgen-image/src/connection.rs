@@ -10,6 +10,7 @@ use crate::measure::{Dropped, Measure};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
+use crate::stall::{self, Stall};
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use wsload_spec::{PingKind, Protocol};
-use wsload_ws::Recv;
+use wsload_ws::{Recv, failure_code};
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
 /// its live slot and its scratch space.
@@ -32,6 +33,9 @@ pub struct WorkerState {
     pub connections: u32,
     pub measure_from: Instant,
     pub deadline: Instant,
+    /// How long writes may make no progress before the connection ends as
+    /// `server_not_reading`.
+    pub write_timeout: Duration,
     pub stats: Rc<RefCell<Measure>>,
     pub discard: Rc<RefCell<Measure>>,
     /// The worker's live counters.
@@ -104,6 +108,14 @@ impl WorkerState {
         self.stats.borrow_mut().counts.drop(why);
         self.slot.dropped(why);
     }
+    /// Keeps `text()` as the evidence of `why` unless the worker has one already: described
+    /// once per reason, on the failure path only.
+    fn witness(&self, why: Dropped, text: impl FnOnce() -> String) {
+        let mut m = self.stats.borrow_mut();
+        if !m.counts.has_evidence(why.label()) {
+            m.counts.witness(why.label(), &text());
+        }
+    }
 }
 
 fn data_len(msg: &Message) -> Option<u64> {
@@ -114,11 +126,26 @@ fn data_len(msg: &Message) -> Option<u64> {
     }
 }
 
-fn drop_of(err: &WsError) -> Dropped {
-    match err {
-        WsError::ConnectionClosed | WsError::AlreadyClosed => Dropped::ServerClose,
-        WsError::Protocol(_) => Dropped::Reset,
-        WsError::Io(e)
+/// Why a read's error ended the connection; the error is the reason's evidence.
+fn drop_of(ctx: &WorkerState, err: &WsError) -> Dropped {
+    let why = classify(err);
+    ctx.witness(why, || match failure_code(err) {
+        Some(code) => format!("{err} (close {code} sent)"),
+        None => err.to_string(),
+    });
+    why
+}
+
+/// A violation by the server is a reason of its own, by the close code it was answered with
+/// (1009 for the frame or message limit; 1002 and 1007 for the rules of RFC 6455); the stream
+/// ending without a close frame is a reset.
+fn classify(err: &WsError) -> Dropped {
+    match (err, failure_code(err)) {
+        (_, Some(1009)) => Dropped::MessageTooBig,
+        (_, Some(_)) => Dropped::ProtocolError,
+        (WsError::ConnectionClosed | WsError::AlreadyClosed, _) => Dropped::ServerClose,
+        (WsError::Protocol(_), _) => Dropped::Reset,
+        (WsError::Io(e), _)
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::ConnectionReset
@@ -132,6 +159,10 @@ fn drop_of(err: &WsError) -> Dropped {
     }
 }
 
+/// The close code a close frame without a status stands for (RFC 6455 7.1.5): never sent
+/// on the wire, so a report can name it without confusion.
+const NO_STATUS: u16 = 1005;
+
 /// Counts what one read gave: data frames are received messages, a close frame's code is
 /// kept, and a close or an error ends the connection.
 fn account(
@@ -140,11 +171,15 @@ fn account(
 ) -> Result<Message, Dropped> {
     match polled {
         None => Err(Dropped::Reset),
-        Some(Err(e)) => Err(drop_of(&e)),
+        Some(Err(e)) => Err(drop_of(ctx, &e)),
         Some(Ok(Message::Close(frame))) => {
-            if let Some(f) = frame {
-                ctx.close_code(u16::from(f.code));
-            }
+            let code = frame.as_ref().map_or(NO_STATUS, |f| u16::from(f.code));
+            ctx.close_code(code);
+            ctx.witness(Dropped::ServerClose, || match &frame {
+                Some(f) if !f.reason.is_empty() => format!("close {code} {:?}", f.reason.as_str()),
+                Some(_) => format!("close {code}"),
+                None => format!("a close frame without a status code ({NO_STATUS})"),
+            });
             Err(Dropped::ServerClose)
         }
         Some(Ok(msg)) => {
@@ -240,9 +275,40 @@ fn write_drop(e: WsError) -> Dropped {
     }
 }
 
+/// A write step is waiting on the socket: still `Pending` while the server may read, and
+/// `server_not_reading` (with the socket's state as evidence) once nothing was written for
+/// `writeTimeout`.
+fn stalled(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    stall: &mut Stall,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Result<(), Dropped>> {
+    std::task::ready!(stall.poll_stalled(ws, ctx.write_timeout, cx));
+    ctx.witness(Dropped::ServerNotReading, || {
+        stall::evidence(ws, ctx.write_timeout)
+    });
+    Poll::Ready(Err(Dropped::ServerNotReading))
+}
+
+/// `step` once: its error ends the connection, and a wait is watched by `stall`.
+fn watched(
+    step: Poll<Result<(), WsError>>,
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    stall: &mut Stall,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Result<(), Dropped>> {
+    match step {
+        Poll::Ready(r) => Poll::Ready(r.map_err(write_drop)),
+        Poll::Pending => stalled(ws, ctx, stall, cx),
+    }
+}
+
 /// Queues `msg` and, if `flush`, writes it out (`SinkExt::send`, or `feed`). By hand: the
 /// combinators' futures hold the message twice, and this one is part of every held
-/// connection's state (its pings).
+/// connection's state (its pings). Not watched for a stall: a ping is small, and a server
+/// that reads nothing leaves it unanswered (lost) long before its socket is full.
 fn write(
     ws: &mut Ws,
     msg: Message,
@@ -263,8 +329,32 @@ fn write(
     })
 }
 
-async fn flush(ws: &mut Ws) -> Result<(), Dropped> {
-    ws.flush().await.map_err(|_| Dropped::Reset)
+/// Queues `msg` (`feed`), writing first if enough is queued; a wait is watched for a stall.
+async fn feed(ws: &mut Ws, ctx: &WorkerState, msg: Message) -> Result<(), Dropped> {
+    let mut msg = Some(msg);
+    let mut stall = Stall::default();
+    std::future::poll_fn(|cx| {
+        let step = ws.poll_ready_unpin(cx);
+        std::task::ready!(watched(step, ws, ctx, &mut stall, cx))?;
+        if let Some(m) = msg.take() {
+            ws.start_send_unpin(m).map_err(write_drop)?;
+        }
+        Poll::Ready(Ok(()))
+    })
+    .await
+}
+
+/// Writes out what is queued; a failed write is a reset.
+async fn flush(ws: &mut Ws, ctx: &WorkerState) -> Result<(), Dropped> {
+    let mut stall = Stall::default();
+    std::future::poll_fn(|cx| {
+        let step = ws.poll_flush_unpin(cx);
+        watched(step, ws, ctx, &mut stall, cx).map_err(|why| match why {
+            Dropped::ServerNotReading => why,
+            _ => Dropped::Reset,
+        })
+    })
+    .await
 }
 
 /// Writes `msg` (if any) and flushes (if `flush`), reading whenever the write has to wait;
@@ -282,6 +372,7 @@ async fn write_reading(
     on_read: &mut dyn FnMut(&Message),
 ) -> Result<(), Dropped> {
     let mut msg = msg;
+    let mut stall = Stall::default();
     std::future::poll_fn(|cx| {
         loop {
             let step = if msg.is_some() {
@@ -306,7 +397,7 @@ async fn write_reading(
                         Ok(m) => on_read(&m),
                         Err(why) => return Poll::Ready(Err(why)),
                     },
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
                 },
             }
         }
@@ -355,8 +446,10 @@ pub fn run(
             } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
         };
         let slot = &ctx.slot;
-        match ended {
-            Ok(()) => match (behavior, Box::pin(goodbye(&mut ws)).await) {
+        // One await for both ends (a goodbye, or a failed connection's linger): a second
+        // suspension point would grow every held connection's task.
+        match (ended, Box::pin(end(&mut ws, ended)).await) {
+            (Ok(()), goodbye) => match (behavior, goodbye) {
                 // A storm connection is never read before this goodbye, so a server that took the
                 // upgrade and then refused the connection (over `--max-connections` the reference
                 // server closes with 1013 at once) is only seen now: the first close frame is the
@@ -372,11 +465,29 @@ pub fn run(
                 // goodbye brings.
                 _ => ctx.stats.borrow_mut().counts.survived += 1,
             },
-            Err(why) => ctx.dropped(why),
+            (Err(why), _) => ctx.dropped(why),
         }
         slot.closed();
     }
 }
+
+/// The connection's end: the closing handshake of a healthy one; for one failed for a
+/// violation, the wait for its close frame to reach the server (see `Ws::linger`); nothing
+/// for the others.
+async fn end(ws: &mut Ws, ended: Result<(), Dropped>) -> Goodbye {
+    match ended {
+        Ok(()) => goodbye(ws).await,
+        Err(Dropped::ProtocolError | Dropped::MessageTooBig) => {
+            ws.linger(Instant::now() + LINGER).await;
+            Goodbye::Broken
+        }
+        Err(_) => Goodbye::Broken,
+    }
+}
+
+/// How long a connection failed for a violation waits for the server to read its close
+/// frame and close.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Close code 1000. A server answering our close (sent without a code) echoes no code, or
 /// this one; any other code in the first close frame we get was the server's own decision.
@@ -625,7 +736,7 @@ fn poll_echoes(
         // A ping (answered already) or a pong: nothing to count.
         Some(Ok(Recv::Other(Message::Ping(_) | Message::Pong(_)))) => Ok(0),
         Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
-        Some(Err(e)) => Err(drop_of(&e)),
+        Some(Err(e)) => Err(drop_of(ctx, &e)),
         None => Err(Dropped::Reset),
     })
 }
@@ -639,6 +750,7 @@ async fn write_out_counting(
     all: bool,
     echoed: &mut u32,
 ) -> Result<(), Dropped> {
+    let mut stall = Stall::default();
     std::future::poll_fn(|cx| {
         loop {
             let step = if all {
@@ -658,7 +770,7 @@ async fn write_out_counting(
                 Poll::Pending => match poll_echoes(ws, ctx, cx) {
                     Poll::Ready(Ok(n)) => *echoed += n,
                     Poll::Ready(Err(why)) => return Poll::Ready(Err(why)),
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
                 },
             }
         }
@@ -757,14 +869,14 @@ async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), 
         let mut fed = 0u64;
         let burst = async {
             for _ in 0..BURST {
-                write(ws, msg.clone(), false).await?;
+                feed(ws, ctx, msg.clone()).await?;
                 fed += 1;
                 if per_message {
-                    flush(ws).await?;
+                    flush(ws, ctx).await?;
                 }
             }
             if !per_message {
-                flush(ws).await?;
+                flush(ws, ctx).await?;
             }
             Ok(())
         };
@@ -929,6 +1041,7 @@ mod tests {
             connections: 1,
             measure_from: now,
             deadline: now,
+            write_timeout: Duration::from_secs(10),
             stats: Default::default(),
             discard: Default::default(),
             slot,

@@ -10,22 +10,26 @@ use std::time::{Duration, Instant};
 use wsload_http::AtomicHistogram;
 use wsload_http::buckets::{self, Counts};
 
-pub const FAIL_REASONS: [ConnectError; 9] = [
+pub const FAIL_REASONS: [ConnectError; 10] = [
     ConnectError::Refused,
     ConnectError::Timeout,
     ConnectError::FileLimit,
     ConnectError::NoPorts,
     ConnectError::UpgradeRejected,
+    ConnectError::UpgradeInvalid,
     ConnectError::ClosedEarly,
     ConnectError::AuthFailed,
     ConnectError::Tls,
     ConnectError::Other,
 ];
-pub const DROP_REASONS: [Dropped; 4] = [
+pub const DROP_REASONS: [Dropped; 7] = [
     Dropped::ServerClose,
     Dropped::Reset,
     Dropped::Error,
     Dropped::PingTimeout,
+    Dropped::ProtocolError,
+    Dropped::MessageTooBig,
+    Dropped::ServerNotReading,
 ];
 
 #[repr(align(128))]

@@ -32,6 +32,24 @@ const MAX_READ_BUFFER: usize = 64 * 1024;
 /// grows the buffer).
 const IDLE_READ_BUFFER: usize = 1024;
 
+/// Why a dial failed, and what the server said, when it said something worth keeping (a
+/// refused or invalid upgrade's status, body line or header): one example per reason goes
+/// into the cell's evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DialError {
+    pub why: ConnectError,
+    pub evidence: Option<String>,
+}
+
+impl From<ConnectError> for DialError {
+    fn from(why: ConnectError) -> Self {
+        DialError {
+            why,
+            evidence: None,
+        }
+    }
+}
+
 /// How a dial went.
 pub struct Dialed {
     pub ws: Ws,
@@ -391,14 +409,14 @@ impl Dialer {
     }
 
     /// Opens connection number `n`, within `connect.timeout`.
-    pub async fn dial(&self, n: u64) -> Result<Dialed, ConnectError> {
+    pub async fn dial(&self, n: u64) -> Result<Dialed, DialError> {
         match tokio::time::timeout(self.timeout, self.dial_inner(n)).await {
             Ok(r) => r,
-            Err(_) => Err(ConnectError::Timeout),
+            Err(_) => Err(ConnectError::Timeout.into()),
         }
     }
 
-    async fn dial_inner(&self, n: u64) -> Result<Dialed, ConnectError> {
+    async fn dial_inner(&self, n: u64) -> Result<Dialed, DialError> {
         let start = Instant::now();
         let socket = if self.addr.is_ipv4() {
             TcpSocket::new_v4()
@@ -524,15 +542,23 @@ fn tls_error(e: &std::io::Error) -> ConnectError {
     }
 }
 
-fn handshake_error(e: &HandshakeError) -> ConnectError {
-    match e {
-        HandshakeError::Io(io) => io_error(io),
-        HandshakeError::Eof => ConnectError::ClosedEarly,
-        HandshakeError::Status(401 | 403) => ConnectError::AuthFailed,
-        // Not a 101, or a 101 that is not a WebSocket upgrade: the upgrade failed.
-        HandshakeError::Status(_) | HandshakeError::Malformed | HandshakeError::Invalid(_) => {
-            ConnectError::UpgradeRejected
-        }
+/// A failed upgrade's reason, with what the server answered as its evidence: the status
+/// line and body line of a refusal, the header a 101 got wrong, the first line of a response
+/// that is not HTTP.
+fn handshake_error(e: &HandshakeError) -> DialError {
+    let why = match e {
+        HandshakeError::Io(io) => return io_error(io).into(),
+        HandshakeError::Eof => return ConnectError::ClosedEarly.into(),
+        HandshakeError::Status {
+            status: 401 | 403, ..
+        } => ConnectError::AuthFailed,
+        HandshakeError::Status { .. } => ConnectError::UpgradeRejected,
+        HandshakeError::Malformed(_) | HandshakeError::Invalid(_) => ConnectError::UpgradeInvalid,
+    };
+    let text = e.to_string();
+    DialError {
+        why,
+        evidence: Some(text.strip_prefix("upgrade: ").unwrap_or(&text).to_string()),
     }
 }
 
@@ -564,9 +590,9 @@ mod tests {
     }
 
     /// A server whose 101 carries an extension the request did not offer: the dial fails as
-    /// an upgrade rejection, the reason every other bad 101 is counted under.
+    /// an invalid upgrade, naming the header.
     #[tokio::test]
-    async fn an_extension_not_requested_is_an_upgrade_rejection() {
+    async fn an_extension_not_requested_is_an_invalid_upgrade() {
         let (addr, server) =
             wsload_ws::test_server::answer_101("Sec-WebSocket-Extensions: permessage-deflate\r\n")
                 .await;
@@ -577,10 +603,14 @@ mod tests {
         let dialer = Dialer::new(&spec, &format!("ws://127.0.0.1:{port}/")).expect("dialer");
         let r = dialer.dial(0).await;
         let _server = server.await.expect("server");
-        assert!(
-            matches!(r, Err(ConnectError::UpgradeRejected)),
-            "{:?}",
-            r.err()
+        assert_eq!(
+            r.err(),
+            Some(DialError {
+                why: ConnectError::UpgradeInvalid,
+                evidence: Some(
+                    "Sec-WebSocket-Extensions: \"permessage-deflate\" (none requested)".into()
+                ),
+            })
         );
     }
 

@@ -237,6 +237,25 @@ mod tests {
         ));
     }
 
+    /// The reasons a broken server gets are series of their own.
+    #[test]
+    fn every_failure_reason_is_a_series() {
+        let (exposition, sampler) = exposition(1, "t", 0);
+        let live = sampler.counters();
+        live.slot(0).failed(ConnectError::UpgradeInvalid);
+        live.slot(0).dropped(crate::measure::Dropped::ProtocolError);
+        live.slot(0).dropped(crate::measure::Dropped::ServerNotReading);
+        let text = wsload_http::encode(&exposition.registry());
+        for series in [
+            "reason=\"upgrade_invalid\"} 1",
+            "reason=\"protocol_error\"} 1",
+            "reason=\"server_not_reading\"} 1",
+            "reason=\"message_too_big\"} 0",
+        ] {
+            assert!(text.contains(series), "{series}: {text}");
+        }
+    }
+
     #[test]
     fn label_values_are_escaped() {
         let name = "say \"hi\" \\ twice\nand again";

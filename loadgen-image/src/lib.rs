@@ -9,7 +9,8 @@
 //!   [`options`];
 //! - counters, the live per-worker slots and where the run is: [`counters`];
 //! - execution: [`dial`] and [`tls`] (connecting, over the `wsload-ws` client),
-//!   [`connection`] (one connection's behavior), [`cell`] (the workers of a cell),
+//!   [`stall`] (writes to a server that does not read), [`connection`] (one connection's
+//!   behavior), [`cell`] (the workers of a cell),
 //!   [`sampler`] (timelines from the counters), [`server_metrics`], [`autobahn_client`];
 //! - presentation of the counters: [`progress`] (the bar), [`fleet_bar`] (the shards'),
 //!   [`exposition`] (Prometheus), [`plot`];
@@ -41,6 +42,7 @@ pub mod run;
 pub mod sampler;
 pub mod schedule;
 pub mod server_metrics;
+pub mod stall;
 pub mod sysctl;
 pub mod target;
 pub mod terminal;

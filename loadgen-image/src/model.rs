@@ -84,6 +84,8 @@ pub struct Cell {
     pub behavior: Behavior,
     pub warmup: Duration,
     pub duration: Duration,
+    /// How long a connection's writes may make no progress (`spec.writeTimeout`).
+    pub write_timeout: Duration,
 }
 
 /// A planned cell plus what the report says of it.

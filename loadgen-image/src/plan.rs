@@ -124,6 +124,7 @@ pub fn cell(
                 spec.warmup.get()
             },
             duration,
+            write_timeout: spec.write_timeout.get(),
         },
         total_connections: connections,
         size,

@@ -223,7 +223,10 @@ mod tests {
         assert!(trusted.dial(0).await.is_ok(), "TLS and upgrade with caFile");
         // The webpki roots alone do not know the test CA.
         let untrusted = dialer(port, "");
-        assert_eq!(untrusted.dial(1).await.err(), Some(ConnectError::Tls));
+        assert_eq!(
+            untrusted.dial(1).await.err().map(|e| e.why),
+            Some(ConnectError::Tls)
+        );
         let skip = dialer(port, "  tls: {insecureSkipVerify: true}\n");
         assert!(skip.dial(2).await.is_ok(), "insecureSkipVerify accepts it");
         let _ = std::fs::remove_dir_all(&dir);

@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "tls",
             "dial",
+            "stall",
             "connection",
             "cell",
             "sampler",

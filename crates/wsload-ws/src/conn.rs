@@ -56,8 +56,9 @@ pub struct Ws {
     reply_pending: bool,
     /// The stream has ended (closed, or failed): reads return `None`.
     ended: bool,
-    /// Bytes handed to the transport since the connection opened: whether writes progress.
-    written: u64,
+    /// Bytes handed to the transport since the connection opened, wrapping: whether writes
+    /// progress (32 bits keep the struct within two cache lines).
+    written: u32,
 }
 
 impl Ws {
@@ -127,10 +128,27 @@ impl Ws {
         self.wr.len() - self.wr_pos
     }
 
-    /// Bytes handed to the transport so far: a writer that waits sees from it whether the
-    /// server is taking anything.
-    pub fn bytes_written(&self) -> u64 {
+    /// A count of the bytes handed to the transport, wrapping at 2^32: a writer that waits
+    /// sees from its changing whether the server is taking anything.
+    pub fn write_progress(&self) -> u32 {
         self.written
+    }
+
+    /// Whether the peer has sent bytes not read yet (buffered here, or waiting in the socket):
+    /// a writer that waits while they pile up waits on itself (a peer blocked writing to us
+    /// reads nothing), not on the peer. Peeks: nothing is consumed. For a writer that has
+    /// waited long, not for every write.
+    pub fn has_unread(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.rd.is_empty() {
+            return true;
+        }
+        let tcp = match &mut self.io {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.get_mut().0,
+        };
+        let mut one = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut one);
+        matches!(tcp.poll_peek(cx, &mut buf), Poll::Ready(Ok(n)) if n > 0)
     }
 
     /// Whether enough is queued that it should be written before more is queued.
@@ -159,7 +177,7 @@ impl Ws {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.wr_pos += n;
-            self.written += n as u64;
+            self.written = self.written.wrapping_add(n as u32);
         }
         self.wr.clear();
         self.wr_pos = 0;
