@@ -244,7 +244,8 @@ mod tests {
         let live = sampler.counters();
         live.slot(0).failed(ConnectError::UpgradeInvalid);
         live.slot(0).dropped(crate::measure::Dropped::ProtocolError);
-        live.slot(0).dropped(crate::measure::Dropped::ServerNotReading);
+        live.slot(0)
+            .dropped(crate::measure::Dropped::ServerNotReading);
         let text = wsload_http::encode(&exposition.registry());
         for series in [
             "reason=\"upgrade_invalid\"} 1",

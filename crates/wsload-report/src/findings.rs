@@ -1,7 +1,7 @@
 //! Known causes the data shows, each one line under the table with its evidence. Every rule is
 //! a function of one cell: it names a cause only where the figures point at it, and says which.
 
-use crate::measure::ConnectError;
+use crate::measure::{ConnectError, Counts, Dropped};
 use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
@@ -23,6 +23,8 @@ pub enum Rule {
     ServerShort,
     ConnectionCap,
     LoadgenCpu,
+    /// Connections failed or ended for one reason: its count and its example.
+    Failure,
 }
 
 impl std::fmt::Display for Finding {
@@ -41,8 +43,100 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
         [syn_retransmits, server_short, connection_cap, loadgen_cpu];
     r.cells
         .iter()
-        .flat_map(|c| rules.iter().filter_map(move |rule| rule(c)))
+        .flat_map(|c| {
+            rules
+                .iter()
+                .filter_map(move |rule| rule(c))
+                .chain(failures(c))
+        })
         .collect()
+}
+
+/// One finding per reason connections failed to open or ended for, with how many and the
+/// example kept of it (the status a refused upgrade got, the header a 101 got wrong, the
+/// rule a frame broke).
+pub fn failures(c: &CellResult) -> Vec<Finding> {
+    let counts = &c.measure.counts;
+    let opened = counts.failed.iter().map(|(k, n)| {
+        (
+            k.label(),
+            connect_meaning(*k),
+            *n,
+            counts.attempted,
+            "attempts",
+        )
+    });
+    let ended = counts.dropped.iter().map(|(k, n)| {
+        (
+            k.label(),
+            drop_meaning(*k),
+            *n,
+            counts.connected,
+            "connections",
+        )
+    });
+    opened
+        .chain(ended)
+        .filter(|(_, _, n, _, _)| *n > 0)
+        .filter_map(|(label, cause, n, of, what)| {
+            let evidence = failure_evidence(
+                counts,
+                label,
+                format!("{} of {} {what}", num(n as f64), num(of as f64)),
+            );
+            finding(Rule::Failure, c, cause, evidence)
+        })
+        .collect()
+}
+
+/// `label: N of M attempts; e.g. EXAMPLE`.
+fn failure_evidence(counts: &Counts, label: &str, how_many: String) -> String {
+    let head = format!("{label}: {how_many}");
+    match counts.evidence.get(label) {
+        Some(e) => format!("{head}; e.g. {e}"),
+        None => head,
+    }
+}
+
+/// What a connect failure means, for the reader of a finding.
+fn connect_meaning(why: ConnectError) -> &'static str {
+    match why {
+        ConnectError::Refused => {
+            "connections were refused: nothing listening, or the server's accept queue overflowed"
+        }
+        ConnectError::Timeout => "connections did not open within connect.timeout",
+        ConnectError::FileLimit => {
+            "the load generator ran out of file descriptors (ulimit -n): add shards"
+        }
+        ConnectError::NoPorts => "no free local port for the source address: add source addresses",
+        ConnectError::UpgradeRejected => "the server refused the WebSocket upgrade",
+        ConnectError::UpgradeInvalid => {
+            "the server's answer to the upgrade is not a valid WebSocket upgrade (RFC 6455 4.1)"
+        }
+        ConnectError::ClosedEarly => "the server closed before the connection was ready",
+        ConnectError::AuthFailed => "the server refused the credentials",
+        ConnectError::Tls => "the TLS handshake failed",
+        ConnectError::Other => "connections failed to open (see the log)",
+    }
+}
+
+/// What a connection's end means, for the reader of a finding.
+fn drop_meaning(why: Dropped) -> &'static str {
+    match why {
+        Dropped::ServerClose => "the server closed connections",
+        Dropped::Reset => "connections were reset, or ended without a closing handshake",
+        Dropped::Error => "reads or writes failed",
+        Dropped::PingTimeout => "pings went unanswered for ping.timeout",
+        Dropped::ProtocolError => {
+            "the server broke the WebSocket protocol (RFC 6455): the client closed with 1002 (1007 for invalid UTF-8)"
+        }
+        Dropped::MessageTooBig => {
+            "the server sent a frame or message over the client's limit (16 MiB a frame, 64 MiB a message): the client closed with 1009"
+        }
+        Dropped::ServerNotReading => {
+            "the server stopped reading: writes made no progress for writeTimeout"
+        }
+    }
 }
 
 fn finding(rule: Rule, c: &CellResult, cause: &str, evidence: String) -> Option<Finding> {
@@ -296,6 +390,41 @@ mod tests {
             r.render()
                 .contains("finding [100]: the load generator was CPU-bound")
         );
-        assert_eq!(findings(&r).len(), 1);
+        let rules: Vec<Rule> = findings(&r).iter().map(|f| f.rule).collect();
+        assert_eq!(
+            rules,
+            vec![Rule::LoadgenCpu, Rule::Failure],
+            "the fixture's refusal too"
+        );
+    }
+
+    #[test]
+    fn each_failure_reason_is_named_with_its_count_and_example() {
+        let mut c = cell();
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        for _ in 0..3 {
+            counts.fail(ConnectError::UpgradeRejected);
+        }
+        counts.witness(
+            "upgrade_rejected",
+            "HTTP 500 Internal Server Error: database down",
+        );
+        counts.drop(Dropped::ProtocolError);
+        counts.witness(
+            "protocol_error",
+            "WebSocket protocol error: Reserved bits are non-zero (close 1002 sent)",
+        );
+        counts.drop(Dropped::Reset);
+        let found = failures(&c);
+        let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            vec![
+                "finding [100]: the server refused the WebSocket upgrade (upgrade_rejected: 3 of 100 attempts; e.g. HTTP 500 Internal Server Error: database down)",
+                "finding [100]: connections were reset, or ended without a closing handshake (reset: 1 of 99 connections)",
+                "finding [100]: the server broke the WebSocket protocol (RFC 6455): the client closed with 1002 (1007 for invalid UTF-8) (protocol_error: 1 of 99 connections; e.g. WebSocket protocol error: Reserved bits are non-zero (close 1002 sent))",
+            ]
+        );
     }
 }

@@ -529,6 +529,8 @@ mod tests {
         r.test = "<script>alert(1)</script>".into();
         r.target = "ws://x/?a=1&b=\"2\"".into();
         r.cells[0].label = "<b>".into();
+        // No finding, whose own markup is bold: any `<b>` would be the label unescaped.
+        r.cells[0].measure.counts.failed.clear();
         r.notes.push("it's <i>".into());
         r.spec = Some(serde_json::json!({"target": {"url": "</td><img src=x>"}}));
         let page = html(&r);
@@ -536,6 +538,25 @@ mod tests {
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(page.contains("ws://x/?a=1&amp;b=&quot;2&quot;"));
         assert!(page.contains("it&#39;s &lt;i&gt;"));
+    }
+
+    /// A failure's evidence is the server's text (a body line, a header): it reaches the
+    /// page as a finding, escaped.
+    #[test]
+    fn failure_evidence_is_shown_escaped() {
+        let mut r = shard(0, 10, 1, 1);
+        r.cells[0]
+            .measure
+            .counts
+            .witness("refused", "HTTP 500 <script>alert(\"x\")</script> & more");
+        let page = html(&r);
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(
+            page.contains(
+                "refused: 1 of 100 attempts; e.g. HTTP 500 &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; more"
+            ),
+            "{page}"
+        );
     }
 
     #[test]

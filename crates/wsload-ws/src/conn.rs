@@ -440,7 +440,10 @@ impl Ws {
     /// the last thing the peer reads. Errors end it quietly: the connection has failed already.
     pub async fn linger(&mut self, until: tokio::time::Instant) {
         let _ = tokio::time::timeout_at(until, async {
-            if std::future::poll_fn(|cx| self.poll_write_out(cx)).await.is_err() {
+            if std::future::poll_fn(|cx| self.poll_write_out(cx))
+                .await
+                .is_err()
+            {
                 return;
             }
             if self.io.shutdown().await.is_err() {

@@ -46,14 +46,24 @@ impl Head {
         match &self.upgrade {
             None => return invalid("no Upgrade: websocket header".into()),
             Some(v) if !v.eq_ignore_ascii_case("websocket") => {
-                return invalid(format!("Upgrade: {:?} (expected \"websocket\")", excerpt(v)));
+                return invalid(format!(
+                    "Upgrade: {:?} (expected \"websocket\")",
+                    excerpt(v)
+                ));
             }
             Some(_) => {}
         }
         match &self.connection {
             None => return invalid("no Connection: Upgrade header".into()),
-            Some(v) if !v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")) => {
-                return invalid(format!("Connection: {:?} (expected \"Upgrade\")", excerpt(v)));
+            Some(v)
+                if !v
+                    .split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade")) =>
+            {
+                return invalid(format!(
+                    "Connection: {:?} (expected \"Upgrade\")",
+                    excerpt(v)
+                ));
             }
             Some(_) => {}
         }
@@ -170,7 +180,9 @@ pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
         if line.is_empty() {
             continue;
         }
-        let (name, value) = line.split_once(':').ok_or_else(|| malformed(line.as_bytes()))?;
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| malformed(line.as_bytes()))?;
         let value = Some(value.trim().to_string());
         if name.eq_ignore_ascii_case("upgrade") {
             h.upgrade = value;

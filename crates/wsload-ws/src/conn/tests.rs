@@ -347,13 +347,11 @@ async fn a_failed_connection_lingers_until_its_close_frame_is_read() {
         let chunk = vec![0u8; 64 * 1024];
         while wr.write_all(&chunk).await.is_ok() {}
     });
-    assert!(matches!(
-        ws.next().await,
-        Some(Err(WsError::Capacity(_)))
-    ));
+    assert!(matches!(ws.next().await, Some(Err(WsError::Capacity(_)))));
     let client = tokio::spawn(async move {
         let start = tokio::time::Instant::now();
-        ws.linger(start + std::time::Duration::from_millis(500)).await;
+        ws.linger(start + std::time::Duration::from_millis(500))
+            .await;
         start.elapsed()
     });
     let mut h = [0u8; 2];
@@ -369,6 +367,9 @@ async fn a_failed_connection_lingers_until_its_close_frame_is_read() {
     assert_eq!(rd.read(&mut more).await.expect("FIN, not a reset"), 0);
     // The server never stopped: the linger ended at its bound.
     let lingered = client.await.expect("client");
-    assert!(lingered >= std::time::Duration::from_millis(400), "{lingered:?}");
+    assert!(
+        lingered >= std::time::Duration::from_millis(400),
+        "{lingered:?}"
+    );
     flood.abort();
 }
