@@ -1,0 +1,420 @@
+//! Hostile and broken servers, each a few lines of raw TCP started by its test: every failure
+//! must come out named, with its evidence, and a protocol violation must be answered on the
+//! wire with the close code RFC 6455 gives it (the server here reads it off the socket).
+
+mod common;
+
+use common::{only, run, spec};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use wsload::measure::{ConnectError, Dropped};
+use wsload::report::CellResult;
+
+/// A listener on an ephemeral loopback port whose every connection `handle` serves on a
+/// thread of its own; what the handlers report comes back on the receiver. The threads end
+/// with the test process.
+fn serve<T: Send + 'static>(
+    handle: impl Fn(TcpStream, Sender<T>) + Send + Sync + Copy + 'static,
+) -> (u16, Receiver<T>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || handle(s, tx));
+        }
+    });
+    (port, rx)
+}
+
+/// Reads the upgrade request off `s`: the `Sec-WebSocket-Accept` its key asks for.
+fn read_request(s: &mut TcpStream) -> String {
+    let mut req = Vec::new();
+    let mut b = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut b).expect("request");
+        assert!(n > 0, "the request ended early");
+        req.extend_from_slice(&b[..n]);
+    }
+    let req = String::from_utf8(req).expect("utf-8");
+    let key = req
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| v.trim().to_string())
+        })
+        .expect("a key");
+    derive_accept_key(key.as_bytes())
+}
+
+/// A correct 101 for the request on `s`.
+fn upgrade(s: &mut TcpStream) {
+    let accept = read_request(s);
+    let resp = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    s.write_all(resp.as_bytes()).expect("101");
+}
+
+/// One client frame off the wire: its first byte (FIN and opcode) and its unmasked payload.
+fn client_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).expect("a frame header");
+    assert_eq!(h[1] & 0x80, 0x80, "client frames are masked");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).expect("length");
+            usize::from(u16::from_be_bytes(l))
+        }
+        127 => panic!("no client frame here is that long"),
+        n => usize::from(n),
+    };
+    let mut key = [0u8; 4];
+    s.read_exact(&mut key).expect("mask key");
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).expect("payload");
+    for (i, b) in p.iter_mut().enumerate() {
+        *b ^= key[i % 4];
+    }
+    (h[0], p)
+}
+
+/// What the server read after its violation: the client's close frame's status code (`None`
+/// for a close without one), and whether the client then ended its stream with a FIN (read
+/// as the end of the stream) rather than a reset.
+#[derive(Debug, PartialEq)]
+struct Closed {
+    code: Option<u16>,
+    fin: bool,
+}
+
+/// Reads the client's close frame; `then` runs before the rest of the stream is read (to stop
+/// a flood, as a server does once it reads a close).
+fn read_close(s: &mut TcpStream, then: impl FnOnce(&mut TcpStream)) -> Closed {
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let (b0, payload) = client_frame(s);
+    assert_eq!(b0, 0x88, "the client's first frame is a close");
+    let code = (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+    then(s);
+    let mut rest = Vec::new();
+    let fin = s.read_to_end(&mut rest).is_ok() && rest.is_empty();
+    Closed { code, fin }
+}
+
+fn target(port: u16) -> String {
+    format!("  target: {{url: \"ws://127.0.0.1:{port}/\"}}\n")
+}
+
+fn dropped(c: &CellResult, why: Dropped) -> u64 {
+    c.measure.counts.dropped.get(&why).copied().unwrap_or(0)
+}
+
+fn failed(c: &CellResult, why: ConnectError) -> u64 {
+    c.measure.counts.failed.get(&why).copied().unwrap_or(0)
+}
+
+fn evidence<'a>(c: &'a CellResult, label: &str) -> &'a str {
+    c.measure
+        .counts
+        .evidence
+        .get(label)
+        .map_or("", String::as_str)
+}
+
+/// One connection held against a server that upgrades it and sends `bytes`: the cell, and
+/// what the server read back. With `flood`, the server keeps sending zeros after them until
+/// it reads the client's close frame, then ends its side of the stream, as a server does.
+fn violation(name: &str, bytes: &'static [u8], flood: bool) -> (CellResult, Closed) {
+    let (port, rx) = serve(move |mut s, tx| {
+        upgrade(&mut s);
+        s.write_all(bytes).expect("the violation");
+        let stop = Arc::new(AtomicBool::new(false));
+        // The flood's end: `false` if a write failed (the client reset the connection).
+        let flooding = flood.then(|| {
+            let mut w = s.try_clone().expect("clone");
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let zeros = vec![0u8; 64 * 1024];
+                while !stop.load(Ordering::Relaxed) {
+                    if w.write_all(&zeros).is_err() {
+                        return false;
+                    }
+                }
+                true
+            })
+        });
+        let mut flood_ok = true;
+        let mut closed = read_close(&mut s, |s| {
+            stop.store(true, Ordering::Relaxed);
+            if let Some(f) = flooding {
+                flood_ok = f.join().expect("the flood");
+            }
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        });
+        closed.fin &= flood_ok;
+        let _ = tx.send(closed);
+    });
+    let r = run(&spec(
+        name,
+        &format!(
+            "{}  scenario: sustainedHold\n  connections: [1]\n  duration: 2s\n",
+            target(port)
+        ),
+    ));
+    let closed = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server read a close frame");
+    (only(&r).clone(), closed)
+}
+
+/// Before: counted as `reset`, no evidence, and no close frame reached the server.
+fn assert_protocol_error(name: &str, bytes: &'static [u8], code: u16, rule: &str) {
+    let (c, closed) = violation(name, bytes, false);
+    assert_eq!(dropped(&c, Dropped::ProtocolError), 1, "{name}");
+    assert_eq!(c.measure.counts.dropped_total(), 1, "{name}");
+    assert!(
+        evidence(&c, "protocol_error").contains(rule),
+        "{name}: {:?}",
+        c.measure.counts.evidence
+    );
+    assert!(
+        evidence(&c, "protocol_error").contains(&format!("close {code} sent")),
+        "{name}"
+    );
+    assert_eq!(
+        closed,
+        Closed {
+            code: Some(code),
+            fin: true
+        },
+        "{name}"
+    );
+}
+
+#[test]
+fn a_reserved_bit_is_closed_with_1002() {
+    assert_protocol_error("rsv", &[0xC1, 0x00], 1002, "Reserved bits are non-zero");
+}
+
+#[test]
+fn a_masked_server_frame_is_closed_with_1002() {
+    assert_protocol_error(
+        "masked",
+        &[0x81, 0x82, 1, 2, 3, 4, 5, 6],
+        1002,
+        "masked frame from server",
+    );
+}
+
+#[test]
+fn a_fragmented_control_frame_is_closed_with_1002() {
+    assert_protocol_error(
+        "fragmented-ping",
+        &[0x09, 0x00],
+        1002,
+        "Fragmented control frame",
+    );
+}
+
+#[test]
+fn invalid_utf8_is_closed_with_1007() {
+    assert_protocol_error("utf8", &[0x81, 0x02, 0xff, 0xfe], 1007, "invalid UTF-8");
+}
+
+/// 1005 means "no status code" and must never be sent (RFC 6455 7.4.1). Before: `reset`.
+#[test]
+fn close_code_1005_on_the_wire_is_closed_with_1002() {
+    assert_protocol_error(
+        "close-1005",
+        &[0x88, 0x02, 0x03, 0xED],
+        1002,
+        "Invalid close sequence",
+    );
+}
+
+/// A frame header announcing 1 GiB, then the server keeps sending. Before: counted as
+/// `error`, and the server saw no close frame.
+#[test]
+fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
+    const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0x40, 0, 0, 0];
+    let (c, closed) = violation("gib", &HEADER, true);
+    assert_eq!(dropped(&c, Dropped::MessageTooBig), 1);
+    assert_eq!(c.measure.counts.dropped_total(), 1);
+    let e = evidence(&c, "message_too_big");
+    assert!(
+        e.contains("1073741824") && e.contains("close 1009 sent"),
+        "{e}"
+    );
+    // The client read and dropped the flood until the server, having read the close, ended
+    // its side: then it closed with a FIN. Dropped at once, as before, its socket still held
+    // unread flood and the kernel reset the connection.
+    assert_eq!(
+        closed,
+        Closed {
+            code: Some(1009),
+            fin: true
+        }
+    );
+}
+
+/// A close frame without a status: the server closed, with no code, which reports as 1005.
+/// Before: counted as `server_close` with no code at all.
+#[test]
+fn a_close_without_a_status_is_a_server_close_coded_1005() {
+    let (c, closed) = violation("close-no-status", &[0x88, 0x00], false);
+    assert_eq!(dropped(&c, Dropped::ServerClose), 1);
+    assert_eq!(c.measure.counts.dropped_total(), 1);
+    assert_eq!(c.measure.counts.close_codes.get("1005"), Some(&1));
+    assert!(
+        evidence(&c, "server_close").contains("without a status code"),
+        "{:?}",
+        c.measure.counts.evidence
+    );
+    // The client answered the close as it came: without a code.
+    assert_eq!(closed.code, None);
+}
+
+/// A storm of 3 against a server that answers the upgrade with `response` (the key's accept
+/// value substituted for `{accept}`).
+fn storm_against(name: &str, response: &'static str) -> wsload::report::RunResult {
+    let (port, _rx) = serve::<()>(move |mut s, _| {
+        let accept = read_request(&mut s);
+        let _ = s.write_all(response.replace("{accept}", &accept).as_bytes());
+        // Keep the socket until the client is done with it.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    run(&spec(
+        name,
+        &format!(
+            "{}  scenario: connectionStorm\n  connections: [3]\n",
+            target(port)
+        ),
+    ))
+}
+
+/// Before: `upgrade_rejected` with neither status nor body.
+#[test]
+fn an_http_500_names_its_status_and_body() {
+    let r = storm_against(
+        "http-500",
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 22\r\n\r\ndatabase is down\r\nmore",
+    );
+    let c = only(&r);
+    assert_eq!(failed(&c, ConnectError::UpgradeRejected), 3);
+    assert_eq!(c.measure.counts.connected, 0);
+    assert_eq!(
+        evidence(&c, "upgrade_rejected"),
+        "HTTP 500 Internal Server Error: database is down"
+    );
+}
+
+/// Before: `upgrade_rejected`, the wrong value nowhere.
+#[test]
+fn a_wrong_accept_key_names_the_header_and_both_values() {
+    let r = storm_against(
+        "bad-accept",
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n",
+    );
+    let c = only(&r);
+    assert_eq!(failed(&c, ConnectError::UpgradeInvalid), 3);
+    let e = evidence(&c, "upgrade_invalid");
+    assert!(
+        e.starts_with("Sec-WebSocket-Accept: \"abc\" (expected \""),
+        "{e}"
+    );
+}
+
+/// Before: `upgrade_rejected`, the missing header unnamed.
+#[test]
+fn a_101_without_upgrade_names_the_missing_header() {
+    let r = storm_against(
+        "no-upgrade",
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n",
+    );
+    let c = only(&r);
+    assert_eq!(failed(&c, ConnectError::UpgradeInvalid), 3);
+    assert_eq!(
+        evidence(&c, "upgrade_invalid"),
+        "no Upgrade: websocket header"
+    );
+}
+
+/// The reasons reach the report a reader sees: a finding per reason, with its example.
+#[test]
+fn the_report_names_the_reason_and_its_evidence() {
+    let r = storm_against(
+        "http-503",
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\n\r\nsorry now",
+    );
+    let text = r.render();
+    assert!(
+        text.contains("the server refused the WebSocket upgrade (upgrade_rejected: 3 of 3 attempts; e.g. HTTP 503 Service Unavailable: sorry now)"),
+        "{text}"
+    );
+    let json = serde_json::to_string(&r).expect("json");
+    assert!(
+        json.contains(
+            r#""evidence":{"upgrade_rejected":"HTTP 503 Service Unavailable: sorry now"}"#
+        ),
+        "{json}"
+    );
+}
+
+/// A server that upgrades and then never reads. `writeTimeout: 1s` in a cell of 8 s: both
+/// connections end as `server_not_reading` within a few seconds (the socket buffers fill
+/// first), not at the deadline. Before: blast counted ~39 MB stuck in kernel buffers as sent
+/// and called the connections survived; throughput waited on its window until the deadline.
+fn against_a_server_that_never_reads(name: &str, tail: &str) {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        std::thread::sleep(Duration::from_secs(30));
+        drop(s);
+    });
+    let r = run(&spec(
+        name,
+        &format!(
+            "{}  connections: [2]\n  duration: 8s\n  writeTimeout: 1s\n{tail}",
+            target(port)
+        ),
+    ));
+    let c = only(&r);
+    assert_eq!(
+        dropped(&c, Dropped::ServerNotReading),
+        2,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.survived, 0);
+    let e = evidence(c, "server_not_reading");
+    assert!(e.starts_with("no write progress for 1s"), "{e}");
+    // Every connection had ended well before the 8 s deadline, and the cell with them.
+    assert!(
+        c.measured_secs < 5.0,
+        "the cell lasted {} s",
+        c.measured_secs
+    );
+}
+
+#[test]
+fn blast_against_a_server_that_never_reads_is_server_not_reading() {
+    against_a_server_that_never_reads("blast-stuck", "  scenario: blast\n");
+}
+
+#[test]
+fn throughput_against_a_server_that_never_reads_is_server_not_reading() {
+    against_a_server_that_never_reads(
+        "throughput-stuck",
+        "  scenario: throughput\n  message: {size: 65536}\n",
+    );
+}
