@@ -311,10 +311,10 @@ fn an_http_500_names_its_status_and_body() {
         "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 22\r\n\r\ndatabase is down\r\nmore",
     );
     let c = only(&r);
-    assert_eq!(failed(&c, ConnectError::UpgradeRejected), 3);
+    assert_eq!(failed(c, ConnectError::UpgradeRejected), 3);
     assert_eq!(c.measure.counts.connected, 0);
     assert_eq!(
-        evidence(&c, "upgrade_rejected"),
+        evidence(c, "upgrade_rejected"),
         "HTTP 500 Internal Server Error: database is down"
     );
 }
@@ -327,8 +327,8 @@ fn a_wrong_accept_key_names_the_header_and_both_values() {
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n",
     );
     let c = only(&r);
-    assert_eq!(failed(&c, ConnectError::UpgradeInvalid), 3);
-    let e = evidence(&c, "upgrade_invalid");
+    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
+    let e = evidence(c, "upgrade_invalid");
     assert!(
         e.starts_with("Sec-WebSocket-Accept: \"abc\" (expected \""),
         "{e}"
@@ -343,9 +343,9 @@ fn a_101_without_upgrade_names_the_missing_header() {
         "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n",
     );
     let c = only(&r);
-    assert_eq!(failed(&c, ConnectError::UpgradeInvalid), 3);
+    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
     assert_eq!(
-        evidence(&c, "upgrade_invalid"),
+        evidence(c, "upgrade_invalid"),
         "no Upgrade: websocket header"
     );
 }
@@ -390,7 +390,7 @@ fn against_a_server_that_never_reads(name: &str, tail: &str) {
     ));
     let c = only(&r);
     assert_eq!(
-        dropped(&c, Dropped::ServerNotReading),
+        dropped(c, Dropped::ServerNotReading),
         2,
         "{:?}",
         c.measure.counts
