@@ -614,6 +614,35 @@ mod tests {
         );
     }
 
+    /// A refused upgrade keeps its status line as evidence; 401 and 403 are `auth_failed`.
+    #[test]
+    fn a_refused_upgrade_keeps_its_status_as_evidence() {
+        let refused = |status: u16, reason: &str| HandshakeError::Status {
+            status,
+            reason: reason.into(),
+            body: Some("go away".into()),
+        };
+        assert_eq!(
+            handshake_error(&refused(401, "Unauthorized")),
+            DialError {
+                why: ConnectError::AuthFailed,
+                evidence: Some("HTTP 401 Unauthorized: go away".into()),
+            }
+        );
+        assert_eq!(
+            handshake_error(&refused(502, "Bad Gateway")).why,
+            ConnectError::UpgradeRejected
+        );
+        assert_eq!(
+            handshake_error(&HandshakeError::Malformed("SSH-2.0-OpenSSH_9.6".into())),
+            DialError {
+                why: ConnectError::UpgradeInvalid,
+                evidence: Some("not an HTTP response: \"SSH-2.0-OpenSSH_9.6\"".into()),
+            }
+        );
+        assert_eq!(handshake_error(&HandshakeError::Eof).evidence, None);
+    }
+
     #[test]
     fn io_errors_are_classified() {
         assert_eq!(

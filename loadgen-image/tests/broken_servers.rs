@@ -418,3 +418,13 @@ fn throughput_against_a_server_that_never_reads_is_server_not_reading() {
         "  scenario: throughput\n  message: {size: 65536}\n",
     );
 }
+
+/// Paced sending (open loop) writes whatever the server reads; against one that reads
+/// nothing, its writes stall too.
+#[test]
+fn paced_sending_to_a_server_that_never_reads_is_server_not_reading() {
+    against_a_server_that_never_reads(
+        "paced-stuck",
+        "  scenario: constantRate\n  rate: {messagesPerSecond: 2000}\n  message: {size: 65536}\n",
+    );
+}
