@@ -24,9 +24,10 @@
 //! Messages and errors are tungstenite's types, and [`Ws`] is a `Stream` + `Sink` of messages as
 //! tokio-tungstenite's stream was: pings are answered with pongs, a server's close is answered,
 //! fragmented messages are reassembled, and protocol violations fail the connection as
-//! tungstenite's did (same error variants, so the drop reasons reported do not change), after
-//! sending the peer a close frame with the violation's status code. The Autobahn fuzzingserver
-//! checks all this (`scripts/autobahn.sh --client`, through the load generator's hidden
+//! tungstenite's did (same error variants: [`failure_code`] tells a caller which close code a
+//! violation got), after sending the peer a close frame with the violation's status code
+//! ([`Ws::linger`] then lets it reach the peer before the socket goes). The Autobahn
+//! fuzzingserver checks all this (`scripts/autobahn.sh --client`, through the load generator's hidden
 //! `wsload autobahn-client`).
 //!
 //! The modules, by what they hold: [`frame`] (headers read and written), [`mask`], [`handshake`]
