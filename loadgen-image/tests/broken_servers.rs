@@ -428,3 +428,29 @@ fn paced_sending_to_a_server_that_never_reads_is_server_not_reading() {
         "  scenario: constantRate\n  rate: {messagesPerSecond: 2000}\n  message: {size: 65536}\n",
     );
 }
+
+/// A blast never reads, so an echo server's answers fill the socket towards it and the server
+/// stops reading: the blast waits on itself, not on the server, and its connections are not
+/// `server_not_reading` however long they wait (here 5 s against `writeTimeout: 1s`).
+#[test]
+fn a_blast_stalled_by_its_own_unread_echoes_is_not_the_servers_fault() {
+    let server = common::Server::start(&[]);
+    let r = run(&spec(
+        "blast-echo",
+        &format!(
+            "  target: {{url: {}/}}\n  scenario: blast\n  connections: [2]\n  duration: 5s\n  writeTimeout: 1s\n  message: {{size: 16384}}\n",
+            server.ws
+        ),
+    ));
+    let c = only(&r);
+    assert_eq!(
+        c.measure.counts.dropped_total(),
+        0,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.survived, 2);
+    // It did send, and did stall: judged without the unread answers, this same run ends both
+    // connections as `server_not_reading` after a second.
+    assert!(c.measure.counts.bytes_sent > 0);
+}
