@@ -130,7 +130,16 @@ pub fn summarize(
         .filter(|t| !t.pass)
         .map(|t| t.threshold.as_str())
         .collect();
+    let unmeasured: Vec<String> = merged
+        .verdict
+        .iter()
+        .flat_map(|v| &v.unmeasured)
+        .map(|u| format!("[{}] {}", u.cell, u.missing))
+        .collect();
     let verdict_message = match verdict {
+        _ if !unmeasured.is_empty() => {
+            format!("measured nothing: {}", crate::text::listed(&unmeasured, 10))
+        }
         None => "no thresholds".to_string(),
         Some(Verdict::Pass) => format!("all {} threshold checks passed", thresholds.len()),
         Some(Verdict::Fail) => format!(
