@@ -6,7 +6,8 @@
 //! through the code a cluster run does.
 
 use crate::capacity;
-use crate::fleet_bar::FleetBar;
+use crate::fleet_bar::{FleetBar, StartBar};
+use crate::fleet_limit;
 use crate::model::Shard;
 use crate::options::Options;
 use crate::report::RunResult;
@@ -92,8 +93,14 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
             spec.shards, spec.shards
         )));
     }
-    // The shards inherit this process's limits: a share none can open fails here, at once.
+    // The shards inherit this process's limits: a share none can open fails here, at once,
+    // and so does a count of shards this machine cannot run, before any is forked.
     let limits = capacity::raise();
+    fleet_limit::check(
+        spec.shards,
+        shard_threads(opts, spec.shards) as u64,
+        &fleet_limit::Machine::detect(limits.soft),
+    )?;
     for index in 0..spec.shards {
         capacity::check(
             spec,
@@ -124,13 +131,19 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
     Ok(result)
 }
 
+/// Runtime threads per shard: N processes share the cores, one runtime thread per core over
+/// all of them, unless --threads says.
+fn shard_threads(opts: &Options, n: u32) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    opts.threads.unwrap_or((cores / n as usize).max(1))
+}
+
 fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
     let n = lt.spec.shards;
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find this binary to start shards", e))?;
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    // N processes share the cores: one runtime thread per core over all of them.
-    let threads = opts.threads.unwrap_or((cores / n as usize).max(1));
+    let threads = shard_threads(opts, n);
+    let bar = StartBar::new(n, opts.progress);
     let mut shards = Vec::new();
     for index in 0..n {
         let listen: SocketAddr = match opts.metrics_listen {
@@ -139,6 +152,9 @@ fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Ve
             None => SocketAddr::from(([127, 0, 0, 1], 0)),
         };
         shards.push(spawn(&exe, file, index, n, threads, listen, url)?);
+        if let Some(bar) = &bar {
+            bar.started(index + 1);
+        }
     }
     Ok(shards)
 }

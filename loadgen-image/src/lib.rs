@@ -29,6 +29,7 @@ pub mod dial;
 pub mod exposition;
 pub mod fleet;
 pub mod fleet_bar;
+pub mod fleet_limit;
 pub mod gate;
 pub mod local_server;
 pub mod message;
