@@ -43,7 +43,7 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
             ))
         }
         Scenario::Throughput | Scenario::PayloadMatrix | Scenario::FormatComparison
-            if c.sent > 0 && c.received == 0 && !cell.server_received.is_some_and(|n| n > 0) =>
+            if c.sent > 0 && c.received == 0 && cell.server_received.unwrap_or(0) == 0 =>
         {
             Some(format!(
                 "no echo came back and no server counted a message ({} sent)",

@@ -28,9 +28,9 @@ pub enum ReadError {
 
 /// A byte count as the messages say it (`1 MiB`).
 pub fn size(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
         format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} bytes")
