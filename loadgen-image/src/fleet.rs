@@ -245,6 +245,9 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
                 let why = tail.trim_start_matches("wsload: ").to_string();
                 return Err(match status.code() {
                     Some(2) => Error::Spec(why),
+                    Some(c) if c == i32::from(crate::EXIT_MEASURED_NOTHING) => {
+                        Error::ShardMeasuredNothing(why)
+                    }
                     _ => Error::Shard {
                         index: s.index,
                         why: format!("exited ({status}): {why}"),

@@ -87,6 +87,10 @@ pub enum Error {
         #[source]
         source: Cause,
     },
+    /// A shard on this machine exited with [`EXIT_MEASURED_NOTHING`] before any load (its
+    /// target resolves to nothing): the run's own code, with the shard's reason.
+    #[error("{0}")]
+    ShardMeasuredNothing(String),
     /// This machine does not give what the run needs.
     #[error("{0}")]
     Machine(String),
@@ -159,7 +163,7 @@ impl Error {
             | Error::Invalid { .. }
             | Error::LoadTest(_)
             | Error::File(wsload_spec::file::ReadError::TooBig { .. }) => 2,
-            Error::Unresolvable { .. } => EXIT_MEASURED_NOTHING,
+            Error::Unresolvable { .. } | Error::ShardMeasuredNothing(_) => EXIT_MEASURED_NOTHING,
             _ => 3,
         }
     }

@@ -187,4 +187,16 @@ fn a_note_every_shard_makes_is_said_once() {
         1,
         "{out}"
     );
+    // Shards whose target resolves to nothing: the run exits as one process would.
+    let (o, _) = run(
+        "unresolvable",
+        "  target: {url: \"ws://no-such-host.invalid:8080/\"}\n  scenario: connectionStorm\n  connections: [2]\n  shards: 2\n",
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("cannot resolve no-such-host.invalid:8080"),
+        "{err}"
+    );
 }

@@ -323,6 +323,32 @@ mod tests {
         ));
     }
 
+    /// A test in which nothing connected fails in status although it has no thresholds,
+    /// saying which cell measured nothing and why (the verdict `wsload run` exits 4 for).
+    #[test]
+    fn a_test_that_connected_nothing_fails_without_thresholds() {
+        let refused = |index| {
+            let mut r = shard(index, 0, 1, 1_000_000);
+            let m = &mut r.cells[0].measure;
+            m.counts = Default::default();
+            m.hists.rtt = Default::default();
+            m.counts.attempted = 100;
+            for _ in 0..100 {
+                m.counts.fail(wsload_report::measure::ConnectError::Refused);
+            }
+            r
+        };
+        let (a, b) = (refused(0), refused(1));
+        let s = echo_of_two("");
+        let sum = summary(&s, merge(&[(0, &a), (1, &b)]).expect("merge"), &[]);
+        assert_eq!(sum.verdict, Some(Verdict::Fail));
+        assert!(sum.thresholds.is_empty());
+        assert_eq!(
+            sum.verdict_message,
+            "measured nothing: [100] no connection was established (200 attempted: refused x200)"
+        );
+    }
+
     /// Delivery is every replica's count (summed by the conductor) over every shard's sends,
     /// judged once on the merge.
     #[test]
