@@ -96,11 +96,7 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
     // The shards inherit this process's limits: a share none can open fails here, at once,
     // and so does a count of shards this machine cannot run, before any is forked.
     let limits = capacity::raise();
-    fleet_limit::check(
-        spec.shards,
-        shard_threads(opts, spec.shards) as u64,
-        &fleet_limit::Machine::detect(limits.soft),
-    )?;
+    machine_runs(spec.shards, opts.threads, limits)?;
     for index in 0..spec.shards {
         capacity::check(
             spec,
@@ -131,18 +127,25 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
     Ok(result)
 }
 
+/// Refuses `shards` local shard processes (of `threads` runtime threads each, default: the
+/// cores shared out) when this machine, with open-file `limits`, cannot run them.
+pub fn machine_runs(shards: u32, threads: Option<usize>, limits: capacity::Limits) -> Result<()> {
+    let threads = shard_threads(threads, shards) as u64;
+    fleet_limit::check(shards, threads, &fleet_limit::Machine::detect(limits.soft))
+}
+
 /// Runtime threads per shard: N processes share the cores, one runtime thread per core over
 /// all of them, unless --threads says.
-fn shard_threads(opts: &Options, n: u32) -> usize {
+fn shard_threads(threads: Option<usize>, n: u32) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    opts.threads.unwrap_or((cores / n as usize).max(1))
+    threads.unwrap_or((cores / n as usize).max(1))
 }
 
 fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
     let n = lt.spec.shards;
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find this binary to start shards", e))?;
-    let threads = shard_threads(opts, n);
+    let threads = shard_threads(opts.threads, n);
     let bar = StartBar::new(n, opts.progress);
     let mut shards = Vec::new();
     for index in 0..n {

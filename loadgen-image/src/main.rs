@@ -398,6 +398,12 @@ fn validate(args: ValidateArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Valid anywhere, but `wsload run` here would refuse it: say so now (a cluster runs it).
+    if lt.spec.shards > 1
+        && let Err(e) = wsload::fleet::machine_runs(lt.spec.shards, None, wsload::capacity::raise())
+    {
+        eprintln!("note: for `wsload run` on this machine: {e}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

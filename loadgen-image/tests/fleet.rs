@@ -161,6 +161,27 @@ fn shards_beyond_what_this_machine_runs_are_refused_before_any_fork() {
     assert!(!err.contains("managed wsload-server"), "{err}");
     assert!(!err.contains("[shard"), "{err}");
     assert!(r.is_none() && o.stdout.is_empty());
+    // `validate` accepts it (a cluster runs it) and says what `run` here would refuse.
+    let file = scratch("too-many-validate").join("test.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: many}\nspec:\n  target: {server: {}}\n  scenario: connectionStorm\n  connections: [5000]\n  shards: 5000\n",
+    )
+    .expect("write spec");
+    let o = common::behind(
+        Some("ulimit -Sn 512 && ulimit -Hn 512"),
+        env!("CARGO_BIN_EXE_wsload"),
+    )
+    .arg("validate")
+    .arg(&file)
+    .output()
+    .expect("wsload validate runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("note: for `wsload run` on this machine: spec.shards: 5000 is more"),
+        "{err}"
+    );
 }
 
 /// The same note from every shard (here: none of its connections succeeded) is said once,
