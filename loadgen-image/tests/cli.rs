@@ -522,6 +522,37 @@ fn a_run_that_connected_nothing_fails_with_its_own_code() {
     );
 }
 
+/// Connected, but nothing of what the scenario measures came back: a server that never
+/// answers (the reference server's `sink` profile) fails pingLatency (exit 4, no thresholds),
+/// while throughput against it measured the server's count and passes.
+#[test]
+fn a_cell_that_got_no_answer_measured_nothing() {
+    let dir = Scratch::new("no-answer");
+    let f = dir.file(
+        "ping.yaml",
+        &loadtest(
+            "sink",
+            "  target: {server: {profile: sink}}\n  scenario: pingLatency\n  connections: [3]\n  ping: {count: 3, timeout: 300ms}\n",
+        ),
+    );
+    let o = wsload(&["run", f.to_str().expect("utf-8 path")]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(4), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("FAIL [3] no round trip was answered (9 sent expecting an answer)"),
+        "{text}"
+    );
+    let f = dir.file(
+        "tp.yaml",
+        &loadtest(
+            "sink",
+            "  target: {server: {profile: sink}}\n  scenario: throughput\n  connections: [3]\n  duration: 500ms\n",
+        ),
+    );
+    let o = wsload(&["run", f.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}
+
 #[test]
 fn an_unreachable_target_is_reported_and_kept() {
     let dir = Scratch::new("unreachable");
