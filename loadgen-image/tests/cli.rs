@@ -472,6 +472,21 @@ fn input_files_are_read_within_a_limit() {
         );
         assert!(started.elapsed() < Duration::from_secs(10), "{cmd} {path}");
     }
+    // The files a LoadTest names are bounded too: a CA file that never ends.
+    let ca = dir.file(
+        "ca.yaml",
+        &loadtest(
+            "ca",
+            "  target: {url: \"wss://127.0.0.1:1/\"}\n  scenario: connectionStorm\n  tls: {caFile: /dev/zero}\n",
+        ),
+    );
+    let o = wsload(&["run", ca.to_str().expect("utf-8 path")]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("spec.tls.caFile: /dev/zero holds more than 4 MiB, the most a CA file may be"),
+        "{err}"
+    );
 }
 
 #[test]
