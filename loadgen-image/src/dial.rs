@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::handshake::client::{Request, generate_reques
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_spec::{LoadTestSpec, Protocol, TokenPlacement};
+use wsload_spec::{LoadTestSpec, Protocol, TargetUrl, TokenPlacement};
 use wsload_ws::{HandshakeError, Io};
 
 pub use wsload_ws::Ws;
@@ -183,23 +183,16 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn of(request: &Request, url: &str) -> Result<Endpoint> {
-        let uri = request.uri();
-        let tls = uri.scheme_str() == Some("wss");
-        let host = uri
-            .host()
-            .ok_or_else(|| Error::Spec(format!("spec.target.url {url:?} has no host")))?
-            .to_string();
-        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let lookup_host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
+    /// From the one parser `wsload validate` and the API server agree with: the host and port
+    /// dialled are the URL's, never a default standing in for a port it could not read.
+    fn of(url: &str) -> Result<Endpoint> {
+        let url =
+            TargetUrl::parse(url).map_err(|e| Error::Spec(format!("spec.target.url: {e}")))?;
         Ok(Endpoint {
-            host,
-            lookup_host,
-            port,
-            tls,
+            lookup_host: url.lookup_host().to_string(),
+            host: url.host,
+            port: url.port,
+            tls: url.tls,
         })
     }
 
@@ -208,7 +201,10 @@ impl Endpoint {
         let (host, port) = (&self.host, self.port);
         (self.lookup_host.as_str(), port)
             .to_socket_addrs()
-            .map_err(|e| Error::unreachable(format!("cannot resolve {host}:{port}"), e))?
+            .map_err(|e| Error::Unresolvable {
+                what: format!("cannot resolve {host}:{port}"),
+                source: e.into(),
+            })?
             .next()
             .ok_or_else(|| Error::Target(format!("{host}:{port} resolves to no address")))
     }
@@ -334,10 +330,10 @@ fn render(
 
 impl Dialer {
     pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
+        let endpoint = Endpoint::of(url)?;
         let request = url
             .into_client_request()
             .map_err(|e| Error::invalid(format!("spec.target.url {url:?}"), e))?;
-        let endpoint = Endpoint::of(&request, url)?;
         let addr = endpoint.resolve()?;
         let (headers, token) = auth(spec)?;
         let tls = endpoint.tls(spec, url)?;

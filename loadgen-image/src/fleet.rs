@@ -6,7 +6,8 @@
 //! through the code a cluster run does.
 
 use crate::capacity;
-use crate::fleet_bar::FleetBar;
+use crate::fleet_bar::{FleetBar, StartBar};
+use crate::fleet_limit;
 use crate::model::Shard;
 use crate::options::Options;
 use crate::report::RunResult;
@@ -92,8 +93,10 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
             spec.shards, spec.shards
         )));
     }
-    // The shards inherit this process's limits: a share none can open fails here, at once.
+    // The shards inherit this process's limits: a share none can open fails here, at once,
+    // and so does a count of shards this machine cannot run, before any is forked.
     let limits = capacity::raise();
+    machine_runs(spec.shards, opts.threads, limits)?;
     for index in 0..spec.shards {
         capacity::check(
             spec,
@@ -124,13 +127,26 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
     Ok(result)
 }
 
+/// Refuses `shards` local shard processes (of `threads` runtime threads each, default: the
+/// cores shared out) when this machine, with open-file `limits`, cannot run them.
+pub fn machine_runs(shards: u32, threads: Option<usize>, limits: capacity::Limits) -> Result<()> {
+    let threads = shard_threads(threads, shards) as u64;
+    fleet_limit::check(shards, threads, &fleet_limit::Machine::detect(limits.soft))
+}
+
+/// Runtime threads per shard: N processes share the cores, one runtime thread per core over
+/// all of them, unless --threads says.
+fn shard_threads(threads: Option<usize>, n: u32) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    threads.unwrap_or((cores / n as usize).max(1))
+}
+
 fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
     let n = lt.spec.shards;
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find this binary to start shards", e))?;
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    // N processes share the cores: one runtime thread per core over all of them.
-    let threads = opts.threads.unwrap_or((cores / n as usize).max(1));
+    let threads = shard_threads(opts.threads, n);
+    let bar = StartBar::new(n, opts.progress);
     let mut shards = Vec::new();
     for index in 0..n {
         let listen: SocketAddr = match opts.metrics_listen {
@@ -139,6 +155,9 @@ fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Ve
             None => SocketAddr::from(([127, 0, 0, 1], 0)),
         };
         shards.push(spawn(&exe, file, index, n, threads, listen, url)?);
+        if let Some(bar) = &bar {
+            bar.started(index + 1);
+        }
     }
     Ok(shards)
 }
@@ -229,6 +248,9 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<()> {
                 let why = tail.trim_start_matches("wsload: ").to_string();
                 return Err(match status.code() {
                     Some(2) => Error::Spec(why),
+                    Some(c) if c == i32::from(crate::EXIT_MEASURED_NOTHING) => {
+                        Error::ShardMeasuredNothing(why)
+                    }
                     _ => Error::Shard {
                         index: s.index,
                         why: format!("exited ({status}): {why}"),

@@ -172,6 +172,42 @@ fn snapshot(bodies: &[String]) -> Snapshot {
     }
 }
 
+/// "starting shards: 37/50" while the shard processes start one by one (each announces its
+/// endpoint before the next starts); on a terminal only. Dropping it takes it away.
+pub struct StartBar(indicatif::ProgressBar);
+
+impl StartBar {
+    /// A bar when stderr is a terminal and `wanted`; `None` otherwise (quiet on a pipe).
+    pub fn new(shards: u32, wanted: bool) -> Option<StartBar> {
+        if !wanted || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(u64::from(shards)),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("starting shards: {pos}/{len}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        // The shards' own lines go above it.
+        crate::terminal::show(bar.clone());
+        Some(StartBar(bar))
+    }
+
+    /// `n` shards have started.
+    pub fn started(&self, n: u32) {
+        self.0.set_position(u64::from(n));
+    }
+}
+
+impl Drop for StartBar {
+    fn drop(&mut self) {
+        crate::terminal::hide();
+        self.0.finish_and_clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

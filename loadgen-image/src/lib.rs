@@ -30,6 +30,7 @@ pub mod dial;
 pub mod exposition;
 pub mod fleet;
 pub mod fleet_bar;
+pub mod fleet_limit;
 pub mod gate;
 pub mod local_server;
 pub mod message;
@@ -55,8 +56,8 @@ pub use wsload_report::{hist, measure, report};
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a command of the load generator failed. Each variant is of one exit-code class
-/// ([`Error::exit_code`]): the input's fault (2), or the target's, this machine's or the run's
-/// (3). Where there is a cause it is the source, and shown after the context.
+/// ([`Error::exit_code`]): the input's fault (2), a target nothing can connect to (4), or the
+/// target's, this machine's or the run's (3). Where there is a cause it is the source, and shown after the context.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The LoadTest or a flag asks for something impossible here; the message names the
@@ -80,6 +81,18 @@ pub enum Error {
         #[source]
         source: Cause,
     },
+    /// The target's name resolves to no address: no connection could be established, so the
+    /// run measured nothing (exit 4, as a run in which nothing connected).
+    #[error("target: {what}: no connection can be established: {source}")]
+    Unresolvable {
+        what: String,
+        #[source]
+        source: Cause,
+    },
+    /// A shard on this machine exited with [`EXIT_MEASURED_NOTHING`] before any load (its
+    /// target resolves to nothing): the run's own code, with the shard's reason.
+    #[error("{0}")]
+    ShardMeasuredNothing(String),
     /// This machine does not give what the run needs.
     #[error("{0}")]
     Machine(String),
@@ -116,6 +129,9 @@ pub enum Error {
     Panicked(String),
     #[error(transparent)]
     LoadTest(#[from] wsload_spec::Error),
+    /// A file read whole (a result to merge or show): unreadable, or over its size limit.
+    #[error(transparent)]
+    File(#[from] wsload_spec::file::ReadError),
 }
 
 impl Error {
@@ -140,14 +156,23 @@ impl Error {
         }
     }
 
-    /// The process's exit code for this error: 2 when the input is at fault, else 3 (the
-    /// codes are listed in docs/loadtest.md).
+    /// The process's exit code for this error: 2 when the input is at fault, 4 when the
+    /// target's name resolves to nothing (nothing could connect), else 3 (the codes are listed
+    /// in docs/loadtest.md).
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Spec(_) | Error::Invalid { .. } | Error::LoadTest(_) => 2,
+            Error::Spec(_)
+            | Error::Invalid { .. }
+            | Error::LoadTest(_)
+            | Error::File(wsload_spec::file::ReadError::TooBig { .. }) => 2,
+            Error::Unresolvable { .. } | Error::ShardMeasuredNothing(_) => EXIT_MEASURED_NOTHING,
             _ => 3,
         }
     }
 }
+
+/// The exit code of a run that measured nothing of what it was for: nothing connected (the
+/// target's name did not resolve, or every connection failed), or no answer came back.
+pub const EXIT_MEASURED_NOTHING: u8 = 4;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -217,6 +217,8 @@ fn finish(result: &RunResult, out: &Option<PathBuf>, html: &HtmlArg) -> Result<E
     write_out(out, result)?;
     write_html(&html.html, result)?;
     Ok(match &result.verdict {
+        // Measuring nothing wins over failed thresholds, which it usually causes.
+        Some(v) if !v.unmeasured.is_empty() => ExitCode::from(wsload::EXIT_MEASURED_NOTHING),
         Some(v) if !v.passed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
@@ -366,8 +368,11 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 
 /// A result file: plain JSON (`--out`) or gzip-compressed, as the operator stores results.
 fn read_result(p: &std::path::Path) -> Result<RunResult> {
-    let bytes =
-        std::fs::read(p).map_err(|e| Error::io(format!("cannot read {}", p.display()), e))?;
+    let bytes = wsload_spec::file::read_bounded(
+        &p.to_string_lossy(),
+        wsload_report::stored::MAX_RESULT_BYTES,
+        "a result file",
+    )?;
     wsload_report::stored::decode(&bytes).map_err(|e| Error::invalid(p.display().to_string(), e))
 }
 
@@ -393,6 +398,12 @@ fn validate(args: ValidateArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // Valid anywhere, but `wsload run` here would refuse it: say so now (a cluster runs it).
+    if lt.spec.shards > 1
+        && let Err(e) = wsload::fleet::machine_runs(lt.spec.shards, None, wsload::capacity::raise())
+    {
+        eprintln!("note: for `wsload run` on this machine: {e}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -22,8 +22,9 @@ pub fn client_config(tls: Option<&Tls>) -> Result<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = tls.and_then(|t| t.ca_file.as_deref()) {
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| Error::invalid(format!("spec.tls.caFile {path:?}"), e))?
+        let pem = wsload_spec::file::read_bounded(path, MAX_CA_FILE_BYTES, "a CA file")
+            .map_err(|e| Error::invalid("spec.tls.caFile", e))?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| Error::invalid(format!("spec.tls.caFile {path:?}"), e))?;
         if certs.is_empty() {
@@ -39,6 +40,9 @@ pub fn client_config(tls: Option<&Tls>) -> Result<ClientConfig> {
     }
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
+
+/// The most `spec.tls.caFile` may hold: a whole system bundle is ~200 KiB.
+const MAX_CA_FILE_BYTES: u64 = 4 << 20;
 
 /// `insecureSkipVerify`: accepts any certificate, still checks handshake signatures.
 #[derive(Debug)]

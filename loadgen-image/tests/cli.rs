@@ -387,6 +387,187 @@ fn invalid_files_exit_2_naming_the_field() {
     assert!(stderr(&o).contains("cannot read"));
 }
 
+/// URLs the one parser refuses (`wsload_spec::target_url::CORPUS` holds them all; the API
+/// server refuses them too, see operator/tests/crd_validation.rs).
+const BAD_URLS: [&str; 5] = [
+    "ws://127.0.0.1:99999/",
+    "ws://127.0.0.1:65536/",
+    "ws://127.0.0.1:abc/",
+    "ws://[::1/",
+    "ws://h:8080:9090/",
+];
+
+#[test]
+fn a_bad_target_url_is_refused_by_validate_and_run_alike() {
+    let dir = Scratch::new("bad-url");
+    for (i, url) in BAD_URLS.iter().enumerate() {
+        let f = dir.file(
+            &format!("url{i}.yaml"),
+            &loadtest(
+                "url",
+                &format!("  target: {{url: \"{url}\"}}\n  scenario: connectionStorm\n  connections: [1]\n"),
+            ),
+        );
+        for cmd in ["validate", "run"] {
+            let o = wsload(&[cmd, f.to_str().expect("utf-8 path")]);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {url}: {err}");
+            assert!(
+                err.contains("spec.target.url")
+                    && err.contains(url)
+                    && err.contains("port 1-65535"),
+                "{cmd} {url}: {err}"
+            );
+        }
+    }
+    // A URL given at run time (as the operator gives shards the managed server's) goes
+    // through the same parser: never port 80 for a port it could not read.
+    let f = dir.file(
+        "good.yaml",
+        &loadtest("url", "  target: {url: \"ws://127.0.0.1:1/\"}\n  scenario: connectionStorm\n  connections: [1]\n"),
+    );
+    let o = wsload(&[
+        "shard",
+        f.to_str().expect("utf-8 path"),
+        "--index",
+        "0",
+        "--count",
+        "1",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--target-url",
+        "ws://127.0.0.1:99999/",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("spec.target.url") && err.contains("port \"99999\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn input_files_are_read_within_a_limit() {
+    let dir = Scratch::new("big-input");
+    // A valid LoadTest padded past 1 MiB with a comment: its size alone refuses it.
+    let mut text = loadtest(
+        "big",
+        "  target: {url: \"ws://127.0.0.1:1/\"}\n  scenario: connectionStorm\n",
+    );
+    text.push_str(&format!("# {}\n", "x".repeat(1 << 20)));
+    let big = dir.file("big.yaml", &text);
+    for (path, cmd) in [
+        ("/dev/zero", "validate"),
+        ("/dev/zero", "run"),
+        (big.to_str().expect("utf-8 path"), "validate"),
+        (big.to_str().expect("utf-8 path"), "run"),
+    ] {
+        let started = Instant::now();
+        let o = wsload(&[cmd, path]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd} {path}: {err}");
+        assert!(
+            err.contains(path) && err.contains("more than 1 MiB, the most a LoadTest file may be"),
+            "{cmd} {path}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{cmd} {path}");
+    }
+    // The files a LoadTest names are bounded too: a CA file that never ends.
+    let ca = dir.file(
+        "ca.yaml",
+        &loadtest(
+            "ca",
+            "  target: {url: \"wss://127.0.0.1:1/\"}\n  scenario: connectionStorm\n  tls: {caFile: /dev/zero}\n",
+        ),
+    );
+    let o = wsload(&["run", ca.to_str().expect("utf-8 path")]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("spec.tls.caFile: /dev/zero holds more than 4 MiB, the most a CA file may be"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_run_that_connected_nothing_fails_with_its_own_code() {
+    let dir = Scratch::new("nothing");
+    // Refused: no thresholds, so only the rule that a run must measure something fails it.
+    for scenario in ["connectionStorm", "pingLatency", "throughput"] {
+        let f = dir.file(
+            &format!("{scenario}.yaml"),
+            &loadtest(
+                "nothing",
+                &format!("  target: {{url: \"ws://127.0.0.1:1/\"}}\n  scenario: {scenario}\n  connections: [3]\n  duration: 1s\n  ping: {{count: 2}}\n"),
+            ),
+        );
+        let out = dir.path(&format!("{scenario}.json"));
+        let o = wsload(&[
+            "run",
+            f.to_str().expect("utf-8 path"),
+            "--out",
+            out.to_str().expect("utf-8 path"),
+        ]);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(4), "{scenario}: {text}{}", stderr(&o));
+        assert!(
+            text.contains("Measured nothing")
+                && text.contains("no connection was established (3 attempted: refused x3)")
+                && text.contains("Verdict: FAIL"),
+            "{scenario}: {text}"
+        );
+        let v = result(&out).verdict.expect("judged without thresholds");
+        assert!(!v.passed && v.checks.is_empty() && v.unmeasured.len() == 1);
+    }
+    // A name that resolves to nothing (`.invalid` never does, RFC 6761): the same code.
+    let f = dir.file(
+        "unresolvable.yaml",
+        &loadtest(
+            "nothing",
+            "  target: {url: \"ws://no-such-host.invalid:8080/\"}\n  scenario: connectionStorm\n  connections: [1]\n",
+        ),
+    );
+    let o = wsload(&["run", f.to_str().expect("utf-8 path")]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("cannot resolve no-such-host.invalid:8080")
+            && err.contains("no connection can be established"),
+        "{err}"
+    );
+}
+
+/// Connected, but nothing of what the scenario measures came back: a server that never
+/// answers (the reference server's `sink` profile) fails pingLatency (exit 4, no thresholds),
+/// while throughput against it measured the server's count and passes.
+#[test]
+fn a_cell_that_got_no_answer_measured_nothing() {
+    let dir = Scratch::new("no-answer");
+    let f = dir.file(
+        "ping.yaml",
+        &loadtest(
+            "sink",
+            "  target: {server: {profile: sink}}\n  scenario: pingLatency\n  connections: [3]\n  ping: {count: 3, timeout: 300ms}\n",
+        ),
+    );
+    let o = wsload(&["run", f.to_str().expect("utf-8 path")]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(4), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("FAIL [3] no round trip was answered (9 sent expecting an answer)"),
+        "{text}"
+    );
+    let f = dir.file(
+        "tp.yaml",
+        &loadtest(
+            "sink",
+            "  target: {server: {profile: sink}}\n  scenario: throughput\n  connections: [3]\n  duration: 500ms\n",
+        ),
+    );
+    let o = wsload(&["run", f.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}
+
 #[test]
 fn an_unreachable_target_is_reported_and_kept() {
     let dir = Scratch::new("unreachable");
@@ -404,8 +585,9 @@ fn an_unreachable_target_is_reported_and_kept() {
         "--out",
         out.to_str().expect("utf-8 path"),
     ]);
-    // A failed threshold, not a crash: the run itself was done and reported.
-    assert_eq!(o.status.code(), Some(1));
+    // Not a crash: the run itself was done and reported, and since nothing connected it
+    // measured nothing (4), which wins over the failed threshold (1).
+    assert_eq!(o.status.code(), Some(4));
     let text = stdout(&o);
     assert!(text.contains("refused x5"), "{text}");
     let r = result(&out);

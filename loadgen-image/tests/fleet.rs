@@ -131,3 +131,93 @@ fn a_share_above_the_open_file_limit_is_refused_before_any_load() {
         assert!(o.stdout.is_empty(), "no report");
     }
 }
+
+/// A shard count this machine cannot run is refused from its detected figures before any
+/// process is forked (here: an open-file limit too small for the parent's per-shard pipes and
+/// connections, and on any machine under 157 cores, the cores).
+#[test]
+fn shards_beyond_what_this_machine_runs_are_refused_before_any_fork() {
+    let started = Instant::now();
+    let (o, r) = run(
+        "too-many",
+        "  target: {server: {}}\n  scenario: connectionStorm\n  connections: [5000]\n  shards: 5000\n",
+        Some("ulimit -Sn 512 && ulimit -Hn 512"),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "refused in {:?}",
+        started.elapsed()
+    );
+    for part in [
+        "spec.shards: 5000 is more shard processes than this machine can run",
+        "or fewer",
+        "in a cluster, where each shard is a pod",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    // Nothing started: no managed server, no shard, no result.
+    assert!(!err.contains("managed wsload-server"), "{err}");
+    assert!(!err.contains("[shard"), "{err}");
+    assert!(r.is_none() && o.stdout.is_empty());
+    // `validate` accepts it (a cluster runs it) and says what `run` here would refuse.
+    let file = scratch("too-many-validate").join("test.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: many}\nspec:\n  target: {server: {}}\n  scenario: connectionStorm\n  connections: [5000]\n  shards: 5000\n",
+    )
+    .expect("write spec");
+    let o = common::behind(
+        Some("ulimit -Sn 512 && ulimit -Hn 512"),
+        env!("CARGO_BIN_EXE_wsload"),
+    )
+    .arg("validate")
+    .arg(&file)
+    .output()
+    .expect("wsload validate runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("note: for `wsload run` on this machine: spec.shards: 5000 is more"),
+        "{err}"
+    );
+}
+
+/// The same note from every shard (here: none of its connections succeeded) is said once,
+/// with how many shards made it; and a run that connected nothing fails (exit 4).
+#[test]
+fn a_note_every_shard_makes_is_said_once() {
+    let (o, r) = run(
+        "notes",
+        "  target: {url: \"ws://127.0.0.1:1/\"}\n  scenario: connectionStorm\n  connections: [8]\n  shards: 8\n",
+        None,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(4), "{out}");
+    let r = r.expect("a result");
+    let refused: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| n.contains("no connection to ws://127.0.0.1:1/ succeeded"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", r.notes);
+    assert!(refused[0].ends_with("[8 shards]"), "{}", refused[0]);
+    assert_eq!(
+        out.matches("no connection to ws://127.0.0.1:1/").count(),
+        1,
+        "{out}"
+    );
+    // Shards whose target resolves to nothing: the run exits as one process would.
+    let (o, _) = run(
+        "unresolvable",
+        "  target: {url: \"ws://no-such-host.invalid:8080/\"}\n  scenario: connectionStorm\n  connections: [2]\n  shards: 2\n",
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("cannot resolve no-such-host.invalid:8080"),
+        "{err}"
+    );
+}

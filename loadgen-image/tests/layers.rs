@@ -19,7 +19,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     // What a cell is, and how a spec becomes cells.
-    ("model", &["model", "plan", "capacity", "options"]),
+    (
+        "model",
+        &["model", "plan", "capacity", "fleet_limit", "options"],
+    ),
     // The live counters every layer above reads.
     ("counters", &["counters"]),
     // Connections and cells running; their timelines sampled.

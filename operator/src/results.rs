@@ -130,7 +130,16 @@ pub fn summarize(
         .filter(|t| !t.pass)
         .map(|t| t.threshold.as_str())
         .collect();
+    let unmeasured: Vec<String> = merged
+        .verdict
+        .iter()
+        .flat_map(|v| &v.unmeasured)
+        .map(|u| format!("[{}] {}", u.cell, u.missing))
+        .collect();
     let verdict_message = match verdict {
+        _ if !unmeasured.is_empty() => {
+            format!("measured nothing: {}", crate::text::listed(&unmeasured, 10))
+        }
         None => "no thresholds".to_string(),
         Some(Verdict::Pass) => format!("all {} threshold checks passed", thresholds.len()),
         Some(Verdict::Fail) => format!(
@@ -312,6 +321,32 @@ mod tests {
             Merging::default().finish(),
             Err(SummaryError::Empty)
         ));
+    }
+
+    /// A test in which nothing connected fails in status although it has no thresholds,
+    /// saying which cell measured nothing and why (the verdict `wsload run` exits 4 for).
+    #[test]
+    fn a_test_that_connected_nothing_fails_without_thresholds() {
+        let refused = |index| {
+            let mut r = shard(index, 0, 1, 1_000_000);
+            let m = &mut r.cells[0].measure;
+            m.counts = Default::default();
+            m.hists.rtt = Default::default();
+            m.counts.attempted = 100;
+            for _ in 0..100 {
+                m.counts.fail(wsload_report::measure::ConnectError::Refused);
+            }
+            r
+        };
+        let (a, b) = (refused(0), refused(1));
+        let s = echo_of_two("");
+        let sum = summary(&s, merge(&[(0, &a), (1, &b)]).expect("merge"), &[]);
+        assert_eq!(sum.verdict, Some(Verdict::Fail));
+        assert!(sum.thresholds.is_empty());
+        assert_eq!(
+            sum.verdict_message,
+            "measured nothing: [100] no connection was established (200 attempted: refused x200)"
+        );
     }
 
     /// Delivery is every replica's count (summed by the conductor) over every shard's sends,

@@ -73,6 +73,20 @@ fn cases() -> Vec<Case> {
             same("spec.target.url", "must start with ws:// or wss://"),
         ),
         case(
+            "url port out of range",
+            "  target: {url: 'ws://h:99999/'}\n  scenario: throughput\n",
+            "spec.target.url",
+            "is not a target URL",
+            same("spec.target.url", "has port \"99999\""),
+        ),
+        case(
+            "url with an unclosed IPv6 bracket",
+            "  target: {url: 'ws://[::1/'}\n  scenario: throughput\n",
+            "spec.target.url",
+            "is not a target URL",
+            same("spec.target.url", "without its closing ']'"),
+        ),
+        case(
             "url without a host",
             "  target: {url: 'ws:///x'}\n  scenario: throughput\n",
             "spec.target.url",
@@ -426,6 +440,49 @@ async fn the_api_server_rejects_nonsense_naming_the_field() {
         eprintln!("| {what} | `{}` |", message.replace('|', "\\|"));
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// One grammar for target URLs: every URL of `target_url::CORPUS` is accepted by the API
+/// server exactly when `wsload validate`'s parser accepts it (the parser `wsload run` dials
+/// with), and a refusal names `spec.target.url`.
+#[tokio::test]
+async fn the_api_server_and_wsload_agree_on_target_urls() {
+    let cluster = support::shared().await;
+    cluster.apply_crds().await;
+    let ns = cluster.namespace("crd-urls").await;
+    let api: Api<LoadTestResource> = Api::namespaced(cluster.client().await, &ns);
+
+    let mut disagreements = Vec::new();
+    for (url, good) in wsload_spec::target_url::CORPUS {
+        assert_eq!(
+            wsload_spec::TargetUrl::parse(url).is_ok(),
+            *good,
+            "the corpus says {url} is good={good}"
+        );
+        let doc = document("url", &format!("  target: {{url: {}}}\n", json!(url)));
+        let server = api
+            .patch("url", &apply_params(true), &Patch::Apply(yaml_value(&doc)))
+            .await;
+        match (good, server) {
+            (true, Ok(_)) => {}
+            (false, Err(e)) => {
+                let message = api_message(&e);
+                if !message.contains("spec.target.url") {
+                    disagreements.push(format!(
+                        "{url}: refused without naming the field: {message}"
+                    ));
+                }
+            }
+            (true, Err(e)) => disagreements.push(format!(
+                "{url}: wsload accepts, the API server refuses: {}",
+                api_message(&e)
+            )),
+            (false, Ok(_)) => {
+                disagreements.push(format!("{url}: wsload refuses, the API server accepts"))
+            }
+        }
+    }
+    assert!(disagreements.is_empty(), "\n{}", disagreements.join("\n"));
 }
 
 /// The bounds are sane limits, not one machine's: a tier far above any one host's open-file

@@ -111,6 +111,14 @@ fn verdict(o: &mut String, r: &RunResult) {
         ("fail", "FAIL")
     };
     let _ = write!(o, "<p><span class=\"verdict {class}\">{word}</span></p>");
+    for u in &v.unmeasured {
+        let _ = write!(
+            o,
+            "<p class=\"fail\">Measured nothing in cell {}: {}</p>",
+            escape(&u.cell),
+            escape(&u.missing)
+        );
+    }
     o.push_str(
         "<table><thead><tr><th>Result</th><th class=\"l\">Threshold</th><th>Cell</th><th>Actual</th></tr></thead><tbody>",
     );

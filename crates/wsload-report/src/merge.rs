@@ -54,7 +54,9 @@ impl RunResult {
             };
             a.compute();
         }
-        self.notes.extend(other.notes.iter().cloned());
+        for note in &other.notes {
+            add_note(&mut self.notes, note);
+        }
         self.shard_info.extend(other.shard_info.iter().cloned());
         self.shard_info.sort_by_key(|s| s.index);
         self.started_at_unix_ms = self.started_at_unix_ms.min(other.started_at_unix_ms);
@@ -66,11 +68,58 @@ impl RunResult {
     }
 }
 
+/// How a note several shards made says how many: `<note> [N shards]`.
+const SHARDS_SUFFIX: &str = " shards]";
+
+/// A note and how many shards made it (1 without the suffix).
+fn counted(note: &str) -> (&str, u64) {
+    note.strip_suffix(SHARDS_SUFFIX)
+        .and_then(|n| n.rsplit_once(" ["))
+        .and_then(|(text, k)| Some((text, k.parse().ok()?)))
+        .unwrap_or((note, 1))
+}
+
+/// Adds a shard's `note` to `notes`: a note other shards made already is counted in theirs
+/// instead of repeated (500 shards that each hit the same limit say so once).
+fn add_note(notes: &mut Vec<String>, note: &str) {
+    let (text, k) = counted(note);
+    match notes.iter_mut().find(|n| counted(n).0 == text) {
+        Some(n) => {
+            let total = counted(n).1 + k;
+            *n = format!("{text} [{total}{SHARDS_SUFFIX}");
+        }
+        None => notes.push(note.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fixtures::shard;
     use crate::measure::ConnectError;
+
+    #[test]
+    fn a_note_every_shard_made_is_kept_once_with_its_count() {
+        let note = "this process hit its open-file limit";
+        let part = |index| {
+            let mut r = shard(index, 10, 1, 0);
+            r.notes = vec![note.to_string(), format!("shard {index} only")];
+            r
+        };
+        let mut merged = part(0);
+        for index in 1..500 {
+            merged.merge(&part(index)).expect("merge");
+        }
+        assert_eq!(merged.notes.len(), 1 + 500, "{:?}", &merged.notes[..3]);
+        assert_eq!(merged.notes[0], format!("{note} [500 shards]"));
+        // Merged results merge again (the operator's incremental merge) and keep counting.
+        let mut others = part(500);
+        for index in 501..600 {
+            others.merge(&part(index)).expect("merge");
+        }
+        merged.merge(&others).expect("merge");
+        assert_eq!(merged.notes[0], format!("{note} [600 shards]"));
+    }
 
     #[test]
     fn two_shards_merge_to_exact_counts_and_histograms() {

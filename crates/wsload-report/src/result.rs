@@ -134,6 +134,18 @@ pub struct Check {
 pub struct Verdict {
     pub passed: bool,
     pub checks: Vec<Check>,
+    /// Cells that could not measure what their scenario measures: the run fails whatever the
+    /// thresholds say (`wsload run` exits 4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<Unmeasured>,
+}
+
+/// A cell that measured nothing of what it was for, and what was missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unmeasured {
+    pub cell: String,
+    pub missing: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

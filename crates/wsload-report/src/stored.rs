@@ -9,6 +9,10 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use std::io::{Read, Write};
 
+/// The most a result's JSON may hold, read from a file or decompressed: far above any real
+/// run (results of thousands of shards take tens of MiB), far below what hurts the machine.
+pub const MAX_RESULT_BYTES: u64 = 256 << 20;
+
 /// The first two bytes of every gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -18,6 +22,8 @@ pub enum StoredError {
     Compress(#[source] std::io::Error),
     #[error("cannot decompress the result: {0}")]
     Decompress(#[source] std::io::Error),
+    #[error("the result decompresses to more than {} MiB, the most a result may be", MAX_RESULT_BYTES >> 20)]
+    TooBig,
     #[error("not a wsload result: {0}")]
     Json(#[source] serde_json::Error),
 }
@@ -44,8 +50,12 @@ pub fn json_text(bytes: &[u8]) -> Result<Vec<u8>> {
     }
     let mut out = Vec::with_capacity(bytes.len() * 3);
     GzDecoder::new(bytes)
+        .take(MAX_RESULT_BYTES + 1)
         .read_to_end(&mut out)
         .map_err(StoredError::Decompress)?;
+    if out.len() as u64 > MAX_RESULT_BYTES {
+        return Err(StoredError::TooBig);
+    }
     Ok(out)
 }
 

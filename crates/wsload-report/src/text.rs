@@ -78,7 +78,15 @@ impl RunResult {
             let _ = writeln!(o, "note: {n}");
         }
         if let Some(v) = &self.verdict {
-            let _ = writeln!(o, "\nThresholds:");
+            if !v.unmeasured.is_empty() {
+                let _ = writeln!(o, "\nMeasured nothing:");
+                for u in &v.unmeasured {
+                    let _ = writeln!(o, "  FAIL [{}] {}", u.cell, u.missing);
+                }
+            }
+            if !v.checks.is_empty() {
+                let _ = writeln!(o, "\nThresholds:");
+            }
             for c in &v.checks {
                 let actual = self.actual(c);
                 let _ = writeln!(

@@ -1,7 +1,66 @@
-//! The verdict: every threshold checked against every cell's figure (or the run's limit).
+//! The verdict: every threshold checked against every cell's figure (or the run's limit), and,
+//! thresholds or not, every cell measured what its scenario measures: a run in which nothing
+//! connected, or no answer came back, never passes.
 
-use crate::result::{CellResult, Check, RunResult, Verdict};
+use crate::result::{CellResult, Check, RunResult, Unmeasured, Verdict};
+use wsload_spec::Scenario;
 use wsload_spec::threshold::{Latency, Metric, Stat};
+
+/// What `cell` of a `scenario` run was to measure and did not, if anything.
+fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
+    let c = &cell.measure.counts;
+    if c.attempted > 0 && c.connected == 0 {
+        let why: Vec<String> = c
+            .failed
+            .iter()
+            .map(|(k, v)| format!("{} x{v}", k.label()))
+            .collect();
+        return Some(format!(
+            "no connection was established ({} attempted: {})",
+            c.attempted,
+            if why.is_empty() {
+                "no reason recorded".to_string()
+            } else {
+                why.join(", ")
+            }
+        ));
+    }
+    if c.connected == 0 {
+        // This part was given no connections (a shard's empty share): nothing was asked.
+        return None;
+    }
+    match scenario {
+        Scenario::PingLatency
+        | Scenario::SustainedHold
+        | Scenario::Pingpong
+        | Scenario::Echo
+        | Scenario::ConstantRate
+            if c.expected > 0 && cell.measure.hists.rtt.is_empty() =>
+        {
+            Some(format!(
+                "no round trip was answered ({} sent expecting an answer)",
+                c.expected
+            ))
+        }
+        Scenario::Throughput | Scenario::PayloadMatrix | Scenario::FormatComparison
+            if c.sent > 0 && c.received == 0 && cell.server_received.unwrap_or(0) == 0 =>
+        {
+            Some(format!(
+                "no echo came back and no server counted a message ({} sent)",
+                c.sent
+            ))
+        }
+        Scenario::Throughput
+        | Scenario::PayloadMatrix
+        | Scenario::FormatComparison
+        | Scenario::Blast
+            if c.sent == 0 =>
+        {
+            Some("no message was sent".into())
+        }
+        _ => None,
+    }
+}
 
 impl CellResult {
     /// The value a threshold judges, in canonical units.
@@ -39,7 +98,8 @@ impl CellResult {
 
 impl RunResult {
     pub fn judge(&mut self) {
-        if self.thresholds.is_empty() {
+        let unmeasured = self.unmeasured();
+        if self.thresholds.is_empty() && unmeasured.is_empty() {
             self.verdict = None;
             return;
         }
@@ -67,8 +127,134 @@ impl RunResult {
             }
         }
         self.verdict = Some(Verdict {
-            passed: checks.iter().all(|c| c.passed),
+            passed: unmeasured.is_empty() && checks.iter().all(|c| c.passed),
             checks,
+            unmeasured,
         });
+    }
+
+    /// Every cell that measured nothing of what it was for. connectionLimit's probes search
+    /// for where connections fail, so only a search in which none ever connected is one.
+    fn unmeasured(&self) -> Vec<Unmeasured> {
+        if self.scenario == Scenario::ConnectionLimit {
+            let attempted: u64 = self.cells.iter().map(|c| c.measure.counts.attempted).sum();
+            let connected: u64 = self.cells.iter().map(|c| c.measure.counts.connected).sum();
+            return if attempted > 0 && connected == 0 {
+                vec![Unmeasured {
+                    cell: "all".into(),
+                    missing: format!(
+                        "no connection was established in any probe ({attempted} attempted)"
+                    ),
+                }]
+            } else {
+                Vec::new()
+            };
+        }
+        self.cells
+            .iter()
+            .filter_map(|c| {
+                missing(self.scenario, c).map(|missing| Unmeasured {
+                    cell: c.label.clone(),
+                    missing,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fixtures::shard;
+    use crate::measure::{ConnectError, Measure};
+    use wsload_spec::Scenario;
+
+    /// A shard fixture with no thresholds, as `scenario`, its cell measured as `measure`.
+    fn judged(scenario: Scenario, measure: Measure) -> crate::RunResult {
+        let mut r = shard(0, 10, 1, 0);
+        r.scenario = scenario;
+        r.thresholds.clear();
+        r.cells[0].measure = measure;
+        r.cells[0].compute();
+        r.judge();
+        r
+    }
+
+    fn refused_all() -> Measure {
+        let mut m = Measure::default();
+        m.counts.attempted = 5;
+        for _ in 0..5 {
+            m.counts.fail(ConnectError::Refused);
+        }
+        m
+    }
+
+    #[test]
+    fn a_run_that_connected_nothing_fails_without_thresholds() {
+        for scenario in [
+            Scenario::ConnectionStorm,
+            Scenario::PingLatency,
+            Scenario::Throughput,
+            Scenario::ConnectionLimit,
+        ] {
+            let r = judged(scenario, refused_all());
+            let v = r.verdict.expect("judged although no thresholds");
+            assert!(!v.passed, "{scenario:?}");
+            assert_eq!(v.unmeasured.len(), 1, "{scenario:?}");
+            let missing = &v.unmeasured[0].missing;
+            assert!(
+                missing.contains("no connection was established")
+                    && missing.contains("5 attempted"),
+                "{scenario:?}: {missing}"
+            );
+            if scenario != Scenario::ConnectionLimit {
+                assert_eq!(v.unmeasured[0].cell, "100");
+                assert!(missing.contains("refused x5"), "{missing}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_cell_without_what_its_scenario_measures_fails() {
+        let mut unanswered = Measure::default();
+        unanswered.counts.attempted = 5;
+        unanswered.counts.connected = 5;
+        unanswered.counts.sent = 100;
+        unanswered.counts.expected = 100;
+        unanswered.counts.lost = 100;
+        for scenario in [
+            Scenario::PingLatency,
+            Scenario::ConstantRate,
+            Scenario::Echo,
+        ] {
+            let v = judged(scenario, unanswered.clone())
+                .verdict
+                .expect("judged");
+            assert!(!v.passed);
+            assert!(
+                v.unmeasured[0]
+                    .missing
+                    .contains("no round trip was answered (100 sent")
+            );
+        }
+        let v = judged(Scenario::Throughput, unanswered.clone())
+            .verdict
+            .expect("judged");
+        assert!(v.unmeasured[0].missing.contains("no echo came back"));
+        // Connections were the point: a storm that connected measured what it is for.
+        assert!(
+            judged(Scenario::ConnectionStorm, unanswered)
+                .verdict
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_run_that_measured_passes_as_before() {
+        let mut r = shard(0, 10, 1, 0);
+        let v = r.verdict.take().expect("thresholds");
+        assert!(v.passed && v.unmeasured.is_empty());
+        r.thresholds.clear();
+        r.judge();
+        assert!(r.verdict.is_none());
     }
 }

@@ -305,7 +305,29 @@ pub fn target_rules(schema: &mut Schema) {
     );
 }
 
+/// The grammar of `target_url` as RE2 (CEL's `matches`): host a name or `[...]`, port 1-65535
+/// without leading zeros, path and query of RFC 3986 characters. What a regular expression
+/// cannot say (an IPv6 address's form) is `url_rules`' `isIP` rule.
+const URL_RE: &str = concat!(
+    r"^wss?://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])",
+    r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    r"([/?][A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?$",
+);
+/// A host of digits and dots, which the resolver would read as an address.
+const DIGITS_HOST_RE: &str = r"^wss?://[0-9.]+([:/?#]|$)";
+/// A dotted quad, numbers 0-255 without leading zeros.
+const IPV4_HOST_RE: &str = concat!(
+    r"^wss?://((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}",
+    r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])([:/?#]|$)",
+);
+
+/// The API server's form of `target_url::TargetUrl::parse`: the same URLs pass (proved on
+/// `target_url::CORPUS` by `operator/tests/crd_validation.rs`).
 pub fn url_rules(schema: &mut Schema) {
+    let form = crate::target_url::FORM;
+    let has_host = "self.matches('^wss?://[^/?#]')";
+    let bracket = r"'^wss?://\\[[0-9A-Fa-f:.]+\\]'";
+    let inner = "self.substring(self.indexOf('[') + 1, self.indexOf(']'))";
     push(
         schema,
         vec![
@@ -314,8 +336,28 @@ pub fn url_rules(schema: &mut Schema) {
                 r#"'"' + self + '" must start with ws:// or wss://'"#,
             ),
             rule_expr(
-                "!(self.startsWith('ws://') || self.startsWith('wss://')) || self.matches('^wss?://[^/]')",
+                &format!("!(self.startsWith('ws://') || self.startsWith('wss://')) || {has_host}"),
                 r#"'"' + self + '" has no host'"#,
+            ),
+            rule_expr(
+                &format!("!{has_host} || self.matches(r\"{URL_RE}\")"),
+                &format!(r#"'"' + self + '" is not a target URL; {form}'"#),
+            ),
+            rule_expr(
+                &format!(
+                    "!self.matches(r\"{DIGITS_HOST_RE}\") || self.matches(r\"{IPV4_HOST_RE}\")"
+                ),
+                &format!(
+                    r#"'"' + self + '" has a host which is not an IPv4 address (four numbers 0-255 without leading zeros); {form}'"#
+                ),
+            ),
+            rule_expr(
+                &format!(
+                    "!self.matches({bracket}) || (isIP({inner}) && ip({inner}).family() == 6)"
+                ),
+                &format!(
+                    r#"'"' + self + '" has a host in brackets which is not an IPv6 address; {form}'"#
+                ),
             ),
         ],
     );

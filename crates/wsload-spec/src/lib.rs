@@ -7,11 +7,13 @@
 pub mod cel;
 pub mod cluster;
 pub mod env_var;
+pub mod file;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 pub mod shares;
 pub mod spec;
 pub mod status;
+pub mod target_url;
 pub mod threshold;
 pub mod timing;
 pub mod units;
@@ -22,6 +24,7 @@ pub use cluster::*;
 pub use env_var::EnvVar;
 pub use spec::*;
 pub use status::*;
+pub use target_url::TargetUrl;
 pub use threshold::Threshold;
 pub use units::{Dur, Percent};
 pub use validate::FieldError;
@@ -36,10 +39,13 @@ pub const KIND: &str = "LoadTest";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
-    Read {
+    #[error(transparent)]
+    Read(#[from] file::ReadError),
+    #[error("{path}: not UTF-8 text: {source}")]
+    NotText {
         path: String,
-        source: std::io::Error,
+        #[source]
+        source: std::string::FromUtf8Error,
     },
     #[error("{path}: {field}: {message}")]
     Parse {
@@ -126,9 +132,10 @@ impl LoadTest {
         Ok(lt)
     }
 
-    /// Reads, parses and validates a LoadTest file.
+    /// Reads (at most [`file::MAX_LOADTEST_BYTES`]), parses and validates a LoadTest file.
     pub fn from_file(path: &str) -> Result<LoadTest> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        let bytes = file::read_bounded(path, file::MAX_LOADTEST_BYTES, "a LoadTest file")?;
+        let text = String::from_utf8(bytes).map_err(|source| Error::NotText {
             path: path.to_string(),
             source,
         })?;

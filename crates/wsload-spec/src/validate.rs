@@ -3,6 +3,7 @@
 
 use crate::cel;
 use crate::spec::*;
+use crate::target_url::TargetUrl;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,17 +202,8 @@ fn target(spec: &LoadTestSpec, e: &mut Errors) {
             "set url (e.g. ws://host:8080/) or server: {} for the reference server",
         ),
         (Some(url), None) => {
-            if !(url.starts_with("ws://") || url.starts_with("wss://")) {
-                e.add(
-                    "target.url",
-                    format!("{url:?} must start with ws:// or wss://"),
-                );
-            } else if url
-                .split("://")
-                .nth(1)
-                .is_none_or(|rest| rest.is_empty() || rest.starts_with('/'))
-            {
-                e.add("target.url", format!("{url:?} has no host"));
+            if let Err(err) = TargetUrl::parse(url) {
+                e.add("target.url", err.to_string());
             }
         }
         (None, Some(server)) => {
