@@ -243,6 +243,7 @@ impl Worker<'_> {
             connections: cell.connections,
             measure_from,
             deadline,
+            timed: cell.behavior.is_timed(),
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
             slot: self.slot.clone(),

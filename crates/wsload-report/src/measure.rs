@@ -69,6 +69,33 @@ impl Dropped {
     }
 }
 
+/// What a frame that answered nothing was: a data frame of either kind, or a pong that matched
+/// no ping outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameKind {
+    Text,
+    Binary,
+    Pong,
+}
+
+impl FrameKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            FrameKind::Text => "text",
+            FrameKind::Binary => "binary",
+            FrameKind::Pong => "pong",
+        }
+    }
+}
+
+/// Frames of one kind and their payload bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameTally {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
 /// Counters of one cell. All are totals over the measured window unless named otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -93,6 +120,21 @@ pub struct Counts {
     pub mismatched: u64,
     /// Connections that were open and healthy at the end.
     pub survived: u64,
+    /// Frames the server sent that answered nothing sent (a push, a flood, a copy beyond what
+    /// was sent, a pong to no ping): never counted as received or as an answer.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsolicited: BTreeMap<FrameKind, FrameTally>,
+    /// Connections that still had more to read at the deadline than the answers they were
+    /// owed: the server sent faster than this client read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub behind: u64,
+    /// Bytes those connections left unread at the deadline (their socket and read buffer).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unread_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Counts {
@@ -101,6 +143,19 @@ impl Counts {
     }
     pub fn drop(&mut self, why: Dropped) {
         *self.dropped.entry(why).or_default() += 1;
+    }
+    pub fn unsolicited(&mut self, kind: FrameKind, frames: u64, bytes: u64) {
+        let t = self.unsolicited.entry(kind).or_default();
+        t.frames += frames;
+        t.bytes += bytes;
+    }
+    pub fn unsolicited_total(&self) -> FrameTally {
+        self.unsolicited
+            .values()
+            .fold(FrameTally::default(), |a, t| FrameTally {
+                frames: a.frames + t.frames,
+                bytes: a.bytes + t.bytes,
+            })
     }
     pub fn failed_total(&self) -> u64 {
         self.failed.values().sum()
@@ -130,6 +185,11 @@ impl Counts {
         self.lost += o.lost;
         self.mismatched += o.mismatched;
         self.survived += o.survived;
+        for (k, t) in &o.unsolicited {
+            self.unsolicited(*k, t.frames, t.bytes);
+        }
+        self.behind += o.behind;
+        self.unread_bytes += o.unread_bytes;
     }
 }
 
