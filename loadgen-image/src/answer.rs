@@ -92,6 +92,22 @@ pub fn echo(template: &Template, text: bool, data: &[u8]) -> Option<Answer> {
     }
 }
 
+/// Whether the payload `data` of a text (`text`) or binary frame answers the greeting the
+/// handshake sent (a WSE `server_hello` after the `client_hello`): it comes in the measured
+/// phase, as the dial does not wait for it, and is an answer though no ping asked for it.
+pub fn is_greeting_answer(text: bool, data: &[u8]) -> bool {
+    message::wse_type_in(text, data).as_deref() == Some("server_hello")
+}
+
+/// Whether `msg` answers the WSE greeting (see [`is_greeting_answer`]).
+pub fn greets(msg: &Message) -> bool {
+    match msg {
+        Message::Text(t) => is_greeting_answer(true, t.as_bytes()),
+        Message::Binary(b) => is_greeting_answer(false, b),
+        _ => false,
+    }
+}
+
 /// Whether `data` is an exact copy of the template as sent (the counting loop sends the
 /// template itself, with no id): the check a counting read makes on every frame, in place.
 pub fn is_copy(template: &Template, text: bool, data: &[u8]) -> bool {

@@ -244,6 +244,7 @@ impl Worker<'_> {
             measure_from,
             deadline,
             timed: cell.behavior.is_timed(),
+            greeting: self.dialer.greets(),
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
             slot: self.slot.clone(),

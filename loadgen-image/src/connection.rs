@@ -36,6 +36,8 @@ pub struct WorkerState {
     /// Whether the cell ends at `deadline` (else after its pings): what a timed cell reads
     /// after its deadline is not credited to it.
     pub timed: bool,
+    /// Whether the handshake sent a greeting whose answer comes in the measured phase (WSE).
+    pub greeting: bool,
     pub stats: Rc<RefCell<Measure>>,
     pub discard: Rc<RefCell<Measure>>,
     /// The worker's live counters.
@@ -242,14 +244,19 @@ impl Pinger {
     }
 }
 
-/// Counts a frame that answered nothing as unsolicited, by kind and payload bytes.
+/// Counts a frame that answered nothing sent in the measured phase as unsolicited, by kind
+/// and payload bytes; unless it answers the handshake's greeting: received, as answers are.
 fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {
     let bytes = match msg {
         Message::Text(t) => t.len(),
         Message::Binary(b) | Message::Pong(b) => b.len(),
         _ => 0,
-    };
-    ctx.unsolicited(now, kind, 1, bytes as u64);
+    } as u64;
+    if ctx.greeting && kind != FrameKind::Pong && answer::greets(msg) {
+        ctx.received(now, 1, bytes);
+    } else {
+        ctx.unsolicited(now, kind, 1, bytes);
+    }
 }
 
 /// What a failed write ends the connection with.
@@ -376,14 +383,8 @@ pub fn run(
             } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
         };
         let slot = &ctx.slot;
-        let allowance = allowance(ctx, &behavior);
-        if ended.is_ok()
-            && let Some(allowance) = allowance
-        {
-            Box::pin(behind(&ws, ctx, allowance)).await;
-        }
         match ended {
-            Ok(()) => match (behavior, Box::pin(goodbye(&mut ws, allowance)).await) {
+            Ok(()) => match (&behavior, Box::pin(wind_up(&mut ws, ctx, &behavior)).await) {
                 // A storm connection is never read before this goodbye, so a server that took the
                 // upgrade and then refused the connection (over `--max-connections` the reference
                 // server closes with 1013 at once) is only seen now: the first close frame is the
@@ -403,6 +404,16 @@ pub fn run(
         }
         slot.closed();
     }
+}
+
+/// A healthy connection's end: whether it fell behind, then the closing handshake. One boxed
+/// step, so a held connection's task keeps none of its state.
+async fn wind_up(ws: &mut Ws, ctx: &WorkerState, behavior: &Behavior) -> Goodbye {
+    let allowance = allowance(ctx, behavior);
+    if let Some(allowance) = allowance {
+        behind(ws, ctx, allowance).await;
+    }
+    goodbye(ws, allowance).await
 }
 
 /// Unread bytes at a connection's deadline beyond what it was owed past which it is counted
@@ -770,7 +781,8 @@ async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Dr
 /// (the counting loop sends it without an id), and never more of them are counted than were
 /// queued: copies beyond that answer nothing.
 struct Echoes {
-    /// Whether the server answers at all (a window is kept): if not, every frame is unsolicited.
+    /// Whether the server answers at all (a window is kept): if not, every frame is
+    /// unsolicited but the greeting's answer.
     awaited: bool,
     queued: u64,
     echoed: u64,
@@ -786,8 +798,16 @@ fn poll_echoes(
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Dropped>> {
     let template = &ctx.template;
-    let awaited = echoes.awaited;
-    let mut is_echo = |text: bool, data: &[u8]| awaited && answer::is_copy(template, text, data);
+    let (awaited, greeting) = (echoes.awaited, ctx.greeting);
+    // Without echoes, what the check accepts is the greeting's answer (a WSE server never
+    // echoes): parsed, but once per connection in the traffic a counting loop gets.
+    let mut is_echo = |text: bool, data: &[u8]| {
+        if awaited {
+            answer::is_copy(template, text, data)
+        } else {
+            greeting && answer::is_greeting_answer(text, data)
+        }
+    };
     Poll::Ready(match std::task::ready!(ws.poll_recv(cx, &mut is_echo)) {
         Some(Ok(Recv::Data {
             expected,
@@ -795,11 +815,18 @@ fn poll_echoes(
             binary,
         })) => {
             let now = Instant::now();
-            let got = expected.frames.min(echoes.queued - echoes.echoed);
+            if !awaited {
+                ctx.received(now, expected.frames, expected.bytes);
+            }
+            let got = if awaited {
+                expected.frames.min(echoes.queued - echoes.echoed)
+            } else {
+                0
+            };
             echoes.echoed += got;
             let len = template.len() as u64;
             ctx.received(now, got, got * len);
-            let extra = expected.frames - got;
+            let extra = if awaited { expected.frames - got } else { 0 };
             let kind = if template.is_text() {
                 FrameKind::Text
             } else {
@@ -1158,6 +1185,7 @@ mod tests {
             measure_from: now,
             deadline: now,
             timed: true,
+            greeting: false,
             stats: Default::default(),
             discard: Default::default(),
             slot,

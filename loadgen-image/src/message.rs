@@ -223,21 +223,30 @@ pub fn wse_client_hello() -> Message {
 /// The `t` of a WSE message, in any format (for telling PONG from other traffic).
 pub fn wse_type(msg: &Message) -> Option<String> {
     match msg {
-        Message::Text(t) => frame::decode_text(t)
+        Message::Text(t) => wse_type_in(true, t.as_bytes()),
+        Message::Binary(b) => wse_type_in(false, b),
+        _ => None,
+    }
+}
+
+/// The `t` of a WSE message whose payload is `data`, from a text (`text`) or binary frame.
+pub fn wse_type_in(text: bool, data: &[u8]) -> Option<String> {
+    if text {
+        let t = std::str::from_utf8(data).ok()?;
+        return frame::decode_text(t)
+            .ok()
+            .and_then(|i| i.t.map(|t| t.into_owned()));
+    }
+    match frame::Format::of_binary(data) {
+        (frame::Format::Msgpack, body) => frame::decode_msgpack(body)
             .ok()
             .and_then(|i| i.t.map(|t| t.into_owned())),
-        Message::Binary(b) => match frame::Format::of_binary(b) {
-            (frame::Format::Msgpack, body) => frame::decode_msgpack(body)
+        (frame::Format::Zlib, body) => {
+            let inner = frame::inflate(body, 16 << 20).ok()?;
+            frame::decode_inflated(&inner)
                 .ok()
-                .and_then(|i| i.t.map(|t| t.into_owned())),
-            (frame::Format::Zlib, body) => {
-                let inner = frame::inflate(body, 16 << 20).ok()?;
-                frame::decode_inflated(&inner)
-                    .ok()
-                    .and_then(|i| i.t.map(|t| t.into_owned()))
-            }
-            _ => None,
-        },
+                .and_then(|i| i.t.map(|t| t.into_owned()))
+        }
         _ => None,
     }
 }
