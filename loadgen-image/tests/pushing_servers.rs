@@ -25,6 +25,8 @@ enum Mode {
     Twice,
     /// Echoes every data frame as it came.
     Echo,
+    /// Answers every ping with an empty pong first, then the right one.
+    ExtraPongs,
 }
 
 /// The server's frame of `opcode` (unmasked, FIN set).
@@ -122,6 +124,11 @@ async fn connection(mut s: TcpStream, mode: Mode) {
                     (0x8, _) => {
                         let _ = closed_tx.send(true);
                         return;
+                    }
+                    (0x9, Mode::ExtraPongs) => {
+                        let mut f = frame(0xA, b"");
+                        f.extend(frame(0xA, &payload));
+                        Some(f)
                     }
                     (0x9, _) => Some(frame(0xA, &payload)),
                     (0x1 | 0x2, Mode::Tamper) => {
@@ -361,4 +368,25 @@ fn an_honest_echo_still_answers() {
     assert!(n.received > 0 && n.received <= n.sent_with_warmup, "{n:?}");
     assert!(n.unsolicited.is_empty(), "{n:?}");
     assert_eq!(n.behind, 0, "{n:?}");
+}
+
+/// A pong that answers no ping is counted apart; the right one still answers.
+/// Before: the same answers, and the empty pongs nowhere.
+#[test]
+fn a_pong_that_answers_no_ping_is_unsolicited() {
+    let (c, _, _) = run_against(
+        Mode::ExtraPongs,
+        "extra-pongs",
+        "  scenario: pingLatency\n  connections: [4]\n  ping: {count: 3, timeout: 2s, kind: frame}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.expected, n.lost, n.mismatched), (12, 0, 0), "{n:?}");
+    assert_eq!(c.measure.hists.rtt.len(), 12);
+    assert_eq!(
+        unsolicited(&c, FrameKind::Pong),
+        FrameTally {
+            frames: 12,
+            bytes: 0
+        }
+    );
 }
