@@ -283,4 +283,40 @@ mod tests {
         let json = serde_json::to_string(&a).expect("serialize");
         assert!(json.contains("\"refused\":2"), "{json}");
     }
+
+    #[test]
+    fn unsolicited_frames_merge_by_kind_and_read_back() {
+        let mut a = Counts::default();
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            !json.contains("unsolicited") && !json.contains("behind"),
+            "{json}"
+        );
+        a.unsolicited(FrameKind::Text, 3, 300);
+        a.behind = 1;
+        a.unread_bytes = 70_000;
+        let mut b = a.clone();
+        b.unsolicited(FrameKind::Pong, 1, 0);
+        a.add(&b);
+        assert_eq!(
+            a.unsolicited[&FrameKind::Text],
+            FrameTally {
+                frames: 6,
+                bytes: 600
+            }
+        );
+        assert_eq!(a.unsolicited[&FrameKind::Pong].frames, 1);
+        assert_eq!(a.unsolicited_total().frames, 7);
+        assert_eq!((a.behind, a.unread_bytes), (2, 140_000));
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            json.contains(
+                r#""unsolicited":{"text":{"frames":6,"bytes":600},"pong":{"frames":1,"bytes":0}}"#
+            ),
+            "{json}"
+        );
+        assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back, a);
+    }
 }
