@@ -254,6 +254,8 @@ impl Worker<'_> {
             measure_from,
             deadline,
             write_timeout: cell.write_timeout,
+            timed: cell.behavior.is_timed(),
+            greeting: self.dialer.greets(),
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
             slot: self.slot.clone(),

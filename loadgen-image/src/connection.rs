@@ -4,9 +4,10 @@
 //! `flush` per burst unless per-message flushing is asked for, and records into its worker's
 //! statistics (or into a discard bin during warm-up).
 
+use crate::answer::{self, Answer, Asked};
 use crate::counters::SlotRef;
 use crate::dial::Ws;
-use crate::measure::{Dropped, Measure};
+use crate::measure::{Dropped, FrameKind, Measure};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
@@ -36,6 +37,11 @@ pub struct WorkerState {
     /// How long writes may make no progress before the connection ends as
     /// `server_not_reading`.
     pub write_timeout: Duration,
+    /// Whether the cell ends at `deadline` (else after its pings): what a timed cell reads
+    /// after its deadline is not credited to it.
+    pub timed: bool,
+    /// Whether the handshake sent a greeting whose answer comes in the measured phase (WSE).
+    pub greeting: bool,
     pub stats: Rc<RefCell<Measure>>,
     pub discard: Rc<RefCell<Measure>>,
     /// The worker's live counters.
@@ -53,6 +59,8 @@ pub struct Scratch {
     /// no message allocates, while no connection keeps a block of its own (1 KiB each at
     /// 64 B messages, most of a paced connection's memory when idle).
     arena: RefCell<BytesMut>,
+    /// Where a connection peeks at what it left unread at its deadline (see `unread`).
+    peek: RefCell<Vec<u8>>,
 }
 
 impl WorkerState {
@@ -73,11 +81,34 @@ impl WorkerState {
         self.stats.borrow_mut().counts.sent_with_warmup += n;
         self.slot.sent(n, bytes);
     }
-    fn received(&self, now: Instant, n: u64, bytes: u64) {
-        let mut m = self.bin(now).borrow_mut();
+    /// Where what was read at `now` and answered nothing goes: past a timed cell's deadline,
+    /// nowhere it counts.
+    fn bin_read(&self, now: Instant) -> &RefCell<Measure> {
+        if self.timed && now >= self.deadline {
+            &self.discard
+        } else {
+            self.bin(now)
+        }
+    }
+    /// Answers received, credited to `at`: when what they answer was sent, or when a
+    /// counting read took them.
+    fn received(&self, at: Instant, n: u64, bytes: u64) {
+        let mut m = self.bin_read(at).borrow_mut();
         m.counts.received += n;
         m.counts.bytes_received += bytes;
         self.slot.received(n, bytes);
+    }
+    /// Frames that answered nothing sent.
+    fn unsolicited(&self, now: Instant, kind: FrameKind, frames: u64, bytes: u64) {
+        if frames > 0 {
+            self.bin_read(now)
+                .borrow_mut()
+                .counts
+                .unsolicited(kind, frames, bytes);
+        }
+    }
+    fn mismatched(&self, now: Instant) {
+        self.bin_read(now).borrow_mut().counts.mismatched += 1;
     }
     fn rtt(&self, now: Instant, corrected: Duration, raw: Duration) {
         let mut m = self.bin(now).borrow_mut();
@@ -163,8 +194,8 @@ fn classify(err: &WsError) -> Dropped {
 /// on the wire, so a report can name it without confusion.
 const NO_STATUS: u16 = 1005;
 
-/// Counts what one read gave: data frames are received messages, a close frame's code is
-/// kept, and a close or an error ends the connection.
+/// What one read gave: a close frame's code is kept, and a close or an error ends the
+/// connection. Data frames are counted once recognised (`settle`, `poll_answer`).
 fn account(
     ctx: &WorkerState,
     polled: Option<Result<Message, WsError>>,
@@ -182,12 +213,7 @@ fn account(
             });
             Err(Dropped::ServerClose)
         }
-        Some(Ok(msg)) => {
-            if let Some(len) = data_len(&msg) {
-                ctx.received(Instant::now(), 1, len);
-            }
-            Ok(msg)
-        }
+        Some(Ok(msg)) => Ok(msg),
     }
 }
 
@@ -202,20 +228,10 @@ fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>
     Some(account(ctx, ws.next().now_or_never()?))
 }
 
-/// What a message read is to the pings awaiting their answers.
-enum Answer {
-    /// Not an answer: other data, or a control frame that is not our pong.
-    Unrelated,
-    /// The answer to the ping with this id.
-    To(u64),
-    /// An answer without an id (WSE pongs, an echo whose id cannot be read): answers match
-    /// by order, so it is the oldest outstanding ping's.
-    ToOldest,
-}
-
-/// Builds pings and recognizes their answers.
+/// Builds pings and recognizes their answers (see `answer`).
 struct Pinger {
     cfg: PingCfg,
+    /// The last id sent: ids only grow, so an id above it was never sent.
     seq: u64,
 }
 
@@ -226,43 +242,55 @@ impl Pinger {
 
     /// The next ping and its id.
     fn next(&mut self, ctx: &WorkerState) -> (Message, u64) {
-        self.seq += 1;
-        let id = self.seq;
         let msg = match (self.cfg.kind, self.cfg.protocol) {
-            (PingKind::Frame, _) => Message::Ping(bytes::Bytes::copy_from_slice(&id.to_le_bytes())),
-            (PingKind::App, Protocol::Echo) => ctx
-                .template
-                .with_id(&mut ctx.scratch.arena.borrow_mut(), id),
-            (PingKind::App, Protocol::Wse) => message::wse_ping(self.cfg.format, self.cfg.level),
-        };
-        (msg, id)
-    }
-
-    /// Whether `msg` answers a ping, and which.
-    fn answer(&self, msg: &Message, template: &Template) -> Answer {
-        let numbered = |id: Option<u64>| id.map_or(Answer::ToOldest, Answer::To);
-        match (self.cfg.kind, self.cfg.protocol) {
-            (PingKind::Frame, _) => match msg {
-                Message::Pong(p) if p.len() == 8 => {
-                    numbered(p[..8].try_into().ok().map(u64::from_le_bytes))
-                }
-                _ => Answer::Unrelated,
-            },
+            (PingKind::Frame, _) => {
+                self.seq += 1;
+                Message::Ping(bytes::Bytes::copy_from_slice(&self.seq.to_le_bytes()))
+            }
             (PingKind::App, Protocol::Echo) => {
-                if msg.is_text() || msg.is_binary() {
-                    numbered(template.id_of(msg))
-                } else {
-                    Answer::Unrelated
-                }
+                self.seq += 1;
+                ctx.template
+                    .with_id(&mut ctx.scratch.arena.borrow_mut(), self.seq)
             }
             (PingKind::App, Protocol::Wse) => {
-                if message::wse_type(msg).as_deref() == Some("PONG") {
-                    Answer::ToOldest
-                } else {
-                    Answer::Unrelated
-                }
+                // The PONG returns only the client's clock: two pings in one millisecond get
+                // distinct stamps (a millisecond apart), so each answer names its ping.
+                self.seq = wsload_proto::envelope::now_millis().max(self.seq + 1);
+                message::wse_ping(self.cfg.format, self.cfg.level, self.seq)
             }
+        };
+        (msg, self.seq)
+    }
+
+    fn asked<'a>(&self, template: &'a Template) -> Asked<'a> {
+        match (self.cfg.kind, self.cfg.protocol) {
+            (PingKind::Frame, _) => Asked::FramePing,
+            (PingKind::App, Protocol::Echo) => Asked::Echo(template),
+            (PingKind::App, Protocol::Wse) => Asked::WsePing,
         }
+    }
+
+    /// What `msg` is to the pings sent: an id never sent answers nothing.
+    fn answer(&self, msg: &Message, template: &Template) -> Answer {
+        match answer::answer(self.asked(template), msg) {
+            Answer::To(id) if id == 0 || id > self.seq => answer::unsolicited(msg),
+            other => other,
+        }
+    }
+}
+
+/// Counts a frame that answered nothing sent in the measured phase as unsolicited, by kind
+/// and payload bytes; unless it answers the handshake's greeting: received, as answers are.
+fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {
+    let bytes = match msg {
+        Message::Text(t) => t.len(),
+        Message::Binary(b) | Message::Pong(b) => b.len(),
+        _ => 0,
+    } as u64;
+    if ctx.greeting && kind != FrameKind::Pong && answer::greets(msg) {
+        ctx.received(now, 1, bytes);
+    } else {
+        ctx.unsolicited(now, kind, 1, bytes);
     }
 }
 
@@ -448,8 +476,8 @@ pub fn run(
         let slot = &ctx.slot;
         // One await for both ends (a goodbye, or a failed connection's linger): a second
         // suspension point would grow every held connection's task.
-        match (ended, Box::pin(end(&mut ws, ended)).await) {
-            (Ok(()), goodbye) => match (behavior, goodbye) {
+        match (ended, Box::pin(end(&mut ws, ctx, &behavior, ended)).await) {
+            (Ok(()), goodbye) => match (&behavior, goodbye) {
                 // A storm connection is never read before this goodbye, so a server that took the
                 // upgrade and then refused the connection (over `--max-connections` the reference
                 // server closes with 1013 at once) is only seen now: the first close frame is the
@@ -471,12 +499,17 @@ pub fn run(
     }
 }
 
-/// The connection's end: the closing handshake of a healthy one; for one failed for a
+/// The connection's end: the closing handshake of a healthy one (see `wind_up`); for one failed for a
 /// violation, the wait for its close frame to reach the server (see `Ws::linger`); nothing
 /// for the others.
-async fn end(ws: &mut Ws, ended: Result<(), Dropped>) -> Goodbye {
+async fn end(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    behavior: &Behavior,
+    ended: Result<(), Dropped>,
+) -> Goodbye {
     match ended {
-        Ok(()) => goodbye(ws).await,
+        Ok(()) => wind_up(ws, ctx, behavior).await,
         Err(Dropped::ProtocolError | Dropped::MessageTooBig) => {
             ws.linger(Instant::now() + LINGER).await;
             Goodbye::Broken
@@ -489,9 +522,76 @@ async fn end(ws: &mut Ws, ended: Result<(), Dropped>) -> Goodbye {
 /// frame and close.
 const LINGER: Duration = Duration::from_secs(1);
 
+/// A healthy connection's end: whether it fell behind, then the closing handshake. One boxed
+/// step, so a held connection's task keeps none of its state.
+async fn wind_up(ws: &mut Ws, ctx: &WorkerState, behavior: &Behavior) -> Goodbye {
+    let allowance = allowance(ctx, behavior);
+    if let Some(allowance) = allowance {
+        behind(ws, ctx, allowance).await;
+    }
+    goodbye(ws, allowance).await
+}
+
+/// Unread bytes at a connection's deadline beyond what it was owed past which it is counted
+/// as behind: well above a few answers in flight.
+const BEHIND_SLACK: usize = 64 * 1024;
+/// Frame header bytes an answer may carry besides its payload (RFC 6455 5.2, at most).
+const FRAME_HEADER_MAX: usize = 14;
+
+/// How many bytes a connection may still have to read at its deadline, answers it is owed
+/// included, before it counts as behind; `None` for a blast, which never reads (its echoes pile
+/// up by design), and a storm, which never runs.
+fn allowance(ctx: &WorkerState, behavior: &Behavior) -> Option<usize> {
+    let owed = match behavior {
+        Behavior::Close | Behavior::Blast { .. } => return None,
+        Behavior::Saturate {
+            window: Some(w), ..
+        } => *w as usize * (ctx.template.len() + FRAME_HEADER_MAX),
+        _ => 0,
+    };
+    Some(owed + BEHIND_SLACK)
+}
+
+/// Counts the connection as behind if, at the end of its measured phase, more than `limit`
+/// bytes were waiting to be read: the server sent faster than this client read, and what it
+/// sent after is not in the figures. Asked once per connection.
+async fn behind(ws: &Ws, ctx: &WorkerState, limit: usize) {
+    let unread = ws.buffered() + unread(ws, ctx, limit + 1).await;
+    if unread > limit {
+        let mut m = ctx.stats.borrow_mut();
+        m.counts.behind += 1;
+        m.counts.unread_bytes += unread as u64;
+    }
+}
+
+/// Bytes waiting in the connection's socket, up to `max`: peeked (copied, not taken) into the
+/// worker's scratch buffer, once. A peek rather than FIONREAD: its ioctl is unsafe code, which
+/// the workspace forbids. Through TLS it counts the encrypted bytes.
+async fn unread(ws: &Ws, ctx: &WorkerState, max: usize) -> usize {
+    let tcp = match ws.get_ref() {
+        wsload_ws::Io::Plain(s) => s,
+        wsload_ws::Io::Tls(s) => s.get_ref().0,
+    };
+    std::future::poll_fn(|cx| {
+        let mut buf = ctx.scratch.peek.borrow_mut();
+        if buf.len() < max {
+            buf.resize(max, 0);
+        }
+        let mut rb = tokio::io::ReadBuf::new(&mut buf[..max]);
+        Poll::Ready(match tcp.poll_peek(cx, &mut rb) {
+            Poll::Ready(Ok(n)) => n,
+            Poll::Ready(Err(_)) | Poll::Pending => 0,
+        })
+    })
+    .await
+}
+
 /// Close code 1000. A server answering our close (sent without a code) echoes no code, or
 /// this one; any other code in the first close frame we get was the server's own decision.
 const NORMAL_CLOSE: u16 = 1000;
+
+/// How long the closing handshake may take.
+const GOODBYE_WAIT: Duration = Duration::from_secs(2);
 
 /// How the closing handshake went.
 enum Goodbye {
@@ -510,9 +610,14 @@ enum Goodbye {
 /// nobody read, as in a blast against an echo server, reads our close only after we read
 /// those), and after the write failed (the server's own close frame may be waiting to be
 /// read even though it has gone).
-async fn goodbye(ws: &mut Ws) -> Goodbye {
+///
+/// With an `allowance`, a server that sends more data than that after our close went out is
+/// not closing but pushing (a flood): the wait ends there, rather than reading its backlog.
+async fn goodbye(ws: &mut Ws, allowance: Option<usize>) -> Goodbye {
     let mut sent = false;
+    let mut after_close = 0usize;
     let mut first_close: Option<Option<u16>> = None;
+    let until = Instant::now() + GOODBYE_WAIT;
     let handshake = std::future::poll_fn(|cx| {
         if !sent {
             match ws.poll_close_unpin(cx) {
@@ -525,15 +630,24 @@ async fn goodbye(ws: &mut Ws) -> Goodbye {
                 Poll::Ready(Some(Ok(Message::Close(frame)))) => {
                     first_close.get_or_insert(frame.map(|f| u16::from(f.code)));
                 }
-                Poll::Ready(Some(Ok(_))) => {}
-                Poll::Ready(_) => return Poll::Ready(()),
+                // Read after the deadline: counted nowhere. A server that keeps sending
+                // instead of closing must not hold the goodbye past its bound.
+                Poll::Ready(Some(Ok(msg))) => {
+                    if sent {
+                        after_close += msg.len();
+                    }
+                    if Instant::now() >= until || allowance.is_some_and(|a| after_close > a) {
+                        return Poll::Ready(false);
+                    }
+                }
+                Poll::Ready(_) => return Poll::Ready(true),
                 Poll::Pending => return Poll::Pending,
             }
         }
     });
-    let finished = tokio::time::timeout(Duration::from_secs(2), handshake)
+    let finished = tokio::time::timeout_at(until, handshake)
         .await
-        .is_ok();
+        .unwrap_or(false);
     match first_close {
         Some(Some(code)) if code != NORMAL_CLOSE => Goodbye::ServerClosed(code),
         Some(_) => Goodbye::Answered,
@@ -546,6 +660,24 @@ async fn goodbye(ws: &mut Ws) -> Goodbye {
 enum Reply {
     Answered,
     TimedOut,
+    /// The cell's deadline (and its grace) came first: unanswered, so lost, but the
+    /// connection's health is not judged on a wait the cell cut short.
+    Cut,
+}
+
+/// How long after a timed cell's deadline a ping sent before it may still be answered: long
+/// enough for a round trip in flight, short enough that the cell ends on time.
+const ANSWER_GRACE: Duration = Duration::from_millis(250);
+
+/// When the wait for a ping sent at `sent_at` ends: its timeout, or the cell's deadline
+/// (plus the grace), whichever comes first, in a timed cell.
+fn answer_due(ctx: &WorkerState, sent_at: Instant, timeout: Duration) -> Instant {
+    let due = sent_at + timeout;
+    if ctx.timed {
+        due.min(ctx.deadline + ANSWER_GRACE)
+    } else {
+        due
+    }
 }
 
 /// Stays open until the deadline, reading (data counted) and pinging every `every`.
@@ -566,12 +698,21 @@ fn hold<'a>(
         let next_wake = |now: Instant| every.map_or(ctx.deadline, |e| (now + e).min(ctx.deadline));
         let mut timer = std::pin::pin!(tokio::time::sleep_until(next_wake(Instant::now())));
         loop {
-            // Idle: whatever arrives is counted, until the timer fires.
+            // Idle: whatever arrives answers nothing (no ping is out), until the timer fires;
+            // a socket that is never empty must not postpone it, so the clock is read after
+            // every frame (a vDSO read, no syscall).
             std::future::poll_fn(|cx| {
                 loop {
                     match ws.poll_next_unpin(cx) {
                         Poll::Ready(item) => {
-                            account(ctx, item)?;
+                            let msg = account(ctx, item)?;
+                            let now = Instant::now();
+                            if let Answer::Unsolicited(kind) = answer::unsolicited(&msg) {
+                                count_unsolicited(ctx, now, kind, &msg);
+                            }
+                            if now >= timer.deadline() {
+                                return Poll::Ready(Ok::<(), Dropped>(()));
+                            }
                         }
                         Poll::Pending => {
                             std::task::ready!(timer.as_mut().poll(cx));
@@ -585,7 +726,9 @@ fn hold<'a>(
                 return Ok(());
             }
             let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
-            timer.as_mut().reset(sent_at + pinger.cfg.timeout);
+            timer
+                .as_mut()
+                .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
             let reply = std::future::poll_fn(|cx| {
                 poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
             })
@@ -627,6 +770,10 @@ fn settle_ping(
 ) -> Result<(), Dropped> {
     match reply {
         Ok(Reply::Answered) => Ok(()),
+        Ok(Reply::Cut) => {
+            ctx.lost(sent_at, 1);
+            Ok(())
+        }
         Ok(Reply::TimedOut) => {
             ctx.lost(sent_at, 1);
             Err(Dropped::PingTimeout)
@@ -643,16 +790,21 @@ fn settle_ping(
 /// Sends one ping and waits for its answer (see `settle_ping`).
 async fn ping_once(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Dropped> {
     let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
-    let mut timeout = std::pin::pin!(tokio::time::sleep_until(sent_at + pinger.cfg.timeout));
+    let mut timeout = std::pin::pin!(tokio::time::sleep_until(answer_due(
+        ctx,
+        sent_at,
+        pinger.cfg.timeout
+    )));
     let reply =
         std::future::poll_fn(|cx| poll_answer(ws, ctx, pinger, id, sent_at, timeout.as_mut(), cx))
             .await;
     settle_ping(ctx, sent_at, reply)
 }
 
-/// Reads until the answer to ping `id` (or any answer, when answers carry no id), sent at
-/// `sent_at`, arrives: `Answered`; `TimedOut` once `timeout` fires. What is read counts before
-/// the timeout does, as with `timeout_at`.
+/// Reads until the answer to ping `id`, sent at `sent_at`, arrives: `Answered`; `TimedOut`
+/// once `timeout` fires (`Cut` if the cell's deadline set it). Frames that answer nothing are
+/// counted as unsolicited, and answers to earlier pings as mismatched. The clock is read after
+/// every frame, so a server that never lets the socket go empty cannot postpone the timeout.
 fn poll_answer(
     ws: &mut Ws,
     ctx: &WorkerState,
@@ -662,27 +814,47 @@ fn poll_answer(
     mut timeout: std::pin::Pin<&mut tokio::time::Sleep>,
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<Reply, Dropped>> {
+    let expired = |timeout: &tokio::time::Sleep| {
+        if timeout.deadline() < sent_at + pinger.cfg.timeout {
+            Reply::Cut
+        } else {
+            Reply::TimedOut
+        }
+    };
     loop {
         let msg = match ws.poll_next_unpin(cx) {
             Poll::Ready(item) => account(ctx, item)?,
             Poll::Pending => {
                 std::task::ready!(timeout.as_mut().poll(cx));
-                return Poll::Ready(Ok(Reply::TimedOut));
+                return Poll::Ready(Ok(expired(&timeout)));
             }
         };
+        let now = Instant::now();
         match pinger.answer(&msg, &ctx.template) {
-            Answer::To(got) if got != id => {
-                ctx.bin(Instant::now()).borrow_mut().counts.mismatched += 1;
+            // One ping is out at a time, so a copy of the template answers it.
+            Answer::To(got) if got == id => {
+                return Poll::Ready(Ok(answered(ctx, &msg, sent_at, now)));
             }
-            Answer::To(_) | Answer::ToOldest => {
-                let now = Instant::now();
-                let rtt = now - sent_at;
-                ctx.rtt(now, rtt, rtt);
-                return Poll::Ready(Ok(Reply::Answered));
-            }
-            Answer::Unrelated => {}
+            Answer::Copy => return Poll::Ready(Ok(answered(ctx, &msg, sent_at, now))),
+            // An earlier ping's answer, after its wait ended.
+            Answer::To(_) => ctx.mismatched(now),
+            Answer::Unsolicited(kind) => count_unsolicited(ctx, now, kind, &msg),
+            Answer::Control => {}
+        }
+        if now >= timeout.deadline() {
+            return Poll::Ready(Ok(expired(&timeout)));
         }
     }
+}
+
+/// Counts the answer `msg` to a ping sent at `sent_at`, read at `now`.
+fn answered(ctx: &WorkerState, msg: &Message, sent_at: Instant, now: Instant) -> Reply {
+    if let Some(len) = data_len(msg) {
+        ctx.received(sent_at, 1, len);
+    }
+    let rtt = now - sent_at;
+    ctx.rtt(sent_at, rtt, rtt);
+    Reply::Answered
 }
 
 async fn pings(
@@ -721,20 +893,73 @@ async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Dr
     Ok(())
 }
 
-/// Reads what is there (waiting for at least something): echoes as one count, with one clock
-/// read for the lot. `Ok(n)`: `n` data messages; a close or an error ends the connection.
+/// What a counting loop has queued and had echoed. An echo is an exact copy of the template
+/// (the counting loop sends it without an id), and never more of them are counted than were
+/// queued: copies beyond that answer nothing.
+struct Echoes {
+    /// Whether the server answers at all (a window is kept): if not, every frame is
+    /// unsolicited but the greeting's answer.
+    awaited: bool,
+    queued: u64,
+    echoed: u64,
+}
+
+/// Reads what is there (waiting for at least something), every frame checked in place against
+/// the template; echoes as one count, with one clock read for the lot. `Ok(n)`: `n` echoes;
+/// a close or an error ends the connection.
 fn poll_echoes(
     ws: &mut Ws,
     ctx: &WorkerState,
+    echoes: &mut Echoes,
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Dropped>> {
-    Poll::Ready(match std::task::ready!(ws.poll_recv(cx)) {
-        Some(Ok(Recv::Data { n, bytes })) => {
-            ctx.received(Instant::now(), n, bytes);
-            Ok(n as u32)
+    let template = &ctx.template;
+    let (awaited, greeting) = (echoes.awaited, ctx.greeting);
+    // Without echoes, what the check accepts is the greeting's answer (a WSE server never
+    // echoes): parsed, but once per connection in the traffic a counting loop gets.
+    let mut is_echo = |text: bool, data: &[u8]| {
+        if awaited {
+            answer::is_copy(template, text, data)
+        } else {
+            greeting && answer::is_greeting_answer(text, data)
         }
-        // A ping (answered already) or a pong: nothing to count.
-        Some(Ok(Recv::Other(Message::Ping(_) | Message::Pong(_)))) => Ok(0),
+    };
+    Poll::Ready(match std::task::ready!(ws.poll_recv(cx, &mut is_echo)) {
+        Some(Ok(Recv::Data {
+            expected,
+            text,
+            binary,
+        })) => {
+            let now = Instant::now();
+            if !awaited {
+                ctx.received(now, expected.frames, expected.bytes);
+            }
+            let got = if awaited {
+                expected.frames.min(echoes.queued - echoes.echoed)
+            } else {
+                0
+            };
+            echoes.echoed += got;
+            let len = template.len() as u64;
+            ctx.received(now, got, got * len);
+            let extra = if awaited { expected.frames - got } else { 0 };
+            let kind = if template.is_text() {
+                FrameKind::Text
+            } else {
+                FrameKind::Binary
+            };
+            ctx.unsolicited(now, kind, extra, extra * len);
+            ctx.unsolicited(now, FrameKind::Text, text.frames, text.bytes);
+            ctx.unsolicited(now, FrameKind::Binary, binary.frames, binary.bytes);
+            Ok(got as u32)
+        }
+        // A ping is answered already.
+        Some(Ok(Recv::Other(Message::Ping(_)))) => Ok(0),
+        // No ping was sent: a pong answers nothing.
+        Some(Ok(Recv::Other(pong @ Message::Pong(_)))) => {
+            count_unsolicited(ctx, Instant::now(), FrameKind::Pong, &pong);
+            Ok(0)
+        }
         Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
         Some(Err(e)) => Err(drop_of(ctx, &e)),
         None => Err(Dropped::Reset),
@@ -742,13 +967,12 @@ fn poll_echoes(
 }
 
 /// Writes what is queued (all of it if `all`, else until below the soft limit), reading
-/// echoes whenever the write has to wait (see `write_reading`); echoes read are added to
-/// `echoed`.
+/// echoes whenever the write has to wait (see `write_reading`), until the deadline at most.
 async fn write_out_counting(
     ws: &mut Ws,
     ctx: &WorkerState,
     all: bool,
-    echoed: &mut u32,
+    echoes: &mut Echoes,
 ) -> Result<(), Dropped> {
     let mut stall = Stall::default();
     std::future::poll_fn(|cx| {
@@ -767,8 +991,13 @@ async fn write_out_counting(
                         Dropped::Error
                     }));
                 }
-                Poll::Pending => match poll_echoes(ws, ctx, cx) {
-                    Poll::Ready(Ok(n)) => *echoed += n,
+                Poll::Pending => match poll_echoes(ws, ctx, echoes, cx) {
+                    // A server that sends without end must not keep the write waiting past
+                    // the deadline; what is queued goes out before the close.
+                    Poll::Ready(Ok(_)) if Instant::now() >= ctx.deadline => {
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Ok(_)) => {}
                     Poll::Ready(Err(why)) => return Poll::Ready(Err(why)),
                     Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
                 },
@@ -782,11 +1011,12 @@ async fn write_out_counting(
 async fn echoes_until(
     ws: &mut Ws,
     ctx: &WorkerState,
+    echoes: &mut Echoes,
     deadline: Instant,
 ) -> Result<Option<u32>, Dropped> {
     match tokio::time::timeout_at(
         deadline,
-        std::future::poll_fn(|cx| poll_echoes(ws, ctx, cx)),
+        std::future::poll_fn(|cx| poll_echoes(ws, ctx, echoes, cx)),
     )
     .await
     {
@@ -806,6 +1036,11 @@ async fn saturate(
     let (text, payload) = (ctx.template.is_text(), ctx.template.payload());
     let len = payload.len() as u64;
     let mut in_flight: u32 = 0;
+    let mut echoes = Echoes {
+        awaited: window.is_some(),
+        queued: 0,
+        echoed: 0,
+    };
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
     let burst = window.unwrap_or(64);
     loop {
@@ -815,24 +1050,26 @@ async fn saturate(
         }
         let n = burst.saturating_sub(in_flight);
         // Echoes read while a write waits count against the window.
-        let mut echoed = 0u32;
+        let echoed_before = echoes.echoed;
         let written = async {
             for _ in 0..n {
                 if per_message || ws.over_soft_limit() {
-                    write_out_counting(ws, ctx, per_message, &mut echoed).await?;
+                    write_out_counting(ws, ctx, per_message, &mut echoes).await?;
                 }
                 ws.queue_data(text, payload);
+                echoes.queued += 1;
             }
-            write_out_counting(ws, ctx, true, &mut echoed).await
+            write_out_counting(ws, ctx, true, &mut echoes).await
         }
         .await;
         written?;
         ctx.sent(now, u64::from(n), u64::from(n) * len);
         if window.is_some() {
+            let echoed = (echoes.echoed - echoed_before) as u32;
             in_flight = (in_flight + n).saturating_sub(echoed);
             if in_flight > 0 {
                 // At least one echo, and whatever else one read brings.
-                match echoes_until(ws, ctx, ctx.deadline).await? {
+                match echoes_until(ws, ctx, &mut echoes, ctx.deadline).await? {
                     None => break,
                     Some(got) => in_flight = in_flight.saturating_sub(got),
                 }
@@ -840,9 +1077,10 @@ async fn saturate(
         }
         // Then whatever else is there already (without echoes: what the server sends, and a
         // close): the next burst is the larger for it, and a burst's write is what wakes the
-        // server.
-        while let Poll::Ready(r) =
-            std::future::poll_fn(|cx| Poll::Ready(poll_echoes(ws, ctx, cx))).await
+        // server. Not past the deadline: a server that always has more must not hold it.
+        while Instant::now() < ctx.deadline
+            && let Poll::Ready(r) =
+                std::future::poll_fn(|cx| Poll::Ready(poll_echoes(ws, ctx, &mut echoes, cx))).await
         {
             let got = r?;
             if window.is_some() {
@@ -966,15 +1204,20 @@ async fn paced_until_answered(
             r = read(ws, ctx) => {
                 let msg = r?;
                 settle(ctx, &pinger, &msg, pending);
-                while let Some(r) = read_ready(ws, ctx) {
+                // What else is buffered, but not past the next message due: a server that
+                // always has more must not hold the schedule up.
+                while Instant::now() < wake
+                    && let Some(r) = read_ready(ws, ctx)
+                {
                     settle(ctx, &pinger, &r?, pending);
                 }
             }
         }
     }
-    // Answers to the last messages may still be on their way.
+    // Answers to the last messages may still be on their way. The clock is read after every
+    // frame: a `timeout_at` around each read would never fire while frames keep coming.
     let until = Instant::now() + pinger.cfg.timeout;
-    while !pending.is_empty() {
+    while !pending.is_empty() && Instant::now() < until {
         match tokio::time::timeout_at(until, read(ws, ctx)).await {
             Err(_) => break,
             Ok(r) => settle(ctx, &pinger, &r?, pending),
@@ -983,34 +1226,51 @@ async fn paced_until_answered(
     Ok(())
 }
 
-/// Matches an answer to the oldest outstanding message with its id; older ones it skipped
-/// were lost.
+/// Matches an answer to the outstanding message with its id (a copy of a message without an
+/// id to the oldest); older ones it skipped were lost. Anything else is unsolicited, and an
+/// answer to a message already given up on is mismatched.
 fn settle(
     ctx: &WorkerState,
     pinger: &Pinger,
     msg: &Message,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
 ) {
-    let id = match pinger.answer(msg, &ctx.template) {
-        Answer::Unrelated => return,
-        Answer::To(id) => Some(id),
-        Answer::ToOldest => None,
-    };
     let now = Instant::now();
+    let id = match pinger.answer(msg, &ctx.template) {
+        Answer::Control => return,
+        Answer::Unsolicited(kind) => return count_unsolicited(ctx, now, kind, msg),
+        Answer::Copy if pending.is_empty() => {
+            // More copies than messages sent: the extra ones answer nothing.
+            return count_unsolicited(ctx, now, answer_kind(msg), msg);
+        }
+        Answer::To(id) => Some(id),
+        Answer::Copy => None,
+    };
     while let Some((pid, intended, actual)) = pending.pop_front() {
         if id.is_none() || id == Some(pid) {
+            if let Some(len) = data_len(msg) {
+                ctx.received(intended, 1, len);
+            }
             ctx.rtt(intended, now - intended, now - actual);
             return;
         }
         if id.is_some_and(|i| i < pid) {
             // An answer to something already given up on: put the head back.
             pending.push_front((pid, intended, actual));
-            ctx.bin(now).borrow_mut().counts.mismatched += 1;
+            ctx.mismatched(now);
             return;
         }
         ctx.lost(intended, 1);
     }
-    ctx.bin(now).borrow_mut().counts.mismatched += 1;
+    ctx.mismatched(now);
+}
+
+/// The kind a frame answering nothing is counted under.
+fn answer_kind(msg: &Message) -> FrameKind {
+    match answer::unsolicited(msg) {
+        Answer::Unsolicited(kind) => kind,
+        _ => FrameKind::Binary,
+    }
 }
 
 #[cfg(test)]
@@ -1042,6 +1302,8 @@ mod tests {
             measure_from: now,
             deadline: now,
             write_timeout: Duration::from_secs(10),
+            timed: true,
+            greeting: false,
             stats: Default::default(),
             discard: Default::default(),
             slot,

@@ -329,6 +329,12 @@ fn render(
 }
 
 impl Dialer {
+    /// Whether each connection sends a greeting whose answer is read in the measured phase
+    /// (WSE's `client_hello`).
+    pub fn greets(&self) -> bool {
+        self.protocol == Protocol::Wse
+    }
+
     pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
         let endpoint = Endpoint::of(url)?;
         let request = url

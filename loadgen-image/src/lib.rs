@@ -3,7 +3,8 @@
 //!
 //! Its modules stand in layers, each importing only from its own or those below
 //! (`tests/layers.rs` reads the sources and fails on an upward import or a circle):
-//! - foundation: [`clock`], [`message`] (templates), [`schedule`] (open-loop rates),
+//! - foundation: [`clock`], [`message`] (templates), [`answer`] (what answers a message sent),
+//!   [`schedule`] (open-loop rates),
 //!   [`terminal`] (stderr around the bar), [`cpu`], [`sysctl`];
 //! - model, what a cell is and how a spec becomes cells: [`model`], [`plan`], [`capacity`],
 //!   [`options`];
@@ -17,6 +18,7 @@
 //! - orchestration: [`target`] and [`local_server`], [`gate`], [`background`], [`run`],
 //!   [`control`] (a shard under the operator's protocol), [`fleet`] (shards on this machine).
 
+pub mod answer;
 pub mod autobahn_client;
 pub mod background;
 pub mod capacity;

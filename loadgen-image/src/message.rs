@@ -168,27 +168,42 @@ impl Template {
         self.wrap(arena.split().freeze())
     }
 
-    /// The id carried by an echo of a message from this template.
+    /// Where the id is written in a message from this template (`None` when it carries none).
+    pub fn id_slot(&self) -> Option<std::ops::Range<usize>> {
+        match self.id {
+            IdSlot::Hex(at) => Some(at..at + 16),
+            IdSlot::Le(at) => Some(at..at + 8),
+            IdSlot::None => None,
+        }
+    }
+
+    /// The id in `slot`, the bytes of an echo at [`Template::id_slot`].
+    pub fn id_in(&self, slot: &[u8]) -> Option<u64> {
+        match self.id {
+            IdSlot::Hex(_) => {
+                let hex = std::str::from_utf8(slot.get(..16)?).ok()?;
+                u64::from_str_radix(hex, 16).ok()
+            }
+            IdSlot::Le(_) => Some(u64::from_le_bytes(slot.get(..8)?.try_into().ok()?)),
+            IdSlot::None => None,
+        }
+    }
+
+    /// The id carried by an echo of a message from this template (read at its slot only).
     pub fn id_of(&self, msg: &Message) -> Option<u64> {
         let data: &[u8] = match msg {
             Message::Text(t) => t.as_bytes(),
             Message::Binary(b) => b,
             _ => return None,
         };
-        match self.id {
-            IdSlot::Hex(at) => {
-                let hex = std::str::from_utf8(data.get(at..at + 16)?).ok()?;
-                u64::from_str_radix(hex, 16).ok()
-            }
-            IdSlot::Le(at) => Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?)),
-            IdSlot::None => None,
-        }
+        self.id_in(data.get(self.id_slot()?)?)
     }
 }
 
-/// A WSE application ping carrying the client's clock in milliseconds.
-pub fn wse_ping(format: Format, level: u32) -> Message {
-    let v = json!({"t": "ping", "p": {"client_timestamp": wsload_proto::envelope::now_millis()}});
+/// A WSE application ping carrying `stamp`, the client's clock in milliseconds: the PONG
+/// echoes it, so a connection's stamps are made unique (see `answer`).
+pub fn wse_ping(format: Format, level: u32, stamp: u64) -> Message {
+    let v = json!({"t": "ping", "p": {"client_timestamp": stamp}});
     match format {
         Format::Msgpack => Message::Binary(frame::encode_msgpack(&v).unwrap_or_default().into()),
         Format::Zlib => Message::Binary(frame::encode_zlib(v.to_string().as_bytes(), level).into()),
@@ -208,18 +223,49 @@ pub fn wse_client_hello() -> Message {
 /// The `t` of a WSE message, in any format (for telling PONG from other traffic).
 pub fn wse_type(msg: &Message) -> Option<String> {
     match msg {
-        Message::Text(t) => frame::decode_text(t)
+        Message::Text(t) => wse_type_in(true, t.as_bytes()),
+        Message::Binary(b) => wse_type_in(false, b),
+        _ => None,
+    }
+}
+
+/// The `t` of a WSE message whose payload is `data`, from a text (`text`) or binary frame.
+pub fn wse_type_in(text: bool, data: &[u8]) -> Option<String> {
+    if text {
+        let t = std::str::from_utf8(data).ok()?;
+        return frame::decode_text(t)
+            .ok()
+            .and_then(|i| i.t.map(|t| t.into_owned()));
+    }
+    match frame::Format::of_binary(data) {
+        (frame::Format::Msgpack, body) => frame::decode_msgpack(body)
             .ok()
             .and_then(|i| i.t.map(|t| t.into_owned())),
-        Message::Binary(b) => match frame::Format::of_binary(b) {
-            (frame::Format::Msgpack, body) => frame::decode_msgpack(body)
+        (frame::Format::Zlib, body) => {
+            let inner = frame::inflate(body, 16 << 20).ok()?;
+            frame::decode_inflated(&inner)
                 .ok()
-                .and_then(|i| i.t.map(|t| t.into_owned())),
+                .and_then(|i| i.t.map(|t| t.into_owned()))
+        }
+        _ => None,
+    }
+}
+
+/// The `client_timestamp` a WSE `PONG` echoes, in any format; `None` for anything else.
+pub fn wse_pong_stamp(msg: &Message) -> Option<u64> {
+    let stamp = |i: frame::Inbound<'_>| {
+        if i.kind() != "PONG" {
+            return None;
+        }
+        i.p?.client_timestamp?.as_u64()
+    };
+    match msg {
+        Message::Text(t) => frame::decode_text(t).ok().and_then(stamp),
+        Message::Binary(b) => match frame::Format::of_binary(b) {
+            (frame::Format::Msgpack, body) => frame::decode_msgpack(body).ok().and_then(stamp),
             (frame::Format::Zlib, body) => {
                 let inner = frame::inflate(body, 16 << 20).ok()?;
-                frame::decode_inflated(&inner)
-                    .ok()
-                    .and_then(|i| i.t.map(|t| t.into_owned()))
+                frame::decode_inflated(&inner).ok().and_then(stamp)
             }
             _ => None,
         },

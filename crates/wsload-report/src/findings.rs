@@ -25,6 +25,8 @@ pub enum Rule {
     LoadgenCpu,
     /// Connections failed or ended for one reason: its count and its example.
     Failure,
+    Unsolicited,
+    ClientBehind,
 }
 
 impl std::fmt::Display for Finding {
@@ -39,8 +41,14 @@ impl std::fmt::Display for Finding {
 
 /// Every rule over every cell, in cell order.
 pub fn findings(r: &RunResult) -> Vec<Finding> {
-    let rules: [fn(&CellResult) -> Option<Finding>; 4] =
-        [syn_retransmits, server_short, connection_cap, loadgen_cpu];
+    let rules: [fn(&CellResult) -> Option<Finding>; 6] = [
+        syn_retransmits,
+        server_short,
+        connection_cap,
+        loadgen_cpu,
+        unsolicited,
+        client_behind,
+    ];
     r.cells
         .iter()
         .flat_map(|c| {
@@ -273,6 +281,58 @@ pub fn loadgen_cpu(c: &CellResult) -> Option<Finding> {
     )
 }
 
+/// Megabytes, to two decimals: the size of traffic in a finding.
+fn mb(bytes: u64) -> String {
+    format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
+/// Frames the server sent that answered nothing sent: a server that pushes (or floods) beside
+/// its answers. They were left out of the answers and the latencies, and said so here.
+pub fn unsolicited(c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    let total = counts.unsolicited_total();
+    if total.frames == 0 {
+        return None;
+    }
+    let kinds: Vec<String> = counts
+        .unsolicited
+        .iter()
+        .map(|(kind, t)| {
+            format!(
+                "{} unsolicited {} frames ({})",
+                num(t.frames as f64),
+                kind.label(),
+                mb(t.bytes)
+            )
+        })
+        .collect();
+    finding(
+        Rule::Unsolicited,
+        c,
+        "the server sent frames that answer nothing sent (pushes, a flood, copies beyond what was sent); they were not counted as answers",
+        format!("{} were not counted as answers", kinds.join(", ")),
+    )
+}
+
+/// Connections that still had more unread at their deadline than the answers they were owed:
+/// the server sent faster than the client read, so the client, not the server, set the pace.
+pub fn client_behind(c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    if counts.behind == 0 {
+        return None;
+    }
+    finding(
+        Rule::ClientBehind,
+        c,
+        "the load generator could not keep up with what the server sent: it was the bottleneck, and what arrived after the deadline is not in the figures; add shards or cores",
+        format!(
+            "{} connections had at least {} unread at the deadline",
+            num(counts.behind as f64),
+            mb(counts.unread_bytes)
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,5 +486,35 @@ mod tests {
                 "finding [100]: the server broke the WebSocket protocol (RFC 6455): the client closed with 1002 (1007 for invalid UTF-8) (protocol_error: 1 of 99 connections; e.g. WebSocket protocol error: Reserved bits are non-zero (close 1002 sent))",
             ]
         );
+    }
+
+    #[test]
+    fn frames_that_answered_nothing_are_named_by_kind_and_size() {
+        use crate::measure::FrameKind;
+        let mut c = cell();
+        assert_eq!(unsolicited(&c), None);
+        c.measure
+            .counts
+            .unsolicited(FrameKind::Text, 1200, 2_500_000);
+        c.measure.counts.unsolicited(FrameKind::Pong, 3, 0);
+        let f = unsolicited(&c).expect("unsolicited");
+        assert_eq!(
+            f.evidence,
+            "1200 unsolicited text frames (2.50 MB), 3 unsolicited pong frames (0.00 MB) were not counted as answers"
+        );
+    }
+
+    #[test]
+    fn a_client_that_fell_behind_is_named() {
+        let mut c = cell();
+        assert_eq!(client_behind(&c), None);
+        c.measure.counts.behind = 10;
+        c.measure.counts.unread_bytes = 12_000_000;
+        let f = client_behind(&c).expect("behind");
+        assert_eq!(
+            f.evidence,
+            "10 connections had at least 12.00 MB unread at the deadline"
+        );
+        assert!(f.cause.contains("add shards or cores"));
     }
 }

@@ -85,6 +85,33 @@ impl Dropped {
     }
 }
 
+/// What a frame that answered nothing was: a data frame of either kind, or a pong that matched
+/// no ping outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameKind {
+    Text,
+    Binary,
+    Pong,
+}
+
+impl FrameKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            FrameKind::Text => "text",
+            FrameKind::Binary => "binary",
+            FrameKind::Pong => "pong",
+        }
+    }
+}
+
+/// Frames of one kind and their payload bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameTally {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
 /// Counters of one cell. All are totals over the measured window unless named otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -113,6 +140,17 @@ pub struct Counts {
     /// status and body line, the header, the rule broken. The first one recorded is kept.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub evidence: BTreeMap<String, String>,
+    /// Frames the server sent that answered nothing sent (a push, a flood, a copy beyond what
+    /// was sent, a pong to no ping): never counted as received or as an answer.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsolicited: BTreeMap<FrameKind, FrameTally>,
+    /// Connections that still had more to read at the deadline than the answers they were
+    /// owed: the server sent faster than this client read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub behind: u64,
+    /// Bytes those connections left unread at the deadline (their socket and read buffer).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unread_bytes: u64,
 }
 
 /// The longest evidence kept, in characters: a line of a report, not a body.
@@ -130,6 +168,10 @@ pub fn bounded_evidence(text: &str) -> String {
         out.push('…');
     }
     out
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Counts {
@@ -150,6 +192,19 @@ impl Counts {
     /// need not be spent.
     pub fn has_evidence(&self, label: &str) -> bool {
         self.evidence.contains_key(label)
+    }
+    pub fn unsolicited(&mut self, kind: FrameKind, frames: u64, bytes: u64) {
+        let t = self.unsolicited.entry(kind).or_default();
+        t.frames += frames;
+        t.bytes += bytes;
+    }
+    pub fn unsolicited_total(&self) -> FrameTally {
+        self.unsolicited
+            .values()
+            .fold(FrameTally::default(), |a, t| FrameTally {
+                frames: a.frames + t.frames,
+                bytes: a.bytes + t.bytes,
+            })
     }
     pub fn failed_total(&self) -> u64 {
         self.failed.values().sum()
@@ -182,6 +237,11 @@ impl Counts {
         for (k, v) in &o.evidence {
             self.evidence.entry(k.clone()).or_insert_with(|| v.clone());
         }
+        for (k, t) in &o.unsolicited {
+            self.unsolicited(*k, t.frames, t.bytes);
+        }
+        self.behind += o.behind;
+        self.unread_bytes += o.unread_bytes;
     }
 }
 
@@ -296,5 +356,41 @@ mod tests {
         let json = serde_json::to_string(&a).expect("serialize");
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back.evidence, a.evidence);
+    }
+
+    #[test]
+    fn unsolicited_frames_merge_by_kind_and_read_back() {
+        let mut a = Counts::default();
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            !json.contains("unsolicited") && !json.contains("behind"),
+            "{json}"
+        );
+        a.unsolicited(FrameKind::Text, 3, 300);
+        a.behind = 1;
+        a.unread_bytes = 70_000;
+        let mut b = a.clone();
+        b.unsolicited(FrameKind::Pong, 1, 0);
+        a.add(&b);
+        assert_eq!(
+            a.unsolicited[&FrameKind::Text],
+            FrameTally {
+                frames: 6,
+                bytes: 600
+            }
+        );
+        assert_eq!(a.unsolicited[&FrameKind::Pong].frames, 1);
+        assert_eq!(a.unsolicited_total().frames, 7);
+        assert_eq!((a.behind, a.unread_bytes), (2, 140_000));
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            json.contains(
+                r#""unsolicited":{"text":{"frames":6,"bytes":600},"pong":{"frames":1,"bytes":0}}"#
+            ),
+            "{json}"
+        );
+        assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back, a);
     }
 }

@@ -26,11 +26,30 @@ const WRITE_SOFT_LIMIT: usize = 128 * 1024;
 /// in, or a large message arriving over many reads would be copied again after every read.
 const COPY_OUT_MAX: usize = 4 * 1024;
 
+/// Frames and their payload bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, bytes: usize) {
+        self.frames += 1;
+        self.bytes += bytes as u64;
+    }
+}
+
 /// What [`Ws::poll_recv`] took from the connection.
 #[derive(Debug)]
 pub enum Recv {
-    /// `n` data messages (text or binary) of `bytes` payload bytes in all, at least one.
-    Data { n: u64, bytes: u64 },
+    /// Data messages, at least one: those the caller expected, and the other text and binary
+    /// ones.
+    Data {
+        expected: Tally,
+        text: Tally,
+        binary: Tally,
+    },
     /// A control message (a ping is answered already; a close too), or a reassembled
     /// fragmented data message.
     Other(Message),
@@ -82,6 +101,11 @@ impl Ws {
 
     pub fn get_ref(&self) -> &Io {
         &self.io
+    }
+
+    /// Bytes read from the transport and not taken as frames yet.
+    pub fn buffered(&self) -> usize {
+        self.rd.len()
     }
 
     /// The transport, for a caller that drains it until the peer closes (after a failure).
@@ -460,13 +484,22 @@ impl Ws {
     }
 
     /// Counting reads: every complete, unfragmented data frame already buffered (reading once
-    /// if none is), as one count, without building messages; anything else comes as a message
-    /// of its own. `None` once the stream has ended.
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
-        self.with_spare_read(|ws| ws.poll_recv_step(cx))
+    /// if none is), counted without building messages, each as `expected` or not by
+    /// `expected(text, payload)`, which sees the payload where it lies in the read buffer;
+    /// anything else comes as a message of its own. `None` once the stream has ended.
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut Context<'_>,
+        expected: &mut impl FnMut(bool, &[u8]) -> bool,
+    ) -> Poll<Option<Result<Recv, WsError>>> {
+        self.with_spare_read(|ws| ws.poll_recv_step(cx, expected))
     }
 
-    fn poll_recv_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Recv, WsError>>> {
+    fn poll_recv_step(
+        &mut self,
+        cx: &mut Context<'_>,
+        expected: &mut impl FnMut(bool, &[u8]) -> bool,
+    ) -> Poll<Option<Result<Recv, WsError>>> {
         loop {
             if self.ended {
                 return Poll::Ready(None);
@@ -474,7 +507,8 @@ impl Ws {
             if let Err(e) = self.push_replies(cx) {
                 return self.fail(cx, e);
             }
-            let (mut n, mut bytes) = (0u64, 0u64);
+            let (mut want, mut text, mut binary) =
+                (Tally::default(), Tally::default(), Tally::default());
             if self.frag.is_none() && !self.close_received {
                 loop {
                     let h = match frame::peek(&mut self.rd) {
@@ -486,16 +520,27 @@ impl Ws {
                     if !h.fin || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
                         break;
                     }
-                    if h.opcode == OP_TEXT && !is_utf8(&self.rd[head..head + len]) {
+                    let is_text = h.opcode == OP_TEXT;
+                    let payload = &self.rd[head..head + len];
+                    if is_text && !is_utf8(payload) {
                         return self.fail(cx, invalid_utf8());
                     }
+                    if expected(is_text, payload) {
+                        want.add(len);
+                    } else if is_text {
+                        text.add(len);
+                    } else {
+                        binary.add(len);
+                    }
                     self.rd.advance(head + len);
-                    n += 1;
-                    bytes += len as u64;
                 }
             }
-            if n > 0 {
-                return Poll::Ready(Some(Ok(Recv::Data { n, bytes })));
+            if want.frames + text.frames + binary.frames > 0 {
+                return Poll::Ready(Some(Ok(Recv::Data {
+                    expected: want,
+                    text,
+                    binary,
+                })));
             }
             match self.parse_message() {
                 Ok(Some(msg)) => {
@@ -503,16 +548,23 @@ impl Ws {
                         return self.fail(cx, e);
                     }
                     // A reassembled data message counts like the others.
-                    return Poll::Ready(Some(Ok(match msg {
-                        Message::Text(t) => Recv::Data {
-                            n: 1,
-                            bytes: t.len() as u64,
-                        },
-                        Message::Binary(b) => Recv::Data {
-                            n: 1,
-                            bytes: b.len() as u64,
-                        },
-                        other => Recv::Other(other),
+                    let (is_text, payload) = match &msg {
+                        Message::Text(t) => (true, t.as_bytes()),
+                        Message::Binary(b) => (false, &b[..]),
+                        _ => return Poll::Ready(Some(Ok(Recv::Other(msg)))),
+                    };
+                    let mut tallies = [Tally::default(); 3];
+                    let at = match (expected(is_text, payload), is_text) {
+                        (true, _) => 0,
+                        (false, true) => 1,
+                        (false, false) => 2,
+                    };
+                    tallies[at].add(payload.len());
+                    let [expected, text, binary] = tallies;
+                    return Poll::Ready(Some(Ok(Recv::Data {
+                        expected,
+                        text,
+                        binary,
                     })));
                 }
                 Ok(None) => {}

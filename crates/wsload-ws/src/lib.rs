@@ -17,7 +17,8 @@
 //! - so a connection with nothing buffered owns no buffer at all: an idle connection is its
 //!   socket, this struct and its task;
 //! - counting loops ([`Ws::poll_recv`]) count every complete data frame buffered without building
-//!   a message for each, UTF-8 of text frames still checked;
+//!   a message for each, UTF-8 of text frames still checked, each payload shown in place to the
+//!   caller's check of whether it is the one expected;
 //! - the handshake request is rendered once per target by the caller (only the key and a
 //!   per-connection token change) and the response is read into the thread's read buffer too.
 //!
@@ -47,7 +48,7 @@ mod spare;
 #[cfg(any(test, feature = "test-server"))]
 pub mod test_server;
 
-pub use conn::{Recv, Ws};
+pub use conn::{Recv, Tally, Ws};
 pub use error::{HandshakeError, failure_code};
 pub use handshake::{Head, new_key};
 pub use io::Io;

@@ -63,14 +63,31 @@ async fn frames_both_ways_with_pings_fragments_and_close() {
     assert_eq!(client_frame(&mut s).await, (0x81, b"hi".to_vec()));
     assert_eq!(client_frame(&mut s).await, (0x81, big.clone().into_bytes()));
 
-    // Server to client: two texts in one write are counted together; then a ping
+    // Server to client: two texts in one write are counted together, the one expected apart
+    // from the other; then a ping
     // (answered with a pong), a fragmented binary message, and a close.
     let mut burst = server_frame(0x81, b"one");
     burst.extend(server_frame(0x81, big.as_bytes()));
     s.write_all(&burst).await.expect("write");
-    let got = std::future::poll_fn(|cx| ws.poll_recv(cx)).await;
+    let got = std::future::poll_fn(|cx| ws.poll_recv(cx, &mut |text, p| text && p == b"one")).await;
     assert!(
-        matches!(got, Some(Ok(Recv::Data { n: 2, bytes: 303 }))),
+        matches!(
+            got,
+            Some(Ok(Recv::Data {
+                expected: Tally {
+                    frames: 1,
+                    bytes: 3
+                },
+                text: Tally {
+                    frames: 1,
+                    bytes: 300
+                },
+                binary: Tally {
+                    frames: 0,
+                    bytes: 0
+                },
+            }))
+        ),
         "{got:?}"
     );
     let mut rest = server_frame(0x89, b"pp");
@@ -182,7 +199,7 @@ async fn violations_send_a_close_frame_with_their_code() {
             s.write_all(&bytes).await.expect("write");
             let failed = if counting {
                 matches!(
-                    std::future::poll_fn(|cx| ws.poll_recv(cx)).await,
+                    std::future::poll_fn(|cx| ws.poll_recv(cx, &mut |_, _| true)).await,
                     Some(Err(_))
                 )
             } else {

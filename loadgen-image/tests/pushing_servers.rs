@@ -1,0 +1,392 @@
+//! Servers that send what was not asked for, each a few lines of raw TCP started by the test:
+//! one that floods text frames and never echoes, one that echoes with a changed payload, one
+//! that echoes everything twice, and an honest one for comparison. An answer is recognised by
+//! what it carries, never by when it arrived, and a cell ends on time whatever the server
+//! sends.
+
+mod common;
+
+use common::{only, run, spec};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use wsload::measure::{Dropped, FrameKind, FrameTally};
+use wsload::report::CellResult;
+
+/// What a hostile server does after the upgrade.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Never echoes; sends text frames as fast as the socket takes them.
+    Flood,
+    /// Echoes every data frame with its last byte changed.
+    Tamper,
+    /// Echoes every data frame twice.
+    Twice,
+    /// Echoes every data frame as it came.
+    Echo,
+    /// Answers every ping with an empty pong first, then the right one.
+    ExtraPongs,
+}
+
+/// The server's frame of `opcode` (unmasked, FIN set).
+fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(n as u8),
+        n if n <= 0xffff => {
+            f.push(126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Takes the client's complete frames off `buf`: (opcode, unmasked payload).
+fn client_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    loop {
+        if buf.len() < 2 {
+            return out;
+        }
+        let (len, mut at) = match buf[1] & 0x7f {
+            126 if buf.len() >= 4 => (u16::from_be_bytes([buf[2], buf[3]]) as usize, 4),
+            127 if buf.len() >= 10 => (
+                u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")) as usize,
+                10,
+            ),
+            126 | 127 => return out,
+            n => (n as usize, 2),
+        };
+        if buf.len() < at + 4 + len {
+            return out;
+        }
+        let key = [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
+        at += 4;
+        let payload = buf[at..at + len]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect();
+        out.push((buf[0] & 0x0f, payload));
+        buf.drain(..at + len);
+    }
+}
+
+/// Reads the upgrade request and answers it with a 101.
+async fn upgrade(s: &mut TcpStream) -> Option<()> {
+    let mut req = Vec::new();
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut b = [0u8; 1024];
+        let n = s.read(&mut b).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        req.extend_from_slice(&b[..n]);
+    }
+    let req = String::from_utf8_lossy(&req);
+    let key = req.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("sec-websocket-key")
+            .then(|| v.trim().to_string())
+    })?;
+    let resp = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+        derive_accept_key(key.as_bytes())
+    );
+    s.write_all(resp.as_bytes()).await.ok()
+}
+
+/// One connection: the upgrade, then `mode` until the client's close (answered) or its end.
+async fn connection(mut s: TcpStream, mode: Mode) {
+    if upgrade(&mut s).await.is_none() {
+        return;
+    }
+    let (mut rd, mut wr) = s.into_split();
+    let (closed_tx, mut closed) = tokio::sync::watch::channel(false);
+    let (echo_tx, mut echoes) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let reader = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        let mut b = vec![0u8; 64 * 1024];
+        loop {
+            let n = match rd.read(&mut b).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            buf.extend_from_slice(&b[..n]);
+            for (op, payload) in client_frames(&mut buf) {
+                let echo = match (op, mode) {
+                    (0x8, _) => {
+                        let _ = closed_tx.send(true);
+                        return;
+                    }
+                    (0x9, Mode::ExtraPongs) => {
+                        let mut f = frame(0xA, b"");
+                        f.extend(frame(0xA, &payload));
+                        Some(f)
+                    }
+                    (0x9, _) => Some(frame(0xA, &payload)),
+                    (0x1 | 0x2, Mode::Tamper) => {
+                        let mut p = payload;
+                        if let Some(last) = p.last_mut() {
+                            *last ^= 1;
+                        }
+                        Some(frame(op, &p))
+                    }
+                    (0x1 | 0x2, Mode::Twice) => {
+                        let mut f = frame(op, &payload);
+                        f.extend(frame(op, &payload));
+                        Some(f)
+                    }
+                    (0x1 | 0x2, Mode::Echo) => Some(frame(op, &payload)),
+                    _ => None,
+                };
+                if let Some(e) = echo {
+                    let _ = echo_tx.send(e);
+                }
+            }
+        }
+        let _ = closed_tx.send(true);
+    });
+    // A burst of pushes: 64 text frames of a tick each, written as one.
+    let burst: Vec<u8> = (0..64)
+        .flat_map(|i| frame(0x1, format!("{{\"type\":\"tick\",\"n\":{i}}}").as_bytes()))
+        .collect();
+    loop {
+        let step = tokio::select! {
+            biased;
+            _ = closed.changed() => break,
+            e = echoes.recv() => match e {
+                Some(e) => wr.write_all(&e).await,
+                None => break,
+            },
+            r = wr.write_all(&burst), if matches!(mode, Mode::Flood) => r,
+        };
+        if step.is_err() {
+            break;
+        }
+    }
+    // The client's close is answered; then the connection ends.
+    let _ = wr.write_all(&frame(0x8, &1000u16.to_be_bytes())).await;
+    let _ = wr.shutdown().await;
+    reader.abort();
+}
+
+/// A server in `mode` on a loopback port of its own runtime; `ws://` URL and the runtime
+/// (dropping it stops the server).
+fn start(mode: Mode) -> (String, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
+    let url = format!("ws://{}/", l.local_addr().expect("addr"));
+    rt.spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(connection(s, mode));
+        }
+    });
+    (url, rt)
+}
+
+/// Runs the spec body `body` against a server in `mode`: its only cell, the report as text,
+/// and the cell's wall clock, from its start to the run's end.
+fn run_against(mode: Mode, name: &str, body: &str) -> (CellResult, String, Duration) {
+    let (url, _server) = start(mode);
+    let lt = spec(
+        name,
+        &format!("  target: {{url: {url}}}\n  warmup: 0s\n{body}"),
+    );
+    let began = Instant::now();
+    let r = run(&lt);
+    let run_took = began.elapsed();
+    let c = only(&r);
+    let ended = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    let took = ended.saturating_sub(Duration::from_micros(c.started_first_micros));
+    assert!(
+        c.started_first_micros > 0 && took <= run_took,
+        "{took:?} of {run_took:?}"
+    );
+    eprintln!(
+        "{name}: the run took {run_took:?}, its cell {took:?}; measured {:.2} s",
+        c.measured_secs
+    );
+    (c.clone(), r.render(), took)
+}
+
+fn unsolicited(c: &CellResult, kind: FrameKind) -> FrameTally {
+    c.measure
+        .counts
+        .unsolicited
+        .get(&kind)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Before: 12 pings, lost 0, round trips of microseconds (any frame answered the oldest ping).
+#[test]
+fn pings_against_a_flood_are_all_lost_never_answered() {
+    let (c, text, _) = run_against(
+        Mode::Flood,
+        "flood-pings",
+        "  scenario: pingLatency\n  connections: [4]\n  ping: {count: 3, timeout: 300ms}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!(n.connected, 4);
+    assert_eq!(n.expected, 12);
+    assert_eq!(n.lost, 12, "every ping lost");
+    assert_eq!(c.measure.hists.rtt.len(), 0, "no round trip timed");
+    assert_eq!(n.received, 0, "nothing received as an answer");
+    assert!(unsolicited(&c, FrameKind::Text).frames > 0, "{n:?}");
+    assert!(unsolicited(&c, FrameKind::Text).bytes > 0, "{n:?}");
+    assert!(
+        text.contains("unsolicited text frames") && text.contains("were not counted as answers"),
+        "{text}"
+    );
+}
+
+/// Before: Echoes/s in the millions, received many times what was sent.
+#[test]
+fn throughput_against_a_flood_counts_no_echo() {
+    let (c, _, took) = run_against(
+        Mode::Flood,
+        "flood-throughput",
+        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  window: 16\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!(n.connected, 2);
+    assert!(n.sent > 0);
+    assert_eq!(n.received, 0, "{n:?}");
+    assert_eq!(c.figures.received_per_sec, 0.0);
+    assert!(unsolicited(&c, FrameKind::Text).frames > 0, "{n:?}");
+    assert!(took < Duration::from_secs(4), "a 1 s cell took {took:?}");
+}
+
+/// Before: ran for tens of seconds, survival 100%, lost 0, the pings answered by the flood.
+#[test]
+fn a_hold_against_a_flood_ends_on_time_with_its_pings_lost() {
+    let (c, _, took) = run_against(
+        Mode::Flood,
+        "flood-hold",
+        "  scenario: sustainedHold\n  connections: [4]\n  duration: 5s\n  ping: {interval: 1s, timeout: 10s}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!(n.connected, 4);
+    // Wall clock of the cell: the 5 s measured, the last ping's grace, the goodbye.
+    assert!(took < Duration::from_secs(6), "a 5 s hold took {took:?}");
+    assert_eq!(n.expected, 4, "one ping each, sent after 1 s");
+    assert_eq!(n.lost, 4, "never answered, lost at the deadline");
+    assert_eq!(c.measure.hists.rtt.len(), 0);
+    assert_eq!(n.received, 0);
+    assert!(unsolicited(&c, FrameKind::Text).frames > 0, "{n:?}");
+    assert_eq!(n.dropped_total(), 0, "{n:?}");
+}
+
+/// A short timeout ends the connection as a hold does, and only the pings' timeouts do.
+/// Before: no ping was lost and every connection survived.
+#[test]
+fn a_hold_against_a_flood_loses_its_ping_at_the_timeout() {
+    let (c, _, took) = run_against(
+        Mode::Flood,
+        "flood-hold-timeout",
+        "  scenario: sustainedHold\n  connections: [3]\n  duration: 5s\n  ping: {interval: 500ms, timeout: 500ms}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.expected, n.lost), (3, 3), "{n:?}");
+    assert_eq!(n.dropped.get(&Dropped::PingTimeout).copied(), Some(3));
+    assert_eq!(n.survived, 0);
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+/// Before: every tampered echo answered its ping (the id was right).
+#[test]
+fn an_echo_with_a_changed_payload_is_not_an_answer() {
+    let (c, _, _) = run_against(
+        Mode::Tamper,
+        "tamper-pings",
+        "  scenario: pingLatency\n  connections: [4]\n  ping: {count: 3, timeout: 300ms}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.expected, n.lost), (12, 12), "{n:?}");
+    assert_eq!(c.measure.hists.rtt.len(), 0);
+    assert_eq!(n.received, 0);
+    assert_eq!(unsolicited(&c, FrameKind::Text).frames, 12, "{n:?}");
+
+    let (c, _, _) = run_against(
+        Mode::Tamper,
+        "tamper-throughput",
+        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  window: 16\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!(n.received, 0, "{n:?}");
+    assert_eq!(n.sent, 32, "the window stays full: nothing echoed");
+    assert_eq!(unsolicited(&c, FrameKind::Text).frames, 32, "{n:?}");
+}
+
+/// Before: received twice what was sent.
+#[test]
+fn copies_beyond_what_was_sent_are_not_echoes() {
+    let (c, _, _) = run_against(
+        Mode::Twice,
+        "twice-throughput",
+        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  window: 16\n",
+    );
+    let n = &c.measure.counts;
+    assert!(n.received > 0, "{n:?}");
+    assert!(n.received <= n.sent_with_warmup, "{n:?}");
+    assert!(unsolicited(&c, FrameKind::Text).frames > 0, "{n:?}");
+}
+
+/// The honest server of the same few lines: answers, none lost, nothing unsolicited.
+#[test]
+fn an_honest_echo_still_answers() {
+    let (c, _, _) = run_against(
+        Mode::Echo,
+        "honest-pings",
+        "  scenario: pingLatency\n  connections: [4]\n  ping: {count: 3, timeout: 2s}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.expected, n.lost, n.mismatched), (12, 0, 0), "{n:?}");
+    assert_eq!(c.measure.hists.rtt.len(), 12);
+    assert_eq!(n.received, 12);
+    assert!(n.unsolicited.is_empty(), "{n:?}");
+
+    let (c, _, _) = run_against(
+        Mode::Echo,
+        "honest-throughput",
+        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  window: 16\n",
+    );
+    let n = &c.measure.counts;
+    assert!(n.received > 0 && n.received <= n.sent_with_warmup, "{n:?}");
+    assert!(n.unsolicited.is_empty(), "{n:?}");
+    assert_eq!(n.behind, 0, "{n:?}");
+}
+
+/// A pong that answers no ping is counted apart; the right one still answers.
+/// Before: the same answers, and the empty pongs nowhere.
+#[test]
+fn a_pong_that_answers_no_ping_is_unsolicited() {
+    let (c, _, _) = run_against(
+        Mode::ExtraPongs,
+        "extra-pongs",
+        "  scenario: pingLatency\n  connections: [4]\n  ping: {count: 3, timeout: 2s, kind: frame}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.expected, n.lost, n.mismatched), (12, 0, 0), "{n:?}");
+    assert_eq!(c.measure.hists.rtt.len(), 12);
+    assert_eq!(
+        unsolicited(&c, FrameKind::Pong),
+        FrameTally {
+            frames: 12,
+            bytes: 0
+        }
+    );
+}
