@@ -658,6 +658,35 @@ async fn a_run_past_its_deadline_fails_and_keeps_nothing_half_done() {
     e.kubelet.stop().await;
 }
 
+/// A server counter that cannot be read (nothing listens at `serverMetrics.url`): past the
+/// start deadline the run goes on with delivery unknown, and every cell ends when its shards
+/// do. Before, each cell waited for a counter that could never settle, and the test failed at
+/// its run deadline with what it had measured thrown away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_server_counter_leaves_delivery_unknown_and_the_test_ends() {
+    let e = env("lt-nocounter").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "nocounter",
+        "  target: {server: {}}\n  scenario: pingLatency\n  connections: [2, 4]\n  ping: {count: 3}\n  serverMetrics: {url: \"http://127.0.0.1:1/metrics\"}\n  run: {deadlines: {scheduling: 8s, ready: 8s, run: 40s}, startDelay: 1s}\n",
+    )
+    .await;
+    let st = wait_finished(&e, "nocounter").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.server_received_baseline, None);
+    assert_eq!(st.cells.len(), 2, "{:?}", st.cells);
+    assert!(
+        st.cells
+            .iter()
+            .all(|c| c.done && c.server_received.is_none() && c.sent > 0),
+        "{:?}",
+        st.cells
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
 /// Server replicas: N pods behind the one Service the shards dial (the test kubelet plays
 /// kube-proxy), every replica's counter scraped by pod IP and summed per cell against every
 /// shard's sends: delivery is exactly 100%, in each of two cells the shards began together.

@@ -273,8 +273,13 @@ impl View<'_> {
                 return Delivery::Unknown;
             }
         };
+        // Earlier cells are all recorded by now (cells run one at a time): no baseline means it
+        // was unreadable at the start deadline, or an earlier cell's receipt is unknown. No
+        // later reading can make a difference exact, so waiting would only hold every later
+        // cell until the run deadline.
         let Some(before) = self.counter_before(cell.index) else {
-            return Delivery::Settling;
+            tracing::warn!(loadtest = %self.test(), cell = cell.index, "no server counter before the cell: delivery unknown");
+            return Delivery::Unknown;
         };
         let reading = counter
             .read(&self.ctx.http, self.ctx.config.control_timeout)
