@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use wsload::measure::{ConnectError, Dropped};
 use wsload::report::CellResult;
+use wsload_ws::test_server::{accept_for, response_101};
 
 /// A listener on an ephemeral loopback port whose every connection `handle` serves on a
 /// thread of its own; what the handlers report comes back on the receiver. The threads end
@@ -43,24 +43,13 @@ fn read_request(s: &mut TcpStream) -> String {
         assert!(n > 0, "the request ended early");
         req.extend_from_slice(&b[..n]);
     }
-    let req = String::from_utf8(req).expect("utf-8");
-    let key = req
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("sec-websocket-key")
-                .then(|| v.trim().to_string())
-        })
-        .expect("a key");
-    derive_accept_key(key.as_bytes())
+    accept_for(&req).expect("a key")
 }
 
 /// A correct 101 for the request on `s`.
 fn upgrade(s: &mut TcpStream) {
     let accept = read_request(s);
-    let resp = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-    );
+    let resp = response_101(&accept, "");
     s.write_all(resp.as_bytes()).expect("101");
 }
 

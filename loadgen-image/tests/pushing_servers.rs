@@ -10,9 +10,10 @@ use common::{only, run, spec};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use wsload::measure::{Dropped, FrameKind, FrameTally};
 use wsload::report::CellResult;
+use wsload_ws::test_server::{accept_for, response_101};
+use wsload_ws::{frame as wire, mask::mask};
 
 /// What a hostile server does after the upgrade.
 #[derive(Debug, Clone, Copy)]
@@ -31,51 +32,24 @@ enum Mode {
 
 /// The server's frame of `opcode` (unmasked, FIN set).
 fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => f.push(n as u8),
-        n if n <= 0xffff => {
-            f.push(126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(payload);
+    let mut f = Vec::new();
+    wire::encode(&mut f, true, opcode, payload, None);
     f
 }
 
 /// Takes the client's complete frames off `buf`: (opcode, unmasked payload).
 fn client_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();
-    loop {
-        if buf.len() < 2 {
-            return out;
-        }
-        let (len, mut at) = match buf[1] & 0x7f {
-            126 if buf.len() >= 4 => (u16::from_be_bytes([buf[2], buf[3]]) as usize, 4),
-            127 if buf.len() >= 10 => (
-                u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes")) as usize,
-                10,
-            ),
-            126 | 127 => return out,
-            n => (n as usize, 2),
-        };
-        if buf.len() < at + 4 + len {
-            return out;
-        }
-        let key = [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
-        at += 4;
-        let payload = buf[at..at + len]
-            .iter()
-            .enumerate()
-            .map(|(i, b)| b ^ key[i % 4])
-            .collect();
-        out.push((buf[0] & 0x0f, payload));
-        buf.drain(..at + len);
+    while let Some(h) = wire::parse_header(buf)
+        && buf.len() - h.header_len >= h.payload_len as usize
+    {
+        let end = h.header_len + h.payload_len as usize;
+        let mut payload = buf[h.header_len..end].to_vec();
+        mask(&mut payload, h.key.expect("client frames are masked"));
+        out.push((h.opcode, payload));
+        buf.drain(..end);
     }
+    out
 }
 
 /// Reads the upgrade request and answers it with a 101.
@@ -89,16 +63,7 @@ async fn upgrade(s: &mut TcpStream) -> Option<()> {
         }
         req.extend_from_slice(&b[..n]);
     }
-    let req = String::from_utf8_lossy(&req);
-    let key = req.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("sec-websocket-key")
-            .then(|| v.trim().to_string())
-    })?;
-    let resp = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
-        derive_accept_key(key.as_bytes())
-    );
+    let resp = response_101(&accept_for(&req)?, "");
     s.write_all(resp.as_bytes()).await.ok()
 }
 

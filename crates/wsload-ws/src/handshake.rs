@@ -43,40 +43,30 @@ impl Head {
             });
         }
         let invalid = |what: String| Err(HandshakeError::Invalid(what));
-        match &self.upgrade {
-            None => return invalid("no Upgrade: websocket header".into()),
-            Some(v) if !v.eq_ignore_ascii_case("websocket") => {
-                return invalid(format!(
-                    "Upgrade: {:?} (expected \"websocket\")",
-                    excerpt(v)
-                ));
-            }
-            Some(_) => {}
-        }
-        match &self.connection {
-            None => return invalid("no Connection: Upgrade header".into()),
-            Some(v)
-                if !v
-                    .split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade")) =>
-            {
-                return invalid(format!(
-                    "Connection: {:?} (expected \"Upgrade\")",
-                    excerpt(v)
-                ));
-            }
-            Some(_) => {}
-        }
-        match &self.accept {
-            None => return invalid("no Sec-WebSocket-Accept header".into()),
-            Some(v) if v != accept => {
-                return invalid(format!(
-                    "Sec-WebSocket-Accept: {:?} (expected {accept:?})",
-                    excerpt(v)
-                ));
-            }
-            Some(_) => {}
-        }
+        required(
+            &self.upgrade,
+            "no Upgrade: websocket header",
+            "Upgrade",
+            "websocket",
+            |v| v.eq_ignore_ascii_case("websocket"),
+        )?;
+        required(
+            &self.connection,
+            "no Connection: Upgrade header",
+            "Connection",
+            "Upgrade",
+            |v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            },
+        )?;
+        required(
+            &self.accept,
+            "no Sec-WebSocket-Accept header",
+            "Sec-WebSocket-Accept",
+            accept,
+            |v| v == accept,
+        )?;
         // RFC 6455 4.1: an extension the client did not offer fails the connection (its
         // framing would be misread: RSV bits, compressed payloads).
         if let Some(ext) = &self.extensions {
@@ -102,6 +92,25 @@ impl Head {
                 excerpt(&offered.join(", "))
             )),
         }
+    }
+}
+
+/// A header a 101 must carry with a value `ok` takes: `missing` when it is absent, else the
+/// header and what it said against what was `expected`.
+fn required(
+    value: &Option<String>,
+    missing: &str,
+    name: &str,
+    expected: &str,
+    ok: impl Fn(&str) -> bool,
+) -> Result<(), HandshakeError> {
+    match value {
+        None => Err(HandshakeError::Invalid(missing.into())),
+        Some(v) if !ok(v) => Err(HandshakeError::Invalid(format!(
+            "{name}: {:?} (expected {expected:?})",
+            excerpt(v)
+        ))),
+        Some(_) => Ok(()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! A one-connection server for tests that answers the upgrade with a 101 carrying `extra`
-//! headers (each ending in CRLF): what a misbehaving server sends. This crate's tests use it,
-//! and other crates' with the `test-server` feature.
+//! headers (each ending in CRLF): what a misbehaving server sends; and the pieces of a
+//! hand-made upgrade for other tests' hostile servers. This crate's tests use it, and other
+//! crates' with the `test-server` feature.
 
 use crate::handshake::find_head_end;
 use std::net::SocketAddr;
@@ -25,21 +26,29 @@ pub async fn answer_101(extra: &str) -> (SocketAddr, JoinHandle<TcpStream>) {
             assert!(n > 0, "request incomplete");
             req.extend_from_slice(&b[..n]);
         }
-        let req = String::from_utf8(req).expect("utf-8");
-        let key = req
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("sec-websocket-key")
-                    .then(|| v.trim().to_string())
-            })
-            .expect("key");
-        let resp = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{extra}\r\n",
-            derive_accept_key(key.as_bytes())
-        );
+        let accept = accept_for(&req).expect("a Sec-WebSocket-Key");
+        let resp = response_101(&accept, &extra);
         s.write_all(resp.as_bytes()).await.expect("write");
         s
     });
     (addr, server)
+}
+
+/// The `Sec-WebSocket-Accept` the upgrade request `head` asks for (the key's answer, by
+/// tungstenite's derivation, not this crate's); `None` without a key.
+pub fn accept_for(head: &[u8]) -> Option<String> {
+    let head = String::from_utf8_lossy(head);
+    let key = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("sec-websocket-key")
+            .then(|| v.trim().to_string())
+    })?;
+    Some(derive_accept_key(key.as_bytes()))
+}
+
+/// A valid 101 answering with `accept`, plus `extra` headers (each ending in CRLF).
+pub fn response_101(accept: &str, extra: &str) -> String {
+    format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extra}\r\n"
+    )
 }
