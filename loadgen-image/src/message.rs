@@ -127,11 +127,6 @@ impl Template {
         self.kind == Kind::Text
     }
 
-    /// Whether answers can be matched by id (else by order).
-    pub fn has_id(&self) -> bool {
-        self.id != IdSlot::None
-    }
-
     fn wrap(&self, bytes: Bytes) -> Message {
         match self.kind {
             // Templates are ASCII JSON and ids are hex: always valid UTF-8.
@@ -187,16 +182,6 @@ impl Template {
             IdSlot::Le(_) => Some(u64::from_le_bytes(slot.get(..8)?.try_into().ok()?)),
             IdSlot::None => None,
         }
-    }
-
-    /// The id carried by an echo of a message from this template (read at its slot only).
-    pub fn id_of(&self, msg: &Message) -> Option<u64> {
-        let data: &[u8] = match msg {
-            Message::Text(t) => t.as_bytes(),
-            Message::Binary(b) => b,
-            _ => return None,
-        };
-        self.id_in(data.get(self.id_slot()?)?)
     }
 }
 
@@ -282,10 +267,15 @@ mod tests {
         let mut arena = BytesMut::new();
         for format in [Format::Json, Format::Msgpack, Format::Binary] {
             let t = Template::data(Protocol::Echo, format, 128, 6);
-            assert!(t.has_id(), "{format:?}");
+            let slot = t.id_slot().expect("an id slot");
             for id in [0u64, 1, 0xdead_beef, u64::MAX] {
                 let m = t.with_id(&mut arena, id);
-                assert_eq!(t.id_of(&m), Some(id), "{format:?}");
+                let data = match &m {
+                    Message::Text(t) => t.as_bytes().to_vec(),
+                    Message::Binary(b) => b.to_vec(),
+                    _ => unreachable!(),
+                };
+                assert_eq!(t.id_in(&data[slot.clone()]), Some(id), "{format:?}");
                 assert_eq!(m.len(), t.len());
             }
         }
@@ -309,7 +299,7 @@ mod tests {
         let mp = Template::data(Protocol::Wse, Format::Msgpack, 190, 6);
         assert_eq!(wse_type(&mp.constant()).as_deref(), Some("trade"));
         let z = Template::data(Protocol::Wse, Format::Zlib, 1024, 6);
-        assert!(!z.has_id());
+        assert!(z.id_slot().is_none());
         assert!(z.len() < 200, "padding compresses: {}", z.len());
         assert_eq!(wse_type(&z.constant()).as_deref(), Some("trade"));
         assert_eq!(
