@@ -6,6 +6,7 @@
 
 pub mod cel;
 pub mod cluster;
+pub mod conversation;
 pub mod env_var;
 pub mod file;
 #[cfg(feature = "fixtures")]
@@ -21,6 +22,7 @@ pub mod validate;
 pub mod yaml;
 
 pub use cluster::*;
+pub use conversation::{Compression, Conversation};
 pub use env_var::EnvVar;
 pub use spec::*;
 pub use status::*;

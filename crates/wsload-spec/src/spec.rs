@@ -2,6 +2,7 @@
 //! but `target` and `scenario` has a default, so a small file runs.
 
 use crate::cel;
+use crate::conversation::{Compression, Conversation};
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
 use crate::env_var::EnvVar;
 use crate::threshold::Threshold;
@@ -51,6 +52,19 @@ pub struct LoadTestSpec {
     /// TLS client settings for a `wss://` target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
+    /// WebSocket subprotocols offered in the upgrade (`Sec-WebSocket-Protocol`), in order of
+    /// preference: `graphql-transport-ws`, `v12.stomp`, ... The server must pick one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 128)))]
+    pub subprotocols: Vec<String>,
+    /// permessage-deflate (RFC 7692), offered when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    /// The conversation with a server of its own protocol: steps on open, automatic
+    /// replies, the measured message and its answer, pushes. See docs/loadtest.md, "Your own
+    /// protocol". Replaces `protocol`'s built-in conversation (`echo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Conversation>,
     /// What the test does; see docs/loadtest.md.
     pub scenario: Scenario,
     /// Connection tiers: each count is one row of the report, run one after another.

@@ -1,0 +1,228 @@
+//! The conversation a connection holds with a server of its own protocol (Socket.IO,
+//! graphql-ws, STOMP, JSON-RPC, ...): steps on open, automatic replies, the measured message
+//! and how its answer is recognised, and the server's pushes. The types only: what a template
+//! or a match means, and their checks, are in `template` and `matching`.
+//!
+//! See docs/loadtest.md, "Your own protocol".
+
+use crate::units::Dur;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Most steps on open, replies, or captures of one step.
+pub const MAX_STEPS: usize = 32;
+/// Longest template, match text or regular expression.
+pub const MAX_TEMPLATE_LEN: usize = 16 * 1024;
+
+/// What each connection says and expects, in the protocol of the server under test.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Conversation {
+    /// Steps after the upgrade, in order: the connection counts as open (connected) once the
+    /// last one is done. A step that does not complete within its timeout fails the
+    /// connection as `expect_timeout`, counted by the step's name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STEPS))]
+    pub open: Vec<Step>,
+    /// Server messages answered automatically for the whole life of the connection
+    /// (heartbeats): never counted as load, as answers or as pushes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STEPS))]
+    pub replies: Vec<Reply>,
+    /// Messages the client sends on its own every `every` (client heartbeats such as
+    /// Phoenix's): not counted as load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<Heartbeat>,
+    /// The measured message: what every scenario that sends sends (the app ping of
+    /// pingLatency and sustainedHold, the messages of throughput, pingpong, echo and
+    /// constantRate), and how its answer is recognised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<MeasuredMessage>,
+    /// Server messages counted as pushes received (a room's messages, a subscription's
+    /// events): counted and timed apart from answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<Match>,
+}
+
+/// One step on open: send a message, or expect one (and capture values from it).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Step {
+    /// The step's name, as misses are counted and reported under it.
+    #[schemars(length(min = 1, max = 64))]
+    pub name: String,
+    /// A message to send (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<Payload>,
+    /// A message to wait for: the first server message that matches completes the step;
+    /// others are skipped (automatic replies still answer them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<Match>,
+    /// Values taken from the expected message into variables for later templates
+    /// (`${name}`), by variable name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = MAX_STEPS))]
+    pub capture: BTreeMap<String, Capture>,
+    /// How long an `expect` may wait (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
+}
+
+/// A message to send: a template, as a text or a binary frame (exactly one).
+///
+/// Placeholders: `${conn}` (the connection's number over all shards), `${seq}` (the
+/// connection's message sequence number, from 1), `${sendTime}` (microseconds since the Unix
+/// epoch when the message is made), `${random}` (a random 32-bit number), `${hex:N}` (N random
+/// hex digits), `${uuid}` (a random UUID v4), `${pad}` (filler that makes the message
+/// `message.size` bytes) and `${NAME}` for a variable captured on open. `$${` is a literal
+/// `${`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Payload {
+    /// Sent as a text frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub text: Option<String>,
+    /// Sent as a binary frame (the template's UTF-8 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub binary: Option<String>,
+}
+
+/// Which server messages match: every field given must hold. The JSON `field` is read from
+/// the message after `prefix` when both are given (Socket.IO's `42["event",...]`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Match {
+    /// The whole message is exactly this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub equals: Option<String>,
+    /// The message starts with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub prefix: Option<String>,
+    /// A regular expression (Rust `regex` syntax) found in the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub regex: Option<String>,
+    /// A JSON field equal to a value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonField>,
+    /// The frame's kind: `text` or `binary` (default: either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<FrameType>,
+}
+
+/// A JSON field and the value it must hold.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsonField {
+    /// Dotted path from the top (`payload.data.id`; array elements by index: `0`).
+    #[schemars(length(min = 1, max = 256))]
+    pub field: String,
+    /// The value: a string field equals it as text; a number, `true`, `false` or `null`
+    /// equals it as written in JSON.
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub equals: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FrameType {
+    Text,
+    Binary,
+}
+
+/// Where a value is in a message (exactly one of `json` and `regex`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Capture {
+    /// A JSON field's value (a string without its quotes), by dotted path; read after the
+    /// match's `prefix` when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub json: Option<String>,
+    /// The first group of a regular expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub regex: Option<String>,
+}
+
+/// A server message answered automatically.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reply {
+    /// The messages answered.
+    pub when: Match,
+    /// The answer (a template).
+    pub send: Payload,
+}
+
+/// A message the client sends on its own, periodically.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Heartbeat {
+    /// How often.
+    pub every: Dur,
+    /// What (a template).
+    pub send: Payload,
+}
+
+/// The measured message and its answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MeasuredMessage {
+    /// Sent as a text frame (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub text: Option<String>,
+    /// Sent as a binary frame (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub binary: Option<String>,
+    /// How its answer is recognised; without it, nothing answers the message (the server
+    /// only receives: throughput counts what was sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<AnswerRule>,
+}
+
+/// How an answer to the measured message is recognised: a message that matches `match`
+/// (any, if absent) and carries the message's `${seq}` where `id` says; without `id`, the next
+/// message that matches answers the oldest one outstanding.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnswerRule {
+    /// Which messages may be answers.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Match>,
+    /// Where an answer carries the `${seq}` of the message it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Capture>,
+}
+
+/// permessage-deflate (RFC 7692), offered in the upgrade when present: the server may accept
+/// it (then both sides compress) or not (then nothing is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compression {
+    /// Ask the server to use a window of 2^N bytes (8-15; default: the server's choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 8, max = 15))]
+    pub server_max_window_bits: Option<u8>,
+    /// Offer to compress with a window of 2^N bytes (8-15; default 15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 8, max = 15))]
+    pub client_max_window_bits: Option<u8>,
+    /// Ask the server to reset its compression context after every message.
+    #[serde(default)]
+    pub server_no_context_takeover: bool,
+    /// Reset ours after every message (less memory per connection, larger messages).
+    #[serde(default)]
+    pub client_no_context_takeover: bool,
+    /// Whether a server that declines compression fails the connection (default: measured
+    /// uncompressed, and said so).
+    #[serde(default)]
+    pub required: bool,
+}
