@@ -7,7 +7,7 @@
 use crate::answer::{self, Answer, Asked};
 use crate::counters::SlotRef;
 use crate::dial::Ws;
-use crate::measure::{Dropped, FrameKind, Measure};
+use crate::measure::{Dropped, FrameKind, Measure, UNSOLICITED};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
@@ -138,6 +138,12 @@ impl WorkerState {
     fn dropped(&self, why: Dropped) {
         self.stats.borrow_mut().counts.drop(why);
         self.slot.dropped(why);
+    }
+    /// Counts how long a connection that ended for `why` had been in its measured phase
+    /// (warm-up included: a heartbeat's timeout runs from the open, not from the window).
+    fn lived(&self, why: Dropped, began: Instant) {
+        let ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.stats.borrow_mut().counts.lived(why, ms);
     }
     /// Keeps `text()` as the evidence of `why` unless the worker has one already: described
     /// once per reason, on the failure path only.
@@ -291,6 +297,16 @@ fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Mes
         ctx.received(now, 1, bytes);
     } else {
         ctx.unsolicited(now, kind, 1, bytes);
+        // The first one kept: a server message nobody answered (a heartbeat) explains a
+        // server's close later; described once per worker, not per frame.
+        let mut m = ctx.stats.borrow_mut();
+        if kind != FrameKind::Pong && !m.counts.has_evidence(UNSOLICITED) {
+            let text = match msg {
+                Message::Text(t) => format!("{:?}", t.as_str()),
+                other => format!("{} binary bytes", other.len()),
+            };
+            m.counts.witness(UNSOLICITED, &text);
+        }
     }
 }
 
@@ -445,6 +461,7 @@ pub fn run(
 ) -> impl std::future::Future<Output = ()> {
     async move {
         let ctx = &*ctx;
+        let began = Instant::now();
         // Boxed: a task's future would otherwise be as large as the largest behavior's state
         // machine, for every one of 100K connections. Except the hold's, the behavior that
         // idles at scale: small (see `hold`), inline it spares every held connection an
@@ -493,7 +510,10 @@ pub fn run(
                 // goodbye brings.
                 _ => ctx.stats.borrow_mut().counts.survived += 1,
             },
-            (Err(why), _) => ctx.dropped(why),
+            (Err(why), _) => {
+                ctx.dropped(why);
+                ctx.lived(why, began);
+            }
         }
         slot.closed();
     }

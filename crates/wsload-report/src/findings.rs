@@ -1,7 +1,7 @@
 //! Known causes the data shows, each one line under the table with its evidence. Every rule is
 //! a function of one cell: it names a cause only where the figures point at it, and says which.
 
-use crate::measure::{ConnectError, Counts, Dropped};
+use crate::measure::{ConnectError, Counts, Dropped, FrameKind, Lifetime, UNSOLICITED};
 use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
@@ -87,14 +87,79 @@ pub fn failures(c: &CellResult) -> Vec<Finding> {
         .chain(ended)
         .filter(|(_, _, n, _, _)| *n > 0)
         .filter_map(|(label, cause, n, of, what)| {
-            let evidence = failure_evidence(
-                counts,
-                label,
-                format!("{} of {} {what}", num(n as f64), num(of as f64)),
-            );
-            finding(Rule::Failure, c, cause, evidence)
+            let mut how_many = format!("{} of {} {what}", num(n as f64), num(of as f64));
+            if label == Dropped::ServerClose.label() {
+                how_many.push_str(&close_codes(counts));
+            }
+            if let Some(l) = counts.lifetimes.get(label) {
+                how_many.push_str(&lived(l));
+            }
+            let evidence = failure_evidence(counts, label, how_many);
+            match unanswered_hint(counts, label) {
+                Some(hint) => finding(Rule::Failure, c, &format!("{cause}; {hint}"), evidence),
+                None => finding(Rule::Failure, c, cause, evidence),
+            }
         })
         .collect()
+}
+
+/// ` with 1000 x200` for the close codes the server sent, if any.
+fn close_codes(counts: &Counts) -> String {
+    if counts.close_codes.is_empty() {
+        return String::new();
+    }
+    let codes: Vec<String> = counts
+        .close_codes
+        .iter()
+        .map(|(code, n)| format!("{code} x{}", num(*n as f64)))
+        .collect();
+    format!(" with {}", codes.join(", "))
+}
+
+/// ` after ~8.0 s (7.9-8.2 s)`: how long the connections had been open in the measured phase.
+fn lived(l: &Lifetime) -> String {
+    let s = |ms: u64| ms as f64 / 1000.0;
+    if l.min_ms == l.max_ms {
+        format!(" after {:.1} s", s(l.min_ms))
+    } else {
+        format!(
+            " after ~{:.1} s ({:.1}-{:.1} s)",
+            s(l.mean_ms()),
+            s(l.min_ms),
+            s(l.max_ms)
+        )
+    }
+}
+
+/// When the server closed connections (or stopped answering) while it sent messages that
+/// answered nothing, the likeliest cause is a message of its own that wanted an answer: a
+/// heartbeat (Engine.IO's `2`, graphql-ws' `ping`, STOMP's EOL) nobody answered.
+fn unanswered_hint(counts: &Counts, label: &str) -> Option<String> {
+    let closing = [
+        Dropped::ServerClose.label(),
+        Dropped::Reset.label(),
+        Dropped::PingTimeout.label(),
+    ];
+    if !closing.contains(&label) {
+        return None;
+    }
+    let frames: u64 = [FrameKind::Text, FrameKind::Binary]
+        .iter()
+        .filter_map(|k| counts.unsolicited.get(k))
+        .map(|t| t.frames)
+        .sum();
+    if frames == 0 {
+        return None;
+    }
+    let example = counts
+        .evidence
+        .get(UNSOLICITED)
+        .map(|e| format!(" (e.g. {e})"))
+        .unwrap_or_default();
+    Some(format!(
+        "the server sent {} messages that nothing answered{example}: if it waits for an answer (a heartbeat), add one under conversation.replies",
+        num(frames as f64)
+    ))
 }
 
 /// `label: N of M attempts; e.g. EXAMPLE`.
@@ -486,6 +551,33 @@ mod tests {
                 "finding [100]: the server broke the WebSocket protocol (RFC 6455): the client closed with 1002 (1007 for invalid UTF-8) (protocol_error: 1 of 99 connections; e.g. WebSocket protocol error: Reserved bits are non-zero (close 1002 sent))",
             ]
         );
+    }
+
+    #[test]
+    fn a_server_that_closed_says_with_what_and_when_and_an_unanswered_heartbeat_is_named() {
+        let mut c = cell();
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        counts.connected = 200;
+        for i in 0..200 {
+            counts.drop(Dropped::ServerClose);
+            counts.lived(Dropped::ServerClose, 7_900 + i);
+        }
+        counts.close_codes.insert("1000".into(), 200);
+        counts.witness("server_close", "close 1000 \"ping timeout\"");
+        counts.unsolicited(FrameKind::Text, 400, 400);
+        counts.witness(UNSOLICITED, "\"2\"");
+        let text: Vec<String> = failures(&c).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            vec![
+                "finding [100]: the server closed connections; the server sent 400 messages that nothing answered (e.g. \"2\"): if it waits for an answer (a heartbeat), add one under conversation.replies (server_close: 200 of 200 connections with 1000 x200 after ~8.0 s (7.9-8.1 s); e.g. close 1000 \"ping timeout\")",
+            ]
+        );
+        // Without messages that answered nothing, no guess is made.
+        c.measure.counts.unsolicited.clear();
+        let f = failures(&c);
+        assert_eq!(f[0].cause, "the server closed connections");
     }
 
     #[test]

@@ -151,7 +151,55 @@ pub struct Counts {
     /// Bytes those connections left unread at the deadline (their socket and read buffer).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unread_bytes: u64,
+    /// How long connections had been open in the measured phase when they ended, by the
+    /// reason they ended (a drop's label): "closed by the server after ~8 s" is a heartbeat
+    /// that was never answered, "at once" is a refusal.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lifetimes: BTreeMap<String, Lifetime>,
 }
+
+/// How long connections lived, in milliseconds: enough to merge exactly (sums, extremes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifetime {
+    pub count: u64,
+    pub min_ms: u64,
+    pub max_ms: u64,
+    pub sum_ms: u64,
+}
+
+impl Lifetime {
+    pub fn record(&mut self, ms: u64) {
+        self.min_ms = if self.count == 0 {
+            ms
+        } else {
+            self.min_ms.min(ms)
+        };
+        self.max_ms = self.max_ms.max(ms);
+        self.sum_ms += ms;
+        self.count += 1;
+    }
+    pub fn add(&mut self, o: &Lifetime) {
+        if o.count == 0 {
+            return;
+        }
+        self.min_ms = if self.count == 0 {
+            o.min_ms
+        } else {
+            self.min_ms.min(o.min_ms)
+        };
+        self.max_ms = self.max_ms.max(o.max_ms);
+        self.sum_ms += o.sum_ms;
+        self.count += o.count;
+    }
+    pub fn mean_ms(&self) -> u64 {
+        self.sum_ms.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// The `evidence` key of the first data frame that answered nothing: a heartbeat nobody
+/// answered shows itself there.
+pub const UNSOLICITED: &str = "unsolicited";
 
 /// The longest evidence kept, in characters: a line of a report, not a body.
 pub const MAX_EVIDENCE: usize = 200;
@@ -242,6 +290,16 @@ impl Counts {
         }
         self.behind += o.behind;
         self.unread_bytes += o.unread_bytes;
+        for (k, l) in &o.lifetimes {
+            self.lifetimes.entry(k.clone()).or_default().add(l);
+        }
+    }
+    /// Counts a connection that ended for `why` after `ms` milliseconds in the measured phase.
+    pub fn lived(&mut self, why: Dropped, ms: u64) {
+        self.lifetimes
+            .entry(why.label().to_string())
+            .or_default()
+            .record(ms);
     }
 }
 
@@ -356,6 +414,31 @@ mod tests {
         let json = serde_json::to_string(&a).expect("serialize");
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back.evidence, a.evidence);
+    }
+
+    #[test]
+    fn lifetimes_merge_exactly_by_reason() {
+        let mut a = Counts::default();
+        a.lived(Dropped::ServerClose, 8_000);
+        a.lived(Dropped::ServerClose, 8_200);
+        let mut b = Counts::default();
+        b.lived(Dropped::ServerClose, 7_900);
+        b.lived(Dropped::Reset, 10);
+        a.add(&b);
+        let close = a.lifetimes["server_close"];
+        assert_eq!(
+            (close.count, close.min_ms, close.max_ms, close.sum_ms),
+            (3, 7_900, 8_200, 24_100)
+        );
+        assert_eq!(close.mean_ms(), 8_033);
+        assert_eq!(a.lifetimes["reset"].min_ms, 10);
+        let back: Counts =
+            serde_json::from_str(&serde_json::to_string(&a).expect("json")).expect("read back");
+        assert_eq!(back, a);
+        // An empty side leaves the minimum alone.
+        let mut c = Counts::default();
+        c.add(&a);
+        assert_eq!(c.lifetimes["server_close"].min_ms, 7_900);
     }
 
     #[test]
