@@ -8,7 +8,7 @@ mod support;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wsload_spec::{LoadTest, LoadTestResource};
+use wsload_spec::{LoadTest, LoadTestResource, cel};
 
 /// One bad input: a spec (the lines under `spec:`), the field the error must name, and a
 /// phrase each checker's message must contain.
@@ -308,6 +308,58 @@ fn cases() -> Vec<Case> {
             "spec.message.compressionLevel",
             "should be less than or equal to 9",
             same("spec.message.compressionLevel", "must be 0-9"),
+        ),
+        case(
+            "a step that both sends and expects",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}, expect: {prefix: y}}\n",
+            "spec.conversation.open[0]",
+            cel::MSG_STEP_KIND,
+            same("spec.conversation.open[0]", cel::MSG_STEP_KIND),
+        ),
+        case(
+            "a message both text and binary",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x, binary: y}}\n",
+            "spec.conversation.open[0].send",
+            cel::MSG_ONE_PAYLOAD,
+            same("spec.conversation.open[0].send", cel::MSG_ONE_PAYLOAD),
+        ),
+        case(
+            "a capture on a step that only sends",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}, capture: {sid: {json: sid}}}\n",
+            "spec.conversation.open[0].capture",
+            cel::MSG_CAPTURE_NEEDS_EXPECT,
+            same(
+                "spec.conversation.open[0].capture",
+                cel::MSG_CAPTURE_NEEDS_EXPECT,
+            ),
+        ),
+        case(
+            "a reply to every message",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    replies:\n    - {when: {}, send: {text: '3'}}\n",
+            "spec.conversation.replies[0].when",
+            cel::MSG_MATCH_EMPTY,
+            same("spec.conversation.replies[0].when", cel::MSG_MATCH_EMPTY),
+        ),
+        case(
+            "an answer id the message does not carry",
+            "  target: {server: {}}\n  scenario: pingpong\n  conversation:\n    message: {text: '{\"id\":1}', answer: {id: {json: id}}}\n",
+            "spec.conversation.message.answer.id",
+            cel::MSG_ID_NEEDS_SEQ,
+            same("spec.conversation.message.answer.id", cel::MSG_ID_NEEDS_SEQ),
+        ),
+        case(
+            "two steps of one name",
+            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n    - {name: a, send: {text: y}}\n",
+            "spec.conversation.open",
+            cel::MSG_STEP_NAMES,
+            same("spec.conversation.open", cel::MSG_STEP_NAMES),
+        ),
+        case(
+            "a conversation over the WSE protocol",
+            "  target: {url: 'ws://h:1/'}\n  protocol: wse\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n",
+            "spec.conversation",
+            cel::MSG_CONVERSATION_WSE,
+            same("spec.conversation", cel::MSG_CONVERSATION_WSE),
         ),
         // A valid object name (a DNS subdomain) but not a DNS label: `<name>-server` could not
         // be a Service.

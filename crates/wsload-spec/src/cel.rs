@@ -262,6 +262,7 @@ pub fn spec_rules(schema: &mut Schema) {
                 ),
                 ".protocol",
             ),
+            spec_conversation_rules(),
             at(
                 rule(
                     "!has(self.tls) || !has(self.target.url) || !self.target.url.startsWith('ws://') || !(has(self.tls.caFile) || (has(self.tls.insecureSkipVerify) && self.tls.insecureSkipVerify))",
@@ -448,4 +449,103 @@ pub fn name_rule() -> kube::core::Rule {
     .message(kube::core::Message::Message(format!(
         "metadata.name must be lowercase letters, digits and '-', start with a letter and be at most {MAX_NAME_LEN} characters (the server's Service is <name>-server)"
     )))
+}
+
+/// The CEL form of `validate.rs`'s one-of messages of the conversation.
+pub const MSG_ONE_PAYLOAD: &str =
+    "set exactly one of text (a text frame) or binary (a binary frame)";
+pub const MSG_STEP_KIND: &str =
+    "set exactly one of send (a message to send) or expect (a message to wait for)";
+pub const MSG_CAPTURE_NEEDS_EXPECT: &str =
+    "capture needs expect on the same step: values are taken from the message it matched";
+pub const MSG_CAPTURE_KIND: &str =
+    "set exactly one of json (a field's path) or regex (its first group)";
+pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
+pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
+pub const MSG_ID_NEEDS_SEQ: &str = "answer.id reads back the message's ${seq}: put ${seq} in the message template where the answer carries it";
+pub const MSG_CONVERSATION_WSE: &str = "a conversation replaces the built-in protocol: leave protocol at echo (the default) or drop conversation";
+
+fn exactly_one(fields: &[&str]) -> String {
+    let has: Vec<String> = fields.iter().map(|f| format!("has(self.{f})")).collect();
+    format!("[{}].filter(b, b).size() == 1", has.join(", "))
+}
+
+pub fn payload_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(&exactly_one(&["text", "binary"]), MSG_ONE_PAYLOAD)],
+    );
+}
+
+pub fn step_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![
+            rule(&exactly_one(&["send", "expect"]), MSG_STEP_KIND),
+            at(
+                rule(
+                    "!has(self.capture) || size(self.capture) == 0 || has(self.expect)",
+                    MSG_CAPTURE_NEEDS_EXPECT,
+                ),
+                ".capture",
+            ),
+        ],
+    );
+}
+
+pub fn capture_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(&exactly_one(&["json", "regex"]), MSG_CAPTURE_KIND)],
+    );
+}
+
+pub fn match_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(
+            "has(self.equals) || has(self.prefix) || has(self.regex) || has(self.json) || has(self.frame)",
+            MSG_MATCH_EMPTY,
+        )],
+    );
+}
+
+pub fn conversation_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![at(
+            rule(
+                "!has(self.open) || self.open.all(s, self.open.exists_one(t, t.name == s.name))",
+                MSG_STEP_NAMES,
+            ),
+            ".open",
+        )],
+    );
+}
+
+pub fn measured_message_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![
+            rule(&exactly_one(&["text", "binary"]), MSG_ONE_PAYLOAD),
+            at(
+                rule(
+                    "!has(self.answer) || !has(self.answer.id) || (has(self.text) && self.text.contains('${seq}')) || (has(self.binary) && self.binary.contains('${seq}'))",
+                    MSG_ID_NEEDS_SEQ,
+                ),
+                ".answer.id",
+            ),
+        ],
+    );
+}
+
+/// Spec-level rules of the conversation (beside `spec_rules`, which are the load's).
+pub fn spec_conversation_rules() -> Value {
+    at(
+        rule(
+            "!has(self.conversation) || !has(self.protocol) || self.protocol != 'wse'",
+            MSG_CONVERSATION_WSE,
+        ),
+        ".conversation",
+    )
 }

@@ -5,6 +5,7 @@
 //!
 //! See docs/loadtest.md, "Your own protocol".
 
+use crate::cel;
 use crate::units::Dur;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,7 @@ pub const MAX_TEMPLATE_LEN: usize = 16 * 1024;
 /// What each connection says and expects, in the protocol of the server under test.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::conversation_rules)]
 pub struct Conversation {
     /// Steps after the upgrade, in order: the connection counts as open (connected) once the
     /// last one is done. A step that does not complete within its timeout fails the
@@ -48,6 +50,7 @@ pub struct Conversation {
 /// One step on open: send a message, or expect one (and capture values from it).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::step_rules)]
 pub struct Step {
     /// The step's name, as misses are counted and reported under it.
     #[schemars(length(min = 1, max = 64))]
@@ -62,7 +65,7 @@ pub struct Step {
     /// Values taken from the expected message into variables for later templates
     /// (`${name}`), by variable name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = MAX_STEPS))]
+    #[schemars(extend("maxProperties" = MAX_STEPS))]
     pub capture: BTreeMap<String, Capture>,
     /// How long an `expect` may wait (default 5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +82,7 @@ pub struct Step {
 /// `${`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::payload_rules)]
 pub struct Payload {
     /// Sent as a text frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +98,7 @@ pub struct Payload {
 /// the message after `prefix` when both are given (Socket.IO's `42["event",...]`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::match_rules)]
 pub struct Match {
     /// The whole message is exactly this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +143,7 @@ pub enum FrameType {
 /// Where a value is in a message (exactly one of `json` and `regex`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::capture_rules)]
 pub struct Capture {
     /// A JSON field's value (a string without its quotes), by dotted path; read after the
     /// match's `prefix` when it has one.
@@ -173,6 +179,7 @@ pub struct Heartbeat {
 /// The measured message and its answer.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::measured_message_rules)]
 pub struct MeasuredMessage {
     /// Sent as a text frame (a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
