@@ -323,6 +323,19 @@ def main():
         add(label, "echoes/s", test, "rate", num)
         add(label, "echoes per client CPU-s", test, "per_cpu", num, target=20)
         add(label, "client CPU used (cores)", test, "cores", lambda v: "n/a" if v is None else f"{v:.2f}")
+    if "throughput-template" in present:
+        label = "Template vs built-in echo, 64 B, 100 conns (wsload alone)"
+        builtin = med("throughput-64b", "wsload", "per_cpu")
+        own = med("throughput-template", "wsload", "per_cpu")
+        r = ratio(own, builtin)
+        ok = r is not None and r >= 0.9
+        verdicts.append((f"{label}: echoes per client CPU-s, template / built-in", ">= 0.9x", fmt_ratio(r), ok))
+        rows.append((label, "echoes/s, built-in / template",
+                     f"{num(med('throughput-64b', 'wsload', 'rate'))} / {num(med('throughput-template', 'wsload', 'rate'))}",
+                     "-", "", "", ""))
+        rows.append((label, "echoes per client CPU-s, built-in / template (ratio in the ratio column)",
+                     f"{num(builtin)} / {num(own)}", "-", fmt_ratio(r), ">= 0.9x",
+                     "**yes**" if ok else "**NO**"))
     for conns in ("1", "100"):
         test = f"ping-{conns}"
         if test not in present:

@@ -5,7 +5,10 @@
 #               echoes/s and echoes per CLIENT CPU-second over the same ~10 s steady window;
 #   ping        1 and 100 connections, sequential echo round trips: percentiles, round trips/s;
 #   storm       5,000 connections opened (and closed): connections/s, connect percentiles;
-#   hold        wsload only: client VmRSS per idle connection at 19,000 connections.
+#   hold        wsload only: client VmRSS per idle connection at 19,000 connections;
+#   template    wsload only (not in the default phases): throughput-64b.yaml's built-in echo
+#               message against throughput-template.yaml's own JSON template with ${seq} and
+#               ${sendTime}, answered by its id: echoes per client CPU-second of each, alternating.
 # The client's CPU time is read from /proc/PID/stat (utime+stime) every 50 ms while it runs,
 # and from /usr/bin/time for the whole process. Prints a markdown table with wsload/k6 ratios
 # and whether the targets are met. Loopback only; every process started here is ended on exit.
@@ -112,7 +115,7 @@ install_k6() {
 needs_k6=false
 if [[ $with_k6 != 0 ]]; then
     for phase in $phases; do
-        [[ $phase == hold ]] || needs_k6=true
+        [[ $phase == hold || $phase == template ]] || needs_k6=true
     done
 fi
 k6_versions="k6 not run"
@@ -315,6 +318,29 @@ phase_throughput() {
     stop_server
 }
 
+# wsload alone, the built-in echo message against the user's own template (a JSON message with
+# ${seq} and ${sendTime}, answered by its `id`), alternating, on one server: what a template
+# costs per message, as a ratio measured side by side.
+phase_template() {
+    start_server wsload-server "$out/server-template.log"
+    local name spec warmup rep dir order
+    for rep in $(seq 1 "$repeat"); do
+        order="throughput-64b.yaml throughput-template.yaml"
+        ((rep % 2)) || order="throughput-template.yaml throughput-64b.yaml"
+        for name in $order; do
+            spec=$(render_spec "$name")
+            warmup=$(spec_number "$spec" warmup)
+            dir=$runs/template-${name%.yaml}-$rep
+            log "template phase: $name, run $rep/$repeat"
+            run_wsload "$dir" "$spec" $((warmup + $(spec_number "$spec" duration) + 60))
+            meta warmup "$warmup" "$dir"
+            meta test "${name%.yaml}" "$dir"
+            meta size 64 "$dir"
+        done
+    done
+    stop_server
+}
+
 phase_ping() {
     start_server wsload-server "$out/server-ping.log"
     local conns spec pings rep dir first tool
@@ -441,8 +467,8 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$SECONDS
 for phase in $phases; do
     case $phase in
-    throughput | ping | storm | hold) "phase_$phase" ;;
-    *) die "unknown phase $phase (throughput, ping, storm, hold)" ;;
+    throughput | ping | storm | hold | template) "phase_$phase" ;;
+    *) die "unknown phase $phase (throughput, ping, storm, hold, template)" ;;
     esac
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
