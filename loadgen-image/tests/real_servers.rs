@@ -343,8 +343,10 @@ fn stomp_receipts_match_every_send() {
     );
     // Each connection's queue delivered back what it sent.
     assert_eq!(count(cell, "pushes"), count(cell, "sent"));
-    // ~10 s at a heart-beat every 2 s, each answered.
-    assert!(count(cell, "replies") >= 100 * 3);
+    // ~10 s of connection against the broker's 2 s heart-beat deadline: none dropped for
+    // silence (checked by clean above) means the client's heart-beats went out.
+    let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
+    assert!(held >= 9.0, "connections lived {held} s, beyond the heart-beat deadline");
 }
 
 #[test]
