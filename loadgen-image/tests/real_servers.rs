@@ -227,14 +227,14 @@ fn only(result: &Value) -> &Value {
 }
 
 fn count(cell: &Value, name: &str) -> u64 {
-    cell["measure"]["counts"][name]
+    cell["counts"][name]
         .as_u64()
-        .unwrap_or_else(|| panic!("counts.{name} in {}", cell["measure"]["counts"]))
+        .unwrap_or_else(|| panic!("counts.{name} in {}", cell["counts"]))
 }
 
 /// A count the result leaves out when it is zero (the conversation's `replies`).
 fn count_or_zero(cell: &Value, name: &str) -> u64 {
-    let v = &cell["measure"]["counts"][name];
+    let v = &cell["counts"][name];
     if v.is_null() {
         return 0;
     }
@@ -244,7 +244,7 @@ fn count_or_zero(cell: &Value, name: &str) -> u64 {
 
 /// Server messages counted as pushes: `counts.pushes` frames (left out when none).
 fn pushes(cell: &Value) -> u64 {
-    let v = &cell["measure"]["counts"]["pushes"];
+    let v = &cell["counts"]["pushes"];
     if v.is_null() {
         return 0;
     }
@@ -270,7 +270,7 @@ fn stat(stats: &Value, name: &str) -> u64 {
 
 /// No connection failed or dropped, and no step on open missed its message.
 fn clean(cell: &Value) {
-    let counts = &cell["measure"]["counts"];
+    let counts = &cell["counts"];
     // Counts are camelCase in the result JSON (Rust's `expect_missed`).
     for map in ["failed", "dropped", "expectMissed"] {
         let v = &counts[map];
