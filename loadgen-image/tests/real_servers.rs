@@ -383,8 +383,14 @@ fn stomp_receipts_match_every_send() {
         figure(cell, &["rtt", "count"]) as u64,
         count(cell, "received")
     );
-    // Each connection's queue delivered back what it sent.
-    assert_eq!(pushes(cell), count(cell, "sent"));
+    // Each connection's queue delivered back what it sent, but for at most its last SEND:
+    // the broker may send that RECEIPT before that MESSAGE, and the cell ends on the receipt.
+    let delivered = pushes(cell);
+    let sent = count(cell, "sent");
+    assert!(
+        delivered <= sent && delivered >= sent - 100,
+        "{delivered} MESSAGEs for {sent} SENDs"
+    );
     // ~10 s of connection against the broker's 2 s heart-beat deadline: none dropped for
     // silence (checked by clean above) means the client's heart-beats went out.
     let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
