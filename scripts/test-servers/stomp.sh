@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A STOMP 1.2 over WebSocket broker for the stomp preset (examples/stomp.yaml): Debian's
 # RabbitMQ with its rabbitmq_web_stomp plugin, run as a node of its own (own node name, data,
-# logs, config and ports in a temporary directory, removed at exit), never the package's
+# logs, config, ports and port mapper (epmd), in a temporary directory removed at exit; the
+# port mapper stopped at exit too), never the package's
 # system service. STOMP over WebSocket on ws://HOST:PORT/ws (subprotocols v12.stomp and
 # older), user guest/guest from any address.
 #
@@ -34,11 +35,14 @@ need_packages rabbitmq-server
 bin=/usr/lib/rabbitmq/bin
 [[ -x $bin/rabbitmq-server ]] || die "the rabbitmq-server package is installed but $bin/rabbitmq-server is missing"
 
-read -r amqp_port dist_port free < <(free_ports 3)
+read -r amqp_port dist_port epmd_port free < <(free_ports 4)
 port=${port:-$free}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/wsload-stomp.XXXXXX")
 node_pid=
 at_exit 'rm -rf "$dir"'
+# An Erlang port mapper of this node's own (on its own port), so that nothing of it outlives
+# the script and no other Erlang node on the machine is touched.
+at_exit '[[ -z $node_pid ]] || ERL_EPMD_PORT=$epmd_port epmd -kill >/dev/null 2>&1 || true'
 at_exit '[[ -z $node_pid ]] || { RABBITMQ_CONF_ENV_FILE=/dev/null HOME=$dir "$bin/rabbitmqctl" -n "$node" stop >/dev/null 2>&1 || true; stop_process "$node_pid" 10; }'
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -60,6 +64,7 @@ export HOME=$dir # the Erlang cookie is made there
 export RABBITMQ_CONF_ENV_FILE=/dev/null
 export RABBITMQ_NODENAME=$node
 export RABBITMQ_DIST_PORT=$dist_port
+export ERL_EPMD_PORT=$epmd_port
 export RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf
 export RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins
 export RABBITMQ_MNESIA_BASE=$dir/mnesia
