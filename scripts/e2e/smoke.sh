@@ -4,7 +4,7 @@
 # talks only to the current kubectl context and expects the wsload images already on the
 # nodes; it never creates or deletes the cluster.
 #
-# usage: scripts/e2e/smoke.sh [--faults]
+# usage: scripts/e2e/smoke.sh [--faults] [--preset NAME HOST:PORT]
 #   1. helm upgrade --install charts/wsload (release wsload, namespace wsload-system), with the
 #      chart's minimal Prometheus unless the cluster already runs one
 #   2. examples/smoke.yaml (managed server, 2 shards) to Succeeded with verdict Pass; prints
@@ -15,6 +15,10 @@
 #      shard pod deleted   -> Failed/ShardFailed, missingShards [1], shard 0's result kept, verdict Fail
 #      operator pod deleted -> the Deployment's new pod takes over: Succeeded, verdict Pass
 #      server pod deleted  -> Failed/ServerLost, both shards' results kept
+#   --preset, then: examples/NAME.yaml (a preset for a real server of its own protocol:
+#      socketio, graphql-ws, stomp, jsonrpc) against the server the caller started at
+#      HOST:PORT (reachable from the pods), 200 connections for at most 20 s, to Succeeded with
+#      verdict Pass and its round trips in status
 #
 # Environment:
 #   KUBECTL, HELM            binaries (default: kubectl and helm on PATH)
@@ -39,12 +43,23 @@ TEST_NS=default
 PROM_SVC="$RELEASE-prometheus"
 OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-e2e.XXXXXX)}"
 FAULTS=0
+PRESET=""
+PRESET_ADDR=""
 
-case "${1:-}" in
-"") ;;
---faults) FAULTS=1 ;;
-*) usage ;;
-esac
+while (($#)); do
+	case "$1" in
+	--faults) FAULTS=1 ;;
+	--preset)
+		[[ $# -ge 3 ]] || usage
+		PRESET="$2"
+		PRESET_ADDR="$3"
+		shift 2
+		;;
+	*) usage ;;
+	esac
+	shift
+done
+[[ -z "$PRESET" || -f "$ROOT/examples/$PRESET.yaml" ]] || fail "no preset examples/$PRESET.yaml"
 
 started=$SECONDS
 mkdir -p "$OUT"
@@ -249,6 +264,30 @@ if ((FAULTS)); then
 	expect server-deleted Failed ServerLost Fail
 	stored server-deleted 0 1
 	timed "server deleted"
+fi
+
+# --- a preset against a real server ---------------------------------------------------------
+if [[ -n "$PRESET" ]]; then
+	step "preset examples/$PRESET.yaml against the real server at $PRESET_ADDR"
+	# The preset as shipped, its target's host and port the caller's server, smaller: one node.
+	kubectl -n "$TEST_NS" delete loadtest "$PRESET" --ignore-not-found --wait=true >/dev/null
+	kubectl -n "$TEST_NS" create --dry-run=client -o json -f "$ROOT/examples/$PRESET.yaml" |
+		jq --arg addr "$PRESET_ADDR" --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" '
+			.spec.target.url |= sub("//[^/]+"; "//" + $addr)
+			| .spec.connections = [200]
+			| if .spec.duration then .spec.duration = "20s" else . end
+			| if $one == "1" then .spec.loadgen = {spread: "none", separateFromServer: false} else . end' |
+		kubectl -n "$TEST_NS" apply -f -
+	wait_phase "$PRESET" Running 180
+	wait_done "$PRESET"
+	kubectl -n "$TEST_NS" get loadtest "$PRESET" -o wide
+	jq '.status | {phase, verdict, targetUrl,
+		tiers: [.tiers[] | {"label": .label, connections, messagesPerSecond, connect, rtt, errors}],
+		thresholds}' "$OUT/$PRESET.json" | tee "$OUT/$PRESET.summary.json"
+	expect "$PRESET" Succeeded - Pass
+	jq -e '[.status.tiers[] | select(.rtt != null and .messagesPerSecond > 0)] | length == 1' "$OUT/$PRESET.json" >/dev/null ||
+		{ diagnose "$PRESET"; fail "LoadTest $PRESET: status lacks its tier's round trips ($OUT/$PRESET.json)"; }
+	timed "preset $PRESET"
 fi
 
 printf '\ne2e: PASS in %ss (%s); statuses in %s\n' "$((SECONDS - started))" "$(

@@ -13,6 +13,9 @@
 #      (managed server, 2 shards) to Succeeded/Pass, Prometheus' pod discovery
 #      scraped every pod, then a shard, the operator and the server deleted
 #      mid-run, each ending in its defined state with its results kept
+#      and, with --preset, examples/socketio.yaml through the operator against a real
+#      Socket.IO server (npm socket.io, scripts/test-servers/) on the host, reached from the
+#      pods at the CNI bridge's address: Succeeded/Pass with its figures in status
 #   6. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
 #
 # Environment:
@@ -167,12 +170,30 @@ else
 fi
 timed "pod traffic"
 
-step "the cluster smoke test (scripts/e2e/smoke.sh): chart, Prometheus, a 2-shard LoadTest, fault runs"
+step "a real Socket.IO server on the host, for the pods (scripts/test-servers/)"
+# The pods' gateway is the host's address on the CNI bridge: what they reach the host at.
+bridge_ip="$(ip -4 -o addr show dev cni0 | awk '{ sub(/\/.*/, "", $4); print $4; exit }')"
+[[ -n "$bridge_ip" ]] || fail "the CNI bridge cni0 has no IPv4 address"
+mkfifo "$WORK/socketio.line"
+"$ROOT/scripts/test-servers/run.sh" socketio --host "$bridge_ip" >"$WORK/socketio.line" 2>"$WORK/socketio.log" &
+# shellcheck disable=SC2034 # read by the clean-up at exit
+socketio_pid=$!
+at_exit 'stop_process "$socketio_pid"'
+read -r -t 120 socketio_line <"$WORK/socketio.line" ||
+	fail "the Socket.IO server printed no line within 120 s ($WORK/socketio.log)"
+socketio_port="$(jq -r .port <<<"$socketio_line")"
+echo "Socket.IO on $bridge_ip:$socketio_port (pods' gateway)"
+timed "socketio server"
+
+step "the cluster smoke test (scripts/e2e/smoke.sh): chart, Prometheus, a 2-shard LoadTest, fault runs, the Socket.IO preset"
 # The same script kind users run (examples/kind/smoke.sh); one node, so its LoadTests put both
 # shards and the server on it.
 KUBECTL="$K8S_BIN_DIR/kubectl" HELM="$HELM" WSLOAD_E2E_TAG="${TAG[operator]##*:}" WSLOAD_E2E_SINGLE_NODE=1 \
-	WSLOAD_E2E_PROMETHEUS=install WSLOAD_E2E_OUT="$WORK/e2e" "$ROOT/scripts/e2e/smoke.sh" --faults ||
+	WSLOAD_E2E_PROMETHEUS=install WSLOAD_E2E_OUT="$WORK/e2e" "$ROOT/scripts/e2e/smoke.sh" --faults \
+	--preset socketio "$bridge_ip:$socketio_port" ||
 	fail "scripts/e2e/smoke.sh (above; statuses in $WORK/e2e, daemon logs in $CLUSTER)"
+jq -r '.status | "Socket.IO preset through the operator: \(.phase) \(.verdict), rtt \(.tiers[0].rtt)"' "$WORK/e2e/socketio.json"
+jq -c . <<<"$(curl -fsS --max-time 5 "http://$bridge_ip:$socketio_port/stats")" || true
 timed "e2e smoke + faults"
 
 step "teardown leaves nothing behind"

@@ -1,0 +1,430 @@
+//! The four presets of examples/ (socketio, graphql-ws, stomp, jsonrpc) against the real
+//! servers they were written for, each started by the test from its registry package through
+//! scripts/test-servers/run.sh (npm packages cached by scripts/test-servers/install.sh,
+//! Debian's RabbitMQ for STOMP). Each preset runs as shipped, only its port changed, through
+//! the `wsload` binary with `--out`; the result is checked against what the server itself
+//! counted (its GET /stats).
+//!
+//! One test at a time: 1,000 connections held through a 3 s heartbeat deadline must not share
+//! two cores with another test's thousand.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is in the workspace")
+        .to_path_buf()
+}
+
+/// A test server of scripts/test-servers/, stopped (TERM, then KILL) when dropped.
+struct TestServer {
+    child: Child,
+    name: String,
+    host: String,
+    port: u16,
+    stats: Option<String>,
+}
+
+/// How long a server may take to print its line: RabbitMQ boots in ~10 s, and a cold cache
+/// installs first (part_cargo of scripts/test installs before cargo test, so rarely here).
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+
+impl TestServer {
+    /// Starts `scripts/test-servers/run.sh NAME ARGS...` and reads its one line (the contract
+    /// in scripts/test-servers/serve.js).
+    fn start(name: &str, args: &[&str]) -> TestServer {
+        let started = Instant::now();
+        let mut child = Command::new(repo().join("scripts/test-servers/run.sh"))
+            .arg(name)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scripts/test-servers/run.sh starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut server = TestServer {
+            child,
+            name: name.to_string(),
+            host: String::new(),
+            port: 0,
+            stats: None,
+        };
+        let line = rx
+            .recv_timeout(START_TIMEOUT)
+            .unwrap_or_else(|_| panic!("{name} printed no line within {START_TIMEOUT:?}"));
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("{name}'s line is not the contract's JSON ({e}): {line:?}"));
+        assert_eq!(v["server"], name, "{line}");
+        server.host = v["host"].as_str().expect("host").to_string();
+        server.port = v["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .expect("port");
+        server.stats = v["stats"].as_str().map(str::to_string);
+        eprintln!(
+            "{name} listening on port {} after {:?}",
+            server.port,
+            started.elapsed()
+        );
+        server
+    }
+
+    /// The server's GET /stats.
+    fn stats(&self) -> Value {
+        let path = self.stats.as_deref().expect("this server has stats");
+        let mut s = TcpStream::connect((self.host.as_str(), self.port)).expect("connect for stats");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.host).expect("request");
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).expect("response");
+        let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        serde_json::from_str(body).expect("stats are JSON")
+    }
+
+    /// Polls the stats until `pick` of them is `want` (the server counts a moment after the
+    /// client ends), at most 5 s; returns the last value.
+    fn settle(&self, want: u64, pick: impl Fn(&Value) -> u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let v = pick(&self.stats());
+            if v == want || Instant::now() > deadline {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // TERM first: stomp.sh stops its RabbitMQ node and removes its directory on TERM.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("{} did not stop on TERM; killed", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scratch directory under cargo's target tmpdir, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("wsload-real-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// examples/NAME.yaml as shipped, its target's default port `port` replaced by `server`'s.
+fn preset(name: &str, default: &str, server: &TestServer) -> String {
+    let text = std::fs::read_to_string(repo().join(format!("examples/{name}.yaml")))
+        .expect("the preset exists");
+    let ours = format!("127.0.0.1:{}", server.port);
+    assert!(
+        text.contains(default),
+        "examples/{name}.yaml targets {default} (the port its comment starts the server on)"
+    );
+    text.replace(default, &ours)
+}
+
+/// How long a run may take beyond its own duration before it fails instead of hanging.
+const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `wsload run` of `yaml` with `--out`: its exit status and the result JSON. Its output is
+/// read as it comes (a full pipe would stall it) and printed (shown on failure).
+fn run(dir: &Scratch, yaml: &str) -> (ExitStatus, Value) {
+    let spec = dir.0.join("loadtest.yaml");
+    let out = dir.0.join("result.json");
+    std::fs::write(&spec, yaml).expect("write the LoadTest");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsload"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wsload runs");
+    let readers = [
+        drain(child.stdout.take().expect("piped stdout")),
+        drain(child.stderr.take().expect("piped stderr")),
+    ];
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wsload's status") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for r in readers {
+        eprintln!("{}", r.join().unwrap_or_default());
+    }
+    let status =
+        status.unwrap_or_else(|| panic!("wsload run did not finish within {RUN_TIMEOUT:?}"));
+    let text = std::fs::read_to_string(&out).expect("the result file was written");
+    let result: Value = serde_json::from_str(&text).expect("a wsload result");
+    (status, result)
+}
+
+/// All of `pipe`, read on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+/// The only cell of a one-tier result.
+fn only(result: &Value) -> &Value {
+    let cells = result["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 1, "one cell expected");
+    &cells[0]
+}
+
+fn count(cell: &Value, name: &str) -> u64 {
+    cell["counts"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("counts.{name} in {}", cell["counts"]))
+}
+
+/// A count the result leaves out when it is zero (the conversation's `replies`).
+fn count_or_zero(cell: &Value, name: &str) -> u64 {
+    let v = &cell["counts"][name];
+    if v.is_null() {
+        return 0;
+    }
+    v.as_u64()
+        .unwrap_or_else(|| panic!("counts.{name} is a number: {v}"))
+}
+
+/// Server messages counted as pushes: `counts.pushes` frames (left out when none).
+fn pushes(cell: &Value) -> u64 {
+    let v = &cell["counts"]["pushes"];
+    if v.is_null() {
+        return 0;
+    }
+    v["frames"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("counts.pushes.frames: {v}"))
+}
+
+fn figure(cell: &Value, path: &[&str]) -> f64 {
+    let mut v = &cell["figures"];
+    for p in path {
+        v = &v[p];
+    }
+    v.as_f64()
+        .unwrap_or_else(|| panic!("figures.{} in {}", path.join("."), cell["figures"]))
+}
+
+fn stat(stats: &Value, name: &str) -> u64 {
+    stats[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in the server's stats {stats}"))
+}
+
+/// No connection failed or dropped, and no step on open missed its message.
+fn clean(cell: &Value) {
+    let counts = &cell["counts"];
+    // Counts are camelCase in the result JSON (Rust's `expect_missed`).
+    for map in ["failed", "dropped", "expectMissed"] {
+        let v = &counts[map];
+        let empty = v.is_null()
+            || v.as_object().is_some_and(|m| m.values().all(|n| n == 0))
+            || v.as_u64() == Some(0);
+        assert!(empty, "counts.{map}: {v}");
+    }
+}
+
+fn passed(status: &ExitStatus) {
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the preset's thresholds hold (exit 0)"
+    );
+}
+
+#[test]
+fn socketio_holds_1000_connections_through_heartbeats() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("socketio", &[]);
+    let dir = Scratch::new("socketio");
+    let (status, result) = run(&dir, &preset("socketio", "127.0.0.1:3000", &server));
+    let cell = only(&result);
+    clean(cell);
+    assert_eq!(count(cell, "connected"), 1000);
+    assert_eq!(count(cell, "survived"), 1000);
+    assert_eq!(figure(cell, &["survival"]), 1.0);
+    // Six heartbeats in 30 s: every connection still open is one that answered them all.
+    let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
+    assert!(held >= 29.0, "held {held} s");
+    // The acks: every chat answered, their latency percentiles present.
+    assert!(count(cell, "sent") >= 1000 * 25, "a chat a second each");
+    assert_eq!(count(cell, "lost"), 0);
+    assert_eq!(
+        figure(cell, &["rtt", "count"]) as u64,
+        count(cell, "received")
+    );
+    assert!(figure(cell, &["rtt", "p99"]) > 0.0);
+    // The room's ticks: ~300 per connection in 30 s, never more than the server delivered.
+    let stats = server.stats();
+    let ticks = pushes(cell);
+    assert!(ticks >= 1000 * 200, "room messages received: {ticks}");
+    assert!(ticks <= stat(&stats, "ticks"), "{ticks} > {stats}");
+    assert!(stat(&stats, "chats") >= count(cell, "sent"));
+    // Every Engine.IO connection joined the namespace: none is a bare transport.
+    assert_eq!(stat(&stats, "engineio"), 1000, "{stats}");
+    assert_eq!(stat(&stats, "socketio"), 1000, "{stats}");
+    assert_eq!(stat(&stats, "joined"), 1000, "{stats}");
+    // The heartbeat replies were sent, and never counted as load.
+    assert!(
+        count_or_zero(cell, "replies") >= 1000 * 5,
+        "pongs to Engine.IO pings"
+    );
+    // Last: the figures above say what went wrong better than the exit code.
+    passed(&status);
+}
+
+#[test]
+fn graphql_ws_subscribers_each_receive_every_event() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("graphql-ws", &["--subscribers", "1000"]);
+    let dir = Scratch::new("graphql-ws");
+    let (status, result) = run(&dir, &preset("graphql-ws", "127.0.0.1:4000", &server));
+    let cell = only(&result);
+    clean(cell);
+    assert_eq!(count(cell, "connected"), 1000);
+    assert_eq!(figure(cell, &["survival"]), 1.0);
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "subscribers"), 1000, "{stats}");
+    assert_eq!(stat(&stats, "completed"), 1000, "{stats}");
+    let events = stat(&stats, "eventsPerSubscription");
+    // Every subscriber received every event: what the server delivered, and no more.
+    assert_eq!(stat(&stats, "delivered"), events * 1000, "{stats}");
+    assert_eq!(pushes(cell), events * 1000);
+    // The client's pings answered by the server's pongs, matched by their payload.
+    assert_eq!(count(cell, "lost"), 0);
+    assert!(count(cell, "sent") >= 1000 * 5);
+    assert_eq!(
+        figure(cell, &["rtt", "count"]) as u64,
+        count(cell, "received")
+    );
+    // The server's pings answered: what it counted is what the client says it replied.
+    let replies = count_or_zero(cell, "replies");
+    assert!(replies >= 1000 * 3, "the server pings every 2 s: {replies}");
+    assert_eq!(server.settle(replies, |s| stat(s, "pongs")), replies);
+    // Last: the figures above say what went wrong better than the exit code.
+    passed(&status);
+}
+
+#[test]
+fn stomp_receipts_match_every_send() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("stomp", &[]);
+    let dir = Scratch::new("stomp");
+    let (status, result) = run(&dir, &preset("stomp", "127.0.0.1:15674", &server));
+    let cell = only(&result);
+    clean(cell);
+    assert_eq!(count(cell, "connected"), 100);
+    assert_eq!(count(cell, "sent"), 100 * 40);
+    assert_eq!(
+        count(cell, "received"),
+        count(cell, "sent"),
+        "a RECEIPT per SEND"
+    );
+    assert_eq!(count(cell, "lost"), 0);
+    assert_eq!(count(cell, "mismatched"), 0);
+    assert_eq!(
+        figure(cell, &["rtt", "count"]) as u64,
+        count(cell, "received")
+    );
+    // Each connection's queue delivered back what it sent, but for at most its last SEND:
+    // the broker may send that RECEIPT before that MESSAGE, and the cell ends on the receipt.
+    let delivered = pushes(cell);
+    let sent = count(cell, "sent");
+    assert!(
+        delivered <= sent && delivered >= sent - 100,
+        "{delivered} MESSAGEs for {sent} SENDs"
+    );
+    // ~10 s of connection against the broker's 2 s heart-beat deadline: none dropped for
+    // silence (checked by clean above) means the client's heart-beats went out.
+    let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
+    assert!(
+        held >= 9.0,
+        "connections lived {held} s, beyond the heart-beat deadline"
+    );
+    // Last: the figures above say what went wrong better than the exit code.
+    passed(&status);
+}
+
+#[test]
+fn jsonrpc_answers_by_id() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("jsonrpc", &[]);
+    let dir = Scratch::new("jsonrpc");
+    let (status, result) = run(&dir, &preset("jsonrpc", "127.0.0.1:8090", &server));
+    let cell = only(&result);
+    clean(cell);
+    assert_eq!(count(cell, "connected"), 100);
+    assert_eq!(count(cell, "sent"), 100 * 50);
+    assert_eq!(count(cell, "received"), count(cell, "sent"));
+    assert_eq!(count(cell, "lost"), 0);
+    assert_eq!(count(cell, "mismatched"), 0);
+    assert_eq!(
+        figure(cell, &["rtt", "count"]) as u64,
+        count(cell, "received")
+    );
+    assert!(figure(cell, &["rtt", "p50"]) > 0.0);
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "calls"), count(cell, "sent"), "{stats}");
+    assert_eq!(stat(&stats, "connections"), 100, "{stats}");
+    // The subscription's notifications arrived (one every 100 ms while connections lived).
+    assert!(pushes(cell) > 0);
+    // Last: the figures above say what went wrong better than the exit code.
+    passed(&status);
+}
