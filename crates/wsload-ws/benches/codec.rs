@@ -139,14 +139,14 @@ fn framing(distance: usize) {
         let take = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some((h, p))) = frame::take(&mut rd) {
+            while let Ok(Some((h, p))) = frame::take(&mut rd, false) {
                 black_box((h, p));
             }
         });
         let count = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some(h)) = frame::peek(&mut rd) {
+            while let Ok(Some(h)) = frame::peek(&mut rd, false) {
                 bytes::Buf::advance(&mut rd, h.header_len + h.payload_len as usize);
             }
             black_box(&rd);

@@ -1,13 +1,14 @@
 //! One client WebSocket connection after its handshake: [`Ws`], reading and writing frames
 //! through the thread's spare buffers, a `Stream` + `Sink` of tungstenite's messages.
 
+use crate::deflate::{Deflate, DeflateParams, Inflated};
 use crate::error::{HandshakeError, failure_code, invalid_utf8};
-use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
+use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RSV1};
 use crate::handshake::{self, Head};
 use crate::io::Io;
 use crate::message::{Fragments, MAX_MESSAGE, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
 use std::future::Future;
 use std::io;
@@ -69,6 +70,8 @@ pub struct Ws {
     wr: Vec<u8>,
     wr_pos: usize,
     frag: Option<Box<Fragments>>,
+    /// permessage-deflate, when agreed: boxed, so a connection without it pays one word.
+    deflate: Option<Box<Deflate>>,
     close_sent: bool,
     close_received: bool,
     /// A pong or a close reply waits in `wr`: reads push it out.
@@ -91,6 +94,7 @@ impl Ws {
             wr: Vec::new(),
             wr_pos: 0,
             frag: None,
+            deflate: None,
             close_sent: false,
             close_received: false,
             reply_pending: false,
@@ -111,6 +115,12 @@ impl Ws {
     /// The transport, for a caller that drains it until the peer closes (after a failure).
     pub fn into_io(self) -> Io {
         self.io
+    }
+
+    /// From now on, data messages are compressed and compressed ones inflated with the
+    /// parameters the server agreed to (the handshake's [`crate::handshake::Agreed`]).
+    pub fn use_deflate(&mut self, params: DeflateParams) {
+        self.deflate = Some(Box::new(Deflate::new(params)));
     }
 
     // --- the opening handshake -----------------------------------------------------------
@@ -190,7 +200,19 @@ impl Ws {
 
     /// Queues a data message's frame: text if `text`, else binary.
     pub fn queue_data(&mut self, text: bool, payload: &[u8]) {
-        self.frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+        self.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+    }
+
+    /// Queues a data message's frame, compressed (RSV1 set) when permessage-deflate is agreed.
+    fn data_frame(&mut self, opcode: u8, payload: &[u8]) {
+        let Some(mut d) = self.deflate.take() else {
+            return self.frame(opcode, payload);
+        };
+        d.with_compressed(payload, |compressed| match compressed {
+            Some(c) => self.frame(opcode | RSV1, c),
+            None => self.frame(opcode, payload),
+        });
+        self.deflate = Some(d);
     }
 
     /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
@@ -255,8 +277,8 @@ impl Ws {
             return Err(WsError::Protocol(ProtocolError::SendAfterClosing));
         }
         match msg {
-            Message::Text(t) => self.frame(OP_TEXT, t.as_bytes()),
-            Message::Binary(b) => self.frame(OP_BINARY, &b),
+            Message::Text(t) => self.data_frame(OP_TEXT, t.as_bytes()),
+            Message::Binary(b) => self.data_frame(OP_BINARY, &b),
             Message::Ping(p) => self.frame(OP_PING, &p),
             Message::Pong(p) => self.frame(OP_PONG, &p),
             Message::Close(f) => {
@@ -336,7 +358,8 @@ impl Ws {
     /// The next complete message in the buffer, reassembling fragments and answering pings
     /// and closes; `Ok(None)` when more bytes are needed.
     fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
-        while let Some((header, payload)) = frame::take(&mut self.rd)? {
+        let deflate = self.deflate.is_some();
+        while let Some((header, payload)) = frame::take(&mut self.rd, deflate)? {
             let fin = header.fin;
             match header.opcode {
                 OP_CLOSE => {
@@ -376,10 +399,16 @@ impl Ws {
                         continue;
                     }
                     if fin {
+                        let payload = if header.rsv1 {
+                            self.inflate(&payload)?
+                        } else {
+                            payload
+                        };
                         return data_message(op == OP_TEXT, payload).map(Some);
                     }
                     self.frag = Some(Box::new(Fragments {
                         text: op == OP_TEXT,
+                        compressed: header.rsv1,
                         data: BytesMut::from(&payload[..]),
                     }));
                 }
@@ -398,7 +427,12 @@ impl Ws {
                         if self.close_received {
                             continue;
                         }
-                        return data_message(f.text, f.data.freeze()).map(Some);
+                        let data = if f.compressed {
+                            self.inflate(&f.data)?
+                        } else {
+                            f.data.freeze()
+                        };
+                        return data_message(f.text, data).map(Some);
                     }
                 }
                 op if op >= 8 => {
@@ -412,6 +446,25 @@ impl Ws {
             }
         }
         Ok(None)
+    }
+
+    /// A compressed message's payload inflated, within [`MAX_MESSAGE`]: a message that
+    /// inflates past it (a decompression bomb) fails the connection as too big as soon as the
+    /// output passes the limit.
+    fn inflate(&mut self, compressed: &[u8]) -> Result<Bytes, WsError> {
+        let Some(d) = self.deflate.as_deref_mut() else {
+            // Frames with RSV1 are refused without permessage-deflate: not reached.
+            return Err(WsError::Protocol(ProtocolError::NonZeroReservedBits));
+        };
+        let mut out = Vec::new();
+        match d.inflate(compressed, &mut out, MAX_MESSAGE) {
+            Ok(Inflated::Done) => Ok(Bytes::from(out)),
+            Ok(Inflated::TooBig(size)) => Err(WsError::Capacity(CapacityError::MessageTooLong {
+                size,
+                max_size: MAX_MESSAGE,
+            })),
+            Err(e) => Err(WsError::Io(io::Error::new(io::ErrorKind::InvalidData, e))),
+        }
     }
 
     /// Pushes a pending pong or close reply out, without waiting for the socket.
@@ -510,14 +563,16 @@ impl Ws {
             let (mut want, mut text, mut binary) =
                 (Tally::default(), Tally::default(), Tally::default());
             if self.frag.is_none() && !self.close_received {
+                let deflate = self.deflate.is_some();
                 loop {
-                    let h = match frame::peek(&mut self.rd) {
+                    let h = match frame::peek(&mut self.rd, deflate) {
                         Ok(Some(h)) => h,
                         Ok(None) => break,
                         Err(e) => return self.fail(cx, e),
                     };
                     let (head, len) = (h.header_len, h.payload_len as usize);
-                    if !h.fin || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
+                    // A compressed message is inflated by the message path, and counted there.
+                    if !h.fin || h.rsv1 || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
                         break;
                     }
                     let is_text = h.opcode == OP_TEXT;
@@ -644,5 +699,7 @@ impl Sink<Message> for Ws {
     }
 }
 
+#[cfg(test)]
+mod deflate_tests;
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@
 //! and ns per frame at 64 B, 1 KiB and 64 KiB, the word-at-a-time mask beside a byte loop).
 
 mod conn;
+pub mod deflate;
 mod error;
 pub mod frame;
 pub mod handshake;
@@ -49,6 +50,7 @@ mod spare;
 pub mod test_server;
 
 pub use conn::{Recv, Tally, Ws};
+pub use deflate::{DeflateOffer, DeflateParams};
 pub use error::{HandshakeError, failure_code};
-pub use handshake::{Head, new_key};
+pub use handshake::{Agreed, Head, Offer, new_key};
 pub use io::Io;
