@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::generate_request;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_ws::{Io, Ws};
+use wsload_ws::{Io, Offer, Ws};
 
 /// Reads aim at this much: the 9.* cases send up to 16 MiB messages.
 const READ_SIZE: usize = 64 * 1024;
@@ -106,7 +106,7 @@ async fn connect(url: &str) -> Result<Ws> {
     let mut ws = Ws::new(Io::Plain(tcp), READ_SIZE);
     ws.handshake(&request)
         .await
-        .and_then(|head| head.verify(&derive_accept_key(key.as_bytes()), None))
+        .and_then(|head| head.verify(&derive_accept_key(key.as_bytes()), &Offer::default()))
         .map_err(|e| Error::unreachable(url, e))?;
     Ok(ws)
 }

@@ -56,6 +56,13 @@ pub enum Recv {
     Other(Message),
 }
 
+/// What only some connections hold: the `extra` of [`Ws`].
+#[derive(Default)]
+struct Extra {
+    frag: Option<Fragments>,
+    deflate: Option<Deflate>,
+}
+
 /// One client WebSocket connection after its handshake.
 pub struct Ws {
     io: Io,
@@ -69,9 +76,10 @@ pub struct Ws {
     /// Frames queued; `wr[wr_pos..]` is not written yet. No capacity while nothing is queued.
     wr: Vec<u8>,
     wr_pos: usize,
-    frag: Option<Box<Fragments>>,
-    /// permessage-deflate, when agreed: boxed, so a connection without it pays one word.
-    deflate: Option<Box<Deflate>>,
+    /// A fragmented message being reassembled, and permessage-deflate once agreed: boxed
+    /// together, so a connection with neither pays one word (the struct stays within two
+    /// cache lines).
+    extra: Option<Box<Extra>>,
     close_sent: bool,
     close_received: bool,
     /// A pong or a close reply waits in `wr`: reads push it out.
@@ -93,8 +101,7 @@ impl Ws {
             holds_spare: false,
             wr: Vec::new(),
             wr_pos: 0,
-            frag: None,
-            deflate: None,
+            extra: None,
             close_sent: false,
             close_received: false,
             reply_pending: false,
@@ -120,7 +127,7 @@ impl Ws {
     /// From now on, data messages are compressed and compressed ones inflated with the
     /// parameters the server agreed to (the handshake's [`crate::handshake::Agreed`]).
     pub fn use_deflate(&mut self, params: DeflateParams) {
-        self.deflate = Some(Box::new(Deflate::new(params)));
+        self.extra.get_or_insert_default().deflate = Some(Deflate::new(params));
     }
 
     // --- the opening handshake -----------------------------------------------------------
@@ -205,14 +212,14 @@ impl Ws {
 
     /// Queues a data message's frame, compressed (RSV1 set) when permessage-deflate is agreed.
     fn data_frame(&mut self, opcode: u8, payload: &[u8]) {
-        let Some(mut d) = self.deflate.take() else {
+        let Some(mut d) = self.extra.as_mut().and_then(|e| e.deflate.take()) else {
             return self.frame(opcode, payload);
         };
         d.with_compressed(payload, |compressed| match compressed {
             Some(c) => self.frame(opcode | RSV1, c),
             None => self.frame(opcode, payload),
         });
-        self.deflate = Some(d);
+        self.extra.get_or_insert_default().deflate = Some(d);
     }
 
     /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
@@ -358,7 +365,7 @@ impl Ws {
     /// The next complete message in the buffer, reassembling fragments and answering pings
     /// and closes; `Ok(None)` when more bytes are needed.
     fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
-        let deflate = self.deflate.is_some();
+        let deflate = self.deflates();
         while let Some((header, payload)) = frame::take(&mut self.rd, deflate)? {
             let fin = header.fin;
             match header.opcode {
@@ -386,7 +393,7 @@ impl Ws {
                 }
                 OP_PONG => return Ok(Some(Message::Pong(payload))),
                 op @ (OP_TEXT | OP_BINARY) => {
-                    if self.frag.is_some() {
+                    if self.frag().is_some() {
                         return Err(WsError::Protocol(ProtocolError::ExpectedFragment(
                             if op == OP_TEXT {
                                 Data::Text
@@ -406,14 +413,14 @@ impl Ws {
                         };
                         return data_message(op == OP_TEXT, payload).map(Some);
                     }
-                    self.frag = Some(Box::new(Fragments {
+                    self.extra.get_or_insert_default().frag = Some(Fragments {
                         text: op == OP_TEXT,
                         compressed: header.rsv1,
                         data: BytesMut::from(&payload[..]),
-                    }));
+                    });
                 }
                 OP_CONT => {
-                    let Some(f) = self.frag.as_mut() else {
+                    let Some(f) = self.extra.as_mut().and_then(|e| e.frag.as_mut()) else {
                         return Err(WsError::Protocol(ProtocolError::UnexpectedContinueFrame));
                     };
                     if f.data.len() + payload.len() > MAX_MESSAGE {
@@ -423,7 +430,7 @@ impl Ws {
                         }));
                     }
                     f.data.extend_from_slice(&payload);
-                    if fin && let Some(f) = self.frag.take() {
+                    if fin && let Some(f) = self.take_frag() {
                         if self.close_received {
                             continue;
                         }
@@ -448,11 +455,30 @@ impl Ws {
         Ok(None)
     }
 
+    fn frag(&self) -> Option<&Fragments> {
+        self.extra.as_ref().and_then(|e| e.frag.as_ref())
+    }
+
+    /// The reassembled message, off the connection: without permessage-deflate the box goes
+    /// too (one per fragmented message, as before).
+    fn take_frag(&mut self) -> Option<Fragments> {
+        let e = self.extra.as_mut()?;
+        let f = e.frag.take();
+        if e.deflate.is_none() {
+            self.extra = None;
+        }
+        f
+    }
+
+    fn deflates(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.deflate.is_some())
+    }
+
     /// A compressed message's payload inflated, within [`MAX_MESSAGE`]: a message that
     /// inflates past it (a decompression bomb) fails the connection as too big as soon as the
     /// output passes the limit.
     fn inflate(&mut self, compressed: &[u8]) -> Result<Bytes, WsError> {
-        let Some(d) = self.deflate.as_deref_mut() else {
+        let Some(d) = self.extra.as_mut().and_then(|e| e.deflate.as_mut()) else {
             // Frames with RSV1 are refused without permessage-deflate: not reached.
             return Err(WsError::Protocol(ProtocolError::NonZeroReservedBits));
         };
@@ -562,8 +588,8 @@ impl Ws {
             }
             let (mut want, mut text, mut binary) =
                 (Tally::default(), Tally::default(), Tally::default());
-            if self.frag.is_none() && !self.close_received {
-                let deflate = self.deflate.is_some();
+            if self.frag().is_none() && !self.close_received {
+                let deflate = self.deflates();
                 loop {
                     let h = match frame::peek(&mut self.rd, deflate) {
                         Ok(Some(h)) => h,
