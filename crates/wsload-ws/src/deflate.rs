@@ -211,15 +211,16 @@ pub struct InflateError(#[source] pub flate2::DecompressError);
 
 /// What inflating a message can end in.
 #[derive(Debug)]
-pub(crate) enum Inflated {
+pub enum Inflated {
     Done,
     /// Past `max` bytes: the size reached when it was stopped.
     TooBig(usize),
 }
 
 /// One connection's compression, once agreed: the parameters, and the state of each direction
-/// that takes its context over (created by its first message).
-pub(crate) struct Deflate {
+/// that takes its context over (created by its first message). Public for the benchmark; a
+/// connection's is [`crate::Ws::use_deflate`]'s.
+pub struct Deflate {
     params: DeflateParams,
     compress: Option<Compress>,
     decompress: Option<Decompress>,
@@ -247,7 +248,7 @@ fn new_decompress(bits: u8) -> Decompress {
 }
 
 impl Deflate {
-    pub(crate) fn new(params: DeflateParams) -> Deflate {
+    pub fn new(params: DeflateParams) -> Deflate {
         Deflate {
             params,
             compress: None,
@@ -258,11 +259,7 @@ impl Deflate {
     /// Runs `f` with the compressed form of `payload` (RSV1 is then set on its frame), or
     /// `None` when it goes out as it is: RFC 7692 lets any message go uncompressed, which is
     /// what a server-imposed 256-byte window gets (zlib cannot compress with one).
-    pub(crate) fn with_compressed<R>(
-        &mut self,
-        payload: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> R,
-    ) -> R {
+    pub fn with_compressed<R>(&mut self, payload: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
         let bits = self.params.client_max_window_bits;
         if bits < MIN_DEFLATE_BITS {
             return f(None);
@@ -305,7 +302,7 @@ impl Deflate {
 
     /// Inflates one compressed message, `input` (its frames' payloads joined), onto `out`,
     /// stopping past `max` bytes.
-    pub(crate) fn inflate(
+    pub fn inflate(
         &mut self,
         input: &[u8],
         out: &mut Vec<u8>,
