@@ -691,6 +691,49 @@ mod tests {
         );
     }
 
+    /// spec.subprotocols and spec.compression are offered in the request, rendered once.
+    #[test]
+    fn subprotocols_and_compression_are_offered() {
+        let spec = wsload_spec::fixtures::spec(
+            "  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: throughput\n  subprotocols: [graphql-transport-ws, v12.stomp]\n  compression: {serverMaxWindowBits: 10, clientNoContextTakeover: true}\n",
+        );
+        let dialer = Dialer::new(&spec, "ws://127.0.0.1:9/").expect("dialer");
+        let (request, _) = dialer.request(0);
+        let request = String::from_utf8(request).expect("ascii");
+        assert!(
+            request.contains("\r\nSec-WebSocket-Protocol: graphql-transport-ws, v12.stomp\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("\r\nsec-websocket-extensions: permessage-deflate; client_no_context_takeover; server_max_window_bits=10; client_max_window_bits\r\n"),
+            "{request}"
+        );
+        assert_eq!(
+            dialer.protocols.as_deref(),
+            Some(&["graphql-transport-ws".to_string(), "v12.stomp".to_string()][..])
+        );
+        // What the server agreed to, said; required compression declined is a failure.
+        let agreed = Agreed {
+            protocol: None,
+            deflate: None,
+        };
+        assert_eq!(
+            dialer.negotiated(&agreed).expect("not required"),
+            Some(
+                "no subprotocol selected (offered \"graphql-transport-ws, v12.stomp\"); permessage-deflate declined: measured uncompressed"
+                    .into()
+            )
+        );
+        let required = Dialer {
+            deflate_required: true,
+            ..dialer
+        };
+        assert_eq!(
+            required.negotiated(&agreed).map_err(|e| e.why),
+            Err(ConnectError::UpgradeInvalid)
+        );
+    }
+
     /// A refused upgrade keeps its status line as evidence; 401 and 403 are `auth_failed`.
     #[test]
     fn a_refused_upgrade_keeps_its_status_as_evidence() {
