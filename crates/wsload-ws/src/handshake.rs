@@ -327,6 +327,69 @@ mod tests {
         );
     }
 
+    /// RFC 6455 4.1: a subprotocol not offered fails the upgrade, naming it and the offer;
+    /// none selected is allowed (the caller says so); permessage-deflate is agreed when offered
+    /// and accepted, refused when not offered. Repeated header lines are judged together.
+    #[test]
+    fn subprotocols_and_extensions_are_checked_against_the_offer() {
+        let ok = "HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: k\r\n";
+        let offered = ["graphql-transport-ws".to_string(), "v12.stomp".to_string()];
+        let deflate = DeflateOffer::default();
+        let offer = Offer {
+            protocols: Some(&offered),
+            deflate: Some(&deflate),
+        };
+        let verify = |extra: &str, offer: &Offer<'_>| {
+            parse_head(format!("{ok}{extra}\r\n").as_bytes())
+                .expect("parses")
+                .verify("k", offer)
+        };
+        let agreed = verify(
+            "Sec-WebSocket-Protocol: v12.stomp\r\nSec-WebSocket-Extensions: permessage-deflate\r\n",
+            &offer,
+        )
+        .expect("valid");
+        assert_eq!(agreed.protocol.as_deref(), Some("v12.stomp"));
+        assert_eq!(agreed.deflate.map(|p| p.client_max_window_bits), Some(15));
+        assert_eq!(
+            verify("", &offer).expect("none selected"),
+            Agreed::default()
+        );
+        assert_eq!(
+            verify("Sec-WebSocket-Protocol: mqtt\r\n", &offer)
+                .expect_err("not offered")
+                .to_string(),
+            "upgrade: Sec-WebSocket-Protocol: \"mqtt\" (offered \"graphql-transport-ws, v12.stomp\")"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Protocol: v12.stomp\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n",
+                &offer
+            )
+            .expect_err("two selected")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Protocol: \"v12.stomp, graphql-transport-ws\" (offered \"graphql-transport-ws, v12.stomp\")"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Extensions: permessage-deflate\r\nSec-WebSocket-Extensions: permessage-deflate\r\n",
+                &offer
+            )
+            .expect_err("twice")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Extensions: \"permessage-deflate, permessage-deflate\" (permessage-deflate twice)"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Extensions: permessage-deflate\r\n",
+                &Offer::default()
+            )
+            .expect_err("not offered")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Extensions: \"permessage-deflate\" (none requested)"
+        );
+    }
+
     #[test]
     fn the_head_is_taken_and_the_first_frames_stay() {
         let mut rd = BytesMut::from(&b"HTTP/1.1 101 OK\r\nUpgrade: websocket\r\n"[..]);
