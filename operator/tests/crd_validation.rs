@@ -309,6 +309,28 @@ fn cases() -> Vec<Case> {
             "should be less than or equal to 9",
             same("spec.message.compressionLevel", "must be 0-9"),
         ),
+        case(
+            "a subprotocol that is not a token",
+            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: ['graphql ws']\n",
+            "spec.subprotocols[0]",
+            "should match",
+            same("spec.subprotocols[0]", "is not a token (RFC 6455 4.1"),
+        ),
+        case(
+            "a subprotocol listed twice",
+            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: [v12.stomp, v12.stomp]\n",
+            // Server-side apply refuses a set with duplicates before validation.
+            "spec.subprotocols",
+            "duplicate entries",
+            same("spec.subprotocols[1]", "is listed twice"),
+        ),
+        case(
+            "a client compression window zlib cannot use",
+            "  target: {server: {}}\n  scenario: throughput\n  compression: {clientMaxWindowBits: 8}\n",
+            "spec.compression.clientMaxWindowBits",
+            "should be greater than or equal to 9",
+            same("spec.compression.clientMaxWindowBits", "8: must be 9-15"),
+        ),
         // A valid object name (a DNS subdomain) but not a DNS label: `<name>-server` could not
         // be a Service.
         Case {
