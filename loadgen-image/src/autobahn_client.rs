@@ -5,6 +5,10 @@
 //! Per case: open `/runCase?case=N&agent=AGENT`, echo every data message back as received
 //! (`Ws` reassembles fragments, checks UTF-8, answers pings and the server's close), then
 //! wait for the server to end the connection. `/updateReports` writes the report last.
+//!
+//! Every upgrade offers permessage-deflate as a LoadTest's `compression: {}` does: the
+//! compression cases (12.*, 13.*) accept it, each with its own window and context
+//! takeover; the others decline it and run uncompressed.
 
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -14,8 +18,9 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::generate_request;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_ws::{Io, Ws};
+use wsload_ws::{DeflateOffer, Io, Offer, Ws};
 
 /// Reads aim at this much: the 9.* cases send up to 16 MiB messages.
 const READ_SIZE: usize = 64 * 1024;
@@ -84,9 +89,13 @@ async fn case_count(base: &str) -> Result<u32> {
 
 /// Opens `url` (plain `ws://`) with the load generator's handshake.
 async fn connect(url: &str) -> Result<Ws> {
-    let req = url
+    let mut req = url
         .into_client_request()
         .map_err(|e| Error::invalid(url, e))?;
+    let deflate = DeflateOffer::default();
+    let offer =
+        HeaderValue::from_str(&deflate.header_value()).map_err(|e| Error::invalid(url, e))?;
+    req.headers_mut().insert("sec-websocket-extensions", offer);
     if req.uri().scheme_str() != Some("ws") {
         return Err(Error::Spec(format!("{url}: only ws:// URLs")));
     }
@@ -104,10 +113,18 @@ async fn connect(url: &str) -> Result<Ws> {
         .map_err(|e| Error::unreachable(url, e))?;
     let _ = tcp.set_nodelay(true);
     let mut ws = Ws::new(Io::Plain(tcp), READ_SIZE);
-    ws.handshake(&request)
+    let offer = Offer {
+        protocols: None,
+        deflate: Some(&deflate),
+    };
+    let agreed = ws
+        .handshake(&request)
         .await
-        .and_then(|head| head.verify(&derive_accept_key(key.as_bytes()), None))
+        .and_then(|head| head.verify(&derive_accept_key(key.as_bytes()), &offer))
         .map_err(|e| Error::unreachable(url, e))?;
+    if let Some(params) = agreed.deflate {
+        ws.use_deflate(params);
+    }
     Ok(ws)
 }
 

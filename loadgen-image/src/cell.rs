@@ -192,6 +192,9 @@ impl Worker<'_> {
                             let mut m = stats.borrow_mut();
                             m.counts.connected += 1;
                             m.counts.sent_with_warmup += d.greetings_sent;
+                            if let Some(n) = &d.negotiated {
+                                m.counts.witness(crate::dial::NEGOTIATED, n);
+                            }
                             m.hists.tcp.record(d.tcp);
                             m.hists.upgrade.record(d.upgrade);
                             if let Some(r) = d.ready {

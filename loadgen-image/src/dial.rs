@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use wsload_spec::{LoadTestSpec, Protocol, TargetUrl, TokenPlacement};
-use wsload_ws::{HandshakeError, Io};
+use wsload_ws::{Agreed, DeflateOffer, HandshakeError, Io, Offer};
 
 pub use wsload_ws::Ws;
 
@@ -59,7 +59,15 @@ pub struct Dialed {
     pub ready: Option<Duration>,
     /// Data messages the handshake itself sent (the WSE `client_hello`): the server counts them.
     pub greetings_sent: u64,
+    /// What the server agreed to of what the request offered (a subprotocol, compression),
+    /// when something was offered: kept as the cell's `negotiated` evidence, so a run says
+    /// what it measured (uncompressed when the server declined compression, without a
+    /// subprotocol when it chose none).
+    pub negotiated: Option<String>,
 }
+
+/// The `evidence` label under which a cell keeps what its server negotiated.
+pub const NEGOTIATED: &str = "negotiated";
 
 /// Everything needed to open connections to one target, prepared once per cell.
 pub struct Dialer {
@@ -77,8 +85,12 @@ pub struct Dialer {
     /// connection copies it and writes its own key at `key_at` (and its own token, if any).
     request: Vec<u8>,
     key_at: usize,
-    /// Subprotocols the request offers (the server must pick one of them, or none if none).
+    /// Subprotocols the request offers (the server picks one of them, or none).
     protocols: Option<Vec<String>>,
+    /// permessage-deflate as offered (`spec.compression`), and whether a server declining it
+    /// fails the connection.
+    deflate: Option<DeflateOffer>,
+    deflate_required: bool,
     /// The per-connection token (a JWT); a fixed token is part of `request`.
     token: Token,
     tls: Option<(TlsConnector, ServerName<'static>)>,
@@ -290,15 +302,27 @@ struct Rendered {
     protocols: Option<Vec<String>>,
 }
 
-/// The request as tungstenite's client writes it (custom headers and a fixed token
-/// included), rendered once: per connection only the key (and a JWT) change.
+/// The request as tungstenite's client writes it (custom headers, the offered subprotocols
+/// and compression, and a fixed token included), rendered once: per connection only the key
+/// (and a JWT) change.
 fn render(
     mut req: Request,
     headers: &[(HeaderName, HeaderValue)],
     token: &Token,
+    spec: &LoadTestSpec,
 ) -> Result<Rendered> {
     for (k, v) in headers {
         req.headers_mut().insert(k.clone(), v.clone());
+    }
+    if !spec.subprotocols.is_empty() {
+        let v = HeaderValue::from_str(&spec.subprotocols.join(", "))
+            .map_err(|e| Error::invalid("spec.subprotocols", e))?;
+        req.headers_mut().insert("sec-websocket-protocol", v);
+    }
+    if let Some(offer) = deflate_offer(spec) {
+        let v = HeaderValue::from_str(&offer.header_value())
+            .map_err(|e| Error::invalid("spec.compression", e))?;
+        req.headers_mut().insert("sec-websocket-extensions", v);
     }
     if let Token::Fixed(t, placement) = token {
         let (name, value) = token_name_value(t, *placement);
@@ -344,7 +368,7 @@ impl Dialer {
         let (headers, token) = auth(spec)?;
         let tls = endpoint.tls(spec, url)?;
         let (sources, first_source_implicit) = sources(spec, addr);
-        let rendered = render(request, &headers, &token)?;
+        let rendered = render(request, &headers, &token, spec)?;
         Ok(Dialer {
             addr,
             protocol: spec.protocol,
@@ -356,6 +380,8 @@ impl Dialer {
             request: rendered.request,
             key_at: rendered.key_at,
             protocols: rendered.protocols,
+            deflate: deflate_offer(spec),
+            deflate_required: spec.compression.is_some_and(|c| c.required),
             // A fixed token is in the rendered request already.
             token: match token {
                 Token::Fixed(..) => Token::None,
@@ -456,10 +482,19 @@ impl Dialer {
         };
         let mut ws = Ws::new(io, self.read_size);
         let (request, accept) = self.request(n);
-        ws.handshake(&request)
+        let offer = Offer {
+            protocols: self.protocols.as_deref(),
+            deflate: self.deflate.as_ref(),
+        };
+        let agreed = ws
+            .handshake(&request)
             .await
-            .and_then(|head| head.verify(&accept, self.protocols.as_deref()))
+            .and_then(|head| head.verify(&accept, &offer))
             .map_err(|e| handshake_error(&e))?;
+        let negotiated = self.negotiated(&agreed)?;
+        if let Some(params) = agreed.deflate {
+            ws.use_deflate(params);
+        }
         let upgraded = Instant::now();
         let mut greetings_sent = 0;
         let ready = match self.protocol {
@@ -481,8 +516,48 @@ impl Dialer {
             upgrade: upgraded - tcp_done,
             ready,
             greetings_sent,
+            negotiated,
         })
     }
+
+    /// What the server agreed to, said in a line, when anything was offered; a server that
+    /// declined compression the LoadTest requires fails the upgrade.
+    fn negotiated(&self, agreed: &Agreed) -> Result<Option<String>, DialError> {
+        let mut said = Vec::new();
+        if let Some(offered) = &self.protocols {
+            said.push(match &agreed.protocol {
+                Some(p) => format!("subprotocol {p:?}"),
+                None => format!("no subprotocol selected (offered {:?})", offered.join(", ")),
+            });
+        }
+        if self.deflate.is_some() {
+            match &agreed.deflate {
+                Some(p) => said.push(p.to_string()),
+                None if self.deflate_required => {
+                    return Err(DialError {
+                        why: ConnectError::UpgradeInvalid,
+                        evidence: Some(
+                            "no Sec-WebSocket-Extensions: permessage-deflate declined \
+                             (spec.compression.required)"
+                                .into(),
+                        ),
+                    });
+                }
+                None => said.push("permessage-deflate declined: measured uncompressed".into()),
+            }
+        }
+        Ok((!said.is_empty()).then(|| said.join("; ")))
+    }
+}
+
+/// `spec.compression` as the request offers it.
+fn deflate_offer(spec: &LoadTestSpec) -> Option<DeflateOffer> {
+    spec.compression.map(|c| DeflateOffer {
+        server_max_window_bits: c.server_max_window_bits,
+        client_max_window_bits: c.client_max_window_bits,
+        server_no_context_takeover: c.server_no_context_takeover,
+        client_no_context_takeover: c.client_no_context_takeover,
+    })
 }
 
 /// Waits for WSE `server_ready`; an `error` message or a close is a refusal.
@@ -613,6 +688,49 @@ mod tests {
                     "Sec-WebSocket-Extensions: \"permessage-deflate\" (none requested)".into()
                 ),
             })
+        );
+    }
+
+    /// spec.subprotocols and spec.compression are offered in the request, rendered once.
+    #[test]
+    fn subprotocols_and_compression_are_offered() {
+        let spec = wsload_spec::fixtures::spec(
+            "  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: throughput\n  subprotocols: [graphql-transport-ws, v12.stomp]\n  compression: {serverMaxWindowBits: 10, clientNoContextTakeover: true}\n",
+        );
+        let dialer = Dialer::new(&spec, "ws://127.0.0.1:9/").expect("dialer");
+        let (request, _) = dialer.request(0);
+        let request = String::from_utf8(request).expect("ascii");
+        assert!(
+            request.contains("\r\nSec-WebSocket-Protocol: graphql-transport-ws, v12.stomp\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("\r\nsec-websocket-extensions: permessage-deflate; client_no_context_takeover; server_max_window_bits=10; client_max_window_bits\r\n"),
+            "{request}"
+        );
+        assert_eq!(
+            dialer.protocols.as_deref(),
+            Some(&["graphql-transport-ws".to_string(), "v12.stomp".to_string()][..])
+        );
+        // What the server agreed to, said; required compression declined is a failure.
+        let agreed = Agreed {
+            protocol: None,
+            deflate: None,
+        };
+        assert_eq!(
+            dialer.negotiated(&agreed).expect("not required"),
+            Some(
+                "no subprotocol selected (offered \"graphql-transport-ws, v12.stomp\"); permessage-deflate declined: measured uncompressed"
+                    .into()
+            )
+        );
+        let required = Dialer {
+            deflate_required: true,
+            ..dialer
+        };
+        assert_eq!(
+            required.negotiated(&agreed).map_err(|e| e.why),
+            Err(ConnectError::UpgradeInvalid)
         );
     }
 

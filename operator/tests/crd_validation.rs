@@ -361,6 +361,28 @@ fn cases() -> Vec<Case> {
             cel::MSG_CONVERSATION_WSE,
             same("spec.conversation", cel::MSG_CONVERSATION_WSE),
         ),
+        case(
+            "a subprotocol that is not a token",
+            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: ['graphql ws']\n",
+            "spec.subprotocols[0]",
+            "should match",
+            same("spec.subprotocols[0]", "is not a token (RFC 6455 4.1"),
+        ),
+        case(
+            "a subprotocol listed twice",
+            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: [v12.stomp, v12.stomp]\n",
+            // Server-side apply refuses a set with duplicates before validation.
+            "spec.subprotocols",
+            "duplicate entries",
+            same("spec.subprotocols[1]", "is listed twice"),
+        ),
+        case(
+            "a client compression window zlib cannot use",
+            "  target: {server: {}}\n  scenario: throughput\n  compression: {clientMaxWindowBits: 8}\n",
+            "spec.compression.clientMaxWindowBits",
+            "should be greater than or equal to 9",
+            same("spec.compression.clientMaxWindowBits", "8: must be 9-15"),
+        ),
         // A valid object name (a DNS subdomain) but not a DNS label: `<name>-server` could not
         // be a Service.
         Case {

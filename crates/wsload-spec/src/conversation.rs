@@ -218,9 +218,10 @@ pub struct Compression {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 8, max = 15))]
     pub server_max_window_bits: Option<u8>,
-    /// Offer to compress with a window of 2^N bytes (8-15; default 15).
+    /// Offer to compress with a window of 2^N bytes (9-15: zlib has no 256-byte window;
+    /// default: offered bare, the server may choose).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 8, max = 15))]
+    #[schemars(range(min = 9, max = 15))]
     pub client_max_window_bits: Option<u8>,
     /// Ask the server to reset its compression context after every message.
     #[serde(default)]

@@ -53,9 +53,14 @@ pub struct LoadTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
     /// WebSocket subprotocols offered in the upgrade (`Sec-WebSocket-Protocol`), in order of
-    /// preference: `graphql-transport-ws`, `v12.stomp`, ... The server must pick one of them.
+    /// preference: `graphql-transport-ws`, `v12.stomp`, ... Tokens (RFC 6455 4.1), each once.
+    /// The server picks one of them, or none (the result's `negotiated` evidence says which).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16), inner(length(min = 1, max = 128)))]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 128), pattern(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")),
+        extend("x-kubernetes-list-type" = "set")
+    )]
     pub subprotocols: Vec<String>,
     /// permessage-deflate (RFC 7692), offered when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,8 @@ use crate::spec::*;
 use crate::target_url::TargetUrl;
 use std::fmt;
 
+mod negotiation;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// Path from the document root, e.g. `spec.target.url`.
@@ -19,7 +21,7 @@ impl fmt::Display for FieldError {
     }
 }
 
-struct Errors(Vec<FieldError>);
+pub(crate) struct Errors(Vec<FieldError>);
 
 impl Errors {
     fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
@@ -42,6 +44,7 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     let mut e = Errors(Vec::new());
     target(spec, &mut e);
     auth(spec, &mut e);
+    negotiation::check(spec, &mut e);
     shape(spec, &mut e);
     thresholds(spec, &mut e);
     sizes(spec, &mut e);

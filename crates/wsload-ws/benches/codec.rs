@@ -8,7 +8,12 @@
 //!   `Ws` queues a message (the key is fixed here; the client draws one per frame);
 //! - take: server frames copied into a read buffer (the copy a read makes) and taken off it one
 //!   by one, header checked and payload split off, as the message path reads;
-//! - count: the same frames only peeked and skipped, as the counting reads go.
+//! - count: the same frames only peeked and skipped, as the counting reads go;
+//! - deflate: the client's cost per message with permessage-deflate against without, for JSON
+//!   messages of 64 B and 1 KiB (each a little different from the last, as a stream of events
+//!   is): compressing and framing one (context kept from message to message, or reset after
+//!   each), and inflating one a server compressed; with the compressor's and decompressor's
+//!   memory, what a connection holds for each direction that keeps its context.
 //!
 //! The framing table comes twice: with each copy's source and destination mid-page apart, and
 //! 16 bytes apart modulo a page, where this machine's memmove is an order of magnitude slower
@@ -17,6 +22,7 @@
 use bytes::BytesMut;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+use wsload_ws::deflate::{Deflate, DeflateParams, Inflated};
 use wsload_ws::frame::{self, OP_BINARY};
 use wsload_ws::mask::mask;
 
@@ -139,14 +145,14 @@ fn framing(distance: usize) {
         let take = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some((h, p))) = frame::take(&mut rd) {
+            while let Ok(Some((h, p))) = frame::take(&mut rd, false) {
                 black_box((h, p));
             }
         });
         let count = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some(h)) = frame::peek(&mut rd) {
+            while let Ok(Some(h)) = frame::peek(&mut rd, false) {
                 bytes::Buf::advance(&mut rd, h.header_len + h.payload_len as usize);
             }
             black_box(&rd);
@@ -158,6 +164,165 @@ fn framing(distance: usize) {
             cell(count, frames, frames * size)
         );
     }
+}
+
+/// `n` JSON messages of about `size` bytes, each with its own sequence number and values.
+fn json_messages(size: usize, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut m = format!(
+                r#"{{"type":"trade","seq":{i},"ts":{},"symbol":"BTC-USD","px":{}.5,"qty":0.{},"trades":["#,
+                1_700_000_000_000u64 + i as u64 * 37,
+                67_000 + i * 7 % 500,
+                i * 13 % 1000
+            );
+            let mut j = 0;
+            while m.len() + 60 < size {
+                m.push_str(&format!(
+                    r#"{{"id":{},"side":"{}","px":{}.25,"qty":{}}},"#,
+                    i * 100 + j,
+                    if (i + j) % 3 == 0 { "buy" } else { "sell" },
+                    66_900 + (i * 31 + j * 17) % 300,
+                    (i + j * 7) % 50
+                ));
+                j += 1;
+            }
+            m = m.trim_end_matches(',').to_string();
+            m.push_str("]}");
+            while m.len() < size {
+                m.insert(m.len() - 1, ' ');
+            }
+            m.into_bytes()
+        })
+        .collect()
+}
+
+fn params(takeover: bool) -> DeflateParams {
+    DeflateParams {
+        server_max_window_bits: 15,
+        client_max_window_bits: 15,
+        server_no_context_takeover: !takeover,
+        client_no_context_takeover: !takeover,
+    }
+}
+
+/// Messages per timed round: a fresh compressor per round, its cost spread over these.
+const STREAM: usize = 256;
+
+fn deflate() {
+    println!(
+        "{:<8} {:>11} {:>14} {:>14} {:>14} {:>14}   {:>14}",
+        "deflate",
+        "plain out",
+        "deflate out",
+        "(no takeover)",
+        "inflate in",
+        "(no takeover)",
+        "wire bytes"
+    );
+    for (size, name) in [(64, "64 B"), (1024, "1 KiB")] {
+        let msgs = json_messages(size, STREAM);
+        let mut out = Vec::new();
+        let plain = time(|| {
+            for m in &msgs {
+                out.clear();
+                frame::encode(&mut out, true, OP_BINARY, black_box(m), Some(KEY));
+            }
+        }) / STREAM as f64;
+        let compress = |takeover: bool, out: &mut Vec<u8>| {
+            let mut d = Deflate::new(params(takeover));
+            let mut wire = 0;
+            for m in &msgs {
+                out.clear();
+                d.with_compressed(black_box(m), |c| {
+                    let c = c.unwrap_or(m);
+                    frame::encode(out, true, OP_BINARY | frame::RSV1, c, Some(KEY));
+                    wire += out.len();
+                });
+            }
+            wire
+        };
+        let kept = time(|| {
+            black_box(compress(true, &mut out));
+        }) / STREAM as f64;
+        let reset = time(|| {
+            black_box(compress(false, &mut out));
+        }) / STREAM as f64;
+        let wire = compress(true, &mut out);
+        // What a server sends: the same stream compressed by a peer, inflated in order.
+        let server = |takeover: bool| {
+            let mut d = Deflate::new(params(takeover));
+            msgs.iter()
+                .map(|m| {
+                    d.with_compressed(m, |c| c.map(<[u8]>::to_vec))
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+        };
+        let inflate = |stream: &[Vec<u8>], takeover: bool| {
+            let stream = stream.to_vec();
+            time(move || {
+                let mut d = Deflate::new(params(takeover));
+                for c in &stream {
+                    let mut out = Vec::new();
+                    let done = d.inflate(black_box(c), &mut out, 1 << 20);
+                    assert!(matches!(done, Ok(Inflated::Done)));
+                    black_box(out);
+                }
+            }) / STREAM as f64
+        };
+        let (in_kept, in_reset) = (inflate(&server(true), true), inflate(&server(false), false));
+        let us = |s: f64| format!("{:>11.2} µs", s * 1e6);
+        println!(
+            "{name:<8} {:>11} {:>14} {:>14} {:>14} {:>14}   {:>5} of {:>5}",
+            us(plain),
+            us(kept),
+            us(reset),
+            us(in_kept),
+            us(in_reset),
+            wire / STREAM,
+            size + 6
+        );
+    }
+    let (c, d) = state_sizes();
+    println!(
+        "state a connection holds per direction keeping its context: compressor {} KiB, decompressor {} KiB",
+        c / 1024,
+        d / 1024
+    );
+}
+
+/// Resident bytes a compressor and a decompressor (2^15 windows) add once each has handled a
+/// message: `N` of each made, and the growth of this process's resident set divided by `N`
+/// (what a connection keeping its context costs, pages touched, not just reserved).
+fn state_sizes() -> (usize, usize) {
+    const N: usize = 200;
+    let msgs = json_messages(1024, 1);
+    let before = resident();
+    let mut compressors: Vec<Deflate> = (0..N).map(|_| Deflate::new(params(true))).collect();
+    let mut wire = Vec::new();
+    for d in &mut compressors {
+        wire = d
+            .with_compressed(&msgs[0], |c| c.map(<[u8]>::to_vec))
+            .unwrap_or_default();
+    }
+    let compressor = resident().saturating_sub(before) / N;
+    let before = resident();
+    let mut decompressors: Vec<Deflate> = (0..N).map(|_| Deflate::new(params(true))).collect();
+    for d in &mut decompressors {
+        let _ = d.inflate(&wire, &mut Vec::new(), 1 << 20);
+    }
+    let decompressor = resident().saturating_sub(before) / N;
+    black_box((compressors, decompressors));
+    (compressor, decompressor)
+}
+
+/// This process's resident set, bytes (Linux).
+fn resident() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 fn main() {
@@ -180,4 +345,6 @@ fn main() {
         "\ncopies placed {ALIASED} bytes apart modulo 4 KiB (this machine's slow memmove case):"
     );
     framing(ALIASED);
+    println!("\nper message, µs; wire bytes: a compressed message's frame of the plain frame's:");
+    deflate();
 }

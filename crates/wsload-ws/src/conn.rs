@@ -1,13 +1,14 @@
 //! One client WebSocket connection after its handshake: [`Ws`], reading and writing frames
 //! through the thread's spare buffers, a `Stream` + `Sink` of tungstenite's messages.
 
+use crate::deflate::{Deflate, DeflateParams, Inflated};
 use crate::error::{HandshakeError, failure_code, invalid_utf8};
-use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
+use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RSV1};
 use crate::handshake::{self, Head};
 use crate::io::Io;
 use crate::message::{Fragments, MAX_MESSAGE, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
 use std::future::Future;
 use std::io;
@@ -55,6 +56,13 @@ pub enum Recv {
     Other(Message),
 }
 
+/// What only some connections hold: the `extra` of [`Ws`].
+#[derive(Default)]
+struct Extra {
+    frag: Option<Fragments>,
+    deflate: Option<Deflate>,
+}
+
 /// One client WebSocket connection after its handshake.
 pub struct Ws {
     io: Io,
@@ -68,7 +76,10 @@ pub struct Ws {
     /// Frames queued; `wr[wr_pos..]` is not written yet. No capacity while nothing is queued.
     wr: Vec<u8>,
     wr_pos: usize,
-    frag: Option<Box<Fragments>>,
+    /// A fragmented message being reassembled, and permessage-deflate once agreed: boxed
+    /// together, so a connection with neither pays one word (the struct stays within two
+    /// cache lines).
+    extra: Option<Box<Extra>>,
     close_sent: bool,
     close_received: bool,
     /// A pong or a close reply waits in `wr`: reads push it out.
@@ -90,7 +101,7 @@ impl Ws {
             holds_spare: false,
             wr: Vec::new(),
             wr_pos: 0,
-            frag: None,
+            extra: None,
             close_sent: false,
             close_received: false,
             reply_pending: false,
@@ -111,6 +122,12 @@ impl Ws {
     /// The transport, for a caller that drains it until the peer closes (after a failure).
     pub fn into_io(self) -> Io {
         self.io
+    }
+
+    /// From now on, data messages are compressed and compressed ones inflated with the
+    /// parameters the server agreed to (the handshake's [`crate::handshake::Agreed`]).
+    pub fn use_deflate(&mut self, params: DeflateParams) {
+        self.extra.get_or_insert_default().deflate = Some(Deflate::new(params));
     }
 
     // --- the opening handshake -----------------------------------------------------------
@@ -190,7 +207,19 @@ impl Ws {
 
     /// Queues a data message's frame: text if `text`, else binary.
     pub fn queue_data(&mut self, text: bool, payload: &[u8]) {
-        self.frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+        self.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+    }
+
+    /// Queues a data message's frame, compressed (RSV1 set) when permessage-deflate is agreed.
+    fn data_frame(&mut self, opcode: u8, payload: &[u8]) {
+        let Some(mut d) = self.extra.as_mut().and_then(|e| e.deflate.take()) else {
+            return self.frame(opcode, payload);
+        };
+        d.with_compressed(payload, |compressed| match compressed {
+            Some(c) => self.frame(opcode | RSV1, c),
+            None => self.frame(opcode, payload),
+        });
+        self.extra.get_or_insert_default().deflate = Some(d);
     }
 
     /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
@@ -255,8 +284,8 @@ impl Ws {
             return Err(WsError::Protocol(ProtocolError::SendAfterClosing));
         }
         match msg {
-            Message::Text(t) => self.frame(OP_TEXT, t.as_bytes()),
-            Message::Binary(b) => self.frame(OP_BINARY, &b),
+            Message::Text(t) => self.data_frame(OP_TEXT, t.as_bytes()),
+            Message::Binary(b) => self.data_frame(OP_BINARY, &b),
             Message::Ping(p) => self.frame(OP_PING, &p),
             Message::Pong(p) => self.frame(OP_PONG, &p),
             Message::Close(f) => {
@@ -336,7 +365,8 @@ impl Ws {
     /// The next complete message in the buffer, reassembling fragments and answering pings
     /// and closes; `Ok(None)` when more bytes are needed.
     fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
-        while let Some((header, payload)) = frame::take(&mut self.rd)? {
+        let deflate = self.deflates();
+        while let Some((header, payload)) = frame::take(&mut self.rd, deflate)? {
             let fin = header.fin;
             match header.opcode {
                 OP_CLOSE => {
@@ -363,7 +393,7 @@ impl Ws {
                 }
                 OP_PONG => return Ok(Some(Message::Pong(payload))),
                 op @ (OP_TEXT | OP_BINARY) => {
-                    if self.frag.is_some() {
+                    if self.frag().is_some() {
                         return Err(WsError::Protocol(ProtocolError::ExpectedFragment(
                             if op == OP_TEXT {
                                 Data::Text
@@ -376,15 +406,21 @@ impl Ws {
                         continue;
                     }
                     if fin {
+                        let payload = if header.rsv1 {
+                            self.inflate(&payload)?
+                        } else {
+                            payload
+                        };
                         return data_message(op == OP_TEXT, payload).map(Some);
                     }
-                    self.frag = Some(Box::new(Fragments {
+                    self.extra.get_or_insert_default().frag = Some(Fragments {
                         text: op == OP_TEXT,
+                        compressed: header.rsv1,
                         data: BytesMut::from(&payload[..]),
-                    }));
+                    });
                 }
                 OP_CONT => {
-                    let Some(f) = self.frag.as_mut() else {
+                    let Some(f) = self.extra.as_mut().and_then(|e| e.frag.as_mut()) else {
                         return Err(WsError::Protocol(ProtocolError::UnexpectedContinueFrame));
                     };
                     if f.data.len() + payload.len() > MAX_MESSAGE {
@@ -394,11 +430,16 @@ impl Ws {
                         }));
                     }
                     f.data.extend_from_slice(&payload);
-                    if fin && let Some(f) = self.frag.take() {
+                    if fin && let Some(f) = self.take_frag() {
                         if self.close_received {
                             continue;
                         }
-                        return data_message(f.text, f.data.freeze()).map(Some);
+                        let data = if f.compressed {
+                            self.inflate(&f.data)?
+                        } else {
+                            f.data.freeze()
+                        };
+                        return data_message(f.text, data).map(Some);
                     }
                 }
                 op if op >= 8 => {
@@ -412,6 +453,44 @@ impl Ws {
             }
         }
         Ok(None)
+    }
+
+    fn frag(&self) -> Option<&Fragments> {
+        self.extra.as_ref().and_then(|e| e.frag.as_ref())
+    }
+
+    /// The reassembled message, off the connection: without permessage-deflate the box goes
+    /// too (one per fragmented message, as before).
+    fn take_frag(&mut self) -> Option<Fragments> {
+        let e = self.extra.as_mut()?;
+        let f = e.frag.take();
+        if e.deflate.is_none() {
+            self.extra = None;
+        }
+        f
+    }
+
+    fn deflates(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.deflate.is_some())
+    }
+
+    /// A compressed message's payload inflated, within [`MAX_MESSAGE`]: a message that
+    /// inflates past it (a decompression bomb) fails the connection as too big as soon as the
+    /// output passes the limit.
+    fn inflate(&mut self, compressed: &[u8]) -> Result<Bytes, WsError> {
+        let Some(d) = self.extra.as_mut().and_then(|e| e.deflate.as_mut()) else {
+            // Frames with RSV1 are refused without permessage-deflate: not reached.
+            return Err(WsError::Protocol(ProtocolError::NonZeroReservedBits));
+        };
+        let mut out = Vec::new();
+        match d.inflate(compressed, &mut out, MAX_MESSAGE) {
+            Ok(Inflated::Done) => Ok(Bytes::from(out)),
+            Ok(Inflated::TooBig(size)) => Err(WsError::Capacity(CapacityError::MessageTooLong {
+                size,
+                max_size: MAX_MESSAGE,
+            })),
+            Err(e) => Err(WsError::Io(io::Error::new(io::ErrorKind::InvalidData, e))),
+        }
     }
 
     /// Pushes a pending pong or close reply out, without waiting for the socket.
@@ -509,15 +588,17 @@ impl Ws {
             }
             let (mut want, mut text, mut binary) =
                 (Tally::default(), Tally::default(), Tally::default());
-            if self.frag.is_none() && !self.close_received {
+            if self.frag().is_none() && !self.close_received {
+                let deflate = self.deflates();
                 loop {
-                    let h = match frame::peek(&mut self.rd) {
+                    let h = match frame::peek(&mut self.rd, deflate) {
                         Ok(Some(h)) => h,
                         Ok(None) => break,
                         Err(e) => return self.fail(cx, e),
                     };
                     let (head, len) = (h.header_len, h.payload_len as usize);
-                    if !h.fin || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
+                    // A compressed message is inflated by the message path, and counted there.
+                    if !h.fin || h.rsv1 || !(h.opcode == OP_TEXT || h.opcode == OP_BINARY) {
                         break;
                     }
                     let is_text = h.opcode == OP_TEXT;
@@ -644,5 +725,7 @@ impl Sink<Message> for Ws {
     }
 }
 
+#[cfg(test)]
+mod deflate_tests;
 #[cfg(test)]
 mod tests;

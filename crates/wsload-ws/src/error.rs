@@ -1,6 +1,7 @@
 //! The client's errors: the handshake's own, and what a failure tells the peer. Failures after
 //! the handshake are tungstenite's `Error`, as they were when tokio-tungstenite was the client.
 
+use crate::deflate::InflateError;
 use std::io;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
@@ -34,12 +35,14 @@ pub(crate) fn invalid_utf8() -> WsError {
     WsError::Utf8("invalid UTF-8 in a text message".into())
 }
 
-/// The close status a failure sends the peer: 1007 for invalid UTF-8, 1009 for a frame or
-/// message too big, 1002 for any other violation by the peer; `None` for the transport's
-/// errors and the stream's end without a close (nothing to tell), and for our own misuse.
+/// The close status a failure sends the peer: 1007 for invalid UTF-8 or a compressed message
+/// that does not inflate, 1009 for a frame or message too big, 1002 for any other violation
+/// by the peer; `None` for the transport's errors and the stream's end without a close
+/// (nothing to tell), and for our own misuse.
 pub fn failure_code(e: &WsError) -> Option<u16> {
     match e {
         WsError::Utf8(_) => Some(1007),
+        WsError::Io(io) if io.get_ref().is_some_and(|i| i.is::<InflateError>()) => Some(1007),
         WsError::Capacity(_) => Some(1009),
         WsError::Protocol(
             ProtocolError::ResetWithoutClosingHandshake | ProtocolError::SendAfterClosing,

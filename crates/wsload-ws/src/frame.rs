@@ -24,6 +24,9 @@ pub const MAX_FRAME: usize = 16 << 20;
 pub const MAX_HEADER: usize = 14;
 
 const FIN: u8 = 0x80;
+/// The first reserved bit: permessage-deflate's "this message is compressed" (RFC 7692 6),
+/// on a message's first frame. Passed to [`encode`] or'ed into the opcode.
+pub const RSV1: u8 = 0x40;
 const RSV: u8 = 0x70;
 const OPCODE: u8 = 0x0f;
 const MASKED: u8 = 0x80;
@@ -35,6 +38,8 @@ const MAX_CONTROL: u64 = 125;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub fin: bool,
+    /// RSV1: the message is compressed (permessage-deflate).
+    pub rsv1: bool,
     pub opcode: u8,
     /// The masking key, in client frames.
     pub key: Option<[u8; 4]>,
@@ -70,6 +75,7 @@ pub fn parse_header(b: &[u8]) -> Option<Header> {
     };
     Some(Header {
         fin: b0 & FIN != 0,
+        rsv1: b0 & RSV1 != 0,
         opcode: b0 & OPCODE,
         key,
         header_len,
@@ -80,15 +86,18 @@ pub fn parse_header(b: &[u8]) -> Option<Header> {
 /// The header of the server frame at the start of `b`, with the checks a client makes
 /// (RFC 6455 5.1-5.5: unmasked, no reserved bit, control frames short and whole, and the frame
 /// within [`MAX_FRAME`]); `Ok(None)` until the header is complete. The first two bytes are
-/// judged as soon as they arrive, before the length fields.
-pub fn decode_header(b: &[u8]) -> Result<Option<Header>, WsError> {
+/// judged as soon as they arrive, before the length fields. With `deflate` (permessage-deflate
+/// agreed) RSV1 may mark the first frame of a data message, never a control frame or a
+/// continuation (RFC 7692 6.1).
+pub fn decode_header(b: &[u8], deflate: bool) -> Result<Option<Header>, WsError> {
     if b.len() < 2 {
         return Ok(None);
     }
     if b[1] & MASKED != 0 {
         return Err(WsError::Protocol(ProtocolError::MaskedFrameFromServer));
     }
-    if b[0] & RSV != 0 {
+    let rsv = b[0] & RSV;
+    if rsv != 0 && !(deflate && rsv == RSV1 && matches!(b[0] & OPCODE, OP_TEXT | OP_BINARY)) {
         return Err(WsError::Protocol(ProtocolError::NonZeroReservedBits));
     }
     let Some(h) = parse_header(b) else {
@@ -113,8 +122,9 @@ pub fn decode_header(b: &[u8]) -> Result<Option<Header>, WsError> {
 
 /// The header of the next server frame in `rd` once the whole frame is there, without taking
 /// it. `Ok(None)`: more bytes are needed, and room for the rest of the frame is reserved.
-pub fn peek(rd: &mut BytesMut) -> Result<Option<Header>, WsError> {
-    let Some(h) = decode_header(rd)? else {
+/// `deflate` as for [`decode_header`].
+pub fn peek(rd: &mut BytesMut, deflate: bool) -> Result<Option<Header>, WsError> {
+    let Some(h) = decode_header(rd, deflate)? else {
         return Ok(None);
     };
     // Within MAX_FRAME: no overflow.
@@ -129,8 +139,8 @@ pub fn peek(rd: &mut BytesMut) -> Result<Option<Header>, WsError> {
 
 /// Takes the next complete server frame off `rd`: its header, and its payload split off the
 /// buffer. `Ok(None)` as for [`peek`].
-pub fn take(rd: &mut BytesMut) -> Result<Option<(Header, Bytes)>, WsError> {
-    let Some(h) = peek(rd)? else {
+pub fn take(rd: &mut BytesMut, deflate: bool) -> Result<Option<(Header, Bytes)>, WsError> {
+    let Some(h) = peek(rd, deflate)? else {
         return Ok(None);
     };
     rd.advance(h.header_len);
@@ -145,7 +155,7 @@ pub fn is_complete(b: &[u8]) -> bool {
 
 /// Appends one frame to `out`: its header, then `payload`, masked with `key` when given (a
 /// client's frames always are; unmasked frames are a server's, written here only by tests and
-/// the benchmark).
+/// the benchmark). `opcode` may carry [`RSV1`] (a compressed message's first frame).
 pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: u8, payload: &[u8], key: Option<[u8; 4]>) {
     let len = payload.len();
     let masked = if key.is_some() { MASKED } else { 0 };
@@ -201,12 +211,12 @@ mod tests {
         encode(&mut wire, true, OP_CONT, b"cd", None);
         let mut rd = BytesMut::from(&wire[..3]);
         assert!(!is_complete(&rd));
-        assert_eq!(take(&mut rd).expect("valid"), None);
+        assert_eq!(take(&mut rd, false).expect("valid"), None);
         rd.extend_from_slice(&wire[3..]);
         assert!(is_complete(&rd));
-        let (h, p) = take(&mut rd).expect("valid").expect("complete");
+        let (h, p) = take(&mut rd, false).expect("valid").expect("complete");
         assert_eq!((h.fin, h.opcode, &p[..]), (false, OP_TEXT, &b"ab"[..]));
-        let (h, p) = take(&mut rd).expect("valid").expect("complete");
+        let (h, p) = take(&mut rd, false).expect("valid").expect("complete");
         assert_eq!((h.fin, h.opcode, &p[..]), (true, OP_CONT, &b"cd"[..]));
         assert!(rd.is_empty());
     }

@@ -2,6 +2,7 @@
 //! head read off the read buffer and checked. Sending the request and reading the response are
 //! [`crate::Ws::handshake`]'s.
 
+use crate::deflate::{self, DeflateOffer, DeflateParams};
 use crate::error::HandshakeError;
 use bytes::{Buf, BytesMut};
 
@@ -26,15 +27,35 @@ pub struct Head {
     connection: Option<String>,
     accept: Option<String>,
     protocol: Option<String>,
-    /// The `Sec-WebSocket-Extensions` header's value (the request never offers any).
+    /// The `Sec-WebSocket-Extensions` header's value, its lines joined with commas.
     extensions: Option<String>,
 }
 
+/// What the upgrade request offered beside the upgrade itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offer<'a> {
+    /// `Sec-WebSocket-Protocol`'s subprotocols, if any.
+    pub protocols: Option<&'a [String]>,
+    /// permessage-deflate, if offered.
+    pub deflate: Option<&'a DeflateOffer>,
+}
+
+/// What a valid 101 agreed to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Agreed {
+    /// The subprotocol the server selected; `None` when it selected none (RFC 6455 4.1
+    /// allows that even when some were offered: the caller says so).
+    pub protocol: Option<String>,
+    /// permessage-deflate's parameters, when the server accepted it (then
+    /// [`crate::Ws::use_deflate`] them).
+    pub deflate: Option<DeflateParams>,
+}
+
 impl Head {
-    /// RFC 6455 4.1's checks of a server's 101 (as tungstenite's client made them):
-    /// `accept` is the expected `Sec-WebSocket-Accept`, `protocols` whether the request
-    /// offered subprotocols. A failure names the header and what it said.
-    pub fn verify(&self, accept: &str, protocols: Option<&[String]>) -> Result<(), HandshakeError> {
+    /// RFC 6455 4.1's checks of a server's 101 (as tungstenite's client made them), and
+    /// RFC 7692's of its extensions: `accept` is the expected `Sec-WebSocket-Accept`, `offer`
+    /// what the request offered. A failure names the header and what it said.
+    pub fn verify(&self, accept: &str, offer: &Offer<'_>) -> Result<Agreed, HandshakeError> {
         if self.status != 101 {
             return Err(HandshakeError::Status {
                 status: self.status,
@@ -69,29 +90,25 @@ impl Head {
         )?;
         // RFC 6455 4.1: an extension the client did not offer fails the connection (its
         // framing would be misread: RSV bits, compressed payloads).
-        if let Some(ext) = &self.extensions {
-            return invalid(format!(
-                "Sec-WebSocket-Extensions: {:?} (none requested)",
-                excerpt(ext)
-            ));
-        }
-        match (&self.protocol, protocols) {
-            (None, None) => Ok(()),
-            (Some(p), None) => invalid(format!(
-                "Sec-WebSocket-Protocol: {:?} (none requested)",
-                excerpt(p)
-            )),
-            (Some(p), Some(offered)) if offered.iter().any(|o| o == p) => Ok(()),
-            (Some(p), Some(offered)) => invalid(format!(
-                "Sec-WebSocket-Protocol: {:?} (offered {:?})",
-                excerpt(p),
-                excerpt(&offered.join(", "))
-            )),
-            (None, Some(offered)) => invalid(format!(
-                "no Sec-WebSocket-Protocol header (offered {:?})",
-                excerpt(&offered.join(", "))
-            )),
-        }
+        let deflate = deflate::negotiate(offer.deflate, self.extensions.as_deref())?;
+        let protocol = match (&self.protocol, offer.protocols) {
+            (None, _) => None,
+            (Some(p), None) => {
+                return invalid(format!(
+                    "Sec-WebSocket-Protocol: {:?} (none requested)",
+                    excerpt(p)
+                ));
+            }
+            (Some(p), Some(offered)) if offered.iter().any(|o| o == p) => Some(p.clone()),
+            (Some(p), Some(offered)) => {
+                return invalid(format!(
+                    "Sec-WebSocket-Protocol: {:?} (offered {:?})",
+                    excerpt(p),
+                    excerpt(&offered.join(", "))
+                ));
+            }
+        };
+        Ok(Agreed { protocol, deflate })
     }
 }
 
@@ -193,6 +210,14 @@ pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
             .split_once(':')
             .ok_or_else(|| malformed(line.as_bytes()))?;
         let value = Some(value.trim().to_string());
+        // Repeated lines of a list header are one list (RFC 9110 5.3): two lines of
+        // extensions or subprotocols are judged together.
+        let listed = |h: &mut Option<String>, v: Option<String>| {
+            *h = match (h.take(), v) {
+                (Some(a), Some(b)) => Some(format!("{a}, {b}")),
+                (a, b) => b.or(a),
+            }
+        };
         if name.eq_ignore_ascii_case("upgrade") {
             h.upgrade = value;
         } else if name.eq_ignore_ascii_case("connection") {
@@ -200,9 +225,9 @@ pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
         } else if name.eq_ignore_ascii_case("sec-websocket-accept") {
             h.accept = value;
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
-            h.protocol = value;
+            listed(&mut h.protocol, value);
         } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
-            h.extensions = value;
+            listed(&mut h.extensions, value);
         }
     }
     Ok(h)
@@ -256,8 +281,11 @@ mod tests {
         let end = find_head_end(ok).expect("complete");
         assert_eq!(end, ok.len());
         let h = parse_head(&ok[..end]).expect("parses");
-        assert!(h.verify("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", None).is_ok());
-        match h.verify("other", None) {
+        assert!(
+            h.verify("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", &Offer::default())
+                .is_ok()
+        );
+        match h.verify("other", &Offer::default()) {
             Err(HandshakeError::Invalid(what)) => assert_eq!(
                 what,
                 "Sec-WebSocket-Accept: \"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\" (expected \"other\")"
@@ -267,7 +295,7 @@ mod tests {
         let denied =
             parse_head(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n").expect("parses");
         assert!(matches!(
-            denied.verify("x", None),
+            denied.verify("x", &Offer::default()),
             Err(HandshakeError::Status { status: 401, ref reason, body: None }) if reason == "Unauthorized"
         ));
         for (head, what) in [
@@ -286,7 +314,9 @@ mod tests {
         ] {
             let h = parse_head(head).expect("parses");
             assert_eq!(
-                h.verify("x", None).expect_err("invalid").to_string(),
+                h.verify("x", &Offer::default())
+                    .expect_err("invalid")
+                    .to_string(),
                 format!("upgrade: {what}")
             );
         }
@@ -294,6 +324,69 @@ mod tests {
         assert_eq!(
             find_head_end(b"HTTP/1.1 101 OK\r\nUpgrade: websocket\r\n"),
             None
+        );
+    }
+
+    /// RFC 6455 4.1: a subprotocol not offered fails the upgrade, naming it and the offer;
+    /// none selected is allowed (the caller says so); permessage-deflate is agreed when offered
+    /// and accepted, refused when not offered. Repeated header lines are judged together.
+    #[test]
+    fn subprotocols_and_extensions_are_checked_against_the_offer() {
+        let ok = "HTTP/1.1 101 OK\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: k\r\n";
+        let offered = ["graphql-transport-ws".to_string(), "v12.stomp".to_string()];
+        let deflate = DeflateOffer::default();
+        let offer = Offer {
+            protocols: Some(&offered),
+            deflate: Some(&deflate),
+        };
+        let verify = |extra: &str, offer: &Offer<'_>| {
+            parse_head(format!("{ok}{extra}\r\n").as_bytes())
+                .expect("parses")
+                .verify("k", offer)
+        };
+        let agreed = verify(
+            "Sec-WebSocket-Protocol: v12.stomp\r\nSec-WebSocket-Extensions: permessage-deflate\r\n",
+            &offer,
+        )
+        .expect("valid");
+        assert_eq!(agreed.protocol.as_deref(), Some("v12.stomp"));
+        assert_eq!(agreed.deflate.map(|p| p.client_max_window_bits), Some(15));
+        assert_eq!(
+            verify("", &offer).expect("none selected"),
+            Agreed::default()
+        );
+        assert_eq!(
+            verify("Sec-WebSocket-Protocol: mqtt\r\n", &offer)
+                .expect_err("not offered")
+                .to_string(),
+            "upgrade: Sec-WebSocket-Protocol: \"mqtt\" (offered \"graphql-transport-ws, v12.stomp\")"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Protocol: v12.stomp\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n",
+                &offer
+            )
+            .expect_err("two selected")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Protocol: \"v12.stomp, graphql-transport-ws\" (offered \"graphql-transport-ws, v12.stomp\")"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Extensions: permessage-deflate\r\nSec-WebSocket-Extensions: permessage-deflate\r\n",
+                &offer
+            )
+            .expect_err("twice")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Extensions: \"permessage-deflate, permessage-deflate\" (permessage-deflate twice)"
+        );
+        assert_eq!(
+            verify(
+                "Sec-WebSocket-Extensions: permessage-deflate\r\n",
+                &Offer::default()
+            )
+            .expect_err("not offered")
+            .to_string(),
+            "upgrade: Sec-WebSocket-Extensions: \"permessage-deflate\" (none requested)"
         );
     }
 
@@ -316,7 +409,9 @@ mod tests {
         );
         let h = take_head(&mut rd).expect("parses").expect("complete");
         assert_eq!(
-            h.verify("x", None).expect_err("500").to_string(),
+            h.verify("x", &Offer::default())
+                .expect_err("500")
+                .to_string(),
             "upgrade: HTTP 500 Internal Server Error: database down"
         );
     }

@@ -32,12 +32,15 @@
 //! `wsload autobahn-client`).
 //!
 //! The modules, by what they hold: [`frame`] (headers read and written), [`mask`], [`handshake`]
-//! (the key and the server's response head), the connection itself ([`Ws`], over an [`Io`]),
+//! (the key and the server's response head), [`deflate`] (permessage-deflate: the offer, the
+//! answer's checks, the per-message codec), the connection itself ([`Ws`], over an [`Io`]),
 //! and the errors. `tests/fuzz.rs` feeds the frame and head parsers arbitrary bytes cut at
 //! arbitrary points; `cargo bench -p wsload-ws --bench codec` times masking and framing (MB/s
-//! and ns per frame at 64 B, 1 KiB and 64 KiB, the word-at-a-time mask beside a byte loop).
+//! and ns per frame at 64 B, 1 KiB and 64 KiB, the word-at-a-time mask beside a byte loop) and
+//! permessage-deflate (µs per JSON message each way, and the state a connection holds).
 
 mod conn;
+pub mod deflate;
 mod error;
 pub mod frame;
 pub mod handshake;
@@ -49,6 +52,7 @@ mod spare;
 pub mod test_server;
 
 pub use conn::{Recv, Tally, Ws};
+pub use deflate::{DeflateOffer, DeflateParams};
 pub use error::{HandshakeError, failure_code};
-pub use handshake::{Head, new_key};
+pub use handshake::{Agreed, Head, Offer, new_key};
 pub use io::Io;

@@ -14,6 +14,8 @@ pub(crate) const MAX_MESSAGE: usize = 64 << 20;
 /// A message being reassembled from fragments.
 pub(crate) struct Fragments {
     pub(crate) text: bool,
+    /// Its first frame had RSV1: the joined payload is inflated at the end.
+    pub(crate) compressed: bool,
     pub(crate) data: BytesMut,
 }
 

@@ -7,10 +7,10 @@ use bytes::{Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use wsload_ws::HandshakeError;
 use wsload_ws::frame::{self, Header, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
 use wsload_ws::handshake::{self, MAX_RESPONSE_HEAD};
 use wsload_ws::mask::mask;
+use wsload_ws::{HandshakeError, Offer};
 
 /// What decoding a byte stream gave: the frames taken, the error that ended it (as text:
 /// tungstenite's errors have no `PartialEq`) and the bytes not consumed (waiting for more, or
@@ -32,7 +32,7 @@ fn decode_in_pieces(wire: &[u8], cuts: &[usize]) -> Decoded {
         rd.extend_from_slice(&wire[from..cut]);
         from = cut;
         loop {
-            match frame::take(&mut rd) {
+            match frame::take(&mut rd, false) {
                 Ok(Some(f)) => frames.push(f),
                 Ok(None) => break,
                 Err(e) => {
@@ -181,7 +181,7 @@ proptest! {
         let mut body = wire[h.header_len..].to_vec();
         mask(&mut body, key);
         prop_assert_eq!(body, p);
-        prop_assert!(frame::decode_header(&wire).is_err());
+        prop_assert!(frame::decode_header(&wire, false).is_err());
     }
 
     /// The word-at-a-time mask is the RFC's byte-wise XOR, at any length and alignment.
@@ -318,7 +318,7 @@ proptest! {
         let mut rd = BytesMut::from(&wire[..]);
         let head = handshake::take_head(&mut rd).expect("parses").expect("complete");
         prop_assert_eq!(head.status, 101);
-        prop_assert!(head.verify(&accept, None).is_ok(), "{:?}", head.verify(&accept, None));
+        prop_assert!(head.verify(&accept, &Offer::default()).is_ok(), "{:?}", head.verify(&accept, &Offer::default()));
         prop_assert_eq!(&rd[..], &wire[head_len..]);
         prop_assert_eq!(
             head_in_pieces(&wire, &cuts(&picks, wire.len())),
@@ -335,7 +335,7 @@ proptest! {
         let wire = format!("HTTP/1.1 {status} {reason_sent}\r\ncontent-length: 0\r\n\r\n");
         let head = handshake::parse_head(wire.as_bytes()).expect("parses");
         let refused = matches!(
-            head.verify("x", None),
+            head.verify("x", &Offer::default()),
             Err(HandshakeError::Status { status: s, ref reason, .. }) if s == status && reason == reason_sent.trim()
         );
         prop_assert!(refused);

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::frame::MAX_FRAME;
-use crate::handshake::new_key;
+use crate::handshake::{Offer, new_key};
 use crate::mask::mask;
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 /// A server end of a loopback TCP pair, and the client `Ws` on the other.
-async fn pair(read_size: usize) -> (Ws, TcpStream) {
+pub(super) async fn pair(read_size: usize) -> (Ws, TcpStream) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -23,14 +23,14 @@ async fn pair(read_size: usize) -> (Ws, TcpStream) {
 }
 
 /// An unmasked server frame; `b0` is its first byte (FIN and opcode).
-fn server_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
+pub(super) fn server_frame(b0: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::new();
     frame::encode(&mut f, b0 & 0x80 != 0, b0 & 0x0f, payload, None);
     f
 }
 
 /// Reads one masked client frame: (first byte, unmasked payload).
-async fn client_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+pub(super) async fn client_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
     let mut h = [0u8; 2];
     s.read_exact(&mut h).await.expect("header");
     assert_eq!(h[1] & 0x80, 0x80, "client frames are masked");
@@ -247,7 +247,9 @@ async fn handshake_with(extra: &str) -> Result<(), HandshakeError> {
     let mut ws = Ws::new(Io::Plain(tcp), 1024);
     let head = ws.handshake(request.as_bytes()).await;
     let _server = server.await.expect("server");
-    head?.verify(&derive_accept_key(&key), None)
+    head?
+        .verify(&derive_accept_key(&key), &Offer::default())
+        .map(drop)
 }
 
 #[tokio::test]
