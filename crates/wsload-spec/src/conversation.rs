@@ -117,6 +117,7 @@ pub struct Match {
     pub json: Option<JsonField>,
     /// The frame's kind: `text` or `binary` (default: either).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = cel::null_is_unset)]
     pub frame: Option<FrameType>,
 }
 
