@@ -2,8 +2,8 @@
 //! but `target` and `scenario` has a default, so a small file runs.
 
 use crate::cel;
-use crate::conversation::{Compression, Conversation};
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
+use crate::conversation::{Compression, Conversation};
 use crate::env_var::EnvVar;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};

@@ -6,6 +6,8 @@ use crate::spec::*;
 use crate::target_url::TargetUrl;
 use std::fmt;
 
+mod conversation;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// Path from the document root, e.g. `spec.target.url`.
@@ -46,6 +48,7 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     thresholds(spec, &mut e);
     sizes(spec, &mut e);
     cluster(spec, &mut e);
+    conversation::conversation(spec, &mut e);
     if e.0.is_empty() { Ok(()) } else { Err(e.0) }
 }
 
