@@ -11,7 +11,7 @@ use crate::measure::{Dropped, FrameKind, FrameTally, Measure};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
-use crate::script::{Fill, Incoming, Out, Recognised, Script};
+use crate::script::{Fill, Incoming, Out, Recognised, Script, SendTime};
 use crate::stall::{self, Stall};
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
@@ -68,6 +68,8 @@ pub struct Scratch {
     arena: RefCell<BytesMut>,
     /// Where a connection peeks at what it left unread at its deadline (see `unread`).
     peek: RefCell<Vec<u8>>,
+    /// Where a counting loop makes the conversation's measured message before queueing it.
+    render: RefCell<Vec<u8>>,
 }
 
 impl WorkerState {
@@ -1209,7 +1211,9 @@ fn poll_echoes(
 /// The replies and pushes a counting read took: replies queued (the next read pushes them
 /// out), pushes counted.
 fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
-    ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
+    if taken.pushes.frames > 0 {
+        ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
+    }
     let Some(script) = ctx.script.as_deref() else {
         return;
     };
@@ -1228,6 +1232,8 @@ struct Sender {
     message: Option<Arc<Out>>,
     conn: u64,
     seq: u64,
+    /// `${sendTime}` of the burst being made (see `Sender::burst`).
+    time: SendTime,
 }
 
 impl Sender {
@@ -1236,6 +1242,15 @@ impl Sender {
             message,
             conn,
             seq: 0,
+            time: SendTime::default(),
+        }
+    }
+
+    /// A burst begins: its messages are made now, and carry this instant as their
+    /// `${sendTime}` (one clock read per burst instead of one per message).
+    fn burst(&mut self) {
+        if self.message.as_ref().is_some_and(|m| m.has_time()) {
+            self.time = SendTime::now();
         }
     }
 
@@ -1244,40 +1259,39 @@ impl Sender {
         self.message.as_ref().map(|m| m.is_text())
     }
 
-    fn fill(&mut self, ctx: &WorkerState) -> Fill {
+    /// Queues the next message on `ws`; its length.
+    fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
+        let Some(out) = self.message.as_deref() else {
+            ws.queue_data(ctx.template.is_text(), ctx.template.payload());
+            return ctx.template.len() as u64;
+        };
         self.seq += 1;
-        Fill {
+        let fill = Fill {
             conn: self.conn,
             seq: self.seq,
             size: ctx.size,
-        }
-    }
-
-    /// Queues the next message on `ws`; its length.
-    fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
-        match self.message.clone() {
-            None => {
-                ws.queue_data(ctx.template.is_text(), ctx.template.payload());
-                ctx.template.len() as u64
-            }
-            Some(out) => {
-                let fill = self.fill(ctx);
-                let bytes = out.bytes(&mut ctx.scratch.arena.borrow_mut(), &fill);
-                ws.queue_data(out.is_text(), &bytes);
-                bytes.len() as u64
-            }
-        }
+        };
+        // Copied into the write buffer at once: made in the worker's scratch vector, reused
+        // by every message of the worker.
+        let mut buf = ctx.scratch.render.borrow_mut();
+        buf.clear();
+        out.write_at(&mut *buf, &fill, &self.time);
+        ws.queue_data(out.is_text(), &buf);
+        buf.len() as u64
     }
 
     /// The next message.
     fn message(&mut self, ctx: &WorkerState) -> Message {
-        match self.message.clone() {
-            None => ctx.template.constant(),
-            Some(out) => {
-                let fill = self.fill(ctx);
-                out.message(&mut ctx.scratch.arena.borrow_mut(), &fill)
-            }
-        }
+        let Some(out) = self.message.as_deref() else {
+            return ctx.template.constant();
+        };
+        self.seq += 1;
+        let fill = Fill {
+            conn: self.conn,
+            seq: self.seq,
+            size: ctx.size,
+        };
+        out.message(&mut ctx.scratch.arena.borrow_mut(), &fill)
     }
 }
 
@@ -1367,6 +1381,7 @@ async fn saturate(
         // Echoes read while a write waits count against the window.
         let echoed_before = echoes.echoed;
         let mut bytes = 0u64;
+        sender.burst();
         let written = async {
             for _ in 0..n {
                 if per_message || ws.over_soft_limit() {

@@ -7,8 +7,8 @@
 //! per message only the sequence number, the send time and the random parts are written,
 //! into the worker's arena as `message::Template::with_id` does: no allocation per message.
 
-use bytes::{Bytes, BytesMut};
-use std::ops::Range;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::ops::{DerefMut, Range};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -313,6 +313,33 @@ fn parse_u64(digits: &[u8]) -> Option<u64> {
     })
 }
 
+/// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendTime {
+    digits: [u8; 20],
+    len: u8,
+}
+
+impl SendTime {
+    pub fn now() -> SendTime {
+        let us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut b = itoa::Buffer::new();
+        let text = b.format(us).as_bytes();
+        let mut digits = [0u8; 20];
+        digits[..text.len()].copy_from_slice(text);
+        SendTime {
+            digits,
+            len: text.len() as u8,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[..usize::from(self.len)]
+    }
+}
+
 /// The per-message values of a template.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fill {
@@ -434,49 +461,68 @@ impl Out {
         if arena.capacity() - arena.len() < want {
             arena.reserve((want * ARENA_MESSAGES).min(ARENA_MAX).max(want));
         }
-        let start = arena.len();
+        self.write(arena, fill);
+        arena.split().freeze()
+    }
+
+    /// Appends one message to `buf`: the literal bytes, the placeholders' values written in
+    /// place, and the pad (inserted once the rest is known). `${sendTime}` is now.
+    pub fn write<B>(&self, buf: &mut B, fill: &Fill)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let time = if self.has_time() {
+            SendTime::now()
+        } else {
+            SendTime::default()
+        };
+        self.write_at(buf, fill, &time);
+    }
+
+    /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
+    pub fn has_time(&self) -> bool {
+        self.pieces.contains(&Piece::SendTime)
+    }
+
+    /// [`Out::write`] with `${sendTime}` given: a burst of messages made together shares one
+    /// clock read and one formatting of it.
+    pub fn write_at<B>(&self, buf: &mut B, fill: &Fill, time: &SendTime)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let start = buf.len();
         let mut pad_at = None;
         let mut digits = itoa::Buffer::new();
         for p in self.pieces.iter() {
             match p {
-                Piece::Lit(r) => arena.extend_from_slice(&self.literal[r.clone()]),
-                Piece::Conn => arena.extend_from_slice(digits.format(fill.conn).as_bytes()),
-                Piece::Seq => arena.extend_from_slice(digits.format(fill.seq).as_bytes()),
-                Piece::SendTime => {
-                    let us = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0, |d| d.as_micros() as u64);
-                    arena.extend_from_slice(digits.format(us).as_bytes());
-                }
-                Piece::Random => {
-                    arena.extend_from_slice(digits.format(rand::random::<u32>()).as_bytes())
-                }
+                Piece::Lit(r) => buf.put_slice(&self.literal[r.clone()]),
+                Piece::Conn => buf.put_slice(digits.format(fill.conn).as_bytes()),
+                Piece::Seq => buf.put_slice(digits.format(fill.seq).as_bytes()),
+                Piece::SendTime => buf.put_slice(time.as_bytes()),
+                Piece::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
                 Piece::Hex(n) => {
                     const HEX: &[u8; 16] = b"0123456789abcdef";
                     let mut left = *n;
                     while left > 0 {
                         let r: u64 = rand::random();
                         for k in 0..left.min(16) {
-                            arena.extend_from_slice(&[HEX[((r >> (4 * k)) & 0xF) as usize]]);
+                            buf.put_u8(HEX[((r >> (4 * k)) & 0xF) as usize]);
                         }
                         left = left.saturating_sub(16);
                     }
                 }
-                Piece::Uuid => {
-                    arena.extend_from_slice(&uuid_text(rand::random(), rand::random()));
-                }
-                Piece::Pad => pad_at = Some(arena.len()),
+                Piece::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
+                Piece::Pad => pad_at = Some(buf.len()),
                 Piece::Var(_) => {}
             }
         }
         if let Some(at) = pad_at {
-            let fill_len = fill.size.saturating_sub(arena.len() - start);
+            let fill_len = fill.size.saturating_sub(buf.len() - start);
             if fill_len > 0 {
-                arena.resize(arena.len() + fill_len, PAD_BYTE);
-                arena[at..].rotate_right(fill_len);
+                buf.put_bytes(PAD_BYTE, fill_len);
+                buf[at..].rotate_right(fill_len);
             }
         }
-        arena.split().freeze()
     }
 
     /// One message, as a frame of the template's kind.
@@ -530,6 +576,11 @@ mod tests {
             format!("{{\"id\":12,\"c\":7,\"p\":\"{}\"}}", "x".repeat(18))
         );
         assert_eq!(a.len(), 40);
+        // The counting loop's path, into a reused vector: the same bytes.
+        let mut v = b"old".to_vec();
+        v.clear();
+        out.write(&mut v, &fill);
+        assert_eq!(&v[..], &a[..]);
         let b = out.bytes(&mut arena, &Fill { seq: 13, ..fill });
         // Cut from the same arena block: no allocation per message.
         assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 40);

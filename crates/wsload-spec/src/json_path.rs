@@ -96,8 +96,12 @@ pub fn value_equals(value: &[u8], expected: &[u8]) -> bool {
 /// Compares a JSON string's contents (between the quotes) with UTF-8 text, decoding escapes
 /// on the fly instead of into a buffer.
 fn string_equals(raw: &[u8], expected: &[u8]) -> bool {
+    // As written is the common case, and a string without escapes is only that.
+    if raw == expected {
+        return true;
+    }
     if !raw.contains(&b'\\') {
-        return raw == expected;
+        return false;
     }
     let mut i = 0;
     let mut j = 0;
