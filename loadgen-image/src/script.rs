@@ -301,6 +301,11 @@ impl Script {
     }
 }
 
+/// How many digits `n` has in decimal.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// A decimal `${seq}` read back; anything else is not one.
 fn parse_u64(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 20 {
@@ -479,6 +484,30 @@ impl Out {
         self.write_at(buf, fill, &time);
     }
 
+    /// How long `${pad}` is in the message for `fill`, known before it is written (the
+    /// numbers' digits counted); `None` without a pad, or with a `${random}` (known once drawn).
+    fn pad_len(&self, fill: &Fill, time: &SendTime) -> Option<usize> {
+        let mut len = 0;
+        let mut pad = false;
+        for p in self.pieces.iter() {
+            len += match p {
+                Piece::Lit(r) => r.len(),
+                Piece::Conn => decimal_len(fill.conn),
+                Piece::Seq => decimal_len(fill.seq),
+                Piece::SendTime => time.as_bytes().len(),
+                Piece::Random => return None,
+                Piece::Hex(n) => *n,
+                Piece::Uuid => 36,
+                Piece::Pad => {
+                    pad = true;
+                    0
+                }
+                Piece::Var(_) => 0,
+            };
+        }
+        pad.then(|| fill.size.saturating_sub(len))
+    }
+
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
     pub fn has_time(&self) -> bool {
         self.pieces.contains(&Piece::SendTime)
@@ -491,6 +520,7 @@ impl Out {
         B: BufMut + DerefMut<Target = [u8]>,
     {
         let start = buf.len();
+        let pad = self.pad_len(fill, time);
         let mut pad_at = None;
         let mut digits = itoa::Buffer::new();
         for p in self.pieces.iter() {
@@ -512,10 +542,14 @@ impl Out {
                     }
                 }
                 Piece::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
-                Piece::Pad => pad_at = Some(buf.len()),
+                Piece::Pad => match pad {
+                    Some(n) => buf.put_bytes(PAD_BYTE, n),
+                    None => pad_at = Some(buf.len()),
+                },
                 Piece::Var(_) => {}
             }
         }
+        // A `${random}` is as long as its digits: the pad goes in once the rest is written.
         if let Some(at) = pad_at {
             let fill_len = fill.size.saturating_sub(buf.len() - start);
             if fill_len > 0 {
@@ -643,6 +677,18 @@ mod tests {
         assert!(f[2].parse::<u32>().is_ok());
         assert!(f[3].parse::<u64>().expect("micros") > 1_600_000_000_000_000);
         assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(
+            [0, 9, 10, 99, 100, u64::MAX].map(decimal_len),
+            [1, 1, 2, 2, 3, 20]
+        );
+        // A pad beside a random number of unknown length still fills to the size.
+        let s = script("    message: {text: '${random}:${pad}', answer: {}}\n");
+        let out = s.shared_message().expect("shared");
+        let fill = Fill {
+            size: 30,
+            ..Fill::default()
+        };
+        assert_eq!(out.bytes(&mut BytesMut::new(), &fill).len(), 30);
         assert_eq!(parse_u64(b"12a"), None);
     }
 }

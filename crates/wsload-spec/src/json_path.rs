@@ -16,6 +16,9 @@ pub struct JsonPath {
 struct Segment {
     key: Box<[u8]>,
     index: Option<usize>,
+    /// The key has no `"` or `\\`: a member name written as the key followed by its closing
+    /// quote is this key, without decoding anything.
+    plain: bool,
 }
 
 /// Why a path is not one.
@@ -53,6 +56,7 @@ impl JsonPath {
                 Ok(Segment {
                     key: s.as_bytes().into(),
                     index,
+                    plain: !s.contains(['"', '\\']),
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -65,7 +69,7 @@ impl JsonPath {
         let mut at = skip_ws(data, 0);
         for seg in &self.segments {
             at = match data.get(at)? {
-                b'{' => member(data, at + 1, &seg.key)?,
+                b'{' => member(data, at + 1, seg)?,
                 b'[' => element(data, at + 1, seg.index?)?,
                 _ => return None,
             };
@@ -173,8 +177,9 @@ fn skip_ws(data: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// In an object whose `{` is just before `at`: where the value of member `key` starts.
-fn member(data: &[u8], at: usize, key: &[u8]) -> Option<usize> {
+/// In an object whose `{` is just before `at`: where the value of member `seg` starts.
+fn member(data: &[u8], at: usize, seg: &Segment) -> Option<usize> {
+    let key = &*seg.key;
     let mut at = skip_ws(data, at);
     if data.get(at)? == &b'}' {
         return None;
@@ -183,14 +188,20 @@ fn member(data: &[u8], at: usize, key: &[u8]) -> Option<usize> {
         if data.get(at)? != &b'"' {
             return None;
         }
-        let key_end = skip_string(data, at)?;
-        let name = &data[at + 1..key_end - 1];
+        let after = &data[at + 1..];
+        let (key_end, found) =
+            if seg.plain && after.starts_with(key) && after.get(key.len()) == Some(&b'"') {
+                (at + key.len() + 2, true)
+            } else {
+                let end = skip_string(data, at)?;
+                (end, string_equals(&data[at + 1..end - 1], key))
+            };
         at = skip_ws(data, key_end);
         if data.get(at)? != &b':' {
             return None;
         }
         at = skip_ws(data, at + 1);
-        if string_equals(name, key) {
+        if found {
             return Some(at);
         }
         at = skip_ws(data, skip_value(data, at)?);
@@ -297,6 +308,9 @@ mod tests {
         assert_eq!(find("f", doc), Some("-1.5e3"));
         assert_eq!(find("0", r#"["event", {"a": 1}]"#), Some(r#""event""#));
         assert_eq!(find("1.a", r#"["event", {"a": 1}]"#), Some("1"));
+        // A name written with escapes is still the key; a longer one is not.
+        assert_eq!(find("id", r#"{"\u0069d": 5}"#), Some("5"));
+        assert_eq!(find("id", r#"{"idx": 1, "id\"": 2, "id": 3}"#), Some("3"));
     }
 
     #[test]
