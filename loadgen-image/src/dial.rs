@@ -467,7 +467,13 @@ impl Dialer {
             };
             match &step.action {
                 Action::Send(out) => {
-                    d.ws.send(out.message(&mut arena, &fill))
+                    // A step's template may splice what earlier steps captured.
+                    let msg = if out.uses_vars() {
+                        out.resolve(&d.vars).message(&mut arena, &fill)
+                    } else {
+                        out.message(&mut arena, &fill)
+                    };
+                    d.ws.send(msg)
                         .await
                         .map_err(|e| DialError::from(ws_error(&e)))?;
                     d.greetings_sent += 1;

@@ -177,7 +177,7 @@ impl Script {
         let heartbeat = match &c.heartbeat {
             Some(h) => Some((
                 h.every.get(),
-                Out::compile("spec.conversation.heartbeat.send", &h.send, &vars)?,
+                Out::compile("spec.conversation.heartbeat.send", &h.send, &[])?,
             )),
             None => None,
         };
@@ -419,7 +419,8 @@ impl Out {
         self.text
     }
 
-    fn uses_vars(&self) -> bool {
+    /// Whether it splices captured variables (see [`Out::resolve`]).
+    pub fn uses_vars(&self) -> bool {
         self.pieces.iter().any(|p| matches!(p, Piece::Var(_)))
     }
 

@@ -306,6 +306,23 @@ fn replies_to_a_heartbeat_keep_connections_alive() {
     );
 }
 
+/// The client's heartbeat goes out on its own between the pings, never counted as load; the
+/// server's answers to it are counted here as pushes.
+#[test]
+fn a_heartbeat_is_sent_on_its_own_and_not_counted_as_load() {
+    let c = run_against(
+        Protocol::default(),
+        "conv-client-heartbeat",
+        "  scenario: sustainedHold\n  connections: [2]\n  duration: 2s\n  ping: {kind: frame, interval: 500ms, timeout: 1s}\n  conversation:\n    heartbeat: {every: 100ms, send: {text: '{\"id\":\"hb-${conn}\"}'}}\n    push: {regex: 'hb-[01]\"'}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.survived, n.dropped_total()), (2, 0), "{n:?}");
+    // 19 or 20 beats each in 2 s (fewer if a loaded machine delays the timer), each answered.
+    assert!((2 * 15..=2 * 20).contains(&n.pushes.frames), "{n:?}");
+    assert_eq!((n.sent, n.expected, n.lost), (0, 6, 0), "{n:?}");
+    assert!(n.unsolicited.is_empty(), "{n:?}");
+}
+
 /// Before (matched by order): every other answer was taken for a loss.
 #[test]
 fn answers_by_json_id_out_of_order_are_matched_exactly() {
@@ -368,7 +385,8 @@ fn an_expect_that_times_out_is_counted_by_step() {
     );
 }
 
-/// The session id the server sends first is captured and carried by every message.
+/// The session id the server sends first is captured and carried by a later step's message
+/// (answered only if it is the connection's own) and by every measured message.
 #[test]
 fn a_captured_variable_is_sent_in_the_measured_message() {
     let c = run_against(
@@ -377,7 +395,7 @@ fn a_captured_variable_is_sent_in_the_measured_message() {
             ..Protocol::default()
         },
         "conv-session",
-        "  scenario: pingLatency\n  connections: [3]\n  ping: {count: 4, timeout: 2s}\n  conversation:\n    open:\n      - {name: hello, expect: {regex: sid}, capture: {sid: {json: sid}}}\n    message:\n      text: '{\"id\":${seq},\"sid\":\"${sid}\"}'\n      answer: {id: {json: id}}\n",
+        "  scenario: pingLatency\n  connections: [3]\n  ping: {count: 4, timeout: 2s}\n  conversation:\n    open:\n      - {name: hello, expect: {regex: sid}, capture: {sid: {json: sid}}}\n      - {name: join, send: {text: '{\"id\":0,\"sid\":\"${sid}\"}'}}\n      - {name: joined, expect: {json: {field: id, equals: '0'}}, timeout: 2s}\n    message:\n      text: '{\"id\":${seq},\"sid\":\"${sid}\"}'\n      answer: {id: {json: id}}\n",
     );
     let n = &c.measure.counts;
     assert_eq!(n.connected, 3, "{n:?}");

@@ -36,7 +36,13 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
                 "must be above zero (e.g. 25s)",
             );
         }
-        payload(&format!("{FIELD}.heartbeat.send"), &hb.send, &vars, e);
+        built_in_only(
+            &format!("{FIELD}.heartbeat.send"),
+            &hb.send,
+            &vars,
+            "the heartbeat is the same template for every connection",
+            e,
+        );
     }
     if let Some(m) = &c.message {
         message(m, spec.message.size as usize, &vars, e);
@@ -147,7 +153,7 @@ fn var_name(name: &str, known: &[String]) -> Option<String> {
 }
 
 /// Replies answer from the upgrade on, before any capture, so their templates know only the
-/// built-in placeholders. A reply whose answer matches a reply's `when` would be answered
+/// built-in placeholders (the heartbeat's too: one template for every connection). A reply whose answer matches a reply's `when` would be answered
 /// again if the server echoed it: a loop.
 fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
     let whens: Vec<Option<Matcher>> = replies
@@ -157,7 +163,8 @@ fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
         .collect();
     for (j, r) in replies.iter().enumerate() {
         let field = format!("{FIELD}.replies[{j}].send");
-        let Some((text, t)) = reply_payload(&field, &r.send, vars, e) else {
+        let why = "replies answer from the upgrade on, before it is known";
+        let Some((text, t)) = built_in_only(&field, &r.send, vars, why, e) else {
             continue;
         };
         let answer = render(&t, 1, 0, &BTreeMap::new());
@@ -175,10 +182,13 @@ fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
     }
 }
 
-fn reply_payload(
+/// A template that may use only the built-in placeholders; a captured variable is refused
+/// with `why`.
+fn built_in_only(
     field: &str,
     p: &Payload,
     vars: &[String],
+    why: &str,
     e: &mut Errors,
 ) -> Option<(bool, Template)> {
     let (text, which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
@@ -188,7 +198,7 @@ fn reply_payload(
             e.add(
                 field,
                 format!(
-                    "${{{name}}} is captured on open, but replies answer from the upgrade on, before it is known; use built-in placeholders only (or send it from a step)"
+                    "${{{name}}} is captured on open, but {why}; use built-in placeholders only (or send it from a step)"
                 ),
             );
             None

@@ -44,7 +44,7 @@ const SOCKET_IO: &str = r#"    open:
 #[test]
 fn a_socket_io_conversation_is_accepted() {
     assert_eq!(errors(SOCKET_IO), Vec::<String>::new());
-    let jsonrpc = r#"    heartbeat: {every: 25s, send: {text: '{"jsonrpc":"2.0","method":"ping"}'}}
+    let jsonrpc = r#"    heartbeat: {every: 25s, send: {text: '{"jsonrpc":"2.0","method":"ping","id":"hb-${conn}"}'}}
     message:
       text: '{"jsonrpc":"2.0","id":${seq},"method":"echo","params":["${uuid}"]}'
       answer: {match: {json: {field: jsonrpc, equals: '2.0'}}, id: {json: id}}
@@ -72,6 +72,13 @@ fn an_unknown_placeholder_is_named_with_what_is_known() {
     assert!(
         e.starts_with("spec.conversation.open[0].send.text: unknown placeholder ${sid}"),
         "{e}"
+    );
+    let e = only(
+        "    open:\n      - {name: w, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    heartbeat: {every: 5s, send: {text: '${sid}'}}\n",
+    );
+    assert_eq!(
+        e,
+        "spec.conversation.heartbeat.send.text: ${sid} is captured on open, but the heartbeat is the same template for every connection; use built-in placeholders only (or send it from a step)"
     );
     let e = only("    heartbeat: {every: 5s, send: {text: '${hex:0}'}}\n");
     assert!(
