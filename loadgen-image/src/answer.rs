@@ -7,6 +7,7 @@
 
 use crate::measure::FrameKind;
 use crate::message::{self, Template};
+use crate::script::{Recognised, Script};
 use tokio_tungstenite::tungstenite::Message;
 
 /// What was sent, and so what its answer must carry.
@@ -19,6 +20,9 @@ pub enum Asked<'a> {
     /// WSE application pings: the `PONG` returns the ping's `client_timestamp`, which the
     /// sender makes unique per connection and uses as the id.
     WsePing,
+    /// The conversation's measured message: its answer carries the `${seq}` back where the
+    /// answer rule's `id` says, or is the next message its `match` accepts.
+    Script(&'a Script),
 }
 
 /// What a frame read is to what was sent.
@@ -68,6 +72,12 @@ pub fn answer(asked: Asked<'_>, msg: &Message) -> Answer {
         }
         Asked::Echo(_) => unsolicited,
         Asked::WsePing => message::wse_pong_stamp(msg).map_or(unsolicited, Answer::To),
+        Asked::Script(_) if kind == FrameKind::Pong => unsolicited,
+        Asked::Script(script) => match script.recognise(kind == FrameKind::Text, data) {
+            Recognised::Id(id) => Answer::To(id),
+            Recognised::Next => Answer::Copy,
+            Recognised::No => unsolicited,
+        },
     }
 }
 

@@ -140,10 +140,12 @@ struct Worker<'a> {
     stats: Rc<RefCell<Measure>>,
 }
 
+/// The connections that opened, with their numbers and what their steps on open captured.
+type Opened = Vec<(u64, Ws, Vec<bytes::Bytes>)>;
+
 /// What the connect phase hands the measured phase.
 struct Connected {
-    /// The connections that opened, with their numbers.
-    opened: Vec<(u64, Ws)>,
+    opened: Opened,
     first_dial: Instant,
     last_connected: Instant,
 }
@@ -158,7 +160,7 @@ impl Worker<'_> {
     /// connect rate is timed from the first dial, not from before the common start.
     async fn connect(&self, start_line: &StartLine) -> Connected {
         let (cell, w, workers) = (self.cell, self.index, self.count);
-        let opened: Rc<RefCell<Vec<(u64, Ws)>>> = Rc::new(RefCell::new(Vec::new()));
+        let opened: Rc<RefCell<Opened>> = Rc::new(RefCell::new(Vec::new()));
         tokio::time::sleep_until(start_line.connect_start).await;
         let first_dial = Instant::now();
         let batch = cell.batch_size.max(1);
@@ -195,6 +197,7 @@ impl Worker<'_> {
                             if let Some(n) = &d.negotiated {
                                 m.counts.witness(crate::dial::NEGOTIATED, n);
                             }
+                            m.counts.replies += d.replies;
                             m.hists.tcp.record(d.tcp);
                             m.hists.upgrade.record(d.upgrade);
                             if let Some(r) = d.ready {
@@ -202,7 +205,7 @@ impl Worker<'_> {
                             }
                             m.hists.connect.record(total);
                             slot.opened(total);
-                            opened.borrow_mut().push((n, d.ws));
+                            opened.borrow_mut().push((n, d.ws, d.vars));
                         }
                         Err(e) => {
                             let why = e.why;
@@ -210,6 +213,9 @@ impl Worker<'_> {
                             m.counts.fail(why);
                             if let Some(evidence) = &e.evidence {
                                 m.counts.witness(why.label(), evidence);
+                            }
+                            if let Some(step) = e.step {
+                                *m.counts.expect_missed.entry(step).or_default() += 1;
                             }
                             slot.failed(why);
                             tracing::debug!(
@@ -259,18 +265,26 @@ impl Worker<'_> {
             write_timeout: cell.write_timeout,
             timed: cell.behavior.is_timed(),
             greeting: self.dialer.greets(),
+            script: self.dialer.script().cloned(),
+            size: cell.size,
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
             slot: self.slot.clone(),
             scratch: Default::default(),
         });
         let mut tasks = tokio::task::JoinSet::new();
-        for (n, ws) in connected.opened {
+        // One measured message for all the connections that captured nothing it uses.
+        let common = shared.script.as_ref().and_then(|s| s.shared_message());
+        for (n, ws, vars) in connected.opened {
+            let message = shared
+                .script
+                .as_ref()
+                .and_then(|s| s.message_for(&vars, &common));
             let shared = shared.clone();
             let behavior = cell.behavior.clone();
             // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
             // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
-            let fut = connection::run(ws, n, shared, behavior);
+            let fut = connection::run(ws, n, shared, behavior, message);
             tasks.spawn_local(fut);
         }
         while tasks.join_next().await.is_some() {}

@@ -7,16 +7,18 @@
 use crate::answer::{self, Answer, Asked};
 use crate::counters::SlotRef;
 use crate::dial::Ws;
-use crate::measure::{Dropped, FrameKind, Measure, UNSOLICITED};
+use crate::measure::{Dropped, FrameKind, FrameTally, Measure, UNSOLICITED};
 use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
+use crate::script::{Fill, Incoming, Out, Recognised, Script, SendTime};
 use crate::stall::{self, Stall};
 use bytes::BytesMut;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -42,6 +44,11 @@ pub struct WorkerState {
     pub timed: bool,
     /// Whether the handshake sent a greeting whose answer comes in the measured phase (WSE).
     pub greeting: bool,
+    /// The LoadTest's conversation: replies, pushes, the heartbeat, how the measured message
+    /// is answered.
+    pub script: Option<Arc<Script>>,
+    /// The cell's message size: what the measured message's `${pad}` fills to.
+    pub size: usize,
     pub stats: Rc<RefCell<Measure>>,
     pub discard: Rc<RefCell<Measure>>,
     /// The worker's live counters.
@@ -61,6 +68,8 @@ pub struct Scratch {
     arena: RefCell<BytesMut>,
     /// Where a connection peeks at what it left unread at its deadline (see `unread`).
     peek: RefCell<Vec<u8>>,
+    /// Where a counting loop makes the conversation's measured message before queueing it.
+    render: RefCell<Vec<u8>>,
 }
 
 impl WorkerState {
@@ -106,6 +115,17 @@ impl WorkerState {
                 .counts
                 .unsolicited(kind, frames, bytes);
         }
+    }
+    /// Server messages that matched the conversation's `push`.
+    fn pushed(&self, now: Instant, frames: u64, bytes: u64) {
+        if frames > 0 {
+            let mut m = self.bin_read(now).borrow_mut();
+            m.counts.pushes.frames += frames;
+            m.counts.pushes.bytes += bytes;
+        }
+    }
+    fn replied(&self, n: u64) {
+        self.stats.borrow_mut().counts.replies += n;
     }
     fn mismatched(&self, now: Instant) {
         self.bin_read(now).borrow_mut().counts.mismatched += 1;
@@ -234,20 +254,87 @@ fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>
     Some(account(ctx, ws.next().now_or_never()?))
 }
 
+/// The conversation's part in a read: a message a reply rule answers is answered (queued;
+/// the next read pushes it out without waiting) and one that matches `push` is counted.
+/// `true` when it was either: then it is neither an answer nor unsolicited.
+fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message) -> bool {
+    let Some(script) = ctx.script.as_deref() else {
+        return false;
+    };
+    let (text, data) = match msg {
+        Message::Text(t) => (true, t.as_bytes()),
+        Message::Binary(b) => (false, &b[..]),
+        _ => return false,
+    };
+    match script.incoming(text, data) {
+        Incoming::Reply(i) => {
+            let fill = Fill {
+                conn,
+                seq: 0,
+                size: ctx.size,
+            };
+            let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &fill);
+            if let Some((text, answer)) = answer {
+                ws.queue_reply(text, &answer);
+                ctx.replied(1);
+            }
+            true
+        }
+        Incoming::Push => {
+            ctx.pushed(Instant::now(), 1, data.len() as u64);
+            true
+        }
+        Incoming::Other => false,
+    }
+}
+
 /// Builds pings and recognizes their answers (see `answer`).
 struct Pinger {
     cfg: PingCfg,
     /// The last id sent: ids only grow, so an id above it was never sent.
     seq: u64,
+    /// The conversation's measured message, as this connection sends it: app pings are made
+    /// from it instead of the echo template.
+    message: Option<Arc<Out>>,
+    /// The connection's number (`${conn}`).
+    conn: u64,
 }
 
 impl Pinger {
-    fn new(cfg: PingCfg) -> Self {
-        Pinger { cfg, seq: 0 }
+    fn new(cfg: PingCfg, message: Option<Arc<Out>>, conn: u64) -> Self {
+        Pinger {
+            cfg,
+            seq: 0,
+            message,
+            conn,
+        }
+    }
+
+    /// Whether its pings are the conversation's measured message.
+    fn scripted(&self) -> bool {
+        self.message.is_some() && self.cfg.kind == PingKind::App
+    }
+
+    /// Whether anything answers its pings: a measured message without an answer rule is
+    /// only sent.
+    fn awaits(&self, ctx: &WorkerState) -> bool {
+        !self.scripted() || ctx.script.as_ref().is_some_and(|s| s.is_answered())
     }
 
     /// The next ping and its id.
     fn next(&mut self, ctx: &WorkerState) -> (Message, u64) {
+        if self.scripted()
+            && let Some(out) = &self.message
+        {
+            self.seq += 1;
+            let fill = Fill {
+                conn: self.conn,
+                seq: self.seq,
+                size: ctx.size,
+            };
+            let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
+            return (msg, self.seq);
+        }
         let msg = match (self.cfg.kind, self.cfg.protocol) {
             (PingKind::Frame, _) => {
                 self.seq += 1;
@@ -268,17 +355,22 @@ impl Pinger {
         (msg, self.seq)
     }
 
-    fn asked<'a>(&self, template: &'a Template) -> Asked<'a> {
+    fn asked<'a>(&self, ctx: &'a WorkerState) -> Asked<'a> {
+        if self.scripted()
+            && let Some(script) = ctx.script.as_deref()
+        {
+            return Asked::Script(script);
+        }
         match (self.cfg.kind, self.cfg.protocol) {
             (PingKind::Frame, _) => Asked::FramePing,
-            (PingKind::App, Protocol::Echo) => Asked::Echo(template),
+            (PingKind::App, Protocol::Echo) => Asked::Echo(&ctx.template),
             (PingKind::App, Protocol::Wse) => Asked::WsePing,
         }
     }
 
     /// What `msg` is to the pings sent: an id never sent answers nothing.
-    fn answer(&self, msg: &Message, template: &Template) -> Answer {
-        match answer::answer(self.asked(template), msg) {
+    fn answer(&self, msg: &Message, ctx: &WorkerState) -> Answer {
+        match answer::answer(self.asked(ctx), msg) {
             Answer::To(id) if id == 0 || id > self.seq => answer::unsolicited(msg),
             other => other,
         }
@@ -413,7 +505,7 @@ async fn write_reading(
     ctx: &WorkerState,
     msg: Option<Message>,
     flush: bool,
-    on_read: &mut dyn FnMut(&Message),
+    on_read: &mut dyn FnMut(&mut Ws, &Message),
 ) -> Result<(), Dropped> {
     let mut msg = msg;
     let mut stall = Stall::default();
@@ -438,7 +530,7 @@ async fn write_reading(
                 },
                 Poll::Pending => match ws.poll_next_unpin(cx) {
                     Poll::Ready(item) => match account(ctx, item) {
-                        Ok(m) => on_read(&m),
+                        Ok(m) => on_read(ws, &m),
                         Err(why) => return Poll::Ready(Err(why)),
                     },
                     Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
@@ -458,6 +550,7 @@ pub fn run(
     n: u64,
     ctx: Rc<WorkerState>,
     behavior: Behavior,
+    message: Option<Arc<Out>>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
         let ctx = &*ctx;
@@ -470,25 +563,40 @@ pub fn run(
         // the network dropped it, and why.
         let ended = match &behavior {
             Behavior::Close => Ok(()),
-            Behavior::Hold { every, ping } => hold(&mut ws, ctx, *every, *ping).await,
+            Behavior::Hold { every, ping } => {
+                hold(&mut ws, ctx, *every, Pinger::new(*ping, message, n)).await
+            }
             Behavior::Ping {
                 count,
                 interval,
                 ping,
-            } => Box::pin(pings(&mut ws, ctx, *count, *interval, *ping)).await,
+            } => {
+                let pinger = Pinger::new(*ping, message, n);
+                Box::pin(pings(&mut ws, ctx, *count, *interval, pinger)).await
+            }
             Behavior::Saturate {
                 window,
                 per_message_flush,
-            } => Box::pin(saturate(&mut ws, ctx, *window, *per_message_flush)).await,
-            Behavior::Blast { per_message_flush } => {
-                Box::pin(blast(&mut ws, ctx, *per_message_flush)).await
+            } => {
+                let out = Sender::new(message, n);
+                Box::pin(saturate(&mut ws, ctx, *window, *per_message_flush, out)).await
             }
-            Behavior::PingPong { ping } => Box::pin(pingpong(&mut ws, ctx, *ping)).await,
+            Behavior::Blast { per_message_flush } => {
+                let out = Sender::new(message, n);
+                Box::pin(blast(&mut ws, ctx, *per_message_flush, out)).await
+            }
+            Behavior::PingPong { ping } => {
+                let pinger = Pinger::new(*ping, message, n);
+                Box::pin(pingpong(&mut ws, ctx, pinger)).await
+            }
             Behavior::Paced {
                 schedule,
                 ping,
                 per_message_flush,
-            } => Box::pin(paced(&mut ws, ctx, n, schedule, *ping, *per_message_flush)).await,
+            } => {
+                let pinger = Pinger::new(*ping, message, n);
+                Box::pin(paced(&mut ws, ctx, n, schedule, pinger, *per_message_flush)).await
+            }
         };
         let slot = &ctx.slot;
         // One await for both ends (a goodbye, or a failed connection's linger): a second
@@ -711,12 +819,24 @@ fn hold<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
     every: Option<Duration>,
-    cfg: PingCfg,
+    mut pinger: Pinger,
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
-    let mut pinger = Pinger::new(cfg);
     async move {
-        let next_wake = |now: Instant| every.map_or(ctx.deadline, |e| (now + e).min(ctx.deadline));
-        let mut timer = std::pin::pin!(tokio::time::sleep_until(next_wake(Instant::now())));
+        // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
+        // due first. Both are kept as milliseconds from the phase's start: this is the state
+        // of every held connection, and an `Instant` is 16 bytes.
+        let every_beat = ctx
+            .script
+            .as_deref()
+            .and_then(Script::heartbeat)
+            .map(|b| b.0);
+        let now = Instant::now();
+        let mut next_ping = since(
+            ctx,
+            every.map_or(ctx.deadline, |e| (now + e).min(ctx.deadline)),
+        );
+        let mut next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(at(ctx, next_ping.min(next_beat))));
         loop {
             // Idle: whatever arrives answers nothing (no ping is out), until the timer fires;
             // a socket that is never empty must not postpone it, so the clock is read after
@@ -727,7 +847,9 @@ fn hold<'a>(
                         Poll::Ready(item) => {
                             let msg = account(ctx, item)?;
                             let now = Instant::now();
-                            if let Answer::Unsolicited(kind) = answer::unsolicited(&msg) {
+                            if !converse(ws, ctx, pinger.conn, &msg)
+                                && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
+                            {
                                 count_unsolicited(ctx, now, kind, &msg);
                             }
                             if now >= timer.deadline() {
@@ -742,21 +864,55 @@ fn hold<'a>(
                 }
             })
             .await?;
-            if Instant::now() >= ctx.deadline {
+            let now = Instant::now();
+            if now >= ctx.deadline {
                 return Ok(());
             }
-            let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
-            timer
-                .as_mut()
-                .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
-            let reply = std::future::poll_fn(|cx| {
-                poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
-            })
-            .await;
-            settle_ping(ctx, sent_at, reply)?;
-            timer.as_mut().reset(next_wake(Instant::now()));
+            if now >= at(ctx, next_beat)
+                && let Some((e, out)) = ctx.script.as_deref().and_then(Script::heartbeat)
+            {
+                next_beat = since(ctx, now + e);
+                let fill = Fill {
+                    conn: pinger.conn,
+                    seq: 0,
+                    size: ctx.size,
+                };
+                let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
+                write(ws, msg, true).await?;
+            }
+            if every.is_some() && now >= at(ctx, next_ping) {
+                let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
+                if pinger.awaits(ctx) {
+                    timer
+                        .as_mut()
+                        .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
+                    let reply = std::future::poll_fn(|cx| {
+                        poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
+                    })
+                    .await;
+                    settle_ping(ctx, sent_at, reply)?;
+                }
+                let due = every.map_or(ctx.deadline, |e| (Instant::now() + e).min(ctx.deadline));
+                next_ping = since(ctx, due);
+            }
+            timer.as_mut().reset(at(ctx, next_ping.min(next_beat)));
         }
     }
+}
+
+/// A hold's "not scheduled" (see `since`).
+const NEVER: u32 = u32::MAX;
+
+/// An instant of a held connection's schedule, as milliseconds from the phase's start
+/// (rounded up, so it is never early); 49 days at most.
+fn since(ctx: &WorkerState, t: Instant) -> u32 {
+    let d = t.saturating_duration_since(ctx.start);
+    u32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(NEVER - 1)
+}
+
+/// The instant `ms` milliseconds after the phase's start (`NEVER`: far past any deadline).
+fn at(ctx: &WorkerState, ms: u32) -> Instant {
+    ctx.start + Duration::from_millis(u64::from(ms))
 }
 
 /// Sends the next ping (written out and flushed) and counts it: its id and when it left.
@@ -768,6 +924,7 @@ fn send_ping<'a>(
     pinger: &mut Pinger,
 ) -> impl std::future::Future<Output = Result<(u64, Instant), Dropped>> + 'a {
     let (msg, id) = pinger.next(ctx);
+    let awaited = pinger.awaits(ctx);
     let len = data_len(&msg);
     let sent_at = Instant::now();
     let mut written = write(ws, msg, true);
@@ -776,7 +933,9 @@ fn send_ping<'a>(
         if let Some(len) = len {
             ctx.sent(sent_at, 1, len);
         }
-        ctx.expected(sent_at, 1);
+        if awaited {
+            ctx.expected(sent_at, 1);
+        }
         Poll::Ready(Ok((id, sent_at)))
     })
 }
@@ -810,6 +969,11 @@ fn settle_ping(
 /// Sends one ping and waits for its answer (see `settle_ping`).
 async fn ping_once(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Dropped> {
     let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
+    if !pinger.awaits(ctx) {
+        // Nothing to wait for: let the worker's other connections run between sends.
+        tokio::task::yield_now().await;
+        return Ok(());
+    }
     let mut timeout = std::pin::pin!(tokio::time::sleep_until(answer_due(
         ctx,
         sent_at,
@@ -850,7 +1014,13 @@ fn poll_answer(
             }
         };
         let now = Instant::now();
-        match pinger.answer(&msg, &ctx.template) {
+        if converse(ws, ctx, pinger.conn, &msg) {
+            if now >= timeout.deadline() {
+                return Poll::Ready(Ok(expired(&timeout)));
+            }
+            continue;
+        }
+        match pinger.answer(&msg, ctx) {
             // One ping is out at a time, so a copy of the template answers it.
             Answer::To(got) if got == id => {
                 return Poll::Ready(Ok(answered(ctx, &msg, sent_at, now)));
@@ -882,9 +1052,8 @@ async fn pings(
     ctx: &WorkerState,
     count: u32,
     interval: Duration,
-    cfg: PingCfg,
+    mut pinger: Pinger,
 ) -> Result<(), Dropped> {
-    let mut pinger = Pinger::new(cfg);
     for i in 0..count {
         if i > 0 && !interval.is_zero() {
             tokio::time::sleep(interval).await;
@@ -900,8 +1069,7 @@ async fn pings(
     Ok(())
 }
 
-async fn pingpong(ws: &mut Ws, ctx: &WorkerState, cfg: PingCfg) -> Result<(), Dropped> {
-    let mut pinger = Pinger::new(cfg);
+async fn pingpong(ws: &mut Ws, ctx: &WorkerState, mut pinger: Pinger) -> Result<(), Dropped> {
     while Instant::now() < ctx.deadline {
         match ping_once(ws, ctx, &mut pinger).await {
             Err(Dropped::PingTimeout) => {}
@@ -922,6 +1090,74 @@ struct Echoes {
     awaited: bool,
     queued: u64,
     echoed: u64,
+    /// The conversation's measured message is sent (text or binary frames): its answers are
+    /// recognised by its answer rule, by the `${seq}` they carry (one of those queued) or in
+    /// order, instead of as copies of the template.
+    scripted: Option<bool>,
+}
+
+/// What the conversation took out of one counting read: replies due and pushes, and how
+/// much of the unsolicited tallies they are.
+#[derive(Default)]
+struct Taken {
+    replies: Vec<usize>,
+    pushes: FrameTally,
+    text: FrameTally,
+    binary: FrameTally,
+}
+
+impl Taken {
+    fn add(&mut self, text: bool, len: usize) {
+        let t = if text {
+            &mut self.text
+        } else {
+            &mut self.binary
+        };
+        t.frames += 1;
+        t.bytes += len as u64;
+    }
+}
+
+/// Whether the frame is an answer in a counting read.
+fn counted_answer(
+    ctx: &WorkerState,
+    echoes: (bool, Option<bool>, u64),
+    taken: &mut Taken,
+    text: bool,
+    data: &[u8],
+) -> bool {
+    let (awaited, scripted, queued) = echoes;
+    if let Some(script) = ctx.script.as_deref() {
+        match script.incoming(text, data) {
+            Incoming::Reply(i) => {
+                taken.replies.push(i);
+                taken.add(text, data.len());
+                return false;
+            }
+            Incoming::Push => {
+                taken.pushes.frames += 1;
+                taken.pushes.bytes += data.len() as u64;
+                taken.add(text, data.len());
+                return false;
+            }
+            Incoming::Other => {}
+        }
+        if scripted.is_some() {
+            return awaited
+                && match script.recognise(text, data) {
+                    Recognised::Id(id) => (1..=queued).contains(&id),
+                    Recognised::Next => true,
+                    Recognised::No => false,
+                };
+        }
+    }
+    if awaited {
+        answer::is_copy(&ctx.template, text, data)
+    } else {
+        // Without echoes, what the check accepts is the greeting's answer (a WSE server
+        // never echoes): parsed, but once per connection in the traffic a counting loop gets.
+        ctx.greeting && answer::is_greeting_answer(text, data)
+    }
 }
 
 /// Reads what is there (waiting for at least something), every frame checked in place against
@@ -934,23 +1170,25 @@ fn poll_echoes(
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Dropped>> {
     let template = &ctx.template;
-    let (awaited, greeting) = (echoes.awaited, ctx.greeting);
-    // Without echoes, what the check accepts is the greeting's answer (a WSE server never
-    // echoes): parsed, but once per connection in the traffic a counting loop gets.
-    let mut is_echo = |text: bool, data: &[u8]| {
-        if awaited {
-            answer::is_copy(template, text, data)
-        } else {
-            greeting && answer::is_greeting_answer(text, data)
-        }
-    };
-    Poll::Ready(match std::task::ready!(ws.poll_recv(cx, &mut is_echo)) {
+    let awaited = echoes.awaited;
+    let mut taken = Taken::default();
+    let state = (awaited, echoes.scripted, echoes.queued);
+    let mut is_echo = |text: bool, data: &[u8]| counted_answer(ctx, state, &mut taken, text, data);
+    let polled = std::task::ready!(ws.poll_recv(cx, &mut is_echo));
+    if ctx.script.is_some() {
+        converse_counted(ws, ctx, &taken);
+    }
+    Poll::Ready(match polled {
         Some(Ok(Recv::Data {
             expected,
-            text,
-            binary,
+            mut text,
+            mut binary,
         })) => {
             let now = Instant::now();
+            text.frames = text.frames.saturating_sub(taken.text.frames);
+            text.bytes = text.bytes.saturating_sub(taken.text.bytes);
+            binary.frames = binary.frames.saturating_sub(taken.binary.frames);
+            binary.bytes = binary.bytes.saturating_sub(taken.binary.bytes);
             if !awaited {
                 ctx.received(now, expected.frames, expected.bytes);
             }
@@ -960,10 +1198,14 @@ fn poll_echoes(
                 0
             };
             echoes.echoed += got;
-            let len = template.len() as u64;
+            let (len, is_text) = match echoes.scripted {
+                // Answers need not be as long as what they answer.
+                Some(t) => (expected.bytes / expected.frames.max(1), t),
+                None => (template.len() as u64, template.is_text()),
+            };
             ctx.received(now, got, got * len);
             let extra = if awaited { expected.frames - got } else { 0 };
-            let kind = if template.is_text() {
+            let kind = if is_text {
                 FrameKind::Text
             } else {
                 FrameKind::Binary
@@ -984,6 +1226,93 @@ fn poll_echoes(
         Some(Err(e)) => Err(drop_of(ctx, &e)),
         None => Err(Dropped::Reset),
     })
+}
+
+/// The replies and pushes a counting read took: replies queued (the next read pushes them
+/// out), pushes counted.
+fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
+    if taken.pushes.frames > 0 {
+        ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
+    }
+    let Some(script) = ctx.script.as_deref() else {
+        return;
+    };
+    for &i in &taken.replies {
+        let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &Fill::default());
+        if let Some((text, answer)) = answer {
+            ws.queue_reply(text, &answer);
+            ctx.replied(1);
+        }
+    }
+}
+
+/// What a counting or blasting loop sends: the echo template as it is, or the
+/// conversation's measured message, made per message with its `${seq}`.
+struct Sender {
+    message: Option<Arc<Out>>,
+    conn: u64,
+    seq: u64,
+    /// `${sendTime}` of the burst being made (see `Sender::burst`).
+    time: SendTime,
+}
+
+impl Sender {
+    fn new(message: Option<Arc<Out>>, conn: u64) -> Sender {
+        Sender {
+            message,
+            conn,
+            seq: 0,
+            time: SendTime::default(),
+        }
+    }
+
+    /// A burst begins: its messages are made now, and carry this instant as their
+    /// `${sendTime}` (one clock read per burst instead of one per message).
+    fn burst(&mut self) {
+        if self.message.as_ref().is_some_and(|m| m.has_time()) {
+            self.time = SendTime::now();
+        }
+    }
+
+    /// Whether it sends the measured message, and as text frames or binary ones.
+    fn scripted(&self) -> Option<bool> {
+        self.message.as_ref().map(|m| m.is_text())
+    }
+
+    /// Queues the next message on `ws`; its length.
+    fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
+        let Some(out) = self.message.as_deref() else {
+            ws.queue_data(ctx.template.is_text(), ctx.template.payload());
+            return ctx.template.len() as u64;
+        };
+        self.seq += 1;
+        let fill = Fill {
+            conn: self.conn,
+            seq: self.seq,
+            size: ctx.size,
+        };
+        // Copied into the write buffer at once: made in the worker's scratch vector, reused
+        // by every message of the worker.
+        let mut buf = ctx.scratch.render.borrow_mut();
+        buf.clear();
+        out.write_at(&mut *buf, &fill, &self.time);
+        ws.queue_data(out.is_text(), &buf);
+        buf.len() as u64
+    }
+
+    /// The next message.
+    fn message(&mut self, ctx: &WorkerState) -> Message {
+        let Some(out) = self.message.as_deref() else {
+            return ctx.template.constant();
+        };
+        self.seq += 1;
+        let fill = Fill {
+            conn: self.conn,
+            seq: self.seq,
+            size: ctx.size,
+        };
+        out.message(&mut ctx.scratch.arena.borrow_mut(), &fill)
+    }
 }
 
 /// Writes what is queued (all of it if `all`, else until below the soft limit), reading
@@ -1052,14 +1381,14 @@ async fn saturate(
     ctx: &WorkerState,
     window: Option<u32>,
     per_message: bool,
+    mut sender: Sender,
 ) -> Result<(), Dropped> {
-    let (text, payload) = (ctx.template.is_text(), ctx.template.payload());
-    let len = payload.len() as u64;
     let mut in_flight: u32 = 0;
     let mut echoes = Echoes {
         awaited: window.is_some(),
         queued: 0,
         echoed: 0,
+        scripted: sender.scripted(),
     };
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
     let burst = window.unwrap_or(64);
@@ -1071,19 +1400,21 @@ async fn saturate(
         let n = burst.saturating_sub(in_flight);
         // Echoes read while a write waits count against the window.
         let echoed_before = echoes.echoed;
+        let mut bytes = 0u64;
+        sender.burst();
         let written = async {
             for _ in 0..n {
                 if per_message || ws.over_soft_limit() {
                     write_out_counting(ws, ctx, per_message, &mut echoes).await?;
                 }
-                ws.queue_data(text, payload);
+                bytes += sender.queue(ws, ctx);
                 echoes.queued += 1;
             }
             write_out_counting(ws, ctx, true, &mut echoes).await
         }
         .await;
         written?;
-        ctx.sent(now, u64::from(n), u64::from(n) * len);
+        ctx.sent(now, u64::from(n), bytes);
         if window.is_some() {
             let echoed = (echoes.echoed - echoed_before) as u32;
             in_flight = (in_flight + n).saturating_sub(echoed);
@@ -1111,9 +1442,12 @@ async fn saturate(
     Ok(())
 }
 
-async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), Dropped> {
-    let msg = ctx.template.constant();
-    let len = ctx.template.len() as u64;
+async fn blast(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    per_message: bool,
+    mut sender: Sender,
+) -> Result<(), Dropped> {
     const BURST: u64 = 64;
     loop {
         let now = Instant::now();
@@ -1124,11 +1458,14 @@ async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), 
         // fill both sockets, the server stops reading and our writes block for good: the
         // deadline bounds them. What was handed to the socket's writer counts as sent even
         // when the burst is cut short: the closing handshake writes it out before the close.
-        let mut fed = 0u64;
+        let (mut fed, mut bytes) = (0u64, 0u64);
         let burst = async {
             for _ in 0..BURST {
-                feed(ws, ctx, msg.clone()).await?;
+                let msg = sender.message(ctx);
+                let len = data_len(&msg).unwrap_or(0);
+                feed(ws, ctx, msg).await?;
                 fed += 1;
+                bytes += len;
                 if per_message {
                     flush(ws, ctx).await?;
                 }
@@ -1139,7 +1476,7 @@ async fn blast(ws: &mut Ws, ctx: &WorkerState, per_message: bool) -> Result<(), 
             Ok(())
         };
         let r = tokio::time::timeout_at(ctx.deadline, burst).await;
-        ctx.sent(now, fed, fed * len);
+        ctx.sent(now, fed, bytes);
         match r {
             Err(_) => return Ok(()),
             Ok(r) => r?,
@@ -1156,10 +1493,9 @@ async fn paced(
     ctx: &WorkerState,
     n: u64,
     schedule: &Schedule,
-    cfg: PingCfg,
+    pinger: Pinger,
     per_message: bool,
 ) -> Result<(), Dropped> {
-    let pinger = Pinger::new(cfg);
     // (id, intended, actual) of every message awaiting its answer, in send order.
     let mut pending: VecDeque<(u64, Instant, Instant)> = VecDeque::new();
     let outcome =
@@ -1185,6 +1521,7 @@ async fn paced_until_answered(
 ) -> Result<(), Dropped> {
     let schedule = schedule.for_connection(n, ctx.connections);
     let origin = ctx.start;
+    let awaited = pinger.awaits(ctx);
     let mut due = schedule.first(origin);
     loop {
         let now = Instant::now();
@@ -1199,22 +1536,24 @@ async fn paced_until_answered(
         {
             let (msg, id) = pinger.next(ctx);
             let len = data_len(&msg).unwrap_or(0);
-            write_reading(ws, ctx, Some(msg), per_message, &mut |m| {
-                settle(ctx, &pinger, m, pending)
+            write_reading(ws, ctx, Some(msg), per_message, &mut |ws, m| {
+                settle(ws, ctx, &pinger, m, pending)
             })
             .await?;
             ctx.sent(t, 1, len);
-            ctx.expected(t, 1);
-            // The raw round trip starts when this message was written, not when the burst
-            // began: a write that waited is the sender's lateness, which only the corrected
-            // figure (from `t`) is meant to include.
-            pending.push_back((id, t, Instant::now()));
+            if awaited {
+                ctx.expected(t, 1);
+                // The raw round trip starts when this message was written, not when the
+                // burst began: a write that waited is the sender's lateness, which only the
+                // corrected figure (from `t`) is meant to include.
+                pending.push_back((id, t, Instant::now()));
+            }
             burst += 1;
             due = schedule.next(origin, t, ctx.deadline);
         }
         if burst > 0 && !per_message {
-            write_reading(ws, ctx, None, true, &mut |m| {
-                settle(ctx, &pinger, m, pending)
+            write_reading(ws, ctx, None, true, &mut |ws, m| {
+                settle(ws, ctx, &pinger, m, pending)
             })
             .await?;
         }
@@ -1223,13 +1562,13 @@ async fn paced_until_answered(
             _ = tokio::time::sleep_until(wake) => {}
             r = read(ws, ctx) => {
                 let msg = r?;
-                settle(ctx, &pinger, &msg, pending);
+                settle(ws, ctx, &pinger, &msg, pending);
                 // What else is buffered, but not past the next message due: a server that
                 // always has more must not hold the schedule up.
                 while Instant::now() < wake
                     && let Some(r) = read_ready(ws, ctx)
                 {
-                    settle(ctx, &pinger, &r?, pending);
+                    settle(ws, ctx, &pinger, &r?, pending);
                 }
             }
         }
@@ -1240,7 +1579,7 @@ async fn paced_until_answered(
     while !pending.is_empty() && Instant::now() < until {
         match tokio::time::timeout_at(until, read(ws, ctx)).await {
             Err(_) => break,
-            Ok(r) => settle(ctx, &pinger, &r?, pending),
+            Ok(r) => settle(ws, ctx, &pinger, &r?, pending),
         }
     }
     Ok(())
@@ -1250,13 +1589,17 @@ async fn paced_until_answered(
 /// id to the oldest); older ones it skipped were lost. Anything else is unsolicited, and an
 /// answer to a message already given up on is mismatched.
 fn settle(
+    ws: &mut Ws,
     ctx: &WorkerState,
     pinger: &Pinger,
     msg: &Message,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
 ) {
+    if converse(ws, ctx, pinger.conn, msg) {
+        return;
+    }
     let now = Instant::now();
-    let id = match pinger.answer(msg, &ctx.template) {
+    let id = match pinger.answer(msg, ctx) {
         Answer::Control => return,
         Answer::Unsolicited(kind) => return count_unsolicited(ctx, now, kind, msg),
         Answer::Copy if pending.is_empty() => {
@@ -1266,6 +1609,11 @@ fn settle(
         Answer::To(id) => Some(id),
         Answer::Copy => None,
     };
+    if pinger.scripted()
+        && let Some(id) = id
+    {
+        return settle_by_id(ctx, pinger, msg, id, now, pending);
+    }
     while let Some((pid, intended, actual)) = pending.pop_front() {
         if id.is_none() || id == Some(pid) {
             if let Some(len) = data_len(msg) {
@@ -1283,6 +1631,37 @@ fn settle(
         ctx.lost(intended, 1);
     }
     ctx.mismatched(now);
+}
+
+/// A conversation's answer carrying `id`: answers may come in any order (a server answering
+/// concurrent requests), so it takes its own message wherever that is in `pending`. Messages
+/// left unanswered for longer than the timeout are lost, so that `pending` stays bounded.
+fn settle_by_id(
+    ctx: &WorkerState,
+    pinger: &Pinger,
+    msg: &Message,
+    id: u64,
+    now: Instant,
+    pending: &mut VecDeque<(u64, Instant, Instant)>,
+) {
+    match pending.iter().position(|(pid, ..)| *pid == id) {
+        Some(i) => {
+            if let Some((_, intended, actual)) = pending.remove(i) {
+                if let Some(len) = data_len(msg) {
+                    ctx.received(intended, 1, len);
+                }
+                ctx.rtt(intended, now - intended, now - actual);
+            }
+        }
+        // Answered already, or given up on.
+        None => ctx.mismatched(now),
+    }
+    while let Some(&(_, intended, actual)) = pending.front()
+        && now.saturating_duration_since(actual) > pinger.cfg.timeout
+    {
+        pending.pop_front();
+        ctx.lost(intended, 1);
+    }
 }
 
 /// The kind a frame answering nothing is counted under.
@@ -1303,7 +1682,7 @@ mod tests {
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
     /// trailer, rounded up to 128 bytes (tokio 1.54 on x86_64): 640 bytes since holds ping
     /// without a select! and a ping future of their own (1.2 KB in two allocations before),
-    /// most of an idle connection's memory.
+    /// most of an idle connection's memory; 768 since the conversation (see below).
     #[tokio::test]
     async fn a_held_connection_stays_small() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -1324,6 +1703,8 @@ mod tests {
             write_timeout: Duration::from_secs(10),
             timed: true,
             greeting: false,
+            script: None,
+            size: 64,
             stats: Default::default(),
             discard: Default::default(),
             slot,
@@ -1341,11 +1722,12 @@ mod tests {
             "{}",
             std::mem::size_of::<Ws>()
         );
-        let task = run(ws, 0, ctx, Behavior::Hold { every: None, ping });
+        let task = run(ws, 0, ctx, Behavior::Hold { every: None, ping }, None);
         let size = std::mem::size_of_val(&task);
-        assert!(
-            size <= 640 - 104,
-            "a held connection's future is {size} bytes"
-        );
+        // 592 measured with the conversation (it was at most 536): the pinger carries the
+        // connection's measured message (an `Arc`) and its number for `${conn}`, the hold the
+        // heartbeat's schedule (as u32 milliseconds), and the read loop the connection's
+        // number for the replies. A 768-byte task allocation instead of 640.
+        assert!(size <= 592, "a held connection's future is {size} bytes");
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use wsload_http::AtomicHistogram;
 use wsload_http::buckets::{self, Counts};
 
-pub const FAIL_REASONS: [ConnectError; 10] = [
+pub const FAIL_REASONS: [ConnectError; 11] = [
     ConnectError::Refused,
     ConnectError::Timeout,
     ConnectError::FileLimit,
@@ -20,6 +20,7 @@ pub const FAIL_REASONS: [ConnectError; 10] = [
     ConnectError::ClosedEarly,
     ConnectError::AuthFailed,
     ConnectError::Tls,
+    ConnectError::ExpectTimeout,
     ConnectError::Other,
 ];
 pub const DROP_REASONS: [Dropped; 7] = [

@@ -1,8 +1,9 @@
 //! Opening one connection: source address, TCP connect, TLS + HTTP upgrade, and (WSE) the
 //! wait for `server_ready`, each phase timed; failures classified by reason.
 
-use crate::measure::ConnectError;
+use crate::measure::{ConnectError, bounded_evidence};
 use crate::message;
+use crate::script::{Action, Fill, Incoming, Script};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::ServerName;
@@ -39,6 +40,8 @@ const IDLE_READ_BUFFER: usize = 1024;
 pub struct DialError {
     pub why: ConnectError,
     pub evidence: Option<String>,
+    /// The conversation's step on open that failed (`expect_timeout`), by name.
+    pub step: Option<String>,
 }
 
 impl From<ConnectError> for DialError {
@@ -46,6 +49,7 @@ impl From<ConnectError> for DialError {
         DialError {
             why,
             evidence: None,
+            step: None,
         }
     }
 }
@@ -57,13 +61,18 @@ pub struct Dialed {
     pub upgrade: Duration,
     /// Upgrade to ready (`None` when the protocol has no ready message).
     pub ready: Option<Duration>,
-    /// Data messages the handshake itself sent (the WSE `client_hello`): the server counts them.
+    /// Data messages the handshake itself sent (the WSE `client_hello`, the conversation's
+    /// steps on open): the server counts them.
     pub greetings_sent: u64,
     /// What the server agreed to of what the request offered (a subprotocol, compression),
     /// when something was offered: kept as the cell's `negotiated` evidence, so a run says
     /// what it measured (uncompressed when the server declined compression, without a
     /// subprotocol when it chose none).
     pub negotiated: Option<String>,
+    /// The values the conversation's steps on open captured, in the script's order.
+    pub vars: Vec<bytes::Bytes>,
+    /// Automatic replies sent during the steps on open.
+    pub replies: u64,
 }
 
 /// The `evidence` label under which a cell keeps what its server negotiated.
@@ -95,6 +104,10 @@ pub struct Dialer {
     token: Token,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     read_size: usize,
+    /// The LoadTest's conversation, if it has one: its steps run after the upgrade.
+    script: Option<Arc<Script>>,
+    /// `message.size`, what `${pad}` fills a step's message to.
+    size: usize,
 }
 
 enum Token {
@@ -369,6 +382,12 @@ impl Dialer {
         let tls = endpoint.tls(spec, url)?;
         let (sources, first_source_implicit) = sources(spec, addr);
         let rendered = render(request, &headers, &token, spec)?;
+        let script = spec
+            .conversation
+            .as_ref()
+            .map(|c| Script::compile(c).map(Arc::new))
+            .transpose()
+            .map_err(|e| Error::Spec(e.to_string()))?;
         Ok(Dialer {
             addr,
             protocol: spec.protocol,
@@ -389,7 +408,14 @@ impl Dialer {
             },
             tls,
             read_size: read_buffer(spec),
+            script,
+            size: spec.message.size as usize,
         })
+    }
+
+    /// The conversation the connections hold, if the LoadTest has one.
+    pub fn script(&self) -> Option<&Arc<Script>> {
+        self.script.as_ref()
     }
 
     /// The source address for connection number `n` (global across shards); `None`: the
@@ -436,12 +462,95 @@ impl Dialer {
         (req, derive_accept_key(&key))
     }
 
-    /// Opens connection number `n`, within `connect.timeout`.
+    /// Opens connection number `n`, within `connect.timeout`; then the conversation's steps
+    /// on open, each within its own timeout.
     pub async fn dial(&self, n: u64) -> Result<Dialed, DialError> {
-        match tokio::time::timeout(self.timeout, self.dial_inner(n)).await {
-            Ok(r) => r,
-            Err(_) => Err(ConnectError::Timeout.into()),
+        let mut dialed = match tokio::time::timeout(self.timeout, self.dial_inner(n)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(ConnectError::Timeout.into()),
+        };
+        if let Some(script) = self.script.as_deref()
+            && !script.open.is_empty()
+        {
+            let began = Instant::now();
+            self.open_steps(script, n, &mut dialed).await?;
+            dialed.ready = Some(dialed.ready.unwrap_or_default() + began.elapsed());
         }
+        Ok(dialed)
+    }
+
+    /// The conversation's steps on open, in order: a send is written out; an expect reads
+    /// until a message matches (answering what the replies answer, skipping the rest) and
+    /// captures its values. A miss is `expect_timeout`, by step, with the last message seen.
+    async fn open_steps(&self, script: &Script, n: u64, d: &mut Dialed) -> Result<(), DialError> {
+        d.vars = vec![bytes::Bytes::new(); script.var_count()];
+        let mut arena = bytes::BytesMut::new();
+        for (i, step) in script.open.iter().enumerate() {
+            let fill = Fill {
+                conn: n,
+                seq: i as u64 + 1,
+                size: self.size,
+            };
+            match &step.action {
+                Action::Send(out) => {
+                    // A step's template may splice what earlier steps captured.
+                    let msg = if out.uses_vars() {
+                        out.resolve(&d.vars).message(&mut arena, &fill)
+                    } else {
+                        out.message(&mut arena, &fill)
+                    };
+                    d.ws.send(msg)
+                        .await
+                        .map_err(|e| DialError::from(ws_error(&e)))?;
+                    d.greetings_sent += 1;
+                }
+                Action::Expect {
+                    matcher,
+                    captures,
+                    timeout,
+                } => {
+                    let until = Instant::now() + *timeout;
+                    let mut last: Option<String> = None;
+                    let msg = loop {
+                        let Ok(next) = tokio::time::timeout_at(until, d.ws.next()).await else {
+                            return Err(expect_missed(&step.name, *timeout, last.as_deref()));
+                        };
+                        let (text, data) = match next {
+                            None => return Err(ConnectError::ClosedEarly.into()),
+                            Some(Err(e)) => return Err(ws_error(&e).into()),
+                            Some(Ok(Message::Close(frame))) => {
+                                return Err(DialError {
+                                    why: ConnectError::ClosedEarly,
+                                    evidence: Some(closed_at(&step.name, frame.as_ref())),
+                                    step: None,
+                                });
+                            }
+                            Some(Ok(Message::Text(t))) => (true, t.into()),
+                            Some(Ok(Message::Binary(b))) => (false, b),
+                            Some(Ok(_)) => continue,
+                        };
+                        if matcher.matches(text, &data) {
+                            break data;
+                        }
+                        if let Incoming::Reply(r) = script.incoming(text, &data)
+                            && let Some((t, answer)) = script.reply(r, &mut arena, &fill)
+                        {
+                            d.ws.queue_reply(t, &answer);
+                            d.replies += 1;
+                        }
+                        last = Some(String::from_utf8_lossy(&data[..data.len().min(512)]).into());
+                    };
+                    for (var, x) in captures {
+                        // Made text here so that a template splicing it stays valid UTF-8.
+                        let value = x.extract(&msg).unwrap_or_default();
+                        d.vars[*var] = bytes::Bytes::from(
+                            String::from_utf8_lossy(value).into_owned().into_bytes(),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn dial_inner(&self, n: u64) -> Result<Dialed, DialError> {
@@ -517,6 +626,8 @@ impl Dialer {
             ready,
             greetings_sent,
             negotiated,
+            vars: Vec::new(),
+            replies: 0,
         })
     }
 
@@ -541,6 +652,7 @@ impl Dialer {
                              (spec.compression.required)"
                                 .into(),
                         ),
+                        step: None,
                     });
                 }
                 None => said.push("permessage-deflate declined: measured uncompressed".into()),
@@ -558,6 +670,36 @@ fn deflate_offer(spec: &LoadTestSpec) -> Option<DeflateOffer> {
         server_no_context_takeover: c.server_no_context_takeover,
         client_no_context_takeover: c.client_no_context_takeover,
     })
+}
+
+/// A step's miss: the step, how long it waited and the last message it skipped.
+fn expect_missed(step: &str, waited: Duration, last: Option<&str>) -> DialError {
+    let seen = match last {
+        Some(m) => format!("the last message was {m:?}"),
+        None => "no message came".to_string(),
+    };
+    DialError {
+        why: ConnectError::ExpectTimeout,
+        evidence: Some(bounded_evidence(&format!(
+            "step {step:?} waited {waited:?} for its expected message; {seen}"
+        ))),
+        step: Some(step.to_string()),
+    }
+}
+
+/// The evidence of a server that closed during a step on open.
+fn closed_at(
+    step: &str,
+    frame: Option<&tokio_tungstenite::tungstenite::protocol::CloseFrame>,
+) -> String {
+    match frame {
+        Some(f) => format!(
+            "closed with {} {:?} during step {step:?}",
+            u16::from(f.code),
+            f.reason.as_str()
+        ),
+        None => format!("closed during step {step:?}"),
+    }
 }
 
 /// Waits for WSE `server_ready`; an `error` message or a close is a refusal.
@@ -636,6 +778,7 @@ fn handshake_error(e: &HandshakeError) -> DialError {
     DialError {
         why,
         evidence: Some(text.strip_prefix("upgrade: ").unwrap_or(&text).to_string()),
+        step: None,
     }
 }
 
@@ -687,6 +830,7 @@ mod tests {
                 evidence: Some(
                     "Sec-WebSocket-Extensions: \"permessage-deflate\" (none requested)".into()
                 ),
+                step: None,
             })
         );
     }
@@ -747,6 +891,7 @@ mod tests {
             DialError {
                 why: ConnectError::AuthFailed,
                 evidence: Some("HTTP 401 Unauthorized: go away".into()),
+                step: None,
             }
         );
         assert_eq!(
@@ -758,6 +903,7 @@ mod tests {
             DialError {
                 why: ConnectError::UpgradeInvalid,
                 evidence: Some("not an HTTP response: \"SSH-2.0-OpenSSH_9.6\"".into()),
+                step: None,
             }
         );
         assert_eq!(handshake_error(&HandshakeError::Eof).evidence, None);

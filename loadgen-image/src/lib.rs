@@ -3,7 +3,8 @@
 //!
 //! Its modules stand in layers, each importing only from its own or those below
 //! (`tests/layers.rs` reads the sources and fails on an upward import or a circle):
-//! - foundation: [`clock`], [`message`] (templates), [`answer`] (what answers a message sent),
+//! - foundation: [`clock`], [`message`] (templates), [`script`] (the LoadTest's conversation,
+//!   compiled), [`answer`] (what answers a message sent),
 //!   [`schedule`] (open-loop rates),
 //!   [`terminal`] (stderr around the bar), [`cpu`], [`sysctl`];
 //! - model, what a cell is and how a spec becomes cells: [`model`], [`plan`], [`capacity`],
@@ -44,6 +45,7 @@ pub mod progress;
 pub mod run;
 pub mod sampler;
 pub mod schedule;
+pub mod script;
 pub mod server_metrics;
 pub mod stall;
 pub mod sysctl;

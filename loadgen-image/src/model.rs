@@ -81,6 +81,9 @@ pub struct Cell {
     pub batch_size: u32,
     pub batch_interval: Duration,
     pub template: Template,
+    /// `message.size` of the cell (its size in a payload matrix): what the conversation's
+    /// `${pad}` fills the measured message to.
+    pub size: usize,
     pub behavior: Behavior,
     pub warmup: Duration,
     pub duration: Duration,

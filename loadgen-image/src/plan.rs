@@ -15,8 +15,12 @@ pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
 pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
 
-/// Whether the server answers every data message (so throughput keeps a window of echoes).
+/// Whether the server answers every data message (so throughput keeps a window of echoes):
+/// with a conversation's measured message, whether it has an answer rule.
 pub fn server_echoes(spec: &LoadTestSpec) -> bool {
+    if let Some(m) = spec.conversation.as_ref().and_then(|c| c.message.as_ref()) {
+        return m.answer.is_some();
+    }
     match (spec.protocol, &spec.target.server) {
         (Protocol::Wse, _) => false,
         (Protocol::Echo, Some(s)) => s.profile == ServerProfile::Echo,
@@ -117,6 +121,7 @@ pub fn cell(
                 size as usize,
                 spec.message.compression_level,
             ),
+            size: size as usize,
             behavior,
             warmup: if duration.is_zero() {
                 Duration::ZERO
@@ -206,6 +211,23 @@ mod tests {
             .map(|p| p.cell.label)
             .collect();
         assert_eq!(labels, ["json x 100", "msgpack x 100", "zlib x 100"]);
+    }
+
+    #[test]
+    fn a_measured_message_keeps_a_window_only_if_something_answers_it() {
+        let base = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: throughput\n  conversation:\n    message:\n      text: '{\"id\":${seq}}'\n";
+        assert!(matches!(
+            cells(&spec(base), Shard::WHOLE)[0].cell.behavior,
+            Behavior::Saturate { window: None, .. }
+        ));
+        let answered = format!("{base}      answer: {{id: {{json: id}}}}\n");
+        assert!(matches!(
+            cells(&spec(&answered), Shard::WHOLE)[0].cell.behavior,
+            Behavior::Saturate {
+                window: Some(64),
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -9,13 +9,13 @@ use std::path::Path;
 
 /// Lowest first. `lib.rs` and `main.rs` stand above them all.
 const LAYERS: &[(&str, &[&str])] = &[
-    // Leaves: wall clocks, message templates and how their answers are recognised, rate schedules, stderr around the bar, the CPU
+    // Leaves: wall clocks, message templates, the compiled conversation and how answers are recognised, rate schedules, stderr around the bar, the CPU
     // clock, sysctl writes; and the results crate's modules re-exported at the crate root.
     (
         "foundation",
         &[
-            "clock", "message", "answer", "schedule", "terminal", "cpu", "sysctl", "report",
-            "measure", "hist",
+            "clock", "message", "script", "answer", "schedule", "terminal", "cpu", "sysctl",
+            "report", "measure", "hist",
         ],
     ),
     // What a cell is, and how a spec becomes cells.

@@ -189,6 +189,9 @@ fn connect_meaning(why: ConnectError) -> &'static str {
         ConnectError::ClosedEarly => "the server closed before the connection was ready",
         ConnectError::AuthFailed => "the server refused the credentials",
         ConnectError::Tls => "the TLS handshake failed",
+        ConnectError::ExpectTimeout => {
+            "a step on open did not get the message it expects in time (see expectMissed by step)"
+        }
         ConnectError::Other => "connections failed to open (see the log)",
     }
 }

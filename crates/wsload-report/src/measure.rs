@@ -28,6 +28,9 @@ pub enum ConnectError {
     AuthFailed,
     /// TLS failed.
     Tls,
+    /// A step on open of the conversation did not get the message it expects within its
+    /// timeout (counted by step in `expectMissed`, the last message seen as evidence).
+    ExpectTimeout,
     /// Anything else (see the log).
     Other,
 }
@@ -44,6 +47,7 @@ impl ConnectError {
             ConnectError::ClosedEarly => "closed_early",
             ConnectError::AuthFailed => "auth_failed",
             ConnectError::Tls => "tls",
+            ConnectError::ExpectTimeout => "expect_timeout",
             ConnectError::Other => "other",
         }
     }
@@ -112,6 +116,12 @@ pub struct FrameTally {
     pub bytes: u64,
 }
 
+impl FrameTally {
+    pub fn is_empty(&self) -> bool {
+        self.frames == 0 && self.bytes == 0
+    }
+}
+
 /// Counters of one cell. All are totals over the measured window unless named otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,6 +166,17 @@ pub struct Counts {
     /// that was never answered, "at once" is a refusal.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lifetimes: BTreeMap<String, Lifetime>,
+    /// Connections whose step on open timed out, by the step's name (the conversation's
+    /// `expect_timeout` failures).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub expect_missed: BTreeMap<String, u64>,
+    /// Automatic replies the conversation sent (heartbeat answers): never counted as sent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replies: u64,
+    /// Server messages that matched the conversation's `push`: counted apart from answers and
+    /// from unsolicited frames.
+    #[serde(default, skip_serializing_if = "FrameTally::is_empty")]
+    pub pushes: FrameTally,
 }
 
 /// How long connections lived, in milliseconds: enough to merge exactly (sums, extremes).
@@ -290,6 +311,12 @@ impl Counts {
         }
         self.behind += o.behind;
         self.unread_bytes += o.unread_bytes;
+        for (k, v) in &o.expect_missed {
+            *self.expect_missed.entry(k.clone()).or_default() += v;
+        }
+        self.replies += o.replies;
+        self.pushes.frames += o.pushes.frames;
+        self.pushes.bytes += o.pushes.bytes;
         for (k, l) in &o.lifetimes {
             self.lifetimes.entry(k.clone()).or_default().add(l);
         }
@@ -473,6 +500,41 @@ mod tests {
             "{json}"
         );
         assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back, a);
+    }
+
+    #[test]
+    fn conversation_counts_merge_exactly_and_are_left_out_when_none() {
+        let mut a = Counts::default();
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            !json.contains("expectMissed") && !json.contains("replies") && !json.contains("pushes"),
+            "{json}"
+        );
+        a.fail(ConnectError::ExpectTimeout);
+        *a.expect_missed.entry("ack".into()).or_default() += 1;
+        a.replies = 5;
+        a.pushes = FrameTally {
+            frames: 3,
+            bytes: 30,
+        };
+        let mut b = a.clone();
+        *b.expect_missed.entry("welcome".into()).or_default() += 2;
+        a.add(&b);
+        assert_eq!(
+            a.expect_missed,
+            BTreeMap::from([("ack".to_string(), 2), ("welcome".to_string(), 2)])
+        );
+        assert_eq!(a.failed[&ConnectError::ExpectTimeout], 2);
+        assert_eq!((a.replies, a.pushes.frames, a.pushes.bytes), (10, 6, 60));
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            json.contains(r#""expect_timeout":2"#)
+                && json.contains(r#""expectMissed":{"ack":2,"welcome":2}"#)
+                && json.contains(r#""pushes":{"frames":6,"bytes":60}"#),
+            "{json}"
+        );
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back, a);
     }

@@ -11,10 +11,13 @@ pub mod env_var;
 pub mod file;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
+pub mod json_path;
+pub mod matching;
 pub mod shares;
 pub mod spec;
 pub mod status;
 pub mod target_url;
+pub mod template;
 pub mod threshold;
 pub mod timing;
 pub mod units;

@@ -6,6 +6,7 @@ use crate::spec::*;
 use crate::target_url::TargetUrl;
 use std::fmt;
 
+mod conversation;
 mod negotiation;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +50,7 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     thresholds(spec, &mut e);
     sizes(spec, &mut e);
     cluster(spec, &mut e);
+    conversation::conversation(spec, &mut e);
     if e.0.is_empty() { Ok(()) } else { Err(e.0) }
 }
 

@@ -222,6 +222,16 @@ impl Ws {
         self.extra.get_or_insert_default().deflate = Some(d);
     }
 
+    /// Queues a data message that answers the server (a conversation's automatic reply):
+    /// reads push it out as they push pongs, so a reader that never writes still sends it.
+    pub fn queue_reply(&mut self, text: bool, payload: &[u8]) {
+        if self.close_sent {
+            return;
+        }
+        self.queue_data(text, payload);
+        self.reply_pending = true;
+    }
+
     /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.wr_pos < self.wr.len() {

@@ -1,0 +1,356 @@
+//! [`Match`] and [`Capture`] compiled once into what runs on every message: a matcher and an
+//! extractor. Neither allocates per message: JSON is read in place ([`crate::json_path`]),
+//! regular expressions run on the bytes.
+
+use crate::conversation::{Capture, FrameType, Match};
+use crate::json_path::{self, JsonPath, PathError};
+use regex::bytes::Regex;
+
+/// Why a match or a capture does not compile. [`MatchError::field`] is the sub-field at fault
+/// (`regex`, `json.field`), for the caller to append to the rule's path.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MatchError {
+    #[error("{regex:?} does not compile: {}; see https://docs.rs/regex/#syntax", short(.source))]
+    Regex {
+        field: &'static str,
+        regex: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("{source}")]
+    Path {
+        field: &'static str,
+        #[source]
+        source: PathError,
+    },
+    #[error(
+        "{regex:?} has no group to capture; put the value in parentheses, e.g. \"sid\":\"([^\"]+)\""
+    )]
+    NoGroup { regex: String },
+    #[error(
+        "set exactly one of json (a field's dotted path, e.g. data.sid) or regex (a regular expression whose first group is the value)"
+    )]
+    CaptureNeedsOne,
+}
+
+impl MatchError {
+    /// The sub-field the error is about, if it is about one rather than the whole rule.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            MatchError::Regex { field, .. } | MatchError::Path { field, .. } => Some(field),
+            MatchError::NoGroup { .. } => Some("regex"),
+            MatchError::CaptureNeedsOne => None,
+        }
+    }
+}
+
+/// The regex crate's message without its multi-line pointer at the pattern: the line saying
+/// what is wrong.
+fn short(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("error: "))
+        .map_or_else(|| text.trim().replace('\n', " "), str::to_string)
+}
+
+fn regex(field: &'static str, pattern: &str) -> Result<Regex, MatchError> {
+    Regex::new(pattern).map_err(|source| MatchError::Regex {
+        field,
+        regex: pattern.to_string(),
+        source,
+    })
+}
+
+/// A compiled [`Match`]: every condition given must hold.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    frame: Option<FrameType>,
+    equals: Option<Box<[u8]>>,
+    prefix: Option<Box<[u8]>>,
+    json: Option<(JsonPath, Box<[u8]>)>,
+    regex: Option<Regex>,
+}
+
+impl Matcher {
+    pub fn compile(m: &Match) -> Result<Matcher, MatchError> {
+        let json = match &m.json {
+            Some(j) => Some((
+                JsonPath::parse(&j.field).map_err(|source| MatchError::Path {
+                    field: "json.field",
+                    source,
+                })?,
+                j.equals.as_bytes().into(),
+            )),
+            None => None,
+        };
+        Ok(Matcher {
+            frame: m.frame,
+            equals: m.equals.as_deref().map(|s| s.as_bytes().into()),
+            prefix: m.prefix.as_deref().map(|s| s.as_bytes().into()),
+            json,
+            regex: m.regex.as_deref().map(|r| regex("regex", r)).transpose()?,
+        })
+    }
+
+    /// Whether a message (a text frame if `text`, else binary) matches.
+    pub fn matches(&self, text: bool, data: &[u8]) -> bool {
+        if let Some(f) = self.frame
+            && (f == FrameType::Text) != text
+        {
+            return false;
+        }
+        if self.equals.as_deref().is_some_and(|e| e != data) {
+            return false;
+        }
+        let body = match &self.prefix {
+            Some(p) => match data.strip_prefix(&**p) {
+                Some(rest) => rest,
+                None => return false,
+            },
+            None => data,
+        };
+        if let Some((path, want)) = &self.json
+            && !path
+                .find(body)
+                .is_some_and(|v| json_path::value_equals(v, want))
+        {
+            return false;
+        }
+        self.regex.as_ref().is_none_or(|r| r.is_match(data))
+    }
+
+    /// The `prefix` the JSON of a matched message is read after.
+    pub fn prefix(&self) -> Option<&[u8]> {
+        self.prefix.as_deref()
+    }
+}
+
+/// A compiled [`Capture`]: where a value is in a message.
+#[derive(Debug, Clone)]
+pub struct Extractor {
+    after: Option<Box<[u8]>>,
+    how: Extract,
+}
+
+#[derive(Debug, Clone)]
+enum Extract {
+    Json(JsonPath),
+    Regex(Regex),
+}
+
+impl Extractor {
+    /// `prefix` is the match's that goes with the capture: a JSON value is read after it.
+    pub fn compile(c: &Capture, prefix: Option<&str>) -> Result<Extractor, MatchError> {
+        let how = match (&c.json, &c.regex) {
+            (Some(path), None) => {
+                Extract::Json(JsonPath::parse(path).map_err(|source| MatchError::Path {
+                    field: "json",
+                    source,
+                })?)
+            }
+            (None, Some(pattern)) => {
+                let re = regex("regex", pattern)?;
+                if re.captures_len() < 2 {
+                    return Err(MatchError::NoGroup {
+                        regex: pattern.clone(),
+                    });
+                }
+                Extract::Regex(re)
+            }
+            _ => return Err(MatchError::CaptureNeedsOne),
+        };
+        Ok(Extractor {
+            after: prefix.map(|p| p.as_bytes().into()),
+            how,
+        })
+    }
+
+    /// The value: a JSON string without its quotes (escapes as written, ready to splice into
+    /// another JSON template), another JSON value as written, or the regex's first group.
+    /// A message that does not start with the prefix is read whole.
+    pub fn extract<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        match &self.how {
+            Extract::Json(path) => {
+                let body = self
+                    .after
+                    .as_deref()
+                    .and_then(|p| data.strip_prefix(p))
+                    .unwrap_or(data);
+                path.find(body).map(json_path::unquoted)
+            }
+            Extract::Regex(re) => re.captures(data)?.get(1).map(|m| m.as_bytes()),
+        }
+    }
+
+    /// Whether it reads a JSON field (else a regular expression).
+    pub fn is_json(&self) -> bool {
+        matches!(self.how, Extract::Json(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::JsonField;
+
+    fn matcher(m: Match) -> Matcher {
+        Matcher::compile(&m).expect("compiles")
+    }
+
+    #[test]
+    fn every_condition_given_must_hold() {
+        let any = matcher(Match::default());
+        assert!(any.matches(true, b"x") && any.matches(false, b""));
+        let ping = matcher(Match {
+            equals: Some("2".into()),
+            ..Match::default()
+        });
+        assert!(ping.matches(true, b"2") && !ping.matches(true, b"22"));
+        let text_only = matcher(Match {
+            equals: Some("2".into()),
+            frame: Some(FrameType::Text),
+            ..Match::default()
+        });
+        assert!(!text_only.matches(false, b"2"));
+        let binary_only = matcher(Match {
+            frame: Some(FrameType::Binary),
+            ..Match::default()
+        });
+        assert!(binary_only.matches(false, b"2") && !binary_only.matches(true, b"2"));
+        let re = matcher(Match {
+            prefix: Some("MESSAGE".into()),
+            regex: Some(r"subscription:sub-\d+".into()),
+            ..Match::default()
+        });
+        assert!(re.matches(true, b"MESSAGE\nsubscription:sub-0\n\nhi\0"));
+        assert!(!re.matches(true, b"RECEIPT\nsubscription:sub-0\n"));
+        assert!(!re.matches(true, b"MESSAGE\nsubscription:sub-x\n"));
+    }
+
+    #[test]
+    fn json_fields_are_read_after_the_prefix() {
+        let sio = matcher(Match {
+            prefix: Some("42".into()),
+            json: Some(JsonField {
+                field: "0".into(),
+                equals: "tick".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(sio.matches(true, br#"42["tick",{"n":1}]"#));
+        assert!(!sio.matches(true, br#"42["tock",{"n":1}]"#));
+        assert!(!sio.matches(true, br#"43["tick"]"#));
+        let gql = matcher(Match {
+            json: Some(JsonField {
+                field: "type".into(),
+                equals: "connection_ack".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(gql.matches(true, br#"{"type":"connection_ack"}"#));
+        assert!(!gql.matches(true, br#"{"type":"ping"}"#));
+        assert!(!gql.matches(true, b"not json"));
+        let num = matcher(Match {
+            json: Some(JsonField {
+                field: "id".into(),
+                equals: "3".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(num.matches(true, br#"{"jsonrpc":"2.0","id":3}"#));
+        // A string field equals the value as text, so "3" is 3 too.
+        assert!(num.matches(true, br#"{"id":"3"}"#));
+        assert!(!num.matches(true, br#"{"id":30}"#));
+    }
+
+    #[test]
+    fn captures_take_a_json_value_or_a_regex_group() {
+        let sid = Extractor::compile(
+            &Capture {
+                json: Some("sid".into()),
+                regex: None,
+            },
+            Some("0"),
+        )
+        .expect("compiles");
+        assert_eq!(
+            sid.extract(br#"0{"sid":"Ab-1","pingInterval":5000}"#),
+            Some(&b"Ab-1"[..])
+        );
+        assert_eq!(sid.extract(br#"{"sid":"whole"}"#), Some(&b"whole"[..]));
+        assert_eq!(sid.extract(b"0{}"), None);
+        let id = Extractor::compile(
+            &Capture {
+                json: Some("id".into()),
+                regex: None,
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(id.extract(br#"{"id":12345}"#), Some(&b"12345"[..]));
+        assert!(id.is_json());
+        let ack = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some(r"^43(\d+)".into()),
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(ack.extract(b"4317[\"ok\"]"), Some(&b"17"[..]));
+        assert_eq!(ack.extract(b"42[\"ok\"]"), None);
+        assert!(!ack.is_json());
+    }
+
+    #[test]
+    fn errors_say_what_to_fix_and_where() {
+        let e = Matcher::compile(&Match {
+            regex: Some("(unclosed".into()),
+            ..Match::default()
+        })
+        .expect_err("bad regex");
+        assert_eq!(e.field(), Some("regex"));
+        assert_eq!(
+            e.to_string(),
+            "\"(unclosed\" does not compile: unclosed group; see https://docs.rs/regex/#syntax"
+        );
+        let e = Matcher::compile(&Match {
+            json: Some(JsonField {
+                field: String::new(),
+                equals: "x".into(),
+            }),
+            ..Match::default()
+        })
+        .expect_err("empty path");
+        assert_eq!(e.field(), Some("json.field"));
+        assert!(e.to_string().contains("is empty"), "{e}");
+        for c in [
+            Capture::default(),
+            Capture {
+                json: Some("a".into()),
+                regex: Some("(a)".into()),
+            },
+        ] {
+            let e = Extractor::compile(&c, None).expect_err("one of");
+            assert!(matches!(e, MatchError::CaptureNeedsOne) && e.field().is_none());
+        }
+        let e = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some("sid=\\w+".into()),
+            },
+            None,
+        )
+        .expect_err("no group");
+        assert!(e.to_string().contains("no group"), "{e}");
+        let e = Extractor::compile(
+            &Capture {
+                json: Some("a..b".into()),
+                regex: None,
+            },
+            None,
+        )
+        .expect_err("bad path");
+        assert_eq!(e.field(), Some("json"));
+    }
+}

@@ -1,0 +1,354 @@
+//! The conversation's checks: every template parses with the variables known where it is sent,
+//! every match and capture compiles, steps are well formed, the measured message carries what
+//! its answer is recognised by, and no automatic reply answers itself.
+
+use super::Errors;
+use crate::conversation::{
+    Capture, Conversation, MAX_STEPS, MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, Reply,
+    Step,
+};
+use crate::matching::{Extractor, Matcher};
+use crate::spec::{LoadTestSpec, Protocol};
+use crate::template::{BUILT_IN, Template, TemplateError, Values};
+use std::collections::BTreeMap;
+
+const FIELD: &str = "conversation";
+/// The `${seq}` the correlation check renders the measured message with.
+const PROBE_SEQ: u64 = 12345;
+/// Longest variable name.
+const MAX_VAR_LEN: usize = 64;
+
+pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
+    let Some(c) = &spec.conversation else { return };
+    if spec.protocol == Protocol::Wse {
+        e.add(
+            "protocol",
+            "the wse protocol has a conversation of its own (token, server_ready, client_hello); remove conversation, or set protocol: echo to speak the server's protocol",
+        );
+    }
+    counts(c, e);
+    let vars = open(&c.open, e);
+    replies(&c.replies, &vars, e);
+    if let Some(hb) = &c.heartbeat {
+        if hb.every.get().is_zero() {
+            e.add(
+                format!("{FIELD}.heartbeat.every"),
+                "must be above zero (e.g. 25s)",
+            );
+        }
+        built_in_only(
+            &format!("{FIELD}.heartbeat.send"),
+            &hb.send,
+            &vars,
+            "the heartbeat is the same template for every connection",
+            e,
+        );
+    }
+    if let Some(m) = &c.message {
+        message(m, spec.message.size as usize, &vars, e);
+    }
+    if let Some(m) = &c.push {
+        matcher(&format!("{FIELD}.push"), m, e);
+    }
+}
+
+/// The `maxItems` the CRD declares.
+fn counts(c: &Conversation, e: &mut Errors) {
+    for (field, n) in [("open", c.open.len()), ("replies", c.replies.len())] {
+        if n > MAX_STEPS {
+            e.add(
+                format!("{FIELD}.{field}"),
+                format!("{n} entries; at most {MAX_STEPS}"),
+            );
+        }
+    }
+}
+
+/// The steps on open, in order; returns the variables they capture.
+fn open(steps: &[Step], e: &mut Errors) -> Vec<String> {
+    let mut vars: Vec<String> = Vec::new();
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        let at = format!("{FIELD}.open[{i}]");
+        if step.name.is_empty() || step.name.len() > 64 {
+            e.add(
+                format!("{at}.name"),
+                "must be 1 to 64 characters: a miss is counted under it",
+            );
+        } else if let Some(k) = names.insert(&step.name, i) {
+            e.add(
+                format!("{at}.name"),
+                format!(
+                    "{:?} is open[{k}]'s name too; give each step its own, as misses are counted by name",
+                    step.name
+                ),
+            );
+        }
+        if step.timeout.is_some_and(|t| t.get().is_zero()) {
+            e.add(format!("{at}.timeout"), "must be above zero (default 5s)");
+        }
+        match (&step.send, &step.expect) {
+            (Some(_), Some(_)) => e.add(
+                &at,
+                "set send or expect, not both; make them two steps (send, then expect)",
+            ),
+            (None, None) => e.add(
+                &at,
+                "set send (a message to send) or expect (a message to wait for)",
+            ),
+            (Some(send), None) => {
+                payload(&format!("{at}.send"), send, &vars, e);
+            }
+            (None, Some(expect)) => {
+                matcher(&format!("{at}.expect"), expect, e);
+            }
+        }
+        if step.capture.is_empty() {
+            continue;
+        }
+        if step.capture.len() > MAX_STEPS {
+            e.add(
+                format!("{at}.capture"),
+                format!("{} captures; at most {MAX_STEPS}", step.capture.len()),
+            );
+        }
+        let Some(expect) = &step.expect else {
+            e.add(
+                format!("{at}.capture"),
+                "captures read the expected message, and this step expects none; move capture to the step whose expect matches the message",
+            );
+            continue;
+        };
+        for (name, capture) in &step.capture {
+            let field = format!("{at}.capture.{name}");
+            if let Some(problem) = var_name(name, &vars) {
+                e.add(&field, problem);
+            }
+            extractor(&field, capture, expect.prefix.as_deref(), e);
+        }
+        // Only later steps see them: a value is known once its message has been received.
+        vars.extend(step.capture.keys().cloned());
+    }
+    vars
+}
+
+/// What is wrong with a variable's name, if anything.
+fn var_name(name: &str, known: &[String]) -> Option<String> {
+    let ident = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && name.len() <= MAX_VAR_LEN;
+    if !ident {
+        return Some(format!(
+            "{name:?} is not a variable name: letters, digits and _, starting with a letter or _, at most {MAX_VAR_LEN}"
+        ));
+    }
+    if BUILT_IN.contains(&name) {
+        return Some(format!(
+            "{name:?} is a built-in placeholder (${{{name}}}); name the variable otherwise"
+        ));
+    }
+    known.iter().any(|k| k == name).then(|| {
+        format!("{name:?} is captured by an earlier step already; name this one otherwise")
+    })
+}
+
+/// Replies answer from the upgrade on, before any capture, so their templates know only the
+/// built-in placeholders (the heartbeat's too: one template for every connection). A reply whose answer matches a reply's `when` would be answered
+/// again if the server echoed it: a loop.
+fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
+    let whens: Vec<Option<Matcher>> = replies
+        .iter()
+        .enumerate()
+        .map(|(j, r)| matcher(&format!("{FIELD}.replies[{j}].when"), &r.when, e))
+        .collect();
+    for (j, r) in replies.iter().enumerate() {
+        let field = format!("{FIELD}.replies[{j}].send");
+        let why = "replies answer from the upgrade on, before it is known";
+        let Some((text, t)) = built_in_only(&field, &r.send, vars, why, e) else {
+            continue;
+        };
+        let answer = render(&t, 1, 0, &BTreeMap::new());
+        for (k, when) in whens.iter().enumerate() {
+            if when.as_ref().is_some_and(|m| m.matches(text, &answer)) {
+                e.add(
+                    &field,
+                    format!(
+                        "reply loop: the answer {} matches replies[{k}].when itself, so it would be answered again whenever the server sends it back; make replies[{k}].when match only the server's message (e.g. equals)",
+                        quoted(&answer)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A template that may use only the built-in placeholders; a captured variable is refused
+/// with `why`.
+fn built_in_only(
+    field: &str,
+    p: &Payload,
+    vars: &[String],
+    why: &str,
+    e: &mut Errors,
+) -> Option<(bool, Template)> {
+    let (text, which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
+    let field = format!("{field}.{which}");
+    match Template::parse(source, &[]) {
+        Err(TemplateError::Unknown { name, .. }) if vars.contains(&name) => {
+            e.add(
+                field,
+                format!(
+                    "${{{name}}} is captured on open, but {why}; use built-in placeholders only (or send it from a step)"
+                ),
+            );
+            None
+        }
+        parsed => template_result(&field, source, parsed, e).map(|t| (text, t)),
+    }
+}
+
+/// The measured message: its template, and that its answer rule can recognise its answers.
+fn message(m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
+    let field = format!("{FIELD}.message");
+    let Some((_, which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
+        return;
+    };
+    let template = template(&format!("{field}.{which}"), source, vars, e);
+    let Some(answer) = &m.answer else { return };
+    if let Some(mm) = &answer.matches {
+        matcher(&format!("{field}.answer.match"), mm, e);
+    }
+    let Some(id) = &answer.id else { return };
+    let prefix = answer.matches.as_ref().and_then(|mm| mm.prefix.as_deref());
+    let (Some(extract), Some(template)) = (
+        extractor(&format!("{field}.answer.id"), id, prefix, e),
+        template,
+    ) else {
+        return;
+    };
+    if !template.uses(&crate::template::Part::Seq) {
+        e.add(
+            format!("{field}.answer.id"),
+            format!(
+                "message.{which} carries no ${{seq}} for its answer to carry back; add ${{seq}} where the server reads the id (e.g. \"id\":${{seq}}), or remove answer.id to take answers in order"
+            ),
+        );
+        return;
+    }
+    let vars = vars.iter().map(|v| (v.clone(), b"v".to_vec())).collect();
+    let sent = render(&template, PROBE_SEQ, size, &vars);
+    let read = extract.extract(&sent);
+    if read != Some(PROBE_SEQ.to_string().as_bytes()) {
+        let got = read.map_or_else(|| "nothing".to_string(), quoted);
+        e.add(
+            format!("{field}.answer.id"),
+            format!(
+                "a correlation field the template does not carry: read from the message as sent with ${{seq}} = {PROBE_SEQ} ({}), it gives {got}, not {PROBE_SEQ}; point answer.id at where message.{which} carries ${{seq}}",
+                quoted(&sent)
+            ),
+        );
+    }
+}
+
+/// `text` or `binary`, exactly one: whether it is text, which, and the template.
+fn one_of<'a>(
+    field: &str,
+    text: Option<&'a str>,
+    binary: Option<&'a str>,
+    e: &mut Errors,
+) -> Option<(bool, &'static str, &'a str)> {
+    match (text, binary) {
+        (Some(t), None) => Some((true, "text", t)),
+        (None, Some(b)) => Some((false, "binary", b)),
+        _ => {
+            e.add(
+                field,
+                "set exactly one of text (sent as a text frame) or binary (a binary frame)",
+            );
+            None
+        }
+    }
+}
+
+fn payload(field: &str, p: &Payload, vars: &[String], e: &mut Errors) -> Option<Template> {
+    let (_, which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
+    template(&format!("{field}.{which}"), source, vars, e)
+}
+
+fn template(field: &str, source: &str, vars: &[String], e: &mut Errors) -> Option<Template> {
+    let names: Vec<&str> = vars.iter().map(String::as_str).collect();
+    template_result(field, source, Template::parse(source, &names), e)
+}
+
+fn template_result(
+    field: &str,
+    source: &str,
+    parsed: Result<Template, TemplateError>,
+    e: &mut Errors,
+) -> Option<Template> {
+    if source.len() > MAX_TEMPLATE_LEN {
+        e.add(
+            field,
+            format!("{} bytes; at most {MAX_TEMPLATE_LEN}", source.len()),
+        );
+    }
+    parsed.map_err(|err| e.add(field, err.to_string())).ok()
+}
+
+fn matcher(field: &str, m: &Match, e: &mut Errors) -> Option<Matcher> {
+    for (sub, text) in [
+        ("equals", m.equals.as_deref()),
+        ("prefix", m.prefix.as_deref()),
+        ("regex", m.regex.as_deref()),
+        ("json.equals", m.json.as_ref().map(|j| j.equals.as_str())),
+    ] {
+        if let Some(t) = text
+            && t.len() > MAX_TEMPLATE_LEN
+        {
+            e.add(
+                format!("{field}.{sub}"),
+                format!("{} bytes; at most {MAX_TEMPLATE_LEN}", t.len()),
+            );
+        }
+    }
+    Matcher::compile(m)
+        .map_err(|err| e.add(sub_field(field, err.field()), err.to_string()))
+        .ok()
+}
+
+fn extractor(field: &str, c: &Capture, prefix: Option<&str>, e: &mut Errors) -> Option<Extractor> {
+    Extractor::compile(c, prefix)
+        .map_err(|err| e.add(sub_field(field, err.field()), err.to_string()))
+        .ok()
+}
+
+fn sub_field(field: &str, sub: Option<&str>) -> String {
+    match sub {
+        Some(s) => format!("{field}.{s}"),
+        None => field.to_string(),
+    }
+}
+
+fn render(t: &Template, seq: u64, size: usize, vars: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
+    t.render(&mut Values {
+        conn: 0,
+        seq,
+        send_time_us: 1_700_000_000_000_000,
+        size,
+        vars,
+        random: 0,
+    })
+}
+
+/// A message in an error: quoted, and cut short if long.
+fn quoted(bytes: &[u8]) -> String {
+    const MOST: usize = 120;
+    let text = String::from_utf8_lossy(bytes);
+    match text.char_indices().nth(MOST) {
+        Some((cut, _)) => format!("{:?}...", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

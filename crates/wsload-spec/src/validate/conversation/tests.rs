@@ -1,0 +1,226 @@
+use crate::LoadTest;
+
+/// A spec's YAML with `conversation` (its lines indented under `  conversation:`).
+fn spec(protocol: &str, conversation: &str) -> String {
+    format!(
+        "  target: {{url: 'ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket'}}\n  protocol: {protocol}\n  scenario: pingpong\n  conversation:\n{conversation}"
+    )
+}
+
+fn errors(conversation: &str) -> Vec<String> {
+    errors_of(&spec("echo", conversation))
+}
+
+fn errors_of(yaml: &str) -> Vec<String> {
+    match LoadTest::from_spec_yaml(yaml, "t.yaml") {
+        Ok(_) => Vec::new(),
+        Err(crate::Error::Invalid { errors, .. }) => {
+            errors.into_iter().map(|e| e.to_string()).collect()
+        }
+        Err(other) => panic!("not a validation error: {other}"),
+    }
+}
+
+/// Exactly one error, and it is this one.
+fn only(conversation: &str) -> String {
+    let e = errors(conversation);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    e.into_iter().next().unwrap_or_default()
+}
+
+const SOCKET_IO: &str = r#"    open:
+      - {name: handshake, expect: {prefix: '0'}, capture: {sid: {json: sid}}}
+      - {name: connect, send: {text: '40'}}
+      - {name: connected, expect: {prefix: '40'}, timeout: 3s}
+      - {name: join, send: {text: '42["join","room-${conn}","${sid}"]'}}
+    replies:
+      - {when: {equals: '2'}, send: {text: '3'}}
+    message:
+      text: '42${seq}["echo",{"t":${sendTime},"by":"${sid}","p":"${pad}"}]'
+      answer: {match: {prefix: '43'}, id: {regex: '^4[23](\d+)'}}
+    push: {prefix: '42', json: {field: '0', equals: tick}}
+"#;
+
+#[test]
+fn a_socket_io_conversation_is_accepted() {
+    assert_eq!(errors(SOCKET_IO), Vec::<String>::new());
+    let jsonrpc = r#"    heartbeat: {every: 25s, send: {text: '{"jsonrpc":"2.0","method":"ping","id":"hb-${conn}"}'}}
+    message:
+      text: '{"jsonrpc":"2.0","id":${seq},"method":"echo","params":["${uuid}"]}'
+      answer: {match: {json: {field: jsonrpc, equals: '2.0'}}, id: {json: id}}
+"#;
+    assert_eq!(errors(jsonrpc), Vec::<String>::new());
+    // A string id reads back too (graphql-ws).
+    let gql = r#"    message:
+      text: '{"id":"${seq}","type":"subscribe","payload":{"query":"{ hello }"}}'
+      answer: {match: {json: {field: type, equals: next}}, id: {json: id}}
+"#;
+    assert_eq!(errors(gql), Vec::<String>::new());
+}
+
+#[test]
+fn an_unknown_placeholder_is_named_with_what_is_known() {
+    let e = only("    message: {text: '{\"id\":${sequence}}'}\n");
+    assert!(
+        e.starts_with("spec.conversation.message.text: unknown placeholder ${sequence}; known here: ${conn}, ${seq},"),
+        "{e}"
+    );
+    // A variable is known only in steps after the one that captures it.
+    let e = only(
+        "    open:\n      - {name: hello, send: {text: 'hi ${sid}'}}\n      - {name: welcome, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n",
+    );
+    assert!(
+        e.starts_with("spec.conversation.open[0].send.text: unknown placeholder ${sid}"),
+        "{e}"
+    );
+    let e = only(
+        "    open:\n      - {name: w, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    heartbeat: {every: 5s, send: {text: '${sid}'}}\n",
+    );
+    assert_eq!(
+        e,
+        "spec.conversation.heartbeat.send.text: ${sid} is captured on open, but the heartbeat is the same template for every connection; use built-in placeholders only (or send it from a step)"
+    );
+    let e = only("    heartbeat: {every: 5s, send: {text: '${hex:0}'}}\n");
+    assert!(
+        e.starts_with("spec.conversation.heartbeat.send.text: ${hex:0}: hex takes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_regex_is_refused_with_the_regex_crates_reason() {
+    let e = only("    open:\n      - {name: ack, expect: {regex: 'a(b'}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.open[0].expect.regex: \"a(b\" does not compile: unclosed group; see https://docs.rs/regex/#syntax"
+    );
+    let e = only("    push: {regex: '[z-a]'}\n");
+    assert!(e.starts_with("spec.conversation.push.regex: \"[z-a]\" does not compile: invalid character class range"), "{e}");
+    let e = only(
+        "    open:\n      - {name: ack, expect: {prefix: '0'}, capture: {sid: {regex: 'sid=\\w+'}}}\n",
+    );
+    assert!(
+        e.starts_with("spec.conversation.open[0].capture.sid.regex: \"sid=\\\\w+\" has no group"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_step_sends_or_expects_and_only_an_expect_captures() {
+    let e = only("    open:\n      - {name: both, send: {text: a}, expect: {equals: b}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.open[0]: set send or expect, not both; make them two steps (send, then expect)"
+    );
+    let e = only("    open:\n      - {name: neither}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.open[0]: set send (a message to send) or expect (a message to wait for)"
+    );
+    let e = only("    open:\n      - {name: hello, send: {text: a}, capture: {x: {json: x}}}\n");
+    assert!(
+        e.starts_with("spec.conversation.open[0].capture: captures read the expected message"),
+        "{e}"
+    );
+    let e = only("    open:\n      - {name: w, expect: {equals: a}, capture: {x: {}}}\n");
+    assert!(
+        e.starts_with("spec.conversation.open[0].capture.x: set exactly one of json"),
+        "{e}"
+    );
+    let e = only("    open:\n      - {name: w, expect: {equals: a}, capture: {seq: {json: id}}}\n");
+    assert!(
+        e.contains("capture.seq: \"seq\" is a built-in placeholder"),
+        "{e}"
+    );
+    let e =
+        only("    open:\n      - {name: w, send: {text: a}}\n      - {name: w, send: {text: b}}\n");
+    assert!(
+        e.starts_with("spec.conversation.open[1].name: \"w\" is open[0]'s name too"),
+        "{e}"
+    );
+    let e = only("    open:\n      - {name: w, send: {binary: a, text: b}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.open[0].send: set exactly one of text (sent as a text frame) or binary (a binary frame)"
+    );
+    let e = only("    open:\n      - {name: w, expect: {json: {field: '', equals: x}}}\n");
+    assert!(
+        e.starts_with("spec.conversation.open[0].expect.json.field: is empty"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_answer_id_needs_the_seq_where_it_reads() {
+    let e = only("    message:\n      text: '{\"n\":1}'\n      answer: {id: {json: id}}\n");
+    assert!(
+        e.starts_with("spec.conversation.message.answer.id: message.text carries no ${seq} for its answer to carry back"),
+        "{e}"
+    );
+    let e = only(
+        "    message:\n      text: '{\"id\":${seq},\"n\":${conn}}'\n      answer: {id: {json: n}}\n",
+    );
+    assert_eq!(
+        e,
+        r#"spec.conversation.message.answer.id: a correlation field the template does not carry: read from the message as sent with ${seq} = 12345 ("{\"id\":12345,\"n\":0}"), it gives "0", not 12345; point answer.id at where message.text carries ${seq}"#
+    );
+    let e = only("    message:\n      text: '{\"req\":${seq}}'\n      answer: {id: {json: id}}\n");
+    assert!(e.contains("it gives nothing, not 12345"), "{e}");
+    // Socket.IO: the ack is 43<id>, the emit 42<id>; a rule for 43 alone cannot read the emit.
+    let e = only(
+        "    message:\n      text: '42${seq}[\"echo\"]'\n      answer: {id: {regex: '^43(\\d+)'}}\n",
+    );
+    assert!(
+        e.contains("a correlation field the template does not carry"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_reply_that_answers_itself_is_a_loop() {
+    let e = only("    replies:\n      - {when: {prefix: '2'}, send: {text: '2probe'}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.replies[0].send: reply loop: the answer \"2probe\" matches replies[0].when itself, so it would be answered again whenever the server sends it back; make replies[0].when match only the server's message (e.g. equals)"
+    );
+    let e = only(
+        "    replies:\n      - {when: {equals: ping}, send: {text: pong}}\n      - {when: {regex: 'on'}, send: {text: ok}}\n",
+    );
+    assert!(e.starts_with("spec.conversation.replies[0].send: reply loop: the answer \"pong\" matches replies[1].when"), "{e}");
+    // A binary answer does not match a text-only rule.
+    assert_eq!(
+        errors("    replies:\n      - {when: {prefix: '2', frame: text}, send: {binary: '2'}}\n"),
+        Vec::<String>::new()
+    );
+    let e = only(
+        "    open:\n      - {name: w, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    replies:\n      - {when: {equals: '2'}, send: {text: '3${sid}'}}\n",
+    );
+    assert!(
+        e.starts_with("spec.conversation.replies[0].send.text: ${sid} is captured on open, but replies answer from the upgrade on"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wse_has_its_own_conversation_and_a_heartbeat_needs_a_period() {
+    let e = errors_of(&spec(
+        "wse",
+        "    replies:\n      - {when: {equals: '2'}, send: {text: '3'}}\n",
+    ));
+    assert_eq!(
+        e,
+        [
+            "spec.protocol: the wse protocol has a conversation of its own (token, server_ready, client_hello); remove conversation, or set protocol: echo to speak the server's protocol"
+        ]
+    );
+    let e = only("    heartbeat: {every: 0s, send: {text: '\\n'}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.heartbeat.every: must be above zero (e.g. 25s)"
+    );
+    let e = only("    open:\n      - {name: w, expect: {equals: a}, timeout: 0s}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.open[0].timeout: must be above zero (default 5s)"
+    );
+}

@@ -1,0 +1,695 @@
+//! The LoadTest's conversation, compiled once per run from the spec (`wsload_spec`'s
+//! templates, matchers and extractors): the steps on open, the automatic replies, the client
+//! heartbeat, the measured message and how its answer is recognised, and the pushes.
+//!
+//! A template becomes an [`Out`]: its literal bytes in one buffer and the places its
+//! placeholders go. Captured variables are spliced in once per connection ([`Out::resolve`]);
+//! per message only the sequence number, the send time and the random parts are written,
+//! into the worker's arena as `message::Template::with_id` does: no allocation per message.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use std::ops::{DerefMut, Range};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use wsload_spec::conversation::{Conversation, Payload};
+use wsload_spec::matching::{Extractor, MatchError, Matcher};
+use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
+
+/// How long an `expect` waits when its step gives no timeout.
+pub const DEFAULT_EXPECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Messages cut from one arena block (see `message.rs`).
+const ARENA_MESSAGES: usize = 16;
+const ARENA_MAX: usize = 64 * 1024;
+
+/// Why a conversation does not compile. `wsload validate` refuses these first, with the
+/// same causes; here they only guard a spec that skipped validation.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("{field}: {source}")]
+    Template {
+        field: String,
+        #[source]
+        source: TemplateError,
+    },
+    #[error("{field}: {source}")]
+    Match {
+        field: String,
+        #[source]
+        source: MatchError,
+    },
+    #[error("{field}: set exactly one of text or binary")]
+    Payload { field: String },
+}
+
+/// The compiled conversation.
+#[derive(Debug)]
+pub struct Script {
+    pub open: Vec<Step>,
+    replies: Vec<ReplyRule>,
+    heartbeat: Option<(Duration, Out)>,
+    message: Option<Measured>,
+    push: Option<Matcher>,
+    /// Variable names, in the order steps capture them: a connection's values are kept in
+    /// this order.
+    vars: Vec<String>,
+}
+
+/// One step on open.
+#[derive(Debug)]
+pub struct Step {
+    pub name: String,
+    pub action: Action,
+}
+
+#[derive(Debug)]
+pub enum Action {
+    Send(Out),
+    Expect {
+        matcher: Matcher,
+        /// (index into the connection's variables, where the value is).
+        captures: Vec<(usize, Extractor)>,
+        timeout: Duration,
+    },
+}
+
+#[derive(Debug)]
+struct ReplyRule {
+    when: Matcher,
+    send: Out,
+}
+
+#[derive(Debug)]
+struct Measured {
+    out: Out,
+    answer: Option<(Option<Matcher>, Option<Extractor>)>,
+}
+
+/// What a server message is to the conversation, before it is looked at as an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming {
+    /// Answered automatically by reply rule `i`.
+    Reply(usize),
+    /// One of the server's pushes.
+    Push,
+    /// Neither: an answer, or unsolicited.
+    Other,
+}
+
+/// What a server message is to the measured messages outstanding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recognised {
+    /// The answer to the message with this `${seq}`.
+    Id(u64),
+    /// An answer carrying no id: it answers the oldest outstanding.
+    Next,
+    /// Not an answer.
+    No,
+}
+
+fn payload<'a>(field: &str, p: &'a Payload) -> Result<(bool, &'a str), ScriptError> {
+    match (&p.text, &p.binary) {
+        (Some(t), None) => Ok((true, t)),
+        (None, Some(b)) => Ok((false, b)),
+        _ => Err(ScriptError::Payload {
+            field: field.to_string(),
+        }),
+    }
+}
+
+fn matcher(field: &str, m: &wsload_spec::conversation::Match) -> Result<Matcher, ScriptError> {
+    Matcher::compile(m).map_err(|source| ScriptError::Match {
+        field: field.to_string(),
+        source,
+    })
+}
+
+impl Script {
+    pub fn compile(c: &Conversation) -> Result<Script, ScriptError> {
+        let mut vars: Vec<String> = Vec::new();
+        let mut open = Vec::with_capacity(c.open.len());
+        for (i, step) in c.open.iter().enumerate() {
+            let at = format!("spec.conversation.open[{i}]");
+            let action = match (&step.send, &step.expect) {
+                (Some(send), _) => Action::Send(Out::compile(&format!("{at}.send"), send, &vars)?),
+                (None, Some(expect)) => {
+                    let matcher = matcher(&format!("{at}.expect"), expect)?;
+                    let mut captures = Vec::new();
+                    for (name, capture) in &step.capture {
+                        let x = Extractor::compile(capture, expect.prefix.as_deref()).map_err(
+                            |source| ScriptError::Match {
+                                field: format!("{at}.capture.{name}"),
+                                source,
+                            },
+                        )?;
+                        vars.push(name.clone());
+                        captures.push((vars.len() - 1, x));
+                    }
+                    Action::Expect {
+                        matcher,
+                        captures,
+                        timeout: step.timeout.map_or(DEFAULT_EXPECT_TIMEOUT, |t| t.get()),
+                    }
+                }
+                (None, None) => {
+                    return Err(ScriptError::Payload {
+                        field: format!("{at}.send"),
+                    });
+                }
+            };
+            open.push(Step {
+                name: step.name.clone(),
+                action,
+            });
+        }
+        let replies = c
+            .replies
+            .iter()
+            .enumerate()
+            .map(|(j, r)| {
+                let at = format!("spec.conversation.replies[{j}]");
+                Ok(ReplyRule {
+                    when: matcher(&format!("{at}.when"), &r.when)?,
+                    send: Out::compile(&format!("{at}.send"), &r.send, &[])?,
+                })
+            })
+            .collect::<Result<_, ScriptError>>()?;
+        let heartbeat = match &c.heartbeat {
+            Some(h) => Some((
+                h.every.get(),
+                Out::compile("spec.conversation.heartbeat.send", &h.send, &[])?,
+            )),
+            None => None,
+        };
+        let message = match &c.message {
+            Some(m) => {
+                let p = Payload {
+                    text: m.text.clone(),
+                    binary: m.binary.clone(),
+                };
+                let out = Out::compile("spec.conversation.message", &p, &vars)?;
+                let answer = match &m.answer {
+                    None => None,
+                    Some(a) => {
+                        let at = "spec.conversation.message.answer";
+                        let when = a
+                            .matches
+                            .as_ref()
+                            .map(|mm| matcher(&format!("{at}.match"), mm))
+                            .transpose()?;
+                        let prefix = a.matches.as_ref().and_then(|mm| mm.prefix.as_deref());
+                        let id = a
+                            .id
+                            .as_ref()
+                            .map(|c| {
+                                Extractor::compile(c, prefix).map_err(|source| ScriptError::Match {
+                                    field: format!("{at}.id"),
+                                    source,
+                                })
+                            })
+                            .transpose()?;
+                        Some((when, id))
+                    }
+                };
+                Some(Measured { out, answer })
+            }
+            None => None,
+        };
+        let push = c
+            .push
+            .as_ref()
+            .map(|m| matcher("spec.conversation.push", m))
+            .transpose()?;
+        Ok(Script {
+            open,
+            replies,
+            heartbeat,
+            message,
+            push,
+            vars,
+        })
+    }
+
+    /// How many variables a connection captures on open.
+    pub fn var_count(&self) -> usize {
+        self.vars.len()
+    }
+
+    /// What a server message is to the conversation: a reply rule's, a push, or neither.
+    pub fn incoming(&self, text: bool, data: &[u8]) -> Incoming {
+        if let Some(i) = self.replies.iter().position(|r| r.when.matches(text, data)) {
+            return Incoming::Reply(i);
+        }
+        if self.push.as_ref().is_some_and(|p| p.matches(text, data)) {
+            return Incoming::Push;
+        }
+        Incoming::Other
+    }
+
+    /// Reply rule `i`'s answer (rendered now: a reply may carry a placeholder).
+    pub fn reply(&self, i: usize, arena: &mut BytesMut, fill: &Fill) -> Option<(bool, Bytes)> {
+        let out = &self.replies.get(i)?.send;
+        Some((out.text, out.bytes(arena, fill)))
+    }
+
+    /// The client heartbeat: how often, and what.
+    pub fn heartbeat(&self) -> Option<(Duration, &Out)> {
+        self.heartbeat.as_ref().map(|(every, out)| (*every, out))
+    }
+
+    /// Whether the conversation has a measured message (else the scenario's own is sent).
+    pub fn has_message(&self) -> bool {
+        self.message.is_some()
+    }
+
+    /// Whether anything answers the measured message (else nothing is awaited).
+    pub fn is_answered(&self) -> bool {
+        self.message.as_ref().is_some_and(|m| m.answer.is_some())
+    }
+
+    /// The measured message as connection with these captured `vars` sends it: shared with
+    /// other connections when it uses no variable.
+    pub fn message_for(&self, vars: &[Bytes], shared: &Option<Arc<Out>>) -> Option<Arc<Out>> {
+        let m = self.message.as_ref()?;
+        if !m.out.uses_vars() {
+            return shared.clone();
+        }
+        Some(Arc::new(m.out.resolve(vars)))
+    }
+
+    /// The measured message for connections that capture nothing it uses.
+    pub fn shared_message(&self) -> Option<Arc<Out>> {
+        let m = self.message.as_ref()?;
+        (!m.out.uses_vars()).then(|| Arc::new(m.out.resolve(&[])))
+    }
+
+    /// What a server message is to the measured messages outstanding.
+    pub fn recognise(&self, text: bool, data: &[u8]) -> Recognised {
+        let Some((when, id)) = self.message.as_ref().and_then(|m| m.answer.as_ref()) else {
+            return Recognised::No;
+        };
+        if when.as_ref().is_some_and(|w| !w.matches(text, data)) {
+            return Recognised::No;
+        }
+        match id {
+            None => Recognised::Next,
+            Some(x) => x
+                .extract(data)
+                .and_then(parse_u64)
+                .map_or(Recognised::No, Recognised::Id),
+        }
+    }
+}
+
+/// How many digits `n` has in decimal.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// A decimal `${seq}` read back; anything else is not one.
+fn parse_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 20 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit()
+            .then_some(())
+            .and_then(|_| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+    })
+}
+
+/// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendTime {
+    digits: [u8; 20],
+    len: u8,
+}
+
+impl SendTime {
+    pub fn now() -> SendTime {
+        let us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut b = itoa::Buffer::new();
+        let text = b.format(us).as_bytes();
+        let mut digits = [0u8; 20];
+        digits[..text.len()].copy_from_slice(text);
+        SendTime {
+            digits,
+            len: text.len() as u8,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[..usize::from(self.len)]
+    }
+}
+
+/// The per-message values of a template.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fill {
+    pub conn: u64,
+    pub seq: u64,
+    /// What `${pad}` fills to.
+    pub size: usize,
+}
+
+/// One piece of a compiled template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Lit(Range<usize>),
+    Conn,
+    Seq,
+    SendTime,
+    Random,
+    Hex(usize),
+    Uuid,
+    Pad,
+    Var(usize),
+}
+
+/// A template ready to send: literal bytes in one buffer, the pieces in order.
+#[derive(Debug, Clone)]
+pub struct Out {
+    text: bool,
+    literal: Bytes,
+    pieces: Box<[Piece]>,
+}
+
+impl Out {
+    fn compile(field: &str, p: &Payload, vars: &[String]) -> Result<Out, ScriptError> {
+        let (text, source) = payload(field, p)?;
+        let names: Vec<&str> = vars.iter().map(String::as_str).collect();
+        let t = Template::parse(source, &names).map_err(|source| ScriptError::Template {
+            field: field.to_string(),
+            source,
+        })?;
+        Ok(Out::of(text, &t, vars))
+    }
+
+    fn of(text: bool, t: &Template, vars: &[String]) -> Out {
+        let mut literal = Vec::new();
+        let pieces = t
+            .parts()
+            .iter()
+            .map(|p| match p {
+                Part::Literal(r) => {
+                    let start = literal.len();
+                    literal.extend_from_slice(t.literal(r));
+                    Piece::Lit(start..literal.len())
+                }
+                Part::Conn => Piece::Conn,
+                Part::Seq => Piece::Seq,
+                Part::SendTime => Piece::SendTime,
+                Part::Random => Piece::Random,
+                Part::Hex(n) => Piece::Hex(*n),
+                Part::Uuid => Piece::Uuid,
+                Part::Pad => Piece::Pad,
+                Part::Var(name) => Piece::Var(vars.iter().position(|v| **v == **name).unwrap_or(0)),
+            })
+            .collect();
+        Out {
+            text,
+            literal: literal.into(),
+            pieces,
+        }
+    }
+
+    pub fn is_text(&self) -> bool {
+        self.text
+    }
+
+    /// Whether it splices captured variables (see [`Out::resolve`]).
+    pub fn uses_vars(&self) -> bool {
+        self.pieces.iter().any(|p| matches!(p, Piece::Var(_)))
+    }
+
+    /// Whether every message is the same bytes (then they are shared, not copied).
+    fn is_fixed(&self) -> bool {
+        self.pieces.iter().all(|p| matches!(p, Piece::Lit(_)))
+    }
+
+    /// The same template with the connection's captured values spliced into its literal
+    /// bytes, once.
+    pub fn resolve(&self, vars: &[Bytes]) -> Out {
+        let mut literal = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::with_capacity(self.pieces.len());
+        for p in self.pieces.iter() {
+            let bytes = match p {
+                Piece::Lit(r) => &self.literal[r.clone()],
+                Piece::Var(i) => vars.get(*i).map_or(&[][..], |v| &v[..]),
+                other => {
+                    pieces.push(other.clone());
+                    continue;
+                }
+            };
+            let start = literal.len();
+            literal.extend_from_slice(bytes);
+            // Adjacent literals are one copy per message.
+            match pieces.last_mut() {
+                Some(Piece::Lit(prev)) if prev.end == start => prev.end = literal.len(),
+                _ => pieces.push(Piece::Lit(start..literal.len())),
+            }
+        }
+        Out {
+            text: self.text,
+            literal: literal.into(),
+            pieces: pieces.into(),
+        }
+    }
+
+    /// One message's bytes, written into `arena` (or shared, when fixed).
+    pub fn bytes(&self, arena: &mut BytesMut, fill: &Fill) -> Bytes {
+        if self.is_fixed() {
+            return self.literal.clone();
+        }
+        let want = self.literal.len() + 64 + fill.size;
+        if arena.capacity() - arena.len() < want {
+            arena.reserve((want * ARENA_MESSAGES).min(ARENA_MAX).max(want));
+        }
+        self.write(arena, fill);
+        arena.split().freeze()
+    }
+
+    /// Appends one message to `buf`: the literal bytes, the placeholders' values written in
+    /// place, and the pad (inserted once the rest is known). `${sendTime}` is now.
+    pub fn write<B>(&self, buf: &mut B, fill: &Fill)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let time = if self.has_time() {
+            SendTime::now()
+        } else {
+            SendTime::default()
+        };
+        self.write_at(buf, fill, &time);
+    }
+
+    /// How long `${pad}` is in the message for `fill`, known before it is written (the
+    /// numbers' digits counted); `None` without a pad, or with a `${random}` (known once drawn).
+    fn pad_len(&self, fill: &Fill, time: &SendTime) -> Option<usize> {
+        let mut len = 0;
+        let mut pad = false;
+        for p in self.pieces.iter() {
+            len += match p {
+                Piece::Lit(r) => r.len(),
+                Piece::Conn => decimal_len(fill.conn),
+                Piece::Seq => decimal_len(fill.seq),
+                Piece::SendTime => time.as_bytes().len(),
+                Piece::Random => return None,
+                Piece::Hex(n) => *n,
+                Piece::Uuid => 36,
+                Piece::Pad => {
+                    pad = true;
+                    0
+                }
+                Piece::Var(_) => 0,
+            };
+        }
+        pad.then(|| fill.size.saturating_sub(len))
+    }
+
+    /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
+    pub fn has_time(&self) -> bool {
+        self.pieces.contains(&Piece::SendTime)
+    }
+
+    /// [`Out::write`] with `${sendTime}` given: a burst of messages made together shares one
+    /// clock read and one formatting of it.
+    pub fn write_at<B>(&self, buf: &mut B, fill: &Fill, time: &SendTime)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let start = buf.len();
+        let pad = self.pad_len(fill, time);
+        let mut pad_at = None;
+        let mut digits = itoa::Buffer::new();
+        for p in self.pieces.iter() {
+            match p {
+                Piece::Lit(r) => buf.put_slice(&self.literal[r.clone()]),
+                Piece::Conn => buf.put_slice(digits.format(fill.conn).as_bytes()),
+                Piece::Seq => buf.put_slice(digits.format(fill.seq).as_bytes()),
+                Piece::SendTime => buf.put_slice(time.as_bytes()),
+                Piece::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
+                Piece::Hex(n) => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    let mut left = *n;
+                    while left > 0 {
+                        let r: u64 = rand::random();
+                        for k in 0..left.min(16) {
+                            buf.put_u8(HEX[((r >> (4 * k)) & 0xF) as usize]);
+                        }
+                        left = left.saturating_sub(16);
+                    }
+                }
+                Piece::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
+                Piece::Pad => match pad {
+                    Some(n) => buf.put_bytes(PAD_BYTE, n),
+                    None => pad_at = Some(buf.len()),
+                },
+                Piece::Var(_) => {}
+            }
+        }
+        // A `${random}` is as long as its digits: the pad goes in once the rest is written.
+        if let Some(at) = pad_at {
+            let fill_len = fill.size.saturating_sub(buf.len() - start);
+            if fill_len > 0 {
+                buf.put_bytes(PAD_BYTE, fill_len);
+                buf[at..].rotate_right(fill_len);
+            }
+        }
+    }
+
+    /// One message, as a frame of the template's kind.
+    pub fn message(&self, arena: &mut BytesMut, fill: &Fill) -> Message {
+        let bytes = self.bytes(arena, fill);
+        if self.text {
+            // Literals are a template's UTF-8 and captures come from text frames or are made
+            // valid when captured; a binary capture that is not text sends as binary.
+            match std::str::from_utf8(&bytes) {
+                Ok(_) => Message::Text(Utf8Bytes::try_from(bytes).unwrap_or_default()),
+                Err(_) => Message::Binary(bytes),
+            }
+        } else {
+            Message::Binary(bytes)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wsload_spec::LoadTest;
+
+    fn script(conversation: &str) -> Script {
+        let yaml = format!(
+            "  target: {{url: 'ws://127.0.0.1:1/'}}\n  scenario: pingpong\n  conversation:\n{conversation}"
+        );
+        let lt = LoadTest::from_spec_yaml(&yaml, "t").expect("valid");
+        Script::compile(lt.spec.conversation.as_ref().expect("conversation")).expect("compiles")
+    }
+
+    fn text(b: &Bytes) -> &str {
+        std::str::from_utf8(b).expect("utf8")
+    }
+
+    #[test]
+    fn a_message_writes_only_its_placeholders_and_pads_to_size() {
+        let s = script(
+            "    message:\n      text: '{\"id\":${seq},\"c\":${conn},\"p\":\"${pad}\"}'\n      answer: {id: {json: id}}\n",
+        );
+        let out = s.shared_message().expect("shared: no variables");
+        let mut arena = BytesMut::new();
+        let fill = Fill {
+            conn: 7,
+            seq: 12,
+            size: 40,
+        };
+        let a = out.bytes(&mut arena, &fill);
+        assert_eq!(
+            text(&a),
+            format!("{{\"id\":12,\"c\":7,\"p\":\"{}\"}}", "x".repeat(18))
+        );
+        assert_eq!(a.len(), 40);
+        // The counting loop's path, into a reused vector: the same bytes.
+        let mut v = b"old".to_vec();
+        v.clear();
+        out.write(&mut v, &fill);
+        assert_eq!(&v[..], &a[..]);
+        let b = out.bytes(&mut arena, &Fill { seq: 13, ..fill });
+        // Cut from the same arena block: no allocation per message.
+        assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 40);
+        assert_eq!(
+            s.recognise(true, br#"{"id":12,"result":1}"#),
+            Recognised::Id(12)
+        );
+        assert_eq!(s.recognise(true, br#"{"result":1}"#), Recognised::No);
+        assert_eq!(s.recognise(true, br#"{"id":"x1"}"#), Recognised::No);
+    }
+
+    #[test]
+    fn captured_values_are_spliced_once_per_connection() {
+        let s = script(
+            "    open:\n      - {name: hello, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    message: {text: '42[\"m\",\"${sid}\",${seq}]'}\n",
+        );
+        assert_eq!(s.var_count(), 1);
+        assert!(s.shared_message().is_none());
+        let out = s
+            .message_for(&[Bytes::from_static(b"abc")], &None)
+            .expect("a message");
+        assert_eq!(out.pieces.len(), 3, "{:?}", out.pieces);
+        let m = out.bytes(
+            &mut BytesMut::new(),
+            &Fill {
+                seq: 5,
+                ..Fill::default()
+            },
+        );
+        assert_eq!(text(&m), r#"42["m","abc",5]"#);
+        assert!(!s.is_answered());
+    }
+
+    #[test]
+    fn replies_and_pushes_are_told_apart_from_answers() {
+        let s = script(
+            "    replies:\n      - {when: {equals: '2'}, send: {text: '3'}}\n    push: {prefix: '42[\"tick\"'}\n    message:\n      text: '42${seq}[\"echo\"]'\n      answer: {match: {prefix: '43'}}\n",
+        );
+        assert_eq!(s.incoming(true, b"2"), Incoming::Reply(0));
+        assert_eq!(s.incoming(true, br#"42["tick",1]"#), Incoming::Push);
+        assert_eq!(s.incoming(true, b"431[]"), Incoming::Other);
+        assert_eq!(s.recognise(true, b"431[]"), Recognised::Next);
+        assert_eq!(s.recognise(true, b"2"), Recognised::No);
+        let (t, r) = s
+            .reply(0, &mut BytesMut::new(), &Fill::default())
+            .expect("reply");
+        assert!(t);
+        assert_eq!(&r[..], b"3");
+    }
+
+    #[test]
+    fn random_parts_have_their_shape() {
+        let s = script("    message: {text: '${uuid} ${hex:20} ${random} ${sendTime}'}\n");
+        let out = s.shared_message().expect("shared");
+        let m = out.bytes(&mut BytesMut::new(), &Fill::default());
+        let f: Vec<&str> = text(&m).split(' ').collect();
+        assert_eq!(f[0].len(), 36);
+        assert_eq!(f[1].len(), 20);
+        assert!(f[1].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(f[2].parse::<u32>().is_ok());
+        assert!(f[3].parse::<u64>().expect("micros") > 1_600_000_000_000_000);
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(
+            [0, 9, 10, 99, 100, u64::MAX].map(decimal_len),
+            [1, 1, 2, 2, 3, 20]
+        );
+        // A pad beside a random number of unknown length still fills to the size.
+        let s = script("    message: {text: '${random}:${pad}', answer: {}}\n");
+        let out = s.shared_message().expect("shared");
+        let fill = Fill {
+            size: 30,
+            ..Fill::default()
+        };
+        assert_eq!(out.bytes(&mut BytesMut::new(), &fill).len(), 30);
+        assert_eq!(parse_u64(b"12a"), None);
+    }
+}
