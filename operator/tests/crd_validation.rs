@@ -314,14 +314,14 @@ fn cases() -> Vec<Case> {
             "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}, expect: {prefix: y}}\n",
             "spec.conversation.open[0]",
             cel::MSG_STEP_KIND,
-            same("spec.conversation.open[0]", cel::MSG_STEP_KIND),
+            same("spec.conversation.open[0]", "set send or expect, not both"),
         ),
         case(
             "a message both text and binary",
             "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x, binary: y}}\n",
             "spec.conversation.open[0].send",
             cel::MSG_ONE_PAYLOAD,
-            same("spec.conversation.open[0].send", cel::MSG_ONE_PAYLOAD),
+            same("spec.conversation.open[0].send", "set exactly one of text"),
         ),
         case(
             "a capture on a step that only sends",
@@ -330,7 +330,7 @@ fn cases() -> Vec<Case> {
             cel::MSG_CAPTURE_NEEDS_EXPECT,
             same(
                 "spec.conversation.open[0].capture",
-                cel::MSG_CAPTURE_NEEDS_EXPECT,
+                "captures read the expected message",
             ),
         ),
         case(
@@ -345,21 +345,24 @@ fn cases() -> Vec<Case> {
             "  target: {server: {}}\n  scenario: pingpong\n  conversation:\n    message: {text: '{\"id\":1}', answer: {id: {json: id}}}\n",
             "spec.conversation.message.answer.id",
             cel::MSG_ID_NEEDS_SEQ,
-            same("spec.conversation.message.answer.id", cel::MSG_ID_NEEDS_SEQ),
+            same("spec.conversation.message.answer.id", "carries no ${seq}"),
         ),
         case(
             "two steps of one name",
             "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n    - {name: a, send: {text: y}}\n",
             "spec.conversation.open",
             cel::MSG_STEP_NAMES,
-            same("spec.conversation.open", cel::MSG_STEP_NAMES),
+            same("spec.conversation.open[1].name", "give each step its own"),
         ),
         case(
             "a conversation over the WSE protocol",
             "  target: {url: 'ws://h:1/'}\n  protocol: wse\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n",
-            "spec.conversation",
+            "spec.protocol",
             cel::MSG_CONVERSATION_WSE,
-            same("spec.conversation", cel::MSG_CONVERSATION_WSE),
+            same(
+                "spec.protocol",
+                "the wse protocol has a conversation of its own",
+            ),
         ),
         case(
             "a subprotocol that is not a token",

@@ -463,7 +463,7 @@ pub const MSG_CAPTURE_KIND: &str =
 pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
 pub const MSG_ID_NEEDS_SEQ: &str = "answer.id reads back the message's ${seq}: put ${seq} in the message template where the answer carries it";
-pub const MSG_CONVERSATION_WSE: &str = "a conversation replaces the built-in protocol: leave protocol at echo (the default) or drop conversation";
+pub const MSG_CONVERSATION_WSE: &str = "the wse protocol has a conversation of its own: remove conversation, or set protocol: echo to speak the server's protocol";
 
 fn exactly_one(fields: &[&str]) -> String {
     let has: Vec<String> = fields.iter().map(|f| format!("has(self.{f})")).collect();
@@ -546,6 +546,6 @@ pub fn spec_conversation_rules() -> Value {
             "!has(self.conversation) || !has(self.protocol) || self.protocol != 'wse'",
             MSG_CONVERSATION_WSE,
         ),
-        ".conversation",
+        ".protocol",
     )
 }

@@ -235,6 +235,13 @@ fn message(m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
         );
         return;
     }
+    // A JSON id is the request's own field carried back (JSON-RPC's and graphql-ws' `id`):
+    // it must read the seq back from the message as sent. A regular expression reads an
+    // answer of another shape (Socket.IO's `43<id>`, STOMP's `receipt-id:<id>`), which the
+    // message cannot be checked against.
+    if id.json.is_none() {
+        return;
+    }
     let vars = vars.iter().map(|v| (v.clone(), b"v".to_vec())).collect();
     let sent = render(&template, PROBE_SEQ, size, &vars);
     let read = extract.extract(&sent);
@@ -296,6 +303,10 @@ fn template_result(
 }
 
 fn matcher(field: &str, m: &Match, e: &mut Errors) -> Option<Matcher> {
+    if *m == Match::default() {
+        e.add(field, crate::cel::MSG_MATCH_EMPTY);
+        return None;
+    }
     for (sub, text) in [
         ("equals", m.equals.as_deref()),
         ("prefix", m.prefix.as_deref()),
