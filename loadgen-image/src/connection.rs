@@ -161,9 +161,9 @@ impl WorkerState {
     }
     /// Counts how long a connection that ended for `why` had been in its measured phase
     /// (warm-up included: a heartbeat's timeout runs from the open, not from the window).
-    fn lived(&self, why: Dropped, began: Instant) {
-        let ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.stats.borrow_mut().counts.lived(why, ms);
+    fn lived(&self, why: Dropped, began: u32) {
+        let ms = ms_since(self.start).saturating_sub(began);
+        self.stats.borrow_mut().counts.lived(why, u64::from(ms));
     }
     /// Keeps `text()` as the evidence of `why` unless the worker has one already: described
     /// once per reason, on the failure path only.
@@ -173,6 +173,11 @@ impl WorkerState {
             m.counts.witness(why.label(), &text());
         }
     }
+}
+
+/// Milliseconds since `origin`, saturating (49 days).
+fn ms_since(origin: Instant) -> u32 {
+    u32::try_from(origin.elapsed().as_millis()).unwrap_or(u32::MAX)
 }
 
 fn data_len(msg: &Message) -> Option<u64> {
@@ -554,7 +559,9 @@ pub fn run(
 ) -> impl std::future::Future<Output = ()> {
     async move {
         let ctx = &*ctx;
-        let began = Instant::now();
+        // Milliseconds from the phase's start, not an `Instant`: 4 bytes in every held
+        // connection's task instead of 16.
+        let began = ms_since(ctx.start);
         // Boxed: a task's future would otherwise be as large as the largest behavior's state
         // machine, for every one of 100K connections. Except the hold's, the behavior that
         // idles at scale: small (see `hold`), inline it spares every held connection an

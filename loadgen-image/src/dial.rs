@@ -76,7 +76,7 @@ pub struct Dialed {
 }
 
 /// The `evidence` label under which a cell keeps what its server negotiated.
-pub const NEGOTIATED: &str = "negotiated";
+pub use crate::measure::NEGOTIATED;
 
 /// Everything needed to open connections to one target, prepared once per cell.
 pub struct Dialer {

@@ -304,6 +304,21 @@ fn replies_to_a_heartbeat_keep_connections_alive() {
         "{:?}",
         n.evidence
     );
+    // When: the second beat finds the first unanswered, ~400 ms after the open.
+    let lived = n.lifetimes["server_close"];
+    assert_eq!(lived.count, 3, "{n:?}");
+    assert!((300..1_500).contains(&lived.max_ms), "{lived:?}");
+    // And why, as the finding says it: the server's "2" went unanswered.
+    assert_eq!(n.evidence[wsload::measure::UNSOLICITED], "\"2\"");
+    let f = wsload_report::findings::failures(&c);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].cause.contains("add one under conversation.replies")
+            && f[0]
+                .evidence
+                .contains("server_close: 3 of 3 connections with 1000 x3 after"),
+        "{f:?}"
+    );
 }
 
 /// The client's heartbeat goes out on its own between the pings, never counted as load; the

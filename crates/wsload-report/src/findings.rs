@@ -91,6 +91,9 @@ pub fn failures(c: &CellResult) -> Vec<Finding> {
             if label == Dropped::ServerClose.label() {
                 how_many.push_str(&close_codes(counts));
             }
+            if label == ConnectError::ExpectTimeout.label() {
+                how_many.push_str(&missed_steps(counts));
+            }
             if let Some(l) = counts.lifetimes.get(label) {
                 how_many.push_str(&lived(l));
             }
@@ -114,6 +117,19 @@ fn close_codes(counts: &Counts) -> String {
         .map(|(code, n)| format!("{code} x{}", num(*n as f64)))
         .collect();
     format!(" with {}", codes.join(", "))
+}
+
+/// ` at step "ack" x3`: which steps on open timed out, by name.
+fn missed_steps(counts: &Counts) -> String {
+    if counts.expect_missed.is_empty() {
+        return String::new();
+    }
+    let steps: Vec<String> = counts
+        .expect_missed
+        .iter()
+        .map(|(step, n)| format!("{step:?} x{}", num(*n as f64)))
+        .collect();
+    format!(" at step {}", steps.join(", "))
 }
 
 /// ` after ~8.0 s (7.9-8.2 s)`: how long the connections had been open in the measured phase.
@@ -190,7 +206,7 @@ fn connect_meaning(why: ConnectError) -> &'static str {
         ConnectError::AuthFailed => "the server refused the credentials",
         ConnectError::Tls => "the TLS handshake failed",
         ConnectError::ExpectTimeout => {
-            "a step on open did not get the message it expects in time (see expectMissed by step)"
+            "a step on open (spec.conversation.open) did not get the message it expects within its timeout: check what the server sends first (the evidence), or raise the step's timeout"
         }
         ConnectError::Other => "connections failed to open (see the log)",
     }
@@ -581,6 +597,24 @@ mod tests {
         c.measure.counts.unsolicited.clear();
         let f = failures(&c);
         assert_eq!(f[0].cause, "the server closed connections");
+    }
+
+    #[test]
+    fn an_expect_that_timed_out_names_its_step() {
+        let mut c = cell();
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        for _ in 0..3 {
+            counts.fail(ConnectError::ExpectTimeout);
+        }
+        counts.expect_missed.insert("ack".into(), 3);
+        counts.witness("expect_timeout", "step \"ack\": last message \"hello\"");
+        let f = failures(&c);
+        assert_eq!(
+            f[0].evidence,
+            "expect_timeout: 3 of 100 attempts at step \"ack\" x3; e.g. step \"ack\": last message \"hello\""
+        );
+        assert!(f[0].cause.contains("did not get the message it expects"));
     }
 
     #[test]

@@ -222,6 +222,10 @@ impl Lifetime {
 /// answered shows itself there.
 pub const UNSOLICITED: &str = "unsolicited";
 
+/// The `evidence` key under which a cell keeps what its server negotiated in the upgrade
+/// (a subprotocol, compression), or declined.
+pub const NEGOTIATED: &str = "negotiated";
+
 /// The longest evidence kept, in characters: a line of a report, not a body.
 pub const MAX_EVIDENCE: usize = 200;
 

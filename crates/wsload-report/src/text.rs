@@ -1,6 +1,7 @@
 //! The result as text for a terminal or a Markdown file: the cell table, findings, probes,
 //! shard skew, notes and the verdict, in the style of the seed reports.
 
+use crate::measure::NEGOTIATED;
 use crate::numbers::{in_units, num};
 use crate::result::{Check, RunResult};
 use crate::table::cell_table;
@@ -40,6 +41,13 @@ impl RunResult {
             o.push('\n');
             for f in &findings {
                 let _ = writeln!(o, "{f}");
+            }
+        }
+        let talk: Vec<String> = self.cells.iter().filter_map(conversation_line).collect();
+        if !talk.is_empty() {
+            o.push('\n');
+            for line in &talk {
+                let _ = writeln!(o, "{line}");
             }
         }
         if !self.probes.is_empty() {
@@ -104,6 +112,28 @@ impl RunResult {
 }
 
 /// The cell table as Markdown, as the seed reports have it.
+/// What a cell's conversation did beside the measured messages: pushes received, replies
+/// sent, and what the upgrade negotiated; `None` when there is nothing of it.
+fn conversation_line(c: &crate::result::CellResult) -> Option<String> {
+    let n = &c.measure.counts;
+    let mut parts = Vec::new();
+    if !n.pushes.is_empty() {
+        parts.push(format!(
+            "{} pushes received ({}/s, {} bytes)",
+            num(n.pushes.frames as f64),
+            num(n.pushes.frames as f64 / c.measured_secs.max(1e-9)),
+            num(n.pushes.bytes as f64)
+        ));
+    }
+    if n.replies > 0 {
+        parts.push(format!("{} automatic replies sent", num(n.replies as f64)));
+    }
+    if let Some(agreed) = n.evidence.get(NEGOTIATED) {
+        parts.push(format!("negotiated: {agreed}"));
+    }
+    (!parts.is_empty()).then(|| format!("conversation [{}]: {}", c.label, parts.join("; ")))
+}
+
 fn markdown_table(r: &RunResult) -> String {
     let t = cell_table(r);
     let mut o = String::new();
@@ -117,4 +147,36 @@ fn markdown_table(r: &RunResult) -> String {
         let _ = writeln!(o, "| {} |", cells.join(" | "));
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::shard;
+
+    #[test]
+    fn a_conversation_says_its_pushes_replies_and_what_was_negotiated() {
+        let mut r = shard(0, 100, 1, 1);
+        assert!(
+            !r.render().contains("conversation ["),
+            "none without a conversation"
+        );
+        let c = &mut r.cells[0];
+        c.measured_secs = 10.0;
+        c.measure.counts.pushes.frames = 28_400;
+        c.measure.counts.pushes.bytes = 1_136_000;
+        c.measure.counts.replies = 6_000;
+        c.measure
+            .counts
+            .witness(NEGOTIATED, "subprotocol \"graphql-transport-ws\"");
+        let line = conversation_line(&r.cells[0]).expect("a line");
+        assert_eq!(
+            line,
+            format!(
+                "conversation [{}]: 28.4K pushes received (2840/s, 1.14M bytes); 6000 automatic replies sent; negotiated: subprotocol \"graphql-transport-ws\"",
+                r.cells[0].label
+            )
+        );
+        assert!(r.render().contains(&line));
+    }
 }
