@@ -68,8 +68,10 @@ pub struct Scratch {
     arena: RefCell<BytesMut>,
     /// Where a connection peeks at what it left unread at its deadline (see `unread`).
     peek: RefCell<Vec<u8>>,
+    /// Where the measured message's id was in the last answer a counting read took.
+    memo: RefCell<wsload_spec::json_path::Memo>,
     /// Where a counting loop makes the conversation's measured message before queueing it.
-    render: RefCell<Vec<u8>>,
+    render: RefCell<crate::script::Prebuilt>,
 }
 
 impl WorkerState {
@@ -1151,7 +1153,7 @@ fn counted_answer(
         }
         if scripted.is_some() {
             return awaited
-                && match script.recognise(text, data) {
+                && match script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut()) {
                     Recognised::Id(id) => (1..=queued).contains(&id),
                     Recognised::Next => true,
                     Recognised::No => false,
@@ -1288,7 +1290,7 @@ impl Sender {
 
     /// Queues the next message on `ws`; its length.
     fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
-        let Some(out) = self.message.as_deref() else {
+        let Some(out) = self.message.as_ref() else {
             ws.queue_data(ctx.template.is_text(), ctx.template.payload());
             return ctx.template.len() as u64;
         };
@@ -1298,13 +1300,12 @@ impl Sender {
             seq: self.seq,
             size: ctx.size,
         };
-        // Copied into the write buffer at once: made in the worker's scratch vector, reused
-        // by every message of the worker.
-        let mut buf = ctx.scratch.render.borrow_mut();
-        buf.clear();
-        out.write_at(&mut *buf, &fill, &self.time);
-        ws.queue_data(out.is_text(), &buf);
-        buf.len() as u64
+        // Copied into the write buffer at once: made in the worker's scratch, from the last
+        // message made there with its numbers written over.
+        let mut pre = ctx.scratch.render.borrow_mut();
+        let bytes = pre.make(out, &fill, &self.time);
+        ws.queue_data(out.is_text(), bytes);
+        bytes.len() as u64
     }
 
     /// The next message.

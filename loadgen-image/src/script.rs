@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::{Conversation, Payload};
+use wsload_spec::json_path::Memo;
 use wsload_spec::matching::{Extractor, MatchError, Matcher};
 use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
 
@@ -285,6 +286,12 @@ impl Script {
 
     /// What a server message is to the measured messages outstanding.
     pub fn recognise(&self, text: bool, data: &[u8]) -> Recognised {
+        self.recognise_with(text, data, &mut Memo::default())
+    }
+
+    /// [`Script::recognise`] for a reader of many answers: `memo` keeps where the id was
+    /// (see [`Memo`]), so answers of one shape are not walked each.
+    pub fn recognise_with(&self, text: bool, data: &[u8], memo: &mut Memo) -> Recognised {
         let Some((when, id)) = self.message.as_ref().and_then(|m| m.answer.as_ref()) else {
             return Recognised::No;
         };
@@ -294,7 +301,7 @@ impl Script {
         match id {
             None => Recognised::Next,
             Some(x) => x
-                .extract(data)
+                .extract_memo(data, memo)
                 .and_then(parse_u64)
                 .map_or(Recognised::No, Recognised::Id),
         }
@@ -368,12 +375,99 @@ enum Piece {
     Var(usize),
 }
 
+/// A number a message carries whose digits change from one message to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Number {
+    Conn,
+    Seq,
+    SendTime,
+}
+
+/// The last message a sender made, and where its numbers are: the next one, if its numbers
+/// have as many digits (nearly always), is the same bytes with the digits written over, as
+/// the echo message's id is. The pad's length depends only on those widths, so it stays.
+#[derive(Debug, Default)]
+pub struct Prebuilt {
+    of: Option<Arc<Out>>,
+    bytes: Vec<u8>,
+    numbers: Vec<(Number, usize)>,
+    widths: (usize, usize, usize),
+}
+
+impl Prebuilt {
+    /// The message of `out` for `fill` at `time`: patched in place when the last one was of
+    /// the same template and widths, else written whole (and its places noted).
+    pub fn make(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) -> &[u8] {
+        let widths = (
+            decimal_len(fill.conn),
+            decimal_len(fill.seq),
+            time.as_bytes().len(),
+        );
+        let same = self.of.as_ref().is_some_and(|o| Arc::ptr_eq(o, out)) && self.widths == widths;
+        if same && out.patchable() {
+            let mut digits = itoa::Buffer::new();
+            for &(n, at) in &self.numbers {
+                let text = match n {
+                    Number::Conn => digits.format(fill.conn).as_bytes(),
+                    Number::Seq => digits.format(fill.seq).as_bytes(),
+                    Number::SendTime => time.as_bytes(),
+                };
+                self.bytes[at..at + text.len()].copy_from_slice(text);
+            }
+            return &self.bytes;
+        }
+        self.bytes.clear();
+        self.numbers.clear();
+        let numbers = &mut self.numbers;
+        out.write_recording(&mut self.bytes, fill, time, &mut |n, at| {
+            numbers.push((n, at))
+        });
+        self.of = Some(Arc::clone(out));
+        self.widths = widths;
+        &self.bytes
+    }
+}
+
 /// A template ready to send: literal bytes in one buffer, the pieces in order.
 #[derive(Debug, Clone)]
 pub struct Out {
     text: bool,
     literal: Bytes,
     pieces: Box<[Piece]>,
+    /// What the pad's length is computed from, once per template rather than per message.
+    shape: Shape,
+}
+
+/// A template's length, as far as it is known before a message is made: the fixed bytes,
+/// and how many of each number whose width varies.
+#[derive(Debug, Clone, Copy, Default)]
+struct Shape {
+    fixed: usize,
+    conns: usize,
+    seqs: usize,
+    times: usize,
+    pad: bool,
+    random: bool,
+}
+
+impl Shape {
+    fn of(pieces: &[Piece]) -> Shape {
+        let mut s = Shape::default();
+        for p in pieces {
+            match p {
+                Piece::Lit(r) => s.fixed += r.len(),
+                Piece::Conn => s.conns += 1,
+                Piece::Seq => s.seqs += 1,
+                Piece::SendTime => s.times += 1,
+                Piece::Random => s.random = true,
+                Piece::Hex(n) => s.fixed += *n,
+                Piece::Uuid => s.fixed += 36,
+                Piece::Pad => s.pad = true,
+                Piece::Var(_) => {}
+            }
+        }
+        s
+    }
 }
 
 impl Out {
@@ -408,9 +502,14 @@ impl Out {
                 Part::Var(name) => Piece::Var(vars.iter().position(|v| **v == **name).unwrap_or(0)),
             })
             .collect();
+        Out::new(text, literal.into(), pieces)
+    }
+
+    fn new(text: bool, literal: Bytes, pieces: Box<[Piece]>) -> Out {
         Out {
             text,
-            literal: literal.into(),
+            literal,
+            shape: Shape::of(&pieces),
             pieces,
         }
     }
@@ -451,11 +550,7 @@ impl Out {
                 _ => pieces.push(Piece::Lit(start..literal.len())),
             }
         }
-        Out {
-            text: self.text,
-            literal: literal.into(),
-            pieces: pieces.into(),
-        }
+        Out::new(self.text, literal.into(), pieces.into())
     }
 
     /// One message's bytes, written into `arena` (or shared, when fixed).
@@ -488,25 +583,25 @@ impl Out {
     /// How long `${pad}` is in the message for `fill`, known before it is written (the
     /// numbers' digits counted); `None` without a pad, or with a `${random}` (known once drawn).
     fn pad_len(&self, fill: &Fill, time: &SendTime) -> Option<usize> {
-        let mut len = 0;
-        let mut pad = false;
-        for p in self.pieces.iter() {
-            len += match p {
-                Piece::Lit(r) => r.len(),
-                Piece::Conn => decimal_len(fill.conn),
-                Piece::Seq => decimal_len(fill.seq),
-                Piece::SendTime => time.as_bytes().len(),
-                Piece::Random => return None,
-                Piece::Hex(n) => *n,
-                Piece::Uuid => 36,
-                Piece::Pad => {
-                    pad = true;
-                    0
-                }
-                Piece::Var(_) => 0,
-            };
+        let s = &self.shape;
+        if !s.pad || s.random {
+            return None;
         }
-        pad.then(|| fill.size.saturating_sub(len))
+        let len = s.fixed
+            + s.conns * decimal_len(fill.conn)
+            + s.seqs * decimal_len(fill.seq)
+            + s.times * time.as_bytes().len();
+        Some(fill.size.saturating_sub(len))
+    }
+
+    /// Whether a message can be made from the last by writing its numbers over (see
+    /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them.
+    fn patchable(&self) -> bool {
+        !self.shape.random
+            && !self
+                .pieces
+                .iter()
+                .any(|p| matches!(p, Piece::Hex(_) | Piece::Uuid))
     }
 
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
@@ -520,6 +615,19 @@ impl Out {
     where
         B: BufMut + DerefMut<Target = [u8]>,
     {
+        self.write_recording(buf, fill, time, &mut |_, _| {});
+    }
+
+    /// [`Out::write_at`], telling `at` where each number went (its piece and offset).
+    fn write_recording<B>(
+        &self,
+        buf: &mut B,
+        fill: &Fill,
+        time: &SendTime,
+        at: &mut dyn FnMut(Number, usize),
+    ) where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
         let start = buf.len();
         let pad = self.pad_len(fill, time);
         let mut pad_at = None;
@@ -527,9 +635,18 @@ impl Out {
         for p in self.pieces.iter() {
             match p {
                 Piece::Lit(r) => buf.put_slice(&self.literal[r.clone()]),
-                Piece::Conn => buf.put_slice(digits.format(fill.conn).as_bytes()),
-                Piece::Seq => buf.put_slice(digits.format(fill.seq).as_bytes()),
-                Piece::SendTime => buf.put_slice(time.as_bytes()),
+                Piece::Conn => {
+                    at(Number::Conn, buf.len() - start);
+                    buf.put_slice(digits.format(fill.conn).as_bytes());
+                }
+                Piece::Seq => {
+                    at(Number::Seq, buf.len() - start);
+                    buf.put_slice(digits.format(fill.seq).as_bytes());
+                }
+                Piece::SendTime => {
+                    at(Number::SendTime, buf.len() - start);
+                    buf.put_slice(time.as_bytes());
+                }
                 Piece::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
                 Piece::Hex(n) => {
                     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -578,6 +695,42 @@ impl Out {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_prebuilt_message_is_the_message_written_whole() {
+        let spec: wsload_spec::conversation::Conversation = serde_json::from_value(serde_json::json!({
+            "message": {"text": "{\"id\":${seq},\"c\":${conn},\"ts\":${sendTime},\"d\":\"${pad}\"}"}
+        }))
+        .expect("conversation");
+        let script = Script::compile(&spec).expect("compiles");
+        let out = script.shared_message().expect("a message");
+        let mut pre = Prebuilt::default();
+        let time = SendTime::now();
+        // Widths the same, then a seq of more digits, then another connection.
+        for (conn, seq) in [
+            (3, 7),
+            (3, 8),
+            (3, 9),
+            (3, 10),
+            (3, 11),
+            (12, 11),
+            (5, 99_999),
+        ] {
+            let fill = Fill {
+                conn,
+                seq,
+                size: 96,
+            };
+            let mut whole = Vec::new();
+            out.write_at(&mut whole, &fill, &time);
+            assert_eq!(
+                pre.make(&out, &fill, &time),
+                &whole[..],
+                "conn {conn} seq {seq}"
+            );
+            assert_eq!(whole.len(), 96);
+        }
+    }
     use super::*;
     use wsload_spec::LoadTest;
 

@@ -79,6 +79,36 @@ impl JsonPath {
     }
 }
 
+/// Where a path's value was last found, for the next message of the same shape: the bytes
+/// before it. A message that begins with exactly those bytes has its value at the same place,
+/// since the walk reads nothing past the value's start to get there; the walk is then skipped
+/// (answers to one template mostly share everything before their id). Per reader, never shared.
+#[derive(Debug, Default)]
+pub struct Memo {
+    prefix: Vec<u8>,
+}
+
+/// The longest prefix a [`Memo`] keeps: past it, the walk is cheap next to the comparison.
+const MEMO_MAX: usize = 256;
+
+impl JsonPath {
+    /// [`JsonPath::find`], first trying where the value was in the last message `memo` saw.
+    pub fn find_memo<'a>(&self, data: &'a [u8], memo: &mut Memo) -> Option<&'a [u8]> {
+        let k = memo.prefix.len();
+        if k > 0 && data.len() > k && data[..k] == memo.prefix[..] {
+            let end = skip_value(data, k)?;
+            return Some(&data[k..end]);
+        }
+        let value = self.find(data)?;
+        let at = value.as_ptr() as usize - data.as_ptr() as usize;
+        memo.prefix.clear();
+        if at <= MEMO_MAX {
+            memo.prefix.extend_from_slice(&data[..at]);
+        }
+        Some(value)
+    }
+}
+
 /// The text of a value as [`JsonPath::find`] returns it: a string without its quotes
 /// (escapes kept as written), anything else as is.
 pub fn unquoted(value: &[u8]) -> &[u8] {
@@ -349,6 +379,38 @@ mod tests {
         assert!(!value_equals(b"42", br#""42""#));
         assert_eq!(unquoted(br#""s-1""#), b"s-1");
         assert_eq!(unquoted(b"7"), b"7");
+    }
+
+    #[test]
+    fn a_memo_finds_what_the_walk_finds() {
+        let p = JsonPath::parse("id").expect("path");
+        let mut memo = Memo::default();
+        let msgs: [&[u8]; 7] = [
+            br#"{"type":"msg","id":12,"d":"x"}"#,
+            br#"{"type":"msg","id":1234567,"d":"x"}"#,
+            // Same bytes up to where the id was, then another shape: the value read there.
+            br#"{"type":"msg","id":"s1"}"#,
+            br#"{"type":"msg","id":{"n":1}}"#,
+            // Another shape entirely: walked again.
+            br#"{"id":7}"#,
+            br#"{"type":"ms","id":8}"#,
+            br#"{"type":"msg","x":{"id":9},"id":10}"#,
+        ];
+        for m in msgs {
+            assert_eq!(
+                p.find_memo(m, &mut memo),
+                p.find(m),
+                "{}",
+                String::from_utf8_lossy(m)
+            );
+        }
+        // A message cut short where the value would be is not a value.
+        let mut memo = Memo::default();
+        assert_eq!(
+            p.find_memo(br#"{"a":1,"id":2}"#, &mut memo),
+            Some(&b"2"[..])
+        );
+        assert_eq!(p.find_memo(br#"{"a":1,"id":"#, &mut memo), None);
     }
 
     #[test]

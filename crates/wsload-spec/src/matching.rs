@@ -182,6 +182,22 @@ impl Extractor {
         }
     }
 
+    /// [`Extractor::extract`], remembering where a JSON field was in `memo` (see
+    /// [`json_path::Memo`]): what a reader of many answers of one shape calls.
+    pub fn extract_memo<'a>(&self, data: &'a [u8], memo: &mut json_path::Memo) -> Option<&'a [u8]> {
+        match &self.how {
+            Extract::Json(path) => {
+                let body = self
+                    .after
+                    .as_deref()
+                    .and_then(|p| data.strip_prefix(p))
+                    .unwrap_or(data);
+                path.find_memo(body, memo).map(json_path::unquoted)
+            }
+            Extract::Regex(_) => self.extract(data),
+        }
+    }
+
     /// Whether it reads a JSON field (else a regular expression).
     pub fn is_json(&self) -> bool {
         matches!(self.how, Extract::Json(_))
