@@ -13,8 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wsload::measure::{ConnectError, Dropped, FrameTally};
 use wsload::report::CellResult;
-use wsload_ws::test_server::{accept_for, response_101};
-use wsload_ws::{frame as wire, mask::mask};
+use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
 
 /// What the server's protocol asks of a client.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,12 +32,6 @@ struct Protocol {
     ticks: Option<Duration>,
 }
 
-fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    wire::encode(&mut f, true, opcode, payload, None);
-    f
-}
-
 fn text(s: &str) -> Vec<u8> {
     frame(0x1, s.as_bytes())
 }
@@ -47,35 +40,6 @@ fn close(code: u16, reason: &str) -> Vec<u8> {
     let mut p = code.to_be_bytes().to_vec();
     p.extend_from_slice(reason.as_bytes());
     frame(0x8, &p)
-}
-
-/// Takes the client's complete frames off `buf`: (opcode, unmasked payload).
-fn client_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
-    let mut out = Vec::new();
-    while let Some(h) = wire::parse_header(buf)
-        && buf.len() - h.header_len >= h.payload_len as usize
-    {
-        let end = h.header_len + h.payload_len as usize;
-        let mut payload = buf[h.header_len..end].to_vec();
-        mask(&mut payload, h.key.expect("client frames are masked"));
-        out.push((h.opcode, payload));
-        buf.drain(..end);
-    }
-    out
-}
-
-async fn upgrade(s: &mut TcpStream) -> Option<()> {
-    let mut req = Vec::new();
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let mut b = [0u8; 1024];
-        let n = s.read(&mut b).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        req.extend_from_slice(&b[..n]);
-    }
-    let resp = response_101(&accept_for(&req)?, "");
-    s.write_all(resp.as_bytes()).await.ok()
 }
 
 /// What the server says to one client message; `Err` closes the connection with it.

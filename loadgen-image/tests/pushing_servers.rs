@@ -12,8 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use wsload::measure::{Dropped, FrameKind, FrameTally};
 use wsload::report::CellResult;
-use wsload_ws::test_server::{accept_for, response_101};
-use wsload_ws::{frame as wire, mask::mask};
+use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
 
 /// What a hostile server does after the upgrade.
 #[derive(Debug, Clone, Copy)]
@@ -28,43 +27,6 @@ enum Mode {
     Echo,
     /// Answers every ping with an empty pong first, then the right one.
     ExtraPongs,
-}
-
-/// The server's frame of `opcode` (unmasked, FIN set).
-fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    wire::encode(&mut f, true, opcode, payload, None);
-    f
-}
-
-/// Takes the client's complete frames off `buf`: (opcode, unmasked payload).
-fn client_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
-    let mut out = Vec::new();
-    while let Some(h) = wire::parse_header(buf)
-        && buf.len() - h.header_len >= h.payload_len as usize
-    {
-        let end = h.header_len + h.payload_len as usize;
-        let mut payload = buf[h.header_len..end].to_vec();
-        mask(&mut payload, h.key.expect("client frames are masked"));
-        out.push((h.opcode, payload));
-        buf.drain(..end);
-    }
-    out
-}
-
-/// Reads the upgrade request and answers it with a 101.
-async fn upgrade(s: &mut TcpStream) -> Option<()> {
-    let mut req = Vec::new();
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        let mut b = [0u8; 1024];
-        let n = s.read(&mut b).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        req.extend_from_slice(&b[..n]);
-    }
-    let resp = response_101(&accept_for(&req)?, "");
-    s.write_all(resp.as_bytes()).await.ok()
 }
 
 /// One connection: the upgrade, then `mode` until the client's close (answered) or its end.

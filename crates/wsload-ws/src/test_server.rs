@@ -52,3 +52,41 @@ pub fn response_101(accept: &str, extra: &str) -> String {
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extra}\r\n"
     )
 }
+
+/// Reads an upgrade request off `s` and answers it with a plain 101: the start of a hand-made
+/// server's connection. `None` if the client went away first or sent no key.
+pub async fn upgrade(s: &mut TcpStream) -> Option<()> {
+    let mut req = Vec::new();
+    while find_head_end(&req).is_none() {
+        let mut b = [0u8; 1024];
+        let n = s.read(&mut b).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        req.extend_from_slice(&b[..n]);
+    }
+    let resp = response_101(&accept_for(&req)?, "");
+    s.write_all(resp.as_bytes()).await.ok()
+}
+
+/// A server's frame of `opcode` (unmasked, FIN set), as it goes on the wire.
+pub fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    crate::frame::encode(&mut f, true, opcode, payload, None);
+    f
+}
+
+/// Takes the client's complete frames off `buf`: (opcode, unmasked payload).
+pub fn client_frames(buf: &mut Vec<u8>) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(h) = crate::frame::parse_header(buf)
+        && buf.len() - h.header_len >= h.payload_len as usize
+    {
+        let end = h.header_len + h.payload_len as usize;
+        let mut payload = buf[h.header_len..end].to_vec();
+        crate::mask::mask(&mut payload, h.key.expect("client frames are masked"));
+        out.push((h.opcode, payload));
+        buf.drain(..end);
+    }
+    out
+}
