@@ -256,16 +256,19 @@ impl Worker<'_> {
         let started = Instant::now();
         let measure_from = start + cell.warmup;
         let deadline = measure_from + cell.duration;
+        let script = Arc::new(self.dialer.script().for_cell(
+            cell.behavior.times_each(),
+            cell.encoding,
+            cell.size,
+        ));
         let shared = Rc::new(WorkerState {
-            template: cell.template.clone(),
             start,
             connections: cell.connections,
             measure_from,
             deadline,
             write_timeout: cell.write_timeout,
             timed: cell.behavior.is_timed(),
-            greeting: self.dialer.greets(),
-            script: self.dialer.script().cloned(),
+            script,
             size: cell.size,
             stats: self.stats.clone(),
             discard: Rc::new(RefCell::new(Measure::default())),
@@ -274,12 +277,9 @@ impl Worker<'_> {
         });
         let mut tasks = tokio::task::JoinSet::new();
         // One measured message for all the connections that captured nothing it uses.
-        let common = shared.script.as_ref().and_then(|s| s.shared_message());
+        let common = shared.script.shared_message();
         for (n, ws, vars) in connected.opened {
-            let message = shared
-                .script
-                .as_ref()
-                .and_then(|s| s.message_for(&vars, &common));
+            let message = shared.script.message_for(&vars, &common);
             let shared = shared.clone();
             let behavior = cell.behavior.clone();
             // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy

@@ -8,7 +8,6 @@ use crate::answer::{self, Answer, Asked};
 use crate::counters::SlotRef;
 use crate::dial::Ws;
 use crate::measure::{Dropped, FrameKind, FrameTally, Measure, UNSOLICITED};
-use crate::message::{self, Template};
 use crate::model::{Behavior, PingCfg};
 use crate::schedule::Schedule;
 use crate::script::{Fill, Incoming, Out, Recognised, Script, SendTime};
@@ -23,13 +22,12 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_spec::{PingKind, Protocol};
+use wsload_spec::PingKind;
 use wsload_ws::{Recv, failure_code};
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
 /// its live slot and its scratch space.
 pub struct WorkerState {
-    pub template: Template,
     /// When the phase (warm-up included) started: the origin of schedules.
     pub start: Instant,
     /// Connections of this process in the cell (phase offsets of schedules).
@@ -42,11 +40,9 @@ pub struct WorkerState {
     /// Whether the cell ends at `deadline` (else after its pings): what a timed cell reads
     /// after its deadline is not credited to it.
     pub timed: bool,
-    /// Whether the handshake sent a greeting whose answer comes in the measured phase (WSE).
-    pub greeting: bool,
-    /// The LoadTest's conversation: replies, pushes, the heartbeat, how the measured message
-    /// is answered.
-    pub script: Option<Arc<Script>>,
+    /// The conversation, as the cell holds it (`Script::for_cell`): replies, pushes, the
+    /// heartbeat, the message sent and how its answer is recognised.
+    pub script: Arc<Script>,
     /// The cell's message size: what the measured message's `${pad}` fills to.
     pub size: usize,
     pub stats: Rc<RefCell<Measure>>,
@@ -265,9 +261,7 @@ fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>
 /// the next read pushes it out without waiting) and one that matches `push` is counted.
 /// `true` when it was either: then it is neither an answer nor unsolicited.
 fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message) -> bool {
-    let Some(script) = ctx.script.as_deref() else {
-        return false;
-    };
+    let script = &*ctx.script;
     let (text, data) = match msg {
         Message::Text(t) => (true, t.as_bytes()),
         Message::Binary(b) => (false, &b[..]),
@@ -300,15 +294,14 @@ struct Pinger {
     cfg: PingCfg,
     /// The last id sent: ids only grow, so an id above it was never sent.
     seq: u64,
-    /// The conversation's measured message, as this connection sends it: app pings are made
-    /// from it instead of the echo template.
-    message: Option<Arc<Out>>,
+    /// The conversation's message, as this connection sends it: app pings are made from it.
+    message: Arc<Out>,
     /// The connection's number (`${conn}`).
     conn: u64,
 }
 
 impl Pinger {
-    fn new(cfg: PingCfg, message: Option<Arc<Out>>, conn: u64) -> Self {
+    fn new(cfg: PingCfg, message: Arc<Out>, conn: u64) -> Self {
         Pinger {
             cfg,
             seq: 0,
@@ -317,61 +310,36 @@ impl Pinger {
         }
     }
 
-    /// Whether its pings are the conversation's measured message.
-    fn scripted(&self) -> bool {
-        self.message.is_some() && self.cfg.kind == PingKind::App
-    }
-
-    /// Whether anything answers its pings: a measured message without an answer rule is
-    /// only sent.
+    /// Whether anything answers its pings: a WebSocket ping's pong always does; a message
+    /// without an answer rule is only sent.
     fn awaits(&self, ctx: &WorkerState) -> bool {
-        !self.scripted() || ctx.script.as_ref().is_some_and(|s| s.is_answered())
+        self.cfg.kind == PingKind::Frame || ctx.script.is_answered()
     }
 
     /// The next ping and its id.
     fn next(&mut self, ctx: &WorkerState) -> (Message, u64) {
-        if self.scripted()
-            && let Some(out) = &self.message
-        {
-            self.seq += 1;
-            let fill = Fill {
-                conn: self.conn,
-                seq: self.seq,
-                size: ctx.size,
-            };
-            let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
-            return (msg, self.seq);
-        }
-        let msg = match (self.cfg.kind, self.cfg.protocol) {
-            (PingKind::Frame, _) => {
-                self.seq += 1;
+        self.seq += 1;
+        let msg = match self.cfg.kind {
+            PingKind::Frame => {
                 Message::Ping(bytes::Bytes::copy_from_slice(&self.seq.to_le_bytes()))
             }
-            (PingKind::App, Protocol::Echo) => {
-                self.seq += 1;
-                ctx.template
-                    .with_id(&mut ctx.scratch.arena.borrow_mut(), self.seq)
-            }
-            (PingKind::App, Protocol::Wse) => {
-                // The PONG returns only the client's clock: two pings in one millisecond get
-                // distinct stamps (a millisecond apart), so each answer names its ping.
-                self.seq = wsload_proto::envelope::now_millis().max(self.seq + 1);
-                message::wse_ping(self.cfg.format, self.cfg.level, self.seq)
+            PingKind::App => {
+                let fill = Fill {
+                    conn: self.conn,
+                    seq: self.seq,
+                    size: ctx.size,
+                };
+                self.message
+                    .message(&mut ctx.scratch.arena.borrow_mut(), &fill)
             }
         };
         (msg, self.seq)
     }
 
     fn asked<'a>(&self, ctx: &'a WorkerState) -> Asked<'a> {
-        if self.scripted()
-            && let Some(script) = ctx.script.as_deref()
-        {
-            return Asked::Script(script);
-        }
-        match (self.cfg.kind, self.cfg.protocol) {
-            (PingKind::Frame, _) => Asked::FramePing,
-            (PingKind::App, Protocol::Echo) => Asked::Echo(&ctx.template),
-            (PingKind::App, Protocol::Wse) => Asked::WsePing,
+        match self.cfg.kind {
+            PingKind::Frame => Asked::FramePing,
+            PingKind::App => Asked::Script(&ctx.script),
         }
     }
 
@@ -385,27 +353,23 @@ impl Pinger {
 }
 
 /// Counts a frame that answered nothing sent in the measured phase as unsolicited, by kind
-/// and payload bytes; unless it answers the handshake's greeting: received, as answers are.
+/// and payload bytes.
 fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {
     let bytes = match msg {
         Message::Text(t) => t.len(),
         Message::Binary(b) | Message::Pong(b) => b.len(),
         _ => 0,
     } as u64;
-    if ctx.greeting && kind != FrameKind::Pong && answer::greets(msg) {
-        ctx.received(now, 1, bytes);
-    } else {
-        ctx.unsolicited(now, kind, 1, bytes);
-        // The first one kept: a server message nobody answered (a heartbeat) explains a
-        // server's close later; described once per worker, not per frame.
-        let mut m = ctx.stats.borrow_mut();
-        if kind != FrameKind::Pong && !m.counts.has_evidence(UNSOLICITED) {
-            let text = match msg {
-                Message::Text(t) => format!("{:?}", t.as_str()),
-                other => format!("{} binary bytes", other.len()),
-            };
-            m.counts.witness(UNSOLICITED, &text);
-        }
+    ctx.unsolicited(now, kind, 1, bytes);
+    // The first one kept: a server message nobody answered (a heartbeat) explains a server's
+    // close later; described once per worker, not per frame.
+    let mut m = ctx.stats.borrow_mut();
+    if kind != FrameKind::Pong && !m.counts.has_evidence(UNSOLICITED) {
+        let text = match msg {
+            Message::Text(t) => format!("{:?}", t.as_str()),
+            other => format!("{} binary bytes", other.len()),
+        };
+        m.counts.witness(UNSOLICITED, &text);
     }
 }
 
@@ -557,7 +521,7 @@ pub fn run(
     n: u64,
     ctx: Rc<WorkerState>,
     behavior: Behavior,
-    message: Option<Arc<Out>>,
+    message: Arc<Out>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
         let ctx = &*ctx;
@@ -683,7 +647,7 @@ fn allowance(ctx: &WorkerState, behavior: &Behavior) -> Option<usize> {
         Behavior::Close | Behavior::Blast { .. } => return None,
         Behavior::Saturate {
             window: Some(w), ..
-        } => *w as usize * (ctx.template.len() + FRAME_HEADER_MAX),
+        } => *w as usize * (ctx.script.message_len(ctx.size) + FRAME_HEADER_MAX),
         _ => 0,
     };
     Some(owed + BEHIND_SLACK)
@@ -834,11 +798,7 @@ fn hold<'a>(
         // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
         // due first. Both are kept as milliseconds from the phase's start: this is the state
         // of every held connection, and an `Instant` is 16 bytes.
-        let every_beat = ctx
-            .script
-            .as_deref()
-            .and_then(Script::heartbeat)
-            .map(|b| b.0);
+        let every_beat = ctx.script.heartbeat().map(|b| b.0);
         let now = Instant::now();
         let mut next_ping = since(
             ctx,
@@ -878,7 +838,7 @@ fn hold<'a>(
                 return Ok(());
             }
             if now >= at(ctx, next_beat)
-                && let Some((e, out)) = ctx.script.as_deref().and_then(Script::heartbeat)
+                && let Some((e, out)) = ctx.script.heartbeat()
             {
                 next_beat = since(ctx, now + e);
                 let fill = Fill {
@@ -1090,19 +1050,17 @@ async fn pingpong(ws: &mut Ws, ctx: &WorkerState, mut pinger: Pinger) -> Result<
     Ok(())
 }
 
-/// What a counting loop has queued and had echoed. An echo is an exact copy of the template
-/// (the counting loop sends it without an id), and never more of them are counted than were
-/// queued: copies beyond that answer nothing.
+/// What a counting loop has queued and had answered. An answer is recognised by the answer
+/// rule, by the `${seq}` it carries (one of those queued) or in order, and never more of them
+/// are counted than were queued: answers beyond that answer nothing.
 struct Echoes {
     /// Whether the server answers at all (a window is kept): if not, every frame is
-    /// unsolicited but the greeting's answer.
+    /// unsolicited.
     awaited: bool,
     queued: u64,
     echoed: u64,
-    /// The conversation's measured message is sent (text or binary frames): its answers are
-    /// recognised by its answer rule, by the `${seq}` they carry (one of those queued) or in
-    /// order, instead of as copies of the template.
-    scripted: Option<bool>,
+    /// Whether the messages go as text frames (else binary): what answers are counted as.
+    text: bool,
 }
 
 /// What the conversation took out of one counting read: replies due and pushes, and how
@@ -1130,47 +1088,37 @@ impl Taken {
 /// Whether the frame is an answer in a counting read.
 fn counted_answer(
     ctx: &WorkerState,
-    echoes: (bool, Option<bool>, u64),
+    echoes: (bool, u64),
     taken: &mut Taken,
     text: bool,
     data: &[u8],
 ) -> bool {
-    let (awaited, scripted, queued) = echoes;
-    if let Some(script) = ctx.script.as_deref() {
-        match script.incoming(text, data) {
-            Incoming::Reply(i) => {
-                taken.replies.push(i);
-                taken.add(text, data.len());
-                return false;
-            }
-            Incoming::Push => {
-                taken.pushes.frames += 1;
-                taken.pushes.bytes += data.len() as u64;
-                taken.add(text, data.len());
-                return false;
-            }
-            Incoming::Other => {}
+    let (awaited, queued) = echoes;
+    let script = &*ctx.script;
+    match script.incoming(text, data) {
+        Incoming::Reply(i) => {
+            taken.replies.push(i);
+            taken.add(text, data.len());
+            return false;
         }
-        if scripted.is_some() {
-            return awaited
-                && match script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut()) {
-                    Recognised::Id(id) => (1..=queued).contains(&id),
-                    Recognised::Next => true,
-                    Recognised::No => false,
-                };
+        Incoming::Push => {
+            taken.pushes.frames += 1;
+            taken.pushes.bytes += data.len() as u64;
+            taken.add(text, data.len());
+            return false;
         }
+        Incoming::Other => {}
     }
-    if awaited {
-        answer::is_copy(&ctx.template, text, data)
-    } else {
-        // Without echoes, what the check accepts is the greeting's answer (a WSE server
-        // never echoes): parsed, but once per connection in the traffic a counting loop gets.
-        ctx.greeting && answer::is_greeting_answer(text, data)
-    }
+    awaited
+        && match script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut()) {
+            Recognised::Id(id) => (1..=queued).contains(&id),
+            Recognised::Next => true,
+            Recognised::No => false,
+        }
 }
 
-/// Reads what is there (waiting for at least something), every frame checked in place against
-/// the template; echoes as one count, with one clock read for the lot. `Ok(n)`: `n` echoes;
+/// Reads what is there (waiting for at least something), every frame checked in place by the
+/// answer rule; answers as one count, with one clock read for the lot. `Ok(n)`: `n` answers;
 /// a close or an error ends the connection.
 fn poll_echoes(
     ws: &mut Ws,
@@ -1178,15 +1126,12 @@ fn poll_echoes(
     echoes: &mut Echoes,
     cx: &mut std::task::Context<'_>,
 ) -> Poll<Result<u32, Dropped>> {
-    let template = &ctx.template;
     let awaited = echoes.awaited;
     let mut taken = Taken::default();
-    let state = (awaited, echoes.scripted, echoes.queued);
+    let state = (awaited, echoes.queued);
     let mut is_echo = |text: bool, data: &[u8]| counted_answer(ctx, state, &mut taken, text, data);
     let polled = std::task::ready!(ws.poll_recv(cx, &mut is_echo));
-    if ctx.script.is_some() {
-        converse_counted(ws, ctx, &taken);
-    }
+    converse_counted(ws, ctx, &taken);
     Poll::Ready(match polled {
         Some(Ok(Recv::Data {
             expected,
@@ -1198,23 +1143,17 @@ fn poll_echoes(
             text.bytes = text.bytes.saturating_sub(taken.text.bytes);
             binary.frames = binary.frames.saturating_sub(taken.binary.frames);
             binary.bytes = binary.bytes.saturating_sub(taken.binary.bytes);
-            if !awaited {
-                ctx.received(now, expected.frames, expected.bytes);
-            }
             let got = if awaited {
                 expected.frames.min(echoes.queued - echoes.echoed)
             } else {
                 0
             };
             echoes.echoed += got;
-            let (len, is_text) = match echoes.scripted {
-                // Answers need not be as long as what they answer.
-                Some(t) => (expected.bytes / expected.frames.max(1), t),
-                None => (template.len() as u64, template.is_text()),
-            };
+            // Answers need not be as long as what they answer.
+            let len = expected.bytes / expected.frames.max(1);
             ctx.received(now, got, got * len);
-            let extra = if awaited { expected.frames - got } else { 0 };
-            let kind = if is_text {
+            let extra = expected.frames - got;
+            let kind = if echoes.text {
                 FrameKind::Text
             } else {
                 FrameKind::Binary
@@ -1243,9 +1182,7 @@ fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
     if taken.pushes.frames > 0 {
         ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
     }
-    let Some(script) = ctx.script.as_deref() else {
-        return;
-    };
+    let script = &*ctx.script;
     for &i in &taken.replies {
         let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &Fill::default());
         if let Some((text, answer)) = answer {
@@ -1255,10 +1192,10 @@ fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
     }
 }
 
-/// What a counting or blasting loop sends: the echo template as it is, or the
-/// conversation's measured message, made per message with its `${seq}`.
+/// What a counting or blasting loop sends: the conversation's message, made per message
+/// with its `${seq}` (or the same bytes each time, when every message is alike).
 struct Sender {
-    message: Option<Arc<Out>>,
+    message: Arc<Out>,
     conn: u64,
     seq: u64,
     /// `${sendTime}` of the burst being made (see `Sender::burst`).
@@ -1266,7 +1203,7 @@ struct Sender {
 }
 
 impl Sender {
-    fn new(message: Option<Arc<Out>>, conn: u64) -> Sender {
+    fn new(message: Arc<Out>, conn: u64) -> Sender {
         Sender {
             message,
             conn,
@@ -1278,28 +1215,35 @@ impl Sender {
     /// A burst begins: its messages are made now, and carry this instant as their
     /// `${sendTime}` (one clock read per burst instead of one per message).
     fn burst(&mut self) {
-        if self.message.as_ref().is_some_and(|m| m.has_time()) {
+        if self.message.has_time() {
             self.time = SendTime::now();
         }
     }
 
-    /// Whether it sends the measured message, and as text frames or binary ones.
-    fn scripted(&self) -> Option<bool> {
-        self.message.as_ref().map(|m| m.is_text())
+    /// Whether it sends text frames (else binary).
+    fn text(&self) -> bool {
+        self.message.is_text()
     }
 
     /// Queues the next message on `ws`; its length.
     fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
-        let Some(out) = self.message.as_ref() else {
-            ws.queue_data(ctx.template.is_text(), ctx.template.payload());
-            return ctx.template.len() as u64;
-        };
+        let out = &self.message;
         self.seq += 1;
+        if let Some(bytes) = out.constant() {
+            ws.queue_data(out.is_text(), bytes);
+            return bytes.len() as u64;
+        }
         let fill = Fill {
             conn: self.conn,
             seq: self.seq,
             size: ctx.size,
         };
+        if out.transforms() {
+            // MsgPack or zlib: made whole, then encoded.
+            let bytes = out.bytes(&mut ctx.scratch.arena.borrow_mut(), &fill);
+            ws.queue_data(out.is_text(), &bytes);
+            return bytes.len() as u64;
+        }
         // Copied into the write buffer at once: made in the worker's scratch, from the last
         // message made there with its numbers written over.
         let mut pre = ctx.scratch.render.borrow_mut();
@@ -1310,16 +1254,14 @@ impl Sender {
 
     /// The next message.
     fn message(&mut self, ctx: &WorkerState) -> Message {
-        let Some(out) = self.message.as_deref() else {
-            return ctx.template.constant();
-        };
         self.seq += 1;
         let fill = Fill {
             conn: self.conn,
             seq: self.seq,
             size: ctx.size,
         };
-        out.message(&mut ctx.scratch.arena.borrow_mut(), &fill)
+        self.message
+            .message(&mut ctx.scratch.arena.borrow_mut(), &fill)
     }
 }
 
@@ -1396,7 +1338,7 @@ async fn saturate(
         awaited: window.is_some(),
         queued: 0,
         echoed: 0,
-        scripted: sender.scripted(),
+        text: sender.text(),
     };
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
     let burst = window.unwrap_or(64);
@@ -1617,7 +1559,7 @@ fn settle(
         Answer::To(id) => Some(id),
         Answer::Copy => None,
     };
-    if pinger.scripted()
+    if pinger.cfg.kind == PingKind::App
         && let Some(id) = id
     {
         return settle_by_id(ctx, pinger, msg, id, now, pending);
@@ -1684,7 +1626,6 @@ fn answer_kind(msg: &Message) -> FrameKind {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use wsload_spec::Format;
     use wsload_ws::{Io, Ws};
 
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
@@ -1702,16 +1643,21 @@ mod tests {
         let ws = Ws::new(Io::Plain(c.expect("connect")), 1024);
         let slot = Arc::new(crate::counters::Counters::new(1)).slot_ref(0);
         let now = Instant::now();
+        let c = wsload_spec::builtin::conversation(wsload_spec::Protocol::Echo).expect("parses");
+        let script = Script::compile(&c).expect("compiles").for_cell(
+            true,
+            crate::encoding::Encoding::AsWritten,
+            64,
+        );
+        let message = script.shared_message().expect("no variables");
         let ctx = Rc::new(WorkerState {
-            template: Template::data(Protocol::Echo, Format::Json, 64, 0),
             start: now,
             connections: 1,
             measure_from: now,
             deadline: now,
             write_timeout: Duration::from_secs(10),
             timed: true,
-            greeting: false,
-            script: None,
+            script: Arc::new(script),
             size: 64,
             stats: Default::default(),
             discard: Default::default(),
@@ -1720,9 +1666,6 @@ mod tests {
         });
         let ping = PingCfg {
             kind: PingKind::App,
-            protocol: Protocol::Echo,
-            format: Format::Json,
-            level: 0,
             timeout: Duration::from_secs(1),
         };
         assert!(
@@ -1730,7 +1673,7 @@ mod tests {
             "{}",
             std::mem::size_of::<Ws>()
         );
-        let task = run(ws, 0, ctx, Behavior::Hold { every: None, ping }, None);
+        let task = run(ws, 0, ctx, Behavior::Hold { every: None, ping }, message);
         let size = std::mem::size_of_val(&task);
         // 592 measured with the conversation (it was at most 536): the pinger carries the
         // connection's measured message (an `Arc`) and its number for `${conn}`, the hold the

@@ -1,8 +1,8 @@
-//! Opening one connection: source address, TCP connect, TLS + HTTP upgrade, and (WSE) the
-//! wait for `server_ready`, each phase timed; failures classified by reason.
+//! Opening one connection: source address, TCP connect, TLS + HTTP upgrade, then the
+//! conversation's steps on open (WSE's `server_ready` and hello among them), each phase timed;
+//! failures classified by reason.
 
 use crate::measure::{ConnectError, bounded_evidence};
-use crate::message;
 use crate::script::{Action, Fill, Incoming, Script};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -17,8 +17,10 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::{Request, generate_request};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_spec::{LoadTestSpec, Protocol, TargetUrl, TokenPlacement};
+use wsload_spec::builtin;
+use wsload_spec::{LoadTestSpec, TargetUrl, TokenPlacement};
 use wsload_ws::{Agreed, DeflateOffer, HandshakeError, Io, Offer};
 
 pub use wsload_ws::Ws;
@@ -59,10 +61,9 @@ pub struct Dialed {
     pub ws: Ws,
     pub tcp: Duration,
     pub upgrade: Duration,
-    /// Upgrade to ready (`None` when the protocol has no ready message).
+    /// Upgrade to ready: the steps on open (`None` when the conversation has none).
     pub ready: Option<Duration>,
-    /// Data messages the handshake itself sent (the WSE `client_hello`, the conversation's
-    /// steps on open): the server counts them.
+    /// Data messages the steps on open sent (WSE's `client_hello`): the server counts them.
     pub greetings_sent: u64,
     /// What the server agreed to of what the request offered (a subprotocol, compression),
     /// when something was offered: kept as the cell's `negotiated` evidence, so a run says
@@ -81,7 +82,6 @@ pub use crate::measure::NEGOTIATED;
 /// Everything needed to open connections to one target, prepared once per cell.
 pub struct Dialer {
     addr: SocketAddr,
-    protocol: Protocol,
     timeout: Duration,
     sources: Vec<IpAddr>,
     per_address: u32,
@@ -105,7 +105,7 @@ pub struct Dialer {
     tls: Option<(TlsConnector, ServerName<'static>)>,
     read_size: usize,
     /// The LoadTest's conversation, if it has one: its steps run after the upgrade.
-    script: Option<Arc<Script>>,
+    script: Arc<Script>,
     /// `message.size`, what `${pad}` fills a step's message to.
     size: usize,
 }
@@ -366,12 +366,6 @@ fn render(
 }
 
 impl Dialer {
-    /// Whether each connection sends a greeting whose answer is read in the measured phase
-    /// (WSE's `client_hello`).
-    pub fn greets(&self) -> bool {
-        self.protocol == Protocol::Wse
-    }
-
     pub fn new(spec: &LoadTestSpec, url: &str) -> Result<Dialer> {
         let endpoint = Endpoint::of(url)?;
         let request = url
@@ -382,15 +376,13 @@ impl Dialer {
         let tls = endpoint.tls(spec, url)?;
         let (sources, first_source_implicit) = sources(spec, addr);
         let rendered = render(request, &headers, &token, spec)?;
-        let script = spec
-            .conversation
-            .as_ref()
-            .map(|c| Script::compile(c).map(Arc::new))
-            .transpose()
+        // The user's conversation, or the protocol's built-in one: compiled and run alike.
+        let conversation = builtin::effective(spec.conversation.as_ref(), spec.protocol)
             .map_err(|e| Error::Spec(e.to_string()))?;
+        let script =
+            Arc::new(Script::compile(&conversation).map_err(|e| Error::Spec(e.to_string()))?);
         Ok(Dialer {
             addr,
-            protocol: spec.protocol,
             timeout: spec.connect.timeout.get(),
             sources,
             per_address: spec.sources.per_address.max(1),
@@ -413,9 +405,9 @@ impl Dialer {
         })
     }
 
-    /// The conversation the connections hold, if the LoadTest has one.
-    pub fn script(&self) -> Option<&Arc<Script>> {
-        self.script.as_ref()
+    /// The conversation the connections hold: the LoadTest's, or its protocol's.
+    pub fn script(&self) -> &Arc<Script> {
+        &self.script
     }
 
     /// The source address for connection number `n` (global across shards); `None`: the
@@ -469,12 +461,10 @@ impl Dialer {
             Ok(r) => r?,
             Err(_) => return Err(ConnectError::Timeout.into()),
         };
-        if let Some(script) = self.script.as_deref()
-            && !script.open.is_empty()
-        {
+        if !self.script.open.is_empty() {
             let began = Instant::now();
-            self.open_steps(script, n, &mut dialed).await?;
-            dialed.ready = Some(dialed.ready.unwrap_or_default() + began.elapsed());
+            self.open_steps(&self.script, n, &mut dialed).await?;
+            dialed.ready = Some(began.elapsed());
         }
         Ok(dialed)
     }
@@ -520,7 +510,7 @@ impl Dialer {
                             Some(Err(e)) => return Err(ws_error(&e).into()),
                             Some(Ok(Message::Close(frame))) => {
                                 return Err(DialError {
-                                    why: ConnectError::ClosedEarly,
+                                    why: closed_why(frame.as_ref()),
                                     evidence: Some(closed_at(&step.name, frame.as_ref())),
                                     step: None,
                                 });
@@ -605,26 +595,12 @@ impl Dialer {
             ws.use_deflate(params);
         }
         let upgraded = Instant::now();
-        let mut greetings_sent = 0;
-        let ready = match self.protocol {
-            Protocol::Echo => None,
-            Protocol::Wse => {
-                wait_ready(&mut ws).await?;
-                let ready = upgraded.elapsed();
-                // The greeting is part of the protocol; its answer is skipped by readers.
-                ws.send(message::wse_client_hello())
-                    .await
-                    .map_err(|e| ws_error(&e))?;
-                greetings_sent = 1;
-                Some(ready)
-            }
-        };
         Ok(Dialed {
             ws,
             tcp: tcp_done - start,
             upgrade: upgraded - tcp_done,
-            ready,
-            greetings_sent,
+            ready: None,
+            greetings_sent: 0,
             negotiated,
             vars: Vec::new(),
             replies: 0,
@@ -702,34 +678,20 @@ fn closed_at(
     }
 }
 
-/// Waits for WSE `server_ready`; an `error` message or a close is a refusal.
-async fn wait_ready(ws: &mut Ws) -> Result<(), ConnectError> {
-    loop {
-        match ws.next().await {
-            None => return Err(ConnectError::ClosedEarly),
-            Some(Err(e)) => return Err(ws_error(&e)),
-            Some(Ok(Message::Close(frame))) => {
-                return Err(
-                    if frame.is_some_and(|f| {
-                        u16::from(f.code) == wsload_proto::envelope::CLOSE_AUTH_FAILED
-                    }) {
-                        ConnectError::AuthFailed
-                    } else {
-                        ConnectError::ClosedEarly
-                    },
-                );
-            }
-            Some(Ok(msg)) if msg.is_text() || msg.is_binary() => {
-                return match message::wse_type(&msg).as_deref() {
-                    Some("server_ready") => Ok(()),
-                    Some("error") => Err(ConnectError::AuthFailed),
-                    _ => Err(ConnectError::ClosedEarly),
-                };
-            }
-            Some(Ok(_)) => {}
-        }
+/// Why the server's close during the steps on open failed the connection: the codes servers
+/// close an unauthorised connection with (WSE's 4401, graphql-ws' 4403 Forbidden, HTTP's 401
+/// and 403 carried into the 4000 range as many servers do) are `auth_failed`; any other close
+/// is `closed_early`.
+fn closed_why(frame: Option<&CloseFrame>) -> ConnectError {
+    match frame.map(|f| u16::from(f.code)) {
+        Some(AUTH_FAILED_CLOSE | FORBIDDEN_CLOSE) => ConnectError::AuthFailed,
+        _ => ConnectError::ClosedEarly,
     }
 }
+
+/// Close codes of a refused credential (see [`closed_why`]).
+const AUTH_FAILED_CLOSE: u16 = wsload_proto::envelope::CLOSE_AUTH_FAILED;
+const FORBIDDEN_CLOSE: u16 = 4403;
 
 /// errno values that name a reason of their own.
 const EMFILE: i32 = 24;

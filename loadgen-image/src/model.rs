@@ -2,11 +2,11 @@
 //! these from a spec; the counters, the execution and the presentation read them; nothing
 //! here runs anything.
 
-use crate::message::Template;
+use crate::encoding::Encoding;
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
-use wsload_spec::{Format, PingKind, Protocol};
+use wsload_spec::{Format, PingKind};
 
 /// This process's place among the shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,9 +23,6 @@ impl Shard {
 #[derive(Debug, Clone, Copy)]
 pub struct PingCfg {
     pub kind: PingKind,
-    pub protocol: Protocol,
-    pub format: Format,
-    pub level: u32,
     pub timeout: Duration,
 }
 
@@ -63,6 +60,18 @@ pub enum Behavior {
 }
 
 impl Behavior {
+    /// Whether each message is timed by its answer (the conversation's `ping` is sent, if it
+    /// has one) rather than counted (its measured message).
+    pub fn times_each(&self) -> bool {
+        matches!(
+            self,
+            Behavior::Hold { .. }
+                | Behavior::Ping { .. }
+                | Behavior::PingPong { .. }
+                | Behavior::Paced { .. }
+        )
+    }
+
     /// Whether the cell lasts `duration` (else it ends when the work is done).
     pub fn is_timed(&self) -> bool {
         !matches!(self, Behavior::Close | Behavior::Ping { .. })
@@ -80,7 +89,8 @@ pub struct Cell {
     pub first: u64,
     pub batch_size: u32,
     pub batch_interval: Duration,
-    pub template: Template,
+    /// How the cell's format puts the measured message on the wire.
+    pub encoding: Encoding,
     /// `message.size` of the cell (its size in a payload matrix): what the conversation's
     /// `${pad}` fills the measured message to.
     pub size: usize,

@@ -1,39 +1,43 @@
 //! Turns a spec into the cells this process runs: one per tier, per size x tier, per
 //! format x tier, with this shard's share of connections and rate.
 
-use crate::message::Template;
+use crate::encoding::Encoding;
 use crate::model::{Behavior, Cell, PingCfg, Planned, Shard};
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
 use wsload_control::{CellKey, sequence};
 use wsload_spec::shares::{count_offset, count_share, rate_share};
-use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile};
+use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile, builtin};
 
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
 pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
 
-/// Whether the server answers every data message (so throughput keeps a window of echoes):
-/// with a conversation's measured message, whether it has an answer rule.
+/// Whether the server answers every measured message (so throughput keeps a window of
+/// answers): whether the conversation's measured message, the LoadTest's or its protocol's,
+/// has an answer rule; but a managed server whose profile only receives or pushes (`sink`,
+/// `broadcast`) never answers the echo conversation's.
 pub fn server_echoes(spec: &LoadTestSpec) -> bool {
-    if let Some(m) = spec.conversation.as_ref().and_then(|c| c.message.as_ref()) {
+    let own = spec.conversation.as_ref().and_then(|c| c.message.as_ref());
+    if let Some(m) = own {
         return m.answer.is_some();
     }
-    match (spec.protocol, &spec.target.server) {
-        (Protocol::Wse, _) => false,
+    let echoing = match (spec.protocol, &spec.target.server) {
         (Protocol::Echo, Some(s)) => s.profile == ServerProfile::Echo,
-        (Protocol::Echo, None) => true,
-    }
+        _ => true,
+    };
+    echoing
+        && builtin::conversation(spec.protocol)
+            .ok()
+            .and_then(|c| c.message)
+            .is_some_and(|m| m.answer.is_some())
 }
 
-pub fn ping_cfg(spec: &LoadTestSpec, format: Format) -> PingCfg {
+pub fn ping_cfg(spec: &LoadTestSpec) -> PingCfg {
     PingCfg {
         kind: spec.ping.kind,
-        protocol: spec.protocol,
-        format,
-        level: spec.message.compression_level,
         timeout: spec.ping.timeout.get(),
     }
 }
@@ -50,7 +54,7 @@ pub fn cell(
     let mine = count_share(connections, shard.index, shard.count);
     let first = u64::from(count_offset(connections, shard.index, shard.count));
     let per_message_flush = spec.flush == FlushMode::PerMessage;
-    let ping = ping_cfg(spec, format);
+    let ping = ping_cfg(spec);
     let mut duration = spec.duration.get();
     let mut target_rate = 0.0;
     let share = rate_share(1.0, shard.count);
@@ -115,12 +119,7 @@ pub fn cell(
             first,
             batch_size: spec.connect.batch_size,
             batch_interval: spec.connect.batch_interval.get(),
-            template: Template::data(
-                spec.protocol,
-                format,
-                size as usize,
-                spec.message.compression_level,
-            ),
+            encoding: Encoding::of(format, spec.message.compression_level),
             size: size as usize,
             behavior,
             warmup: if duration.is_zero() {

@@ -1,18 +1,22 @@
-//! The LoadTest's conversation, compiled once per run from the spec (`wsload_spec`'s
-//! templates, matchers and extractors): the steps on open, the automatic replies, the client
-//! heartbeat, the measured message and how its answer is recognised, and the pushes.
+//! The conversation, compiled once per run from the spec (`wsload_spec`'s templates,
+//! matchers and extractors): the LoadTest's own, or its protocol's built-in one
+//! (`wsload_spec::builtin`), alike. The steps on open, the automatic replies, the client
+//! heartbeat, the measured message (and the ping) and how its answer is recognised, and the
+//! pushes.
 //!
 //! A template becomes an [`Out`]: its literal bytes in one buffer and the places its
 //! placeholders go. Captured variables are spliced in once per connection ([`Out::resolve`]);
 //! per message only the sequence number, the send time and the random parts are written,
-//! into the worker's arena as `message::Template::with_id` does: no allocation per message.
+//! into the worker's arena or over the last message made ([`Prebuilt`]): no allocation per
+//! message.
 
+use crate::encoding::Encoding;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::ops::{DerefMut, Range};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
-use wsload_spec::conversation::{Conversation, Payload};
+use wsload_spec::conversation::{Conversation, MeasuredMessage, Payload};
 use wsload_spec::json_path::Memo;
 use wsload_spec::matching::{Extractor, MatchError, Matcher};
 use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
@@ -41,15 +45,22 @@ pub enum ScriptError {
     },
     #[error("{field}: set exactly one of text or binary")]
     Payload { field: String },
+    #[error("spec.conversation.message: none (the protocol's built-in message was not filled in)")]
+    NoMessage,
 }
 
 /// The compiled conversation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Script {
     pub open: Vec<Step>,
     replies: Vec<ReplyRule>,
     heartbeat: Option<(Duration, Out)>,
-    message: Option<Measured>,
+    /// The measured message (`builtin::effective` gives every conversation one).
+    message: Measured,
+    /// The message the scenarios that time each message send, if not `message`.
+    ping: Option<Measured>,
+    /// How the measured message goes on the wire and its answers are read (a cell's format).
+    encoding: Encoding,
     push: Option<Matcher>,
     /// Variable names, in the order steps capture them: a connection's values are kept in
     /// this order.
@@ -57,13 +68,13 @@ pub struct Script {
 }
 
 /// One step on open.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Step {
     pub name: String,
     pub action: Action,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Action {
     Send(Out),
     Expect {
@@ -74,16 +85,105 @@ pub enum Action {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ReplyRule {
     when: Matcher,
     send: Out,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Measured {
     out: Out,
-    answer: Option<(Option<Matcher>, Option<Extractor>)>,
+    answer: Option<AnswerBy>,
+}
+
+/// How the measured message's answers are recognised.
+#[derive(Debug, Clone)]
+enum AnswerBy {
+    /// `answer.match` and `answer.id`.
+    Rule {
+        when: Option<Matcher>,
+        id: Option<Extractor>,
+    },
+    /// `answer.echoed`: the message itself, sent back. In a MsgPack or zlib format the answer
+    /// is decoded and read by `id_in_json`, the JSON field the template writes `${seq}` into.
+    Echoed { id_in_json: Option<Extractor> },
+}
+
+/// The `${seq}` a template is rendered with to find the JSON field that carries it.
+const PROBE_SEQ: u64 = 987_654_321;
+
+impl Measured {
+    fn compile(at: &str, m: &MeasuredMessage, vars: &[String]) -> Result<Measured, ScriptError> {
+        let p = Payload {
+            text: m.text.clone(),
+            binary: m.binary.clone(),
+        };
+        let out = Out::compile(at, &p, vars)?;
+        let answer = match &m.answer {
+            None => None,
+            Some(a) if a.echoed => Some(AnswerBy::Echoed {
+                id_in_json: seq_field(&out),
+            }),
+            Some(a) => {
+                let when = a
+                    .matches
+                    .as_ref()
+                    .map(|mm| matcher(&format!("{at}.answer.match"), mm))
+                    .transpose()?;
+                let prefix = a.matches.as_ref().and_then(|mm| mm.prefix.as_deref());
+                let id =
+                    a.id.as_ref()
+                        .map(|c| {
+                            Extractor::compile(c, prefix).map_err(|source| ScriptError::Match {
+                                field: format!("{at}.answer.id"),
+                                source,
+                            })
+                        })
+                        .transpose()?;
+                Some(AnswerBy::Rule { when, id })
+            }
+        };
+        Ok(Measured { out, answer })
+    }
+}
+
+/// Where a JSON template writes `${seq}`, as an extractor: `None` if the template is not JSON
+/// or carries no `${seq}` as a field's whole value.
+fn seq_field(out: &Out) -> Option<Extractor> {
+    fn find(v: &serde_json::Value, path: &mut Vec<String>) -> bool {
+        let probe = PROBE_SEQ.to_string();
+        match v {
+            serde_json::Value::Number(n) => n.as_u64() == Some(PROBE_SEQ),
+            serde_json::Value::String(s) => *s == probe,
+            serde_json::Value::Object(m) => m.iter().any(|(k, v)| {
+                path.push(k.clone());
+                find(v, path) || path.pop().is_some_and(|_| false)
+            }),
+            serde_json::Value::Array(a) => a.iter().enumerate().any(|(i, v)| {
+                path.push(i.to_string());
+                find(v, path) || path.pop().is_some_and(|_| false)
+            }),
+            _ => false,
+        }
+    }
+    let mut rendered = Vec::new();
+    let fill = Fill {
+        seq: PROBE_SEQ,
+        ..Fill::default()
+    };
+    // A real send time: an empty one would leave `"ts":,`, not JSON.
+    out.write_at(&mut rendered, &fill, &SendTime::now());
+    let value: serde_json::Value = serde_json::from_slice(&rendered).ok()?;
+    let mut path = Vec::new();
+    if !find(&value, &mut path) {
+        return None;
+    }
+    let capture = wsload_spec::conversation::Capture {
+        json: Some(path.join(".")),
+        regex: None,
+    };
+    Extractor::compile(&capture, None).ok()
 }
 
 /// What a server message is to the conversation, before it is looked at as an answer.
@@ -182,40 +282,15 @@ impl Script {
             )),
             None => None,
         };
-        let message = match &c.message {
-            Some(m) => {
-                let p = Payload {
-                    text: m.text.clone(),
-                    binary: m.binary.clone(),
-                };
-                let out = Out::compile("spec.conversation.message", &p, &vars)?;
-                let answer = match &m.answer {
-                    None => None,
-                    Some(a) => {
-                        let at = "spec.conversation.message.answer";
-                        let when = a
-                            .matches
-                            .as_ref()
-                            .map(|mm| matcher(&format!("{at}.match"), mm))
-                            .transpose()?;
-                        let prefix = a.matches.as_ref().and_then(|mm| mm.prefix.as_deref());
-                        let id = a
-                            .id
-                            .as_ref()
-                            .map(|c| {
-                                Extractor::compile(c, prefix).map_err(|source| ScriptError::Match {
-                                    field: format!("{at}.id"),
-                                    source,
-                                })
-                            })
-                            .transpose()?;
-                        Some((when, id))
-                    }
-                };
-                Some(Measured { out, answer })
-            }
-            None => None,
+        let Some(message) = &c.message else {
+            return Err(ScriptError::NoMessage);
         };
+        let message = Measured::compile("spec.conversation.message", message, &vars)?;
+        let ping = c
+            .ping
+            .as_ref()
+            .map(|m| Measured::compile("spec.conversation.ping", m, &vars))
+            .transpose()?;
         let push = c
             .push
             .as_ref()
@@ -226,9 +301,26 @@ impl Script {
             replies,
             heartbeat,
             message,
+            ping,
+            encoding: Encoding::AsWritten,
             push,
             vars,
         })
+    }
+
+    /// The conversation as a cell holds it: the message its scenario sends (the `ping` when
+    /// it `times_each` message and there is one, else the measured message) in the cell's
+    /// encoding, made once if it is the same for every message at the cell's `size`.
+    pub fn for_cell(&self, times_each: bool, encoding: Encoding, size: usize) -> Script {
+        let mut s = self.clone();
+        if let Some(ping) = s.ping.take()
+            && times_each
+        {
+            s.message = ping;
+        }
+        s.message.out.encode_as(encoding, size);
+        s.encoding = encoding;
+        s
     }
 
     /// How many variables a connection captures on open.
@@ -258,30 +350,34 @@ impl Script {
         self.heartbeat.as_ref().map(|(every, out)| (*every, out))
     }
 
-    /// Whether the conversation has a measured message (else the scenario's own is sent).
-    pub fn has_message(&self) -> bool {
-        self.message.is_some()
-    }
-
     /// Whether anything answers the measured message (else nothing is awaited).
     pub fn is_answered(&self) -> bool {
-        self.message.as_ref().is_some_and(|m| m.answer.is_some())
+        self.message.answer.is_some()
     }
 
-    /// The measured message as connection with these captured `vars` sends it: shared with
-    /// other connections when it uses no variable.
-    pub fn message_for(&self, vars: &[Bytes], shared: &Option<Arc<Out>>) -> Option<Arc<Out>> {
-        let m = self.message.as_ref()?;
-        if !m.out.uses_vars() {
-            return shared.clone();
+    /// How long the measured message is at `size`, about (exact when every message is alike):
+    /// what a window of answers in flight may hold.
+    pub fn message_len(&self, size: usize) -> usize {
+        let out = &self.message.out;
+        out.constant().map_or_else(
+            || size.max(out.literal.len() + 20 * out.pieces.len()),
+            Bytes::len,
+        )
+    }
+
+    /// The measured message as connection with these captured `vars` sends it: `shared` (see
+    /// [`Script::shared_message`]) when it uses no variable.
+    pub fn message_for(&self, vars: &[Bytes], shared: &Option<Arc<Out>>) -> Arc<Out> {
+        match shared {
+            Some(out) => out.clone(),
+            None => Arc::new(self.message.out.resolve(vars)),
         }
-        Some(Arc::new(m.out.resolve(vars)))
     }
 
     /// The measured message for connections that capture nothing it uses.
     pub fn shared_message(&self) -> Option<Arc<Out>> {
-        let m = self.message.as_ref()?;
-        (!m.out.uses_vars()).then(|| Arc::new(m.out.resolve(&[])))
+        let out = &self.message.out;
+        (!out.uses_vars()).then(|| Arc::new(out.resolve(&[])))
     }
 
     /// What a server message is to the measured messages outstanding.
@@ -292,20 +388,51 @@ impl Script {
     /// [`Script::recognise`] for a reader of many answers: `memo` keeps where the id was
     /// (see [`Memo`]), so answers of one shape are not walked each.
     pub fn recognise_with(&self, text: bool, data: &[u8], memo: &mut Memo) -> Recognised {
-        let Some((when, id)) = self.message.as_ref().and_then(|m| m.answer.as_ref()) else {
+        let Some(by) = self.message.answer.as_ref() else {
             return Recognised::No;
         };
-        if when.as_ref().is_some_and(|w| !w.matches(text, data)) {
-            return Recognised::No;
-        }
-        match id {
-            None => Recognised::Next,
-            Some(x) => x
-                .extract_memo(data, memo)
-                .and_then(parse_u64)
-                .map_or(Recognised::No, Recognised::Id),
+        let decoded;
+        let transformed = self.encoding.transforms() && !text;
+        let (text, data) = if transformed {
+            // An answer in the cell's MsgPack or zlib format, read as the JSON it carries.
+            match self.encoding.decode(text, data) {
+                Some(json) => {
+                    decoded = json;
+                    (true, &decoded[..])
+                }
+                None => return Recognised::No,
+            }
+        } else {
+            (text, data)
+        };
+        match by {
+            AnswerBy::Echoed { id_in_json } if transformed => match id_in_json {
+                Some(x) => by_id(x.extract_memo(data, memo)),
+                None => Recognised::Next,
+            },
+            AnswerBy::Echoed { .. } => match self.message.out.echoed_seq(text, data) {
+                Some(Some(seq)) => Recognised::Id(seq),
+                Some(None) => Recognised::Next,
+                None => Recognised::No,
+            },
+            AnswerBy::Rule { when, id } => {
+                if when.as_ref().is_some_and(|w| !w.matches(text, data)) {
+                    return Recognised::No;
+                }
+                match id {
+                    None => Recognised::Next,
+                    Some(x) => by_id(x.extract_memo(data, memo)),
+                }
+            }
         }
     }
+}
+
+/// An answer by the `${seq}` read from it, if it is one.
+fn by_id(digits: Option<&[u8]>) -> Recognised {
+    digits
+        .and_then(parse_u64)
+        .map_or(Recognised::No, Recognised::Id)
 }
 
 /// How many digits `n` has in decimal.
@@ -434,6 +561,11 @@ pub struct Out {
     text: bool,
     literal: Bytes,
     pieces: Box<[Piece]>,
+    /// How it goes on the wire.
+    encoding: Encoding,
+    /// The message, encoded, when every message is the same at the cell's size (literal
+    /// bytes and a pad): made once.
+    constant: Option<Bytes>,
     /// What the pad's length is computed from, once per template rather than per message.
     shape: Shape,
 }
@@ -511,11 +643,50 @@ impl Out {
             literal,
             shape: Shape::of(&pieces),
             pieces,
+            encoding: Encoding::AsWritten,
+            constant: None,
         }
     }
 
+    /// Whether it goes as a text frame (else binary).
     pub fn is_text(&self) -> bool {
-        self.text
+        self.encoding.text(self.text)
+    }
+
+    /// Sets how it goes on the wire, and makes it once if every message at `size` is alike.
+    fn encode_as(&mut self, encoding: Encoding, size: usize) {
+        self.encoding = encoding;
+        self.constant = None;
+        let alike = self
+            .pieces
+            .iter()
+            .all(|p| matches!(p, Piece::Lit(_) | Piece::Pad));
+        if alike {
+            let mut rendered = Vec::new();
+            self.write_at(
+                &mut rendered,
+                &Fill {
+                    size,
+                    ..Fill::default()
+                },
+                &SendTime::default(),
+            );
+            self.constant = Some(if encoding.transforms() {
+                encoding.encode(&rendered).into()
+            } else {
+                rendered.into()
+            });
+        }
+    }
+
+    /// The message every message is, when they are all alike (see [`Out::encode_as`]).
+    pub fn constant(&self) -> Option<&Bytes> {
+        self.constant.as_ref()
+    }
+
+    /// Whether a message is made, then encoded (MsgPack, zlib): not patched in place.
+    pub fn transforms(&self) -> bool {
+        self.encoding.transforms()
     }
 
     /// Whether it splices captured variables (see [`Out::resolve`]).
@@ -550,11 +721,22 @@ impl Out {
                 _ => pieces.push(Piece::Lit(start..literal.len())),
             }
         }
-        Out::new(self.text, literal.into(), pieces.into())
+        let mut out = Out::new(self.text, literal.into(), pieces.into());
+        out.encoding = self.encoding;
+        out.constant = self.constant.clone();
+        out
     }
 
     /// One message's bytes, written into `arena` (or shared, when fixed).
     pub fn bytes(&self, arena: &mut BytesMut, fill: &Fill) -> Bytes {
+        if let Some(c) = &self.constant {
+            return c.clone();
+        }
+        if self.encoding.transforms() {
+            let mut rendered = Vec::with_capacity(self.literal.len() + 64 + fill.size);
+            self.write(&mut rendered, fill);
+            return self.encoding.encode(&rendered).into();
+        }
         if self.is_fixed() {
             return self.literal.clone();
         }
@@ -602,6 +784,67 @@ impl Out {
                 .pieces
                 .iter()
                 .any(|p| matches!(p, Piece::Hex(_) | Piece::Uuid))
+    }
+
+    /// Whether `data`, a text (`text`) or binary frame, is a message of this template sent
+    /// back unchanged: every literal byte equal, each placeholder of its shape (digits, hex,
+    /// a UUID, the pad's filler; a captured value up to the next literal). `Some(seq)` with
+    /// the `${seq}` it carries (`None` inside when the template has none), `None` if it is
+    /// not one.
+    pub fn echoed_seq(&self, text: bool, data: &[u8]) -> Option<Option<u64>> {
+        if text != self.is_text() {
+            return None;
+        }
+        let mut at = 0;
+        let mut seq = None;
+        let run = |from: usize, ok: fn(&u8) -> bool| {
+            from + data[from..].iter().take_while(|b| ok(b)).count()
+        };
+        for (i, p) in self.pieces.iter().enumerate() {
+            let end = match p {
+                Piece::Lit(r) => {
+                    let lit = &self.literal[r.clone()];
+                    data.get(at..)?.starts_with(lit).then_some(at + lit.len())?
+                }
+                Piece::Conn | Piece::Seq | Piece::SendTime | Piece::Random => {
+                    let end = run(at, u8::is_ascii_digit);
+                    if end == at || end - at > 20 {
+                        return None;
+                    }
+                    if *p == Piece::Seq {
+                        seq = Some(parse_u64(&data[at..end])?);
+                    }
+                    end
+                }
+                Piece::Hex(n) => {
+                    let end = at + n;
+                    data.get(at..end)?
+                        .iter()
+                        .all(u8::is_ascii_hexdigit)
+                        .then_some(end)?
+                }
+                Piece::Uuid => {
+                    let end = at + 36;
+                    data.get(at..end)?
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || *b == b'-')
+                        .then_some(end)?
+                }
+                Piece::Pad => run(at, |b| *b == PAD_BYTE),
+                Piece::Var(_) => match self.pieces.get(i + 1) {
+                    Some(Piece::Lit(r)) => {
+                        let next = &self.literal[r.clone()];
+                        at + data
+                            .get(at..)?
+                            .windows(next.len())
+                            .position(|w| w == next)?
+                    }
+                    _ => data.len(),
+                },
+            };
+            at = end;
+        }
+        (at == data.len()).then_some(seq)
     }
 
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
@@ -680,7 +923,7 @@ impl Out {
     /// One message, as a frame of the template's kind.
     pub fn message(&self, arena: &mut BytesMut, fill: &Fill) -> Message {
         let bytes = self.bytes(arena, fill);
-        if self.text {
+        if self.is_text() {
             // Literals are a template's UTF-8 and captures come from text frames or are made
             // valid when captured; a binary capture that is not text sends as binary.
             match std::str::from_utf8(&bytes) {
@@ -781,15 +1024,57 @@ mod tests {
     }
 
     #[test]
+    fn an_echoed_answer_is_the_message_as_sent() {
+        let s = script(
+            "    message:\n      text: '{\"id\":${seq},\"ts\":${sendTime},\"h\":\"${hex:4}\",\"d\":\"${pad}\"}'\n      answer: {echoed: true}\n",
+        );
+        let out = s.shared_message().expect("shared");
+        let fill = Fill {
+            conn: 1,
+            seq: 77,
+            size: 64,
+        };
+        let sent = out.bytes(&mut BytesMut::new(), &fill);
+        assert_eq!(s.recognise(true, &sent), Recognised::Id(77));
+        // A literal or pad byte changed, one byte more or less, the other frame kind: not an
+        // answer. (A send time's digits cannot be checked: any digits are one.)
+        for i in [0, 2, sent.len() - 5, sent.len() - 1] {
+            let mut changed = sent.to_vec();
+            changed[i] ^= 0x01;
+            assert_eq!(s.recognise(true, &changed), Recognised::No, "byte {i}");
+        }
+        assert_eq!(s.recognise(true, &sent[..sent.len() - 1]), Recognised::No);
+        let mut longer = sent.to_vec();
+        longer.push(b'}');
+        assert_eq!(s.recognise(true, &longer), Recognised::No);
+        assert_eq!(s.recognise(false, &sent), Recognised::No);
+        // Another message of the template (other digits, a shorter pad) is one.
+        let other = out.bytes(
+            &mut BytesMut::new(),
+            &Fill {
+                seq: 123_456,
+                ..fill
+            },
+        );
+        assert_eq!(s.recognise(true, &other), Recognised::Id(123_456));
+        // In MsgPack, decoded and read by the field the template writes ${seq} into.
+        let mp = s.for_cell(false, Encoding::Msgpack, 64);
+        let wire = mp
+            .shared_message()
+            .expect("shared")
+            .bytes(&mut BytesMut::new(), &fill);
+        assert!(wire.starts_with(b"M:"));
+        assert_eq!(mp.recognise(false, &wire), Recognised::Id(77));
+    }
+
+    #[test]
     fn captured_values_are_spliced_once_per_connection() {
         let s = script(
             "    open:\n      - {name: hello, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    message: {text: '42[\"m\",\"${sid}\",${seq}]'}\n",
         );
         assert_eq!(s.var_count(), 1);
         assert!(s.shared_message().is_none());
-        let out = s
-            .message_for(&[Bytes::from_static(b"abc")], &None)
-            .expect("a message");
+        let out = s.message_for(&[Bytes::from_static(b"abc")], &None);
         assert_eq!(out.pieces.len(), 3, "{:?}", out.pieces);
         let m = out.bytes(
             &mut BytesMut::new(),

@@ -9,12 +9,12 @@ use std::path::Path;
 
 /// Lowest first. `lib.rs` and `main.rs` stand above them all.
 const LAYERS: &[(&str, &[&str])] = &[
-    // Leaves: wall clocks, message templates, the compiled conversation and how answers are recognised, rate schedules, stderr around the bar, the CPU
+    // Leaves: wall clocks, wire formats, the compiled conversation and how answers are recognised, rate schedules, stderr around the bar, the CPU
     // clock, sysctl writes; and the results crate's modules re-exported at the crate root.
     (
         "foundation",
         &[
-            "clock", "message", "script", "answer", "schedule", "terminal", "cpu", "sysctl",
+            "clock", "encoding", "script", "answer", "schedule", "terminal", "cpu", "sysctl",
             "report", "measure", "hist",
         ],
     ),

@@ -149,10 +149,58 @@ pub fn encode_zlib(body: &[u8], level: u32) -> Vec<u8> {
     enc.finish().unwrap_or_default()
 }
 
+/// `M:` + the MsgPack encoding of the JSON document `text`: a message written as JSON, sent
+/// in the MsgPack format.
+pub fn json_to_msgpack(text: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let value: serde_json::Value = serde_json::from_slice(text)?;
+    encode_msgpack(&value)
+}
+
+/// The JSON text of a binary frame in the MsgPack or zlib format (`M:`/`C:` prefixed), so that
+/// what reads JSON reads it; `Opaque` for a binary frame of neither.
+pub fn binary_to_json(data: &[u8], limit: usize) -> Result<Vec<u8>, FrameError> {
+    fn msgpack(body: &[u8]) -> Result<Vec<u8>, FrameError> {
+        let value: serde_json::Value = rmp_serde::from_slice(body)?;
+        Ok(serde_json::to_vec(&value)?)
+    }
+    match Format::of_binary(data) {
+        (Format::Msgpack, body) => msgpack(body),
+        (Format::Zlib, body) => {
+            let inner = inflate(body, limit)?;
+            match inner.strip_prefix(MSGPACK_PREFIX.as_slice()) {
+                Some(mp) => msgpack(mp),
+                None => Ok(inner),
+            }
+        }
+        (Format::Encrypted, _) => Err(FrameError::Encrypted),
+        _ => Err(FrameError::Opaque),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_goes_to_msgpack_and_back() {
+        let text = br#"{"id":12,"p":{"s":"x"}}"#;
+        let mp = json_to_msgpack(text).expect("encodes");
+        assert!(mp.starts_with(MSGPACK_PREFIX));
+        let back: serde_json::Value =
+            serde_json::from_slice(&binary_to_json(&mp, 1 << 20).expect("decodes")).expect("json");
+        assert_eq!(back, serde_json::json!({"id": 12, "p": {"s": "x"}}));
+        let z = encode_zlib(text, 6);
+        assert_eq!(binary_to_json(&z, 1 << 20).expect("inflates"), text);
+        assert!(matches!(
+            binary_to_json(b"raw", 10),
+            Err(FrameError::Opaque)
+        ));
+        assert!(matches!(
+            binary_to_json(&z, 4),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
 
     #[test]
     fn classifies_prefixes() {

@@ -463,6 +463,7 @@ pub const MSG_CAPTURE_KIND: &str =
 pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
 pub const MSG_ID_NEEDS_SEQ: &str = "answer.id reads back the message's ${seq}: put ${seq} in the message template where the answer carries it";
+pub const MSG_ECHOED_ALONE: &str = "answer.echoed checks the whole answer against the message sent: remove match and id, or echoed";
 pub const MSG_CONVERSATION_WSE: &str = "the wse protocol has a conversation of its own: remove conversation, or set protocol: echo to speak the server's protocol";
 
 fn exactly_one(fields: &[&str]) -> String {
@@ -534,6 +535,13 @@ pub fn measured_message_rules(schema: &mut Schema) {
                     MSG_ID_NEEDS_SEQ,
                 ),
                 ".answer.id",
+            ),
+            at(
+                rule(
+                    "!has(self.answer) || !has(self.answer.echoed) || !self.answer.echoed || (!has(self.answer.match) && !has(self.answer.id))",
+                    MSG_ECHOED_ALONE,
+                ),
+                ".answer.echoed",
             ),
         ],
     );

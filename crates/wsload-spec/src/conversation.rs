@@ -36,11 +36,17 @@ pub struct Conversation {
     /// Phoenix's): not counted as load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat: Option<Heartbeat>,
-    /// The measured message: what every scenario that sends sends (the app ping of
-    /// pingLatency and sustainedHold, the messages of throughput, pingpong, echo and
-    /// constantRate), and how its answer is recognised.
+    /// The measured message: what the scenarios that send send (throughput, payloadMatrix,
+    /// blast; and pingLatency, sustainedHold's pings, pingpong, echo and constantRate when
+    /// there is no `ping`), and how its answer is recognised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<MeasuredMessage>,
+    /// The message the scenarios that time each message send (pingLatency, sustainedHold's
+    /// app pings, pingpong, echo, constantRate) when it is not the measured message: a
+    /// request the server answers (WSE's `ping`, a Socket.IO emit with an ack) beside a
+    /// `message` it only receives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping: Option<MeasuredMessage>,
     /// Server messages counted as pushes received (a room's messages, a subscription's
     /// events): counted and timed apart from answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,6 +214,11 @@ pub struct AnswerRule {
     /// Where an answer carries the `${seq}` of the message it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Capture>,
+    /// The answer is the message sent back unchanged (an echo server): every byte the
+    /// template writes is checked, each placeholder's shape too, and the `${seq}` is read
+    /// from where the template puts it. Instead of `match` and `id`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub echoed: bool,
 }
 
 /// permessage-deflate (RFC 7692), offered in the upgrade when present: the server may accept

@@ -4,6 +4,7 @@
 //! CRD is generated) is the `crd` feature's, the operator's: the file shape, [`LoadTest`], needs
 //! no kube, so the load generator links none.
 
+pub mod builtin;
 pub mod cel;
 pub mod cluster;
 pub mod conversation;

@@ -8,7 +8,7 @@ use crate::conversation::{
     Step,
 };
 use crate::matching::{Extractor, Matcher};
-use crate::spec::{LoadTestSpec, Protocol};
+use crate::spec::{Format, LoadTestSpec, Protocol};
 use crate::template::{BUILT_IN, Template, TemplateError, Values};
 use std::collections::BTreeMap;
 
@@ -44,8 +44,17 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
             e,
         );
     }
-    if let Some(m) = &c.message {
-        message(m, spec.message.size as usize, &vars, e);
+    let encoded = spec
+        .formats
+        .iter()
+        .chain([&spec.message.format])
+        .find(|f| matches!(f, Format::Msgpack | Format::Zlib));
+    for (name, m) in [("message", &c.message), ("ping", &c.ping)] {
+        let Some(m) = m else { continue };
+        message(name, m, spec.message.size as usize, &vars, e);
+        if let Some(format) = encoded {
+            json_for(name, m, *format, spec.message.size as usize, &vars, e);
+        }
     }
     if let Some(m) = &c.push {
         matcher(&format!("{FIELD}.push"), m, e);
@@ -208,13 +217,19 @@ fn built_in_only(
 }
 
 /// The measured message: its template, and that its answer rule can recognise its answers.
-fn message(m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
-    let field = format!("{FIELD}.message");
+fn message(name: &str, m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
+    let field = format!("{FIELD}.{name}");
     let Some((_, which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
         return;
     };
     let template = template(&format!("{field}.{which}"), source, vars, e);
     let Some(answer) = &m.answer else { return };
+    if answer.echoed && (answer.matches.is_some() || answer.id.is_some()) {
+        e.add(
+            format!("{field}.answer.echoed"),
+            crate::cel::MSG_ECHOED_ALONE,
+        );
+    }
     if let Some(mm) = &answer.matches {
         matcher(&format!("{field}.answer.match"), mm, e);
     }
@@ -230,7 +245,7 @@ fn message(m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
         e.add(
             format!("{field}.answer.id"),
             format!(
-                "message.{which} carries no ${{seq}} for its answer to carry back; add ${{seq}} where the server reads the id (e.g. \"id\":${{seq}}), or remove answer.id to take answers in order"
+                "{name}.{which} carries no ${{seq}} for its answer to carry back; add ${{seq}} where the server reads the id (e.g. \"id\":${{seq}}), or remove answer.id to take answers in order"
             ),
         );
         return;
@@ -250,7 +265,40 @@ fn message(m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
         e.add(
             format!("{field}.answer.id"),
             format!(
-                "a correlation field the template does not carry: read from the message as sent with ${{seq}} = {PROBE_SEQ} ({}), it gives {got}, not {PROBE_SEQ}; point answer.id at where message.{which} carries ${{seq}}",
+                "a correlation field the template does not carry: read from the message as sent with ${{seq}} = {PROBE_SEQ} ({}), it gives {got}, not {PROBE_SEQ}; point answer.id at where {name}.{which} carries ${{seq}}",
+                quoted(&sent)
+            ),
+        );
+    }
+}
+
+/// A message sent in the `msgpack` or `zlib` format is the JSON its template renders to,
+/// encoded: it must render to JSON.
+fn json_for(
+    name: &str,
+    m: &MeasuredMessage,
+    format: Format,
+    size: usize,
+    vars: &[String],
+    e: &mut Errors,
+) {
+    let (which, source) = match (&m.text, &m.binary) {
+        (Some(t), None) => ("text", t),
+        (None, Some(b)) => ("binary", b),
+        _ => return,
+    };
+    let names: Vec<&str> = vars.iter().map(String::as_str).collect();
+    let Ok(t) = Template::parse(source, &names) else {
+        return;
+    };
+    let vars = vars.iter().map(|v| (v.clone(), b"v".to_vec())).collect();
+    let sent = render(&t, PROBE_SEQ, size, &vars);
+    if serde_json::from_slice::<serde_json::Value>(&sent).is_err() {
+        e.add(
+            format!("{FIELD}.{name}.{which}"),
+            format!(
+                "the {} format sends the JSON a template renders to, and this one renders to {}, not JSON; send it in the json or binary format, or write it as JSON",
+                format.as_str(),
                 quoted(&sent)
             ),
         );

@@ -228,3 +228,46 @@ fn wse_has_its_own_conversation_and_a_heartbeat_needs_a_period() {
         "spec.conversation.open[0].timeout: must be above zero (default 5s)"
     );
 }
+
+#[test]
+fn a_ping_is_checked_as_the_message_is() {
+    let e = only("    ping:\n      text: '{\"id\":1}'\n      answer: {id: {json: id}}\n");
+    assert!(e.starts_with("spec.conversation.ping.answer.id:"), "{e}");
+    assert!(e.contains("ping.text carries no ${seq}"), "{e}");
+}
+
+#[test]
+fn an_echoed_answer_stands_alone() {
+    assert_eq!(
+        errors("    message:\n      text: 'm ${seq}'\n      answer: {echoed: true}\n"),
+        Vec::<String>::new()
+    );
+    let e = only(
+        "    message:\n      text: 'm ${seq}'\n      answer: {echoed: true, match: {prefix: m}}\n",
+    );
+    assert!(
+        e.starts_with("spec.conversation.message.answer.echoed:"),
+        "{e}"
+    );
+    assert!(e.contains("remove match and id, or echoed"), "{e}");
+}
+
+#[test]
+fn the_msgpack_and_zlib_formats_need_a_json_template() {
+    let yaml = |format: &str, text: &str| {
+        format!(
+            "  target: {{url: 'ws://127.0.0.1:1/'}}\n  scenario: formatComparison\n  formats: [json, {format}]\n  conversation:\n    message: {{text: '{text}'}}\n"
+        )
+    };
+    assert_eq!(
+        errors_of(&yaml("msgpack", r#"{"id":${seq},"d":"${pad}"}"#)),
+        Vec::<String>::new()
+    );
+    let e = errors_of(&yaml("zlib", "42[${seq}"));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(e[0].starts_with("spec.conversation.message.text:"), "{e:?}");
+    assert!(
+        e[0].contains("the zlib format sends the JSON a template renders to"),
+        "{e:?}"
+    );
+}

@@ -1,0 +1,109 @@
+//! The two conversations wsload speaks without being told: `protocol: echo` and
+//! `protocol: wse` are these, as data (`builtin/*.yaml`), compiled and run by the same code as
+//! a user's `spec.conversation`. docs/loadtest.md shows them as they are here.
+
+use crate::conversation::Conversation;
+use crate::spec::Protocol;
+use crate::yaml::{self, ParseError};
+
+/// The echo protocol's conversation, as written.
+pub const ECHO_YAML: &str = include_str!("builtin/echo.yaml");
+/// The WSE protocol's conversation, as written.
+pub const WSE_YAML: &str = include_str!("builtin/wse.yaml");
+
+/// The text of `protocol`'s conversation.
+pub fn yaml_of(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Echo => ECHO_YAML,
+        Protocol::Wse => WSE_YAML,
+    }
+}
+
+/// `protocol`'s conversation.
+pub fn conversation(protocol: Protocol) -> Result<Conversation, ParseError> {
+    yaml::parse(yaml_of(protocol))
+}
+
+/// What a LoadTest's connections say: its own conversation, else its protocol's, with the
+/// echo conversation's measured message where its own has none.
+pub fn effective(
+    own: Option<&Conversation>,
+    protocol: Protocol,
+) -> Result<Conversation, ParseError> {
+    let builtin = conversation(protocol)?;
+    Ok(match own {
+        None => builtin,
+        Some(c) => {
+            let mut c = c.clone();
+            if c.message.is_none() {
+                c.message = builtin.message;
+            }
+            c
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::{Part, Template};
+
+    #[test]
+    fn both_parse_and_time_their_pings_by_seq() {
+        for p in [Protocol::Echo, Protocol::Wse] {
+            let c = conversation(p).expect("parses");
+            let timed = c.ping.as_ref().or(c.message.as_ref()).expect("a message");
+            let answer = timed.answer.as_ref().expect("answered");
+            assert!(
+                answer.id.is_some() || answer.echoed,
+                "{p:?}: matched by the id it carries"
+            );
+            let text = timed.text.as_deref().expect("text");
+            let t = Template::parse(text, &[]).expect("compiles");
+            assert!(t.uses(&Part::Seq), "{p:?}");
+        }
+        let wse = conversation(Protocol::Wse).expect("parses");
+        let names: Vec<_> = wse.open.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["server_ready", "client_hello", "server_hello"]);
+        assert!(
+            wse.message.and_then(|m| m.answer).is_none(),
+            "trades are only received"
+        );
+    }
+
+    /// docs/loadtest.md shows each as it is here, after its comment.
+    #[test]
+    fn the_docs_show_them_as_they_are() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/loadtest.md"
+        ))
+        .expect("docs/loadtest.md");
+        for (name, yaml) in [("echo", ECHO_YAML), ("wse", WSE_YAML)] {
+            let body: String = yaml
+                .lines()
+                .skip_while(|l| l.starts_with('#'))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let shown = format!("```yaml\n# protocol: {name}\n{body}```");
+            assert!(
+                docs.contains(&shown),
+                "docs/loadtest.md must show the {name} conversation as builtin/{name}.yaml has it:\n{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_conversation_without_a_message_sends_the_echo_message() {
+        let own = Conversation {
+            push: Some(Default::default()),
+            ..Default::default()
+        };
+        let c = effective(Some(&own), Protocol::Echo).expect("parses");
+        assert_eq!(
+            c.message,
+            conversation(Protocol::Echo).expect("parses").message
+        );
+        assert!(c.push.is_some());
+    }
+}
