@@ -336,6 +336,23 @@ def main():
         rows.append((label, "echoes per client CPU-s, built-in / template (ratio in the ratio column)",
                      f"{num(builtin)} / {num(own)}", "-", fmt_ratio(r), ">= 0.9x",
                      "**yes**" if ok else "**NO**"))
+    if "throughput-64b-baseline" in present:
+        # The echo path before (an earlier wsload binary, same load, alternating): what "today's
+        # echo path" was, against the built-in echo conversation and the user's template now.
+        label = "Against the echo path before (WSLOAD_BENCH_BASELINE_BIN), 64 B, 100 conns"
+        before = med("throughput-64b-baseline", "wsload", "per_cpu")
+        for test, what in (("throughput-64b", "built-in echo conversation"),
+                           ("throughput-template", "template")):
+            if test not in present:
+                continue
+            now = med(test, "wsload", "per_cpu")
+            r = ratio(now, before)
+            ok = r is not None and r >= 0.9
+            verdicts.append((f"{label}: echoes per client CPU-s, {what} / before", ">= 0.9x",
+                             fmt_ratio(r), ok))
+            rows.append((label, f"echoes per client CPU-s, before / {what} (ratio in the ratio column)",
+                         f"{num(before)} / {num(now)}", "-", fmt_ratio(r), ">= 0.9x",
+                         "**yes**" if ok else "**NO**"))
     for conns in ("1", "100"):
         test = f"ping-{conns}"
         if test not in present:

@@ -34,6 +34,9 @@
 #                              (default: 18900)
 #   WSLOAD_BENCH_OUT           result directory (default: target/bench-loadgen in the repository)
 #   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
+#   WSLOAD_BENCH_BASELINE_BIN  the template phase also runs throughput-64b.yaml with this wsload
+#                              binary, an earlier version's (bench/loadgen/baseline.sh REV builds
+#                              one and prints its path): the echo path before, side by side
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -323,18 +326,27 @@ phase_throughput() {
 # costs per message, as a ratio measured side by side.
 phase_template() {
     start_server wsload-server "$out/server-template.log"
-    local name spec warmup rep dir order
+    local name spec warmup rep dir order test
+    local baseline=${WSLOAD_BENCH_BASELINE_BIN:-}
+    [[ -z $baseline || -x $baseline ]] || die "WSLOAD_BENCH_BASELINE_BIN: no binary at $baseline"
     for rep in $(seq 1 "$repeat"); do
         order="throughput-64b.yaml throughput-template.yaml"
-        ((rep % 2)) || order="throughput-template.yaml throughput-64b.yaml"
+        [[ -z $baseline ]] || order="$order baseline"
+        ((rep % 2)) || order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' ')
         for name in $order; do
+            test=${name%.yaml}
+            [[ $name != baseline ]] || { name=throughput-64b.yaml; test=throughput-64b-baseline; }
             spec=$(render_spec "$name")
             warmup=$(spec_number "$spec" warmup)
-            dir=$runs/template-${name%.yaml}-$rep
-            log "template phase: $name, run $rep/$repeat"
-            run_wsload "$dir" "$spec" $((warmup + $(spec_number "$spec" duration) + 60))
+            dir=$runs/template-$test-$rep
+            log "template phase: $test, run $rep/$repeat"
+            if [[ $test == throughput-64b-baseline ]]; then
+                wsload_bin=$baseline run_wsload "$dir" "$spec" $((warmup + $(spec_number "$spec" duration) + 60))
+            else
+                run_wsload "$dir" "$spec" $((warmup + $(spec_number "$spec" duration) + 60))
+            fi
             meta warmup "$warmup" "$dir"
-            meta test "${name%.yaml}" "$dir"
+            meta test "$test" "$dir"
             meta size 64 "$dir"
         done
     done
