@@ -15,6 +15,7 @@
 
 mod chart;
 mod escape;
+pub mod fanout;
 pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;

@@ -1,0 +1,244 @@
+//! What one subscriber received of one topic's sequence, and the sum over many: deliveries,
+//! gaps (sequence numbers never received), duplicates and out-of-order arrivals. A subscriber's
+//! [`Sequence`] lives in its connection's task (no lock, no allocation per delivery); the
+//! [`Deliveries`] of all of them add up exactly, per cell and across shards, as the other counts
+//! do.
+//!
+//! A subscriber that joins a running stream starts at the first number it receives: what was
+//! published before it subscribed is not a gap. What was published after its last receipt is,
+//! once the topic's last number is known ([`Sequence::finish`]).
+
+use serde::{Deserialize, Serialize};
+
+/// How far below the highest number received a late arrival is still told apart from a
+/// duplicate: a bitmap of this many numbers per subscriber and topic (64 bytes).
+pub const WINDOW: u64 = 512;
+const WORDS: usize = (WINDOW / 64) as usize;
+
+/// What a subscriber received of a topic, summed over subscribers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deliveries {
+    /// Subscriber-topic pairs that received anything.
+    pub streams: u64,
+    /// Distinct sequence numbers received.
+    pub delivered: u64,
+    /// Numbers received again.
+    pub duplicates: u64,
+    /// Numbers received after a higher one (they filled a gap).
+    pub out_of_order: u64,
+    /// Numbers between a subscriber's first and the topic's last never received.
+    pub missing: u64,
+    /// Numbers received more than [`WINDOW`] below the highest one: neither a duplicate nor a
+    /// filled gap can be told, so they are not credited (their gap stays counted).
+    pub too_late: u64,
+}
+
+impl Deliveries {
+    pub fn add(&mut self, other: &Deliveries) {
+        self.streams += other.streams;
+        self.delivered += other.delivered;
+        self.duplicates += other.duplicates;
+        self.out_of_order += other.out_of_order;
+        self.missing += other.missing;
+        self.too_late += other.too_late;
+    }
+
+    /// What the subscribers should have received: every number from each one's first to the
+    /// topic's last.
+    pub fn expected(&self) -> u64 {
+        self.delivered + self.missing
+    }
+
+    /// Received over expected; `None` when nothing was expected.
+    pub fn completeness(&self) -> Option<f64> {
+        let expected = self.expected();
+        (expected > 0).then(|| self.delivered as f64 / expected as f64)
+    }
+}
+
+/// How one arrival counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// The next number, or one past a gap.
+    New,
+    /// A number below the highest, not received before: it fills a gap.
+    Late,
+    /// Received before.
+    Duplicate,
+    /// Too far below the highest to tell (see [`Deliveries::too_late`]).
+    TooLate,
+}
+
+/// One subscriber's view of one topic's sequence.
+#[derive(Debug, Clone, Default)]
+pub struct Sequence {
+    /// The highest number received; meaningful once `counts.streams` is 1.
+    high: u64,
+    /// Bit `i` (word `i / 64`, bit `i % 64`): `high - i` was received.
+    seen: [u64; WORDS],
+    counts: Deliveries,
+}
+
+impl Sequence {
+    /// Counts the arrival of number `seq`.
+    pub fn record(&mut self, seq: u64) -> Arrival {
+        let c = &mut self.counts;
+        if c.streams == 0 {
+            c.streams = 1;
+            c.delivered = 1;
+            self.high = seq;
+            self.seen = [0; WORDS];
+            self.seen[0] = 1;
+            return Arrival::New;
+        }
+        if seq > self.high {
+            let ahead = seq - self.high;
+            c.missing += ahead - 1;
+            c.delivered += 1;
+            self.advance(ahead);
+            self.high = seq;
+            self.seen[0] |= 1;
+            return Arrival::New;
+        }
+        let behind = self.high - seq;
+        if behind >= WINDOW {
+            c.too_late += 1;
+            return Arrival::TooLate;
+        }
+        let (word, bit) = ((behind / 64) as usize, behind % 64);
+        if self.seen[word] & (1 << bit) != 0 {
+            c.duplicates += 1;
+            return Arrival::Duplicate;
+        }
+        self.seen[word] |= 1 << bit;
+        // Every number from the lowest received to `high` was counted received or missing, so
+        // the lowest lies `span` below `high`. Inside that, the arrival fills a gap; below it,
+        // the stream starts earlier than seen so far, and what lies between is a gap.
+        let span = c.delivered - 1 + c.missing;
+        c.delivered += 1;
+        c.out_of_order += 1;
+        if behind > span {
+            c.missing += behind - span - 1;
+        } else {
+            c.missing = c.missing.saturating_sub(1);
+        }
+        Arrival::Late
+    }
+
+    /// The topic's last number is `last`: what came after this subscriber's highest is missing.
+    pub fn finish(&mut self, last: u64) {
+        if self.counts.streams == 1 && last > self.high {
+            self.counts.missing += last - self.high;
+            self.advance(last - self.high);
+            self.high = last;
+        }
+    }
+
+    pub fn counts(&self) -> &Deliveries {
+        &self.counts
+    }
+
+    /// The highest number received, if any was.
+    pub fn high(&self) -> Option<u64> {
+        (self.counts.streams == 1).then_some(self.high)
+    }
+
+    /// Moves the window up by `by` numbers: bit `i` becomes bit `i + by`.
+    fn advance(&mut self, by: u64) {
+        if by >= WINDOW {
+            self.seen = [0; WORDS];
+            return;
+        }
+        let (words, bits) = ((by / 64) as usize, (by % 64) as u32);
+        for j in (0..WORDS).rev() {
+            let lo = j.checked_sub(words).map_or(0, |k| self.seen[k]);
+            let carry = match j.checked_sub(words + 1) {
+                Some(k) if bits > 0 => self.seen[k] >> (64 - bits),
+                _ => 0,
+            };
+            self.seen[j] = if bits == 0 { lo } else { (lo << bits) | carry };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seqs: impl IntoIterator<Item = u64>) -> (Sequence, Vec<Arrival>) {
+        let mut s = Sequence::default();
+        let arrivals = seqs.into_iter().map(|n| s.record(n)).collect();
+        (s, arrivals)
+    }
+
+    #[test]
+    fn every_thousandth_dropped_is_exactly_that_many_gaps() {
+        let (mut s, _) = run((1..=100_000).filter(|n| n % 1000 != 0));
+        s.finish(100_000);
+        let c = s.counts();
+        assert_eq!((c.delivered, c.missing), (99_900, 100));
+        assert_eq!((c.duplicates, c.out_of_order, c.too_late), (0, 0, 0));
+        assert_eq!(c.completeness(), Some(0.999));
+    }
+
+    #[test]
+    fn duplicates_and_swaps_are_counted_and_fill_nothing_twice() {
+        // 1 2 4 3 5 5 7 6 8, then 3 again (a duplicate of a late one).
+        let (s, a) = run([1, 2, 4, 3, 5, 5, 7, 6, 8, 3]);
+        let c = s.counts();
+        assert_eq!(c.delivered, 8);
+        assert_eq!((c.duplicates, c.out_of_order, c.missing), (2, 2, 0));
+        assert_eq!(a[3], Arrival::Late);
+        assert_eq!(a[5], Arrival::Duplicate);
+        assert_eq!(a[9], Arrival::Duplicate);
+    }
+
+    #[test]
+    fn a_subscriber_that_joins_late_starts_at_its_first() {
+        let (mut s, _) = run(500..=600);
+        s.finish(610);
+        let c = s.counts();
+        assert_eq!((c.delivered, c.missing), (101, 10));
+        // A number below its first that still arrives counts, and what lies between is a gap.
+        let (s, a) = run([10, 11, 12, 8]);
+        assert_eq!(a[3], Arrival::Late);
+        assert_eq!((s.counts().delivered, s.counts().missing), (4, 1));
+    }
+
+    #[test]
+    fn the_window_slides_across_words_and_forgets_beyond_it() {
+        let mut s = Sequence::default();
+        s.record(1);
+        // A jump of 70 (across a word boundary), then the numbers skipped, in reverse.
+        s.record(71);
+        for n in (2..71).rev() {
+            assert_eq!(s.record(n), Arrival::Late, "{n}");
+        }
+        assert_eq!(s.record(40), Arrival::Duplicate);
+        assert_eq!(s.counts().missing, 0);
+        // Far ahead: what lies more than the window behind cannot be told any more.
+        s.record(71 + WINDOW + 5);
+        assert_eq!(s.record(72), Arrival::TooLate);
+        assert_eq!(s.record(71 + WINDOW), Arrival::Late);
+        let c = s.counts();
+        assert_eq!(c.too_late, 1);
+        assert_eq!(c.missing, WINDOW + 4 - 1);
+    }
+
+    #[test]
+    fn sums_are_exact() {
+        let (mut a, _) = run((1..=50).filter(|n| n % 10 != 0));
+        a.finish(50);
+        let (mut b, _) = run([1, 3, 2, 2]);
+        b.finish(4);
+        let mut total = Deliveries::default();
+        total.add(a.counts());
+        total.add(b.counts());
+        assert_eq!(total.streams, 2);
+        assert_eq!(total.delivered, 45 + 3);
+        assert_eq!(total.missing, 5 + 1);
+        assert_eq!(total.expected(), 50 + 4);
+        assert_eq!((total.duplicates, total.out_of_order), (1, 1));
+    }
+}
