@@ -1,12 +1,21 @@
 //! The exact counters of topics, kept like `crate::stats`: per-thread cache-line slots summed at
 //! scrape time.
 //!
-//! They reconcile: every publish adds the subscribers its topic had at that instant to
-//! `fanout`, and each of those deliveries then ends in exactly one of `delivered`,
-//! `dropped{reason="slow_consumer"}` or `dropped{reason="closed"}`. So, once no delivery is
-//! waiting in a subscriber's queue,
+//! Where each is counted:
+//! - `published{source}` and `fanout` (the subscribers the topic had at that instant, under the
+//!   registry's read lock): by `Registry::publish`, once per publish.
+//! - `dropped{reason="slow_consumer"}`: by `Registry::publish`, for each subscriber whose queue
+//!   was full; `dropped{reason="closed"}` there too, for a queue already closed.
+//! - `delivered`: by the subscriber's session (`session::deliver`) once a batch is flushed to
+//!   the socket; a failed flush counts the batch as `dropped{reason="closed"}` instead.
+//! - `dropped{reason="closed"}` also by `Outbox::close` when the connection ends: what was
+//!   still queued, or held by the swap hook.
+//!
+//! So every delivery owed ends in exactly one of `delivered`, `dropped{slow_consumer}` or
+//! `dropped{closed}`, and once no delivery waits in a queue,
 //! `fanout = delivered + dropped{slow_consumer} + dropped{closed}`; before that, the
-//! difference is what is waiting.
+//! difference is what waits. The one exception is on purpose: `--test-drop-every` counts as
+//! delivered what it never sends.
 
 use crate::stats::{SLOTS, my_slot};
 use std::fmt;
