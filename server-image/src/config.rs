@@ -64,8 +64,8 @@ pub enum LogFormat {
 
 /// wsload-server: the reference WebSocket server of wsload.
 ///
-/// Serves echo, WSE, sink, broadcast and pubsub profiles with exact Prometheus counters on a separate
-/// port. Every flag can also be set through the environment variable shown.
+/// Serves echo, WSE, sink, broadcast and pubsub profiles with exact Prometheus counters on a
+/// separate port. Every flag can also be set through the environment variable shown.
 #[derive(Debug, Parser)]
 #[command(name = "wsload-server", version, about, long_about)]
 pub struct Cli {
