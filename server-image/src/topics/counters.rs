@@ -131,6 +131,17 @@ impl Counters {
         self.topics.store(topics, Relaxed);
     }
 
+    /// (fanout, delivered, dropped slow, dropped closed), for tests of the reconciliation.
+    #[cfg(test)]
+    pub fn outcomes(&self) -> (u64, u64, u64, u64) {
+        (
+            self.sum(Kind::Fanout),
+            self.sum(Kind::Delivered),
+            self.sum(Kind::DroppedSlow),
+            self.sum(Kind::DroppedClosed),
+        )
+    }
+
     pub fn encode(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         family::counters(
             e,

@@ -164,3 +164,48 @@ impl Drop for Subscriber<'_> {
         self.registry.set_gauges(&table);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    fn msg(i: u64) -> Message {
+        Message::Text(format!("m{i}").into())
+    }
+
+    /// Every owed delivery ends as delivered, dropped for a full queue, or lost to a close.
+    #[test]
+    fn every_delivery_owed_is_accounted_for() {
+        let registry = Registry::new(2, Hooks::default());
+        let (mut fast, mut fast_box) = registry.connect();
+        let (mut slow, mut slow_box) = registry.connect();
+        let (mut gone, mut gone_box) = registry.connect();
+        for s in [&mut fast, &mut slow, &mut gone] {
+            s.subscribe("a");
+        }
+        fast.subscribe("a");
+        assert_eq!(registry.counters.outcomes(), (0, 0, 0, 0));
+        gone_box.close(&registry.counters);
+        let mut out = Vec::new();
+        for i in 0..4 {
+            assert_eq!(registry.publish("a", &msg(i), Source::Client), 3);
+            // The fast subscriber's session writes each at once.
+            if let Some(d) = fast_box.recv().now_or_never().flatten() {
+                let n = fast_box.take(d, 8, &mut out, &registry.counters);
+                registry.counters.delivered(n);
+            }
+        }
+        assert_eq!(out, (0..4).map(msg).collect::<Vec<_>>());
+        // slow: 2 queued, 2 dropped; gone: 4 lost.
+        assert_eq!(registry.counters.outcomes(), (12, 4, 2, 4));
+        slow_box.close(&registry.counters);
+        assert_eq!(registry.counters.outcomes(), (12, 4, 2, 6));
+        drop(gone);
+        drop(slow);
+        assert_eq!(registry.publish("a", &msg(9), Source::Ticker), 1);
+        fast.unsubscribe("a");
+        assert_eq!(registry.publish("a", &msg(10), Source::Ticker), 0);
+        assert!(registry.write().topics.is_empty());
+    }
+}
