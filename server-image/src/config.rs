@@ -18,14 +18,18 @@ pub enum Profile {
     Sink,
     /// A timestamped message to every connection each interval.
     Broadcast,
+    /// Topics in plain JSON: subscribe, unsubscribe, publish; each publish delivered to the
+    /// topic's subscribers.
+    Pubsub,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 4] = [
+    pub const ALL: [Profile; 5] = [
         Profile::Echo,
         Profile::Wse,
         Profile::Sink,
         Profile::Broadcast,
+        Profile::Pubsub,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -39,13 +43,14 @@ impl Profile {
             Profile::Wse => "wse",
             Profile::Sink => "sink",
             Profile::Broadcast => "broadcast",
+            Profile::Pubsub => "pubsub",
         }
     }
 
     fn parse(s: &str) -> Result<Self> {
         Profile::from_str(s, true).map_err(|_| {
             Error::Config(format!(
-                "unknown profile {s:?}: use one of echo, wse, sink, broadcast"
+                "unknown profile {s:?}: use one of echo, wse, sink, broadcast, pubsub"
             ))
         })
     }
@@ -59,8 +64,8 @@ pub enum LogFormat {
 
 /// wsload-server: the reference WebSocket server of wsload.
 ///
-/// Serves echo, WSE, sink and broadcast profiles with exact Prometheus counters on a separate
-/// port. Every flag can also be set through the environment variable shown.
+/// Serves echo, WSE, sink, broadcast and pubsub profiles with exact Prometheus counters on a
+/// separate port. Every flag can also be set through the environment variable shown.
 #[derive(Debug, Parser)]
 #[command(name = "wsload-server", version, about, long_about)]
 pub struct Cli {
@@ -163,6 +168,43 @@ pub struct Cli {
     )]
     pub broadcast_payload_size: usize,
 
+    /// Deliveries a topic subscriber's connection may have waiting (pubsub and wse profiles);
+    /// a publish that finds the queue full drops that delivery and counts it
+    /// (wsload_server_topic_dropped_total{reason="slow_consumer"}): a slow subscriber never
+    /// blocks the publisher or the other subscribers.
+    #[arg(long, env = var::SERVER_SUBSCRIBER_QUEUE, default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub subscriber_queue: u32,
+
+    /// The server's own publisher: topics t0..tN-1, each getting --ticker-rate messages per
+    /// second on an open-loop schedule. 0: no ticker. Needs the pubsub or wse profile.
+    #[arg(long, env = var::SERVER_TICKER_TOPICS, default_value_t = 0)]
+    pub ticker_topics: u32,
+
+    /// Ticker messages per second to each ticker topic.
+    #[arg(long, env = var::SERVER_TICKER_RATE, default_value_t = 10.0)]
+    pub ticker_rate: f64,
+
+    /// Padding, in bytes, of each ticker message's `data`.
+    #[arg(long, env = var::SERVER_TICKER_PAYLOAD_SIZE, default_value_t = 64)]
+    pub ticker_payload_size: usize,
+
+    /// TEST HOOK: drop every Nth delivery to the first subscriber of each topic without
+    /// sending it, yet count it as delivered (the server lies on purpose, so that a client's
+    /// gap detection can be checked against the server's counters). 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub test_drop_every: u64,
+
+    /// TEST HOOK: send every Nth delivery to the first subscriber of each topic twice (counted
+    /// delivered once). 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub test_duplicate_every: u64,
+
+    /// TEST HOOK: hold every Nth delivery to the first subscriber of each topic and send it
+    /// after the next one (N+1 arrives before N). 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub test_swap_every: u64,
+
     /// Read buffer per connection in bytes: small saves memory with many idle connections.
     #[arg(long, env = var::SERVER_READ_BUFFER_SIZE, default_value_t = 4096)]
     pub read_buffer_size: usize,
@@ -196,11 +238,73 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (write e.g. 500ms, 10s, 2m)"))
 }
 
+fn topics_of(cli: &Cli) -> Result<Topics> {
+    let ticker = if cli.ticker_topics == 0 {
+        None
+    } else if !(cli.ticker_rate.is_finite() && cli.ticker_rate > 0.0) {
+        return Err(Error::Config(format!(
+            "--ticker-rate {}: must be a number of messages per second above zero",
+            cli.ticker_rate
+        )));
+    } else {
+        Some(Ticker {
+            topics: cli.ticker_topics,
+            rate: cli.ticker_rate,
+            payload_size: cli.ticker_payload_size,
+        })
+    };
+    let every = |n: u64| (n > 0).then_some(n);
+    Ok(Topics {
+        subscriber_queue: cli.subscriber_queue as usize,
+        ticker,
+        hooks: Hooks {
+            drop_every: every(cli.test_drop_every),
+            duplicate_every: every(cli.test_duplicate_every),
+            swap_every: every(cli.test_swap_every),
+        },
+    })
+}
+
 /// A listener and the profile it is pinned to, if any.
 #[derive(Debug, Clone)]
 pub struct Listener {
     pub addr: SocketAddr,
     pub profile: Option<Profile>,
+}
+
+/// The server's own publisher (`--ticker-*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ticker {
+    pub topics: u32,
+    /// Messages per second to each topic.
+    pub rate: f64,
+    pub payload_size: usize,
+}
+
+/// Test hooks that misdeliver to the first subscriber of each topic on purpose; each
+/// `Some(n)` acts on every nth delivery to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Not sent, yet counted as delivered.
+    pub drop_every: Option<u64>,
+    /// Sent twice, counted once.
+    pub duplicate_every: Option<u64>,
+    /// Sent after the next delivery.
+    pub swap_every: Option<u64>,
+}
+
+impl Hooks {
+    pub fn any(&self) -> bool {
+        self.drop_every.is_some() || self.duplicate_every.is_some() || self.swap_every.is_some()
+    }
+}
+
+/// Topics, shared by the pubsub and wse profiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Topics {
+    pub subscriber_queue: usize,
+    pub ticker: Option<Ticker>,
+    pub hooks: Hooks,
 }
 
 /// The validated configuration.
@@ -224,6 +328,7 @@ pub struct Config {
     pub wse_allow_anonymous: bool,
     pub broadcast_interval: Duration,
     pub broadcast_payload_size: usize,
+    pub topics: Topics,
     pub read_buffer_size: usize,
 }
 
@@ -308,6 +413,7 @@ impl Config {
             wse_allow_anonymous: cli.wse_allow_anonymous,
             broadcast_interval: cli.broadcast_interval,
             broadcast_payload_size: cli.broadcast_payload_size,
+            topics: topics_of(cli)?,
             read_buffer_size: cli.read_buffer_size,
         };
         if config.serves(Profile::Wse) && config.jwt_secret.is_none() && !config.wse_allow_anonymous
@@ -316,6 +422,12 @@ impl Config {
                 "the wse profile needs --jwt-secret ({}), or --wse-allow-anonymous",
                 var::SERVER_JWT_SECRET
             )));
+        }
+        if config.topics.ticker.is_some() && !config.serves_topics() {
+            return Err(Error::Config(
+                "--ticker-topics: nobody could subscribe; serve the pubsub or wse profile too"
+                    .into(),
+            ));
         }
         Ok(config)
     }
@@ -326,6 +438,11 @@ impl Config {
             .into_iter()
             .filter(|p| self.serves(*p))
             .collect()
+    }
+
+    /// Whether some profile served speaks topics (pubsub, wse).
+    pub fn serves_topics(&self) -> bool {
+        self.serves(Profile::Pubsub) || self.serves(Profile::Wse)
     }
 
     pub fn serves(&self, profile: Profile) -> bool {
@@ -418,6 +535,52 @@ mod tests {
         assert!(err(&["--route", "wse=wse"]).contains("must start with '/'"));
         assert!(err(&["--idle-timeout", "soon"]).contains("500ms"));
         assert!(config(&["--profile", "wse", "--wse-allow-anonymous"]).is_ok());
+        assert!(err(&["--ticker-topics", "3"]).contains("serve the pubsub or wse profile"));
+        assert!(
+            err(&[
+                "--profile",
+                "pubsub",
+                "--ticker-topics",
+                "1",
+                "--ticker-rate",
+                "0"
+            ])
+            .contains("--ticker-rate 0")
+        );
+        assert!(err(&["--subscriber-queue", "0"]).contains("subscriber-queue"));
+    }
+
+    #[test]
+    fn topics_and_hooks() {
+        let c = config(&[
+            "--profile",
+            "pubsub",
+            "--ticker-topics",
+            "4",
+            "--ticker-rate",
+            "250",
+            "--test-swap-every",
+            "10",
+        ])
+        .expect("valid");
+        assert_eq!(
+            c.topics.ticker,
+            Some(Ticker {
+                topics: 4,
+                rate: 250.0,
+                payload_size: 64
+            })
+        );
+        assert_eq!(c.topics.subscriber_queue, 1024);
+        assert_eq!(
+            c.topics.hooks,
+            Hooks {
+                swap_every: Some(10),
+                ..Hooks::default()
+            }
+        );
+        assert!(c.serves_topics());
+        assert!(!config(&[]).expect("valid").serves_topics());
     }
 
     #[test]

@@ -3,10 +3,12 @@
 pub mod config;
 mod files;
 mod handshake;
+mod pubsub;
 mod server;
 mod session;
 mod state;
 pub mod stats;
+mod topics;
 mod wse;
 
 pub use server::run;

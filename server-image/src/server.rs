@@ -5,7 +5,7 @@ use crate::handshake::HandshakeInfo;
 use crate::session::{self, Discard, Echo};
 use crate::state::ServerState;
 use crate::stats::{AcceptError, Rejected};
-use crate::{Error, Result, files, wse};
+use crate::{Error, Result, files, pubsub, topics, wse};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,8 +36,12 @@ impl std::fmt::Debug for Scraped {
 }
 
 impl Collector for Scraped {
-    fn encode(&self, encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        self.0.stats.encode(encoder)
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.0.stats.encode_families(&mut encoder)?;
+        if self.0.config.serves_topics() {
+            self.0.topics.counters.encode(&mut encoder)?;
+        }
+        Ok(())
     }
 }
 
@@ -147,6 +151,12 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
     ));
     if let Some(tx) = &shared.broadcast {
         tokio::spawn(publish(tx.clone(), shared.clone()));
+    }
+    if let Some(ticker) = shared.config.topics.ticker {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            topics::ticker::run(&shared.topics, ticker, shared.shutdown.clone()).await;
+        });
     }
     let tracker = TaskTracker::new();
     for (listener, pinned) in listeners {
@@ -271,13 +281,14 @@ async fn connection(stream: TcpStream, pinned: Option<Profile>, shared: Arc<Serv
     };
     shared.stats.accepted(profile, started.elapsed());
     let why = match profile {
-        Profile::Echo => session::run(&mut ws, &shared, profile, &mut Echo, None).await,
-        Profile::Sink => session::run(&mut ws, &shared, profile, &mut Discard, None).await,
+        Profile::Echo => session::run(&mut ws, &shared, profile, &mut Echo, None, None).await,
+        Profile::Sink => session::run(&mut ws, &shared, profile, &mut Discard, None, None).await,
         Profile::Broadcast => {
             let rx = shared.broadcast.as_ref().map(broadcast::Sender::subscribe);
-            session::run(&mut ws, &shared, profile, &mut Discard, rx).await
+            session::run(&mut ws, &shared, profile, &mut Discard, rx, None).await
         }
         Profile::Wse => wse::serve(&mut ws, &shared, info).await,
+        Profile::Pubsub => pubsub::serve(&mut ws, &shared).await,
     };
     shared.stats.closed(profile, why);
 }

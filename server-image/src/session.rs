@@ -4,11 +4,13 @@
 //! too, replies are queued with `feed`, and one `flush` writes the batch. That keeps the echo
 //! path near one syscall per batch instead of one per message. The stream is not `split`
 //! (which locks on every poll): one task owns it and selects over reads, broadcast messages,
-//! the keepalive tick and shutdown.
+//! topic deliveries, the keepalive tick and shutdown.
 
 use crate::config::Profile;
 use crate::state::ServerState;
 use crate::stats::Closed;
+use crate::topics::Outbox;
+use crate::topics::counters::Counters;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -193,13 +195,61 @@ async fn recv_broadcast(
     }
 }
 
+async fn recv_delivery(outbox: &mut Option<Outbox>) -> Option<crate::topics::Delivery> {
+    match outbox {
+        Some(o) => o.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Serves `ws` until it ends; returns why it ended. Counting of the close is the caller's.
+/// `outbox`: the connection's topic deliveries, written as they come; whatever is left in it
+/// when the connection ends is counted as lost to the close.
 pub async fn run<H: Handler>(
     ws: &mut Ws,
     shared: &ServerState,
     profile: Profile,
     handler: &mut H,
+    broadcast: Option<broadcast::Receiver<Message>>,
+    mut outbox: Option<Outbox>,
+) -> Closed {
+    let why = serve(ws, shared, profile, handler, broadcast, &mut outbox).await;
+    if let Some(o) = outbox.as_mut() {
+        o.close(&shared.topics.counters);
+    }
+    why
+}
+
+/// Writes a batch of deliveries: counted as delivered once flushed, as lost if the write fails.
+async fn deliver(
+    ws: &mut Ws,
+    shared: &ServerState,
+    profile: Profile,
+    outbox: &mut Outbox,
+    first: crate::topics::Delivery,
+    out: &mut Vec<Message>,
+) -> Result<(), WsError> {
+    let counters: &Counters = &shared.topics.counters;
+    let n = outbox.take(first, MAX_BATCH, out, counters);
+    match flush_out(ws, shared, profile, out).await {
+        Ok(()) => {
+            counters.delivered(n);
+            Ok(())
+        }
+        Err(e) => {
+            counters.lost_to_close(n);
+            Err(e)
+        }
+    }
+}
+
+async fn serve<H: Handler>(
+    ws: &mut Ws,
+    shared: &ServerState,
+    profile: Profile,
+    handler: &mut H,
     mut broadcast: Option<broadcast::Receiver<Message>>,
+    outbox: &mut Option<Outbox>,
 ) -> Closed {
     let mut keepalive = Keepalive::new(shared);
     let mut out: Vec<Message> = Vec::new();
@@ -264,6 +314,20 @@ pub async fn run<H: Handler>(
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => shared.stats.broadcast_lagged(n),
                 Err(broadcast::error::RecvError::Closed) => broadcast = None,
+            },
+            delivery = recv_delivery(outbox) => match (delivery, outbox.as_mut()) {
+                (Some(first), Some(o)) => {
+                    if let Err(e) = deliver(ws, shared, profile, o, first, &mut out).await {
+                        return fail(ws, e).await;
+                    }
+                }
+                // Every sender is gone: nothing more can come, and nothing is waiting.
+                (_, o) => {
+                    if let Some(o) = o {
+                        o.close(&shared.topics.counters);
+                    }
+                    *outbox = None;
+                }
             },
             now = keepalive.tick() => match keepalive.on_tick(now) {
                 Err(why) => {

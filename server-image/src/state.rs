@@ -2,6 +2,7 @@
 
 use crate::config::{Config, Profile};
 use crate::stats::Stats;
+use crate::topics::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tokio::sync::broadcast;
@@ -14,7 +15,7 @@ use wsload_proto::jwt::Validation;
 const BROADCAST_BACKLOG: usize = 1024;
 
 /// What every task of the server reads: the configuration, the counters, the shutdown signal,
-/// the JWT checks, the WebSocket limits, the broadcast feed, and the admission count.
+/// the JWT checks, the WebSocket limits, the broadcast feed, the topics, and the admission count.
 pub struct ServerState {
     pub config: Config,
     pub stats: Stats,
@@ -22,6 +23,8 @@ pub struct ServerState {
     pub validation: Validation,
     pub ws_config: WebSocketConfig,
     pub broadcast: Option<broadcast::Sender<Message>>,
+    /// Empty, and its counters not exposed, unless a topic profile is served.
+    pub topics: Registry,
     admitted: AtomicU64,
     pub accept_error_log: AcceptErrorLog,
 }
@@ -42,8 +45,10 @@ impl ServerState {
         if let Some(limit) = open_files_limit {
             stats.set_open_files_limit(limit);
         }
+        let topics = Registry::new(config.topics.subscriber_queue, config.topics.hooks);
         ServerState {
             stats,
+            topics,
             validation: Validation {
                 issuer: config.jwt_issuer.clone(),
                 audience: config.jwt_audience.clone(),

@@ -15,7 +15,7 @@ use wsload_http::{AtomicHistogram, family};
 use wsload_proto::frame::Format;
 
 /// Slots for per-thread message counters; threads beyond this share slots (still exact).
-const SLOTS: usize = 32;
+pub(crate) const SLOTS: usize = 32;
 
 /// What a message counter counts.
 #[derive(Clone, Copy)]
@@ -42,7 +42,7 @@ fn counter_index(kind: Kind, profile: Profile, format: Format) -> usize {
     ((kind as usize * Profile::COUNT) + profile.index()) * Format::COUNT + format.index()
 }
 
-fn my_slot() -> usize {
+pub(crate) fn my_slot() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SLOT: usize = NEXT.fetch_add(1, Relaxed) % SLOTS;
@@ -257,7 +257,13 @@ impl std::fmt::Debug for Stats {
 /// Sums the per-thread slots at scrape time; the text is prometheus-client's.
 impl Collector for Stats {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        let e = &mut encoder;
+        self.encode_families(&mut encoder)
+    }
+}
+
+impl Stats {
+    /// Every family, for a collector that adds others after them.
+    pub fn encode_families(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let version = [("version", env!("CARGO_PKG_VERSION"))];
         family::gauges(
             e,

@@ -1,11 +1,19 @@
 //! The `wse` profile: authenticate after the upgrade, greet with `server_ready`, answer
-//! `client_hello` and `ping`, and decode (so as to count) every other message.
+//! `client_hello` and `ping`, act on topic requests (`subscribe`, `unsubscribe`, `publish`,
+//! with the topic in `p`), and decode (so as to count) every other message.
+//!
+//! The WSE protocol has no client message for topics (its own server subscribes connections
+//! server-side), so the envelope carries the names of `wsload_proto::pubsub`:
+//! `{"t":"subscribe","p":{"topic":"T"}}`, `{"t":"publish","p":{"topic":"T","seq":N,...}}`, in
+//! any format the profile reads (JSON text, `M:` MsgPack, `C:` zlib). A publish reaches the
+//! subscribers as the publisher's frame, unchanged.
 
 use crate::config::Profile;
 use crate::handshake::HandshakeInfo;
 use crate::session::{self, Handler, Ws};
 use crate::state::ServerState;
 use crate::stats::Closed;
+use crate::topics::{Source, Subscriber};
 use futures_util::SinkExt;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
@@ -13,6 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use wsload_proto::envelope::{self, CLOSE_AUTH_FAILED};
 use wsload_proto::frame::{self, Format, FrameError, Inbound};
 use wsload_proto::jwt;
+use wsload_proto::pubsub::{PUBLISH, SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE, UNSUBSCRIBED};
 
 /// Per-connection protocol state.
 pub struct Wse<'a> {
@@ -21,15 +30,17 @@ pub struct Wse<'a> {
     seq: u64,
     /// Answer in `M:` MsgPack (the client connected with `format=msgpack`).
     msgpack: bool,
+    subscriber: Subscriber<'a>,
 }
 
 impl<'a> Wse<'a> {
-    fn new(shared: &'a ServerState, msgpack: bool) -> Self {
+    fn new(shared: &'a ServerState, msgpack: bool, subscriber: Subscriber<'a>) -> Self {
         Wse {
             shared,
             connection_id: uuid::Uuid::new_v4().to_string(),
             seq: 0,
             msgpack,
+            subscriber,
         }
     }
 
@@ -49,8 +60,53 @@ impl<'a> Wse<'a> {
         Message::Text(value.to_string().into())
     }
 
-    fn respond(&mut self, inbound: &Inbound<'_>) -> Option<Value> {
+    /// The answer to a topic request (`msg` is the frame, delivered as is by a publish).
+    fn topic_request(&mut self, kind: &str, inbound: &Inbound<'_>, msg: &Message) -> Option<Value> {
+        let p = inbound.p.as_ref();
+        let Some(topic) = p.and_then(|p| p.topic.as_deref()).filter(|t| !t.is_empty()) else {
+            let (id, seq) = self.next_ids();
+            return Some(envelope::error(
+                &id,
+                seq,
+                "BAD_REQUEST",
+                &format!("{kind} needs a non-empty p.topic"),
+            ));
+        };
+        let confirmed = match kind {
+            SUBSCRIBE => {
+                self.subscriber.subscribe(topic);
+                SUBSCRIBED
+            }
+            UNSUBSCRIBE => {
+                self.subscriber.unsubscribe(topic);
+                UNSUBSCRIBED
+            }
+            _ => {
+                let subscribers = self
+                    .subscriber
+                    .registry()
+                    .publish(topic, msg, Source::Client);
+                let p = p?;
+                if !p.ack {
+                    return None;
+                }
+                let (id, seq) = self.next_ids();
+                return Some(envelope::published(
+                    &id,
+                    seq,
+                    topic,
+                    p.seq.as_ref(),
+                    subscribers,
+                ));
+            }
+        };
+        let (id, seq) = self.next_ids();
+        Some(envelope::topic_confirmed(confirmed, &id, seq, topic))
+    }
+
+    fn respond(&mut self, inbound: &Inbound<'_>, msg: &Message) -> Option<Value> {
         match inbound.kind() {
+            kind @ (SUBSCRIBE | UNSUBSCRIBE | PUBLISH) => self.topic_request(kind, inbound, msg),
             "client_hello" => {
                 let (id, seq) = self.next_ids();
                 Some(envelope::server_hello(&id, seq, &self.connection_id))
@@ -70,13 +126,13 @@ impl<'a> Wse<'a> {
         format: Format,
     ) -> Result<Option<Value>, FrameError> {
         match (msg, format) {
-            (Message::Text(text), _) => Ok(self.respond(&frame::decode_text(text)?)),
+            (Message::Text(text), _) => Ok(self.respond(&frame::decode_text(text)?, msg)),
             (Message::Binary(b), Format::Msgpack) => {
-                Ok(self.respond(&frame::decode_msgpack(&b[2..])?))
+                Ok(self.respond(&frame::decode_msgpack(&b[2..])?, msg))
             }
             (Message::Binary(b), Format::Zlib) => {
                 let inner = frame::inflate(&b[2..], self.shared.config.max_message_size)?;
-                Ok(self.respond(&frame::decode_inflated(&inner)?))
+                Ok(self.respond(&frame::decode_inflated(&inner)?, msg))
             }
             // Counted as received; without a key exchange there is nothing to decode.
             (_, Format::Encrypted) => Ok(None),
@@ -128,7 +184,8 @@ fn authenticate(
 
 /// Serves one admitted `wse` connection.
 pub async fn serve(ws: &mut Ws, shared: &ServerState, info: HandshakeInfo) -> Closed {
-    let mut wse = Wse::new(shared, info.msgpack);
+    let (subscriber, outbox) = shared.topics.connect();
+    let mut wse = Wse::new(shared, info.msgpack, subscriber);
     let user = match authenticate(shared, info.token.as_deref()) {
         Ok(user) => user,
         Err((code, reason, text)) => {
@@ -151,5 +208,5 @@ pub async fn serve(ws: &mut Ws, shared: &ServerState, info: HandshakeInfo) -> Cl
     if let Err(e) = ws.flush().await {
         return session::fail(ws, e).await;
     }
-    session::run(ws, shared, Profile::Wse, &mut wse, None).await
+    session::run(ws, shared, Profile::Wse, &mut wse, None, Some(outbox)).await
 }

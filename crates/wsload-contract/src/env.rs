@@ -101,6 +101,16 @@ pub const SERVER_BROADCAST_INTERVAL: &str = "WSLOAD_SERVER_BROADCAST_INTERVAL";
 /// Each broadcast message's padding, bytes. Read by `wsload-server`
 /// (`--broadcast-payload-size`).
 pub const SERVER_BROADCAST_PAYLOAD_SIZE: &str = "WSLOAD_SERVER_BROADCAST_PAYLOAD_SIZE";
+/// Deliveries a topic subscriber's connection may have waiting before more are dropped (and
+/// counted). Read by `wsload-server` (`--subscriber-queue`).
+pub const SERVER_SUBSCRIBER_QUEUE: &str = "WSLOAD_SERVER_SUBSCRIBER_QUEUE";
+/// Topics `t0..tN-1` the server's own ticker publishes to. Read by `wsload-server`
+/// (`--ticker-topics`).
+pub const SERVER_TICKER_TOPICS: &str = "WSLOAD_SERVER_TICKER_TOPICS";
+/// Ticker messages per second to each of its topics. Read by `wsload-server` (`--ticker-rate`).
+pub const SERVER_TICKER_RATE: &str = "WSLOAD_SERVER_TICKER_RATE";
+/// Each ticker message's padding, bytes. Read by `wsload-server` (`--ticker-payload-size`).
+pub const SERVER_TICKER_PAYLOAD_SIZE: &str = "WSLOAD_SERVER_TICKER_PAYLOAD_SIZE";
 /// Read buffer per connection, bytes. Read by `wsload-server` (`--read-buffer-size`).
 pub const SERVER_READ_BUFFER_SIZE: &str = "WSLOAD_SERVER_READ_BUFFER_SIZE";
 /// Runtime worker threads. Read by `wsload-server` (`--threads`).
@@ -190,6 +200,10 @@ pub const ALL: &[&str] = &[
     SERVER_WSE_ALLOW_ANONYMOUS,
     SERVER_BROADCAST_INTERVAL,
     SERVER_BROADCAST_PAYLOAD_SIZE,
+    SERVER_SUBSCRIBER_QUEUE,
+    SERVER_TICKER_TOPICS,
+    SERVER_TICKER_RATE,
+    SERVER_TICKER_PAYLOAD_SIZE,
     SERVER_READ_BUFFER_SIZE,
     SERVER_THREADS,
     SERVER_LOG_FORMAT,

@@ -70,6 +70,28 @@ pub fn error(id: &str, seq: u64, code: &str, message: &str) -> Value {
     envelope("error", id, seq, json!({"code": code, "message": message}))
 }
 
+/// The answer to `subscribe` or `unsubscribe`: `t` is `subscribed` or `unsubscribed`.
+pub fn topic_confirmed(t: &str, id: &str, seq: u64, topic: &str) -> Value {
+    envelope(t, id, seq, json!({"topic": topic}))
+}
+
+/// The answer to a `publish` whose payload asked with `"ack":true`; `subscribers` as in
+/// [`crate::pubsub::published`].
+pub fn published(
+    id: &str,
+    seq: u64,
+    topic: &str,
+    publish_seq: Option<&serde_json::Number>,
+    subscribers: u64,
+) -> Value {
+    envelope(
+        crate::pubsub::PUBLISHED,
+        id,
+        seq,
+        json!({"topic": topic, "seq": publish_seq, "subscribers": subscribers}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

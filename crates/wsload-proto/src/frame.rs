@@ -95,6 +95,41 @@ pub struct InboundPayload {
     /// Milliseconds on the client's clock, echoed back in `PONG`.
     #[serde(default)]
     pub client_timestamp: Option<serde_json::Number>,
+    // The topic fields are read leniently: any other message may carry fields of these names
+    // with other types, and must still decode.
+    /// The topic of `subscribe`, `unsubscribe` and `publish`, when a string.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub topic: Option<String>,
+    /// A publish's sequence number in its topic, echoed in `published`, when a number.
+    #[serde(default, deserialize_with = "lenient::number")]
+    pub seq: Option<serde_json::Number>,
+    /// A publish that wants a `published` answer (`true`; anything else is no).
+    #[serde(default, deserialize_with = "lenient::flag")]
+    pub ack: bool,
+}
+
+/// Fields taken when of the expected type and ignored otherwise.
+mod lenient {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::{Number, Value};
+
+    pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Number>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Number(n) => Some(n),
+            _ => None,
+        })
+    }
+
+    pub fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        Ok(Value::deserialize(d)? == Value::Bool(true))
+    }
 }
 
 impl Inbound<'_> {
@@ -242,6 +277,24 @@ mod tests {
             decode_inflated(&inner).expect("inner msgpack").kind(),
             "ping"
         );
+    }
+
+    #[test]
+    fn topic_fields_are_read_when_well_typed_and_never_fail_a_message() {
+        let d = decode_text(r#"{"t":"publish","p":{"topic":"q","seq":4,"ack":true,"x":[1]}}"#)
+            .expect("publish");
+        let p = d.p.expect("payload");
+        assert_eq!(p.topic.as_deref(), Some("q"));
+        assert_eq!(p.seq.map(|n| n.to_string()), Some("4".into()));
+        assert!(p.ack);
+        let odd = json!({"t":"trade","p":{"topic":{"a":1},"seq":"7","ack":"yes"}});
+        let odd_text = odd.to_string();
+        let d = decode_text(&odd_text).expect("other types still decode");
+        let p = d.p.expect("payload");
+        assert_eq!((p.topic, p.seq, p.ack), (None, None, false));
+        let mp = encode_msgpack(&odd).expect("encode");
+        let d = decode_msgpack(&mp[2..]).expect("and in MsgPack");
+        assert_eq!(d.kind(), "trade");
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! - [`jwt`]: HS256 tokens, signed by the load generator and checked by the server.
 //! - [`frame`]: the `M:` (MsgPack), `C:` (zlib) and `E:` (encrypted) binary prefixes.
 //! - [`envelope`]: the `{c,t,id,ts,seq,p,v}` message envelope and the server's messages.
+//! - [`pubsub`]: topics (subscribe, publish, the server's ticker) in plain JSON.
 
 pub mod envelope;
 pub mod frame;
 pub mod jwt;
+pub mod pubsub;
 
 /// Errors from decoding or checking protocol data.
 #[derive(Debug, thiserror::Error)]

@@ -246,6 +246,8 @@ pub enum ServerProfile {
     Wse,
     Sink,
     Broadcast,
+    /// Topics: subscribe, unsubscribe and publish in plain JSON (`docs/server.md`).
+    Pubsub,
 }
 
 impl ServerProfile {
@@ -255,6 +257,7 @@ impl ServerProfile {
             ServerProfile::Wse => "wse",
             ServerProfile::Sink => "sink",
             ServerProfile::Broadcast => "broadcast",
+            ServerProfile::Pubsub => "pubsub",
         }
     }
 }
