@@ -47,9 +47,9 @@ pub const EXIT_WITH_PARENT: &str = "WSLOAD_EXIT_WITH_PARENT";
 /// clock-offset measurement can be checked against a known offset on one machine. `MS` shifts
 /// every shard that reads it; `INDEX=MS,...` only the shards named (`1=50`: shard 1, 50 ms
 /// ahead), which is how a test shifts one of the shards `wsload run` starts, as they all
-/// inherit its environment. Read once when `wsload shard` starts; moves everything the shard
-/// stamps (its cell starts and ends, `${sendTime}`) and its `GET /control/clock` alike. Not for
-/// real runs (not a flag).
+/// inherit its environment. Read once when `wsload shard` starts; moves what the shard stamps
+/// through the load generator's `clock` (its cells' starts and ends, the instants it is
+/// released at) and its `GET /control/clock` alike. Not for real runs (not a flag).
 pub const CLOCK_SHIFT_MS: &str = "WSLOAD_CLOCK_SHIFT_MS";
 /// The `wsload-server` binary to start for a managed server. Set by users, scripts and tests;
 /// read by `wsload run` and `wsload shard` (`--server-bin`).
