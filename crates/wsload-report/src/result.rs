@@ -5,6 +5,8 @@ use crate::hist::Hist;
 use crate::measure::Measure;
 use crate::timeline::{self, Sample};
 use serde::{Deserialize, Serialize};
+/// A shard's clock against its conductor's: one type for the result and the LoadTest status.
+pub use wsload_spec::status::ShardClock;
 use wsload_spec::{Scenario, Threshold};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -172,32 +174,6 @@ pub struct ShardInfo {
     /// shard's own result, from a single-process run, and from results written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ShardClock>,
-}
-
-/// How far a shard's wall clock is from its conductor's, NTP-style: from the probe of the
-/// smallest round trip over the control channel (wsload_control::clock).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ShardClock {
-    /// Shard clock minus conductor clock: positive when the shard runs ahead.
-    pub offset_micros: i64,
-    /// The true offset is within `offset_micros` ± this: half the round trip of the probe the
-    /// offset comes from (the reply was stamped somewhere within it).
-    pub uncertainty_micros: u64,
-    /// Probes taken over the run.
-    pub samples: u32,
-}
-
-impl ShardClock {
-    /// An instant the shard stamped, on the conductor's clock.
-    pub fn to_conductor(&self, shard_micros: u64) -> u64 {
-        shift(shard_micros, -self.offset_micros)
-    }
-}
-
-/// `micros` moved by `by` (signed), clamped to the u64 range.
-fn shift(micros: u64, by: i64) -> u64 {
-    (i128::from(micros) + i128::from(by)).clamp(0, i128::from(u64::MAX)) as u64
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
