@@ -178,6 +178,7 @@ pub const ALL: &[&str] = &[
     LINGER,
     THREADS,
     EXIT_WITH_PARENT,
+    CLOCK_SHIFT_MS,
     SERVER_BIN,
     SERVER_LOG,
     SERVER_LISTEN,
