@@ -1,22 +1,81 @@
 //! The wall clock: shards on different nodes share a start and compare instants in Unix time,
-//! which a monotonic `Instant` cannot carry between processes.
+//! which a monotonic `Instant` cannot carry between processes. Everything a shard stamps reads
+//! it here, and so does its `GET /control/clock`, so the offset the conductor measures is the
+//! offset of what the shard stamped.
 
+use crate::{Error, Result};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wsload_contract::env as var;
+
+/// The test hook's shift (wsload_contract::env::CLOCK_SHIFT_MS), microseconds; 0 unless a
+/// shard set it at start-up.
+static SHIFT_MICROS: AtomicI64 = AtomicI64::new(0);
 
 /// Wall-clock now, Unix milliseconds.
 pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    unix_micros() / 1000
 }
 
 /// Wall-clock now, Unix microseconds: shards on different nodes compare these.
 pub fn unix_micros() -> u64 {
-    SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_micros() as i64);
+    now.saturating_add(SHIFT_MICROS.load(Ordering::Relaxed))
+        .max(0) as u64
+}
+
+/// Applies the clock test hook for shard `index`, once, at the shard's start: the shift the
+/// variable gives this shard (none when unset or naming other shards). A value that does not
+/// parse is the input's fault.
+pub fn shift_from_env(index: u32) -> Result<i64> {
+    let Some(value) = std::env::var_os(var::CLOCK_SHIFT_MS) else {
+        return Ok(0);
+    };
+    let value = value.to_string_lossy();
+    let ms = shift_for(&value, index).map_err(|why| {
+        Error::Spec(format!(
+            "{}={value:?}: {why} (MS, or INDEX=MS,...)",
+            var::CLOCK_SHIFT_MS
+        ))
+    })?;
+    if ms != 0 {
+        tracing::warn!(
+            shift_ms = ms,
+            "test hook: this shard's wall clock is shifted"
+        );
+    }
+    SHIFT_MICROS.store(ms.saturating_mul(1000), Ordering::Relaxed);
+    Ok(ms)
+}
+
+/// The shift `value` gives shard `index`, milliseconds: `MS` for every shard, or
+/// `INDEX=MS,...` for those named.
+fn shift_for(value: &str, index: u32) -> std::result::Result<i64, String> {
+    let number = |s: &str| {
+        s.trim()
+            .parse::<i64>()
+            .map_err(|e| format!("{s:?} is not a whole number of milliseconds: {e}"))
+    };
+    if !value.contains('=') {
+        return number(value);
+    }
+    let mut shift = 0;
+    for part in value.split(',').filter(|p| !p.trim().is_empty()) {
+        let (shard, ms) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not INDEX=MS"))?;
+        let shard: u32 = shard
+            .trim()
+            .parse()
+            .map_err(|e| format!("{shard:?} is not a shard index: {e}"))?;
+        let ms = number(ms)?;
+        if shard == index {
+            shift = ms;
+        }
+    }
+    Ok(shift)
 }
 
 /// Sleeps until the wall clock reads `at_unix_ms`. In steps, so that a clock stepped by NTP
@@ -30,5 +89,22 @@ pub fn sleep_until_unix_ms(at_unix_ms: u64) {
             return;
         }
         std::thread::sleep(Duration::from_micros((target - now).min(100_000)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hook_names_every_shard_or_some() {
+        assert_eq!(shift_for("50", 3), Ok(50));
+        assert_eq!(shift_for(" -20 ", 0), Ok(-20));
+        assert_eq!(shift_for("1=50", 1), Ok(50));
+        assert_eq!(shift_for("1=50", 0), Ok(0));
+        assert_eq!(shift_for("0=-7, 2=9", 2), Ok(9));
+        assert!(shift_for("soon", 0).is_err());
+        assert!(shift_for("1=50,x=2", 1).is_err());
+        assert!(shift_for("1=50,2", 1).is_err());
     }
 }

@@ -22,7 +22,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use wsload_control::endpoint::{self, ShardEndpoint, json};
-use wsload_control::protocol::{CellOrder, Phase, StartRequest, State};
+use wsload_control::protocol::{CellOrder, ClockReading, Phase, StartRequest, State};
 use wsload_control::{CellKey, Conductor};
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
@@ -287,6 +287,12 @@ impl ShardEndpoint for Control {
 
     fn result(&self) -> Reply {
         Control::result(self)
+    }
+
+    fn clock(&self) -> ClockReading {
+        ClockReading {
+            unix_micros: clock::unix_micros(),
+        }
     }
 }
 

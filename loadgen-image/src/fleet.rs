@@ -25,6 +25,7 @@ use wsload_contract::announce;
 use wsload_contract::env as var;
 use wsload_control::barrier::{self, Barrier};
 use wsload_control::client::ShardClient;
+use wsload_control::clock::{self, Estimator};
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, Conductor, Phase, State, assemble};
 use wsload_spec::LoadTest;
@@ -50,6 +51,9 @@ struct ShardProc {
     lost: Option<Lost>,
     /// When its endpoint last answered.
     answered: Instant,
+    /// Its clock against this process's (wsload_control::clock), and when it was last probed.
+    clock: Estimator,
+    probed: Instant,
 }
 
 /// Why a shard was left out of the rest of the run.
@@ -64,6 +68,12 @@ enum Lost {
 }
 
 impl ShardProc {
+    /// `at` (Unix ms, this process's clock) as the instant this shard must be given to begin
+    /// then (wsload_control::clock::release_at).
+    fn release_at(&self, at: u64) -> u64 {
+        clock::release_at(at, self.clock.estimate().as_ref())
+    }
+
     fn tail(&self) -> String {
         let lines: Vec<String> = self.log.try_iter().collect();
         lines
@@ -217,6 +227,8 @@ fn spawn(
         log: rx,
         lost: None,
         answered: Instant::now(),
+        clock: Estimator::default(),
+        probed: Instant::now(),
     };
     let addr = addr_rx
         .recv_timeout(READY_TIMEOUT)
@@ -285,6 +297,54 @@ fn start_instant() -> u64 {
     crate::clock::unix_ms() + LEAD.as_millis() as u64
 }
 
+/// Probes the clock of every shard still in the run `times` times in a row (the shards at
+/// once); a probe that fails is only a sample missing.
+async fn probe_clocks(shards: &mut [ShardProc], times: usize) {
+    let live: Vec<usize> = (0..shards.len())
+        .filter(|&i| shards[i].lost.is_none())
+        .collect();
+    for _ in 0..times {
+        let samples = join_all(live.iter().map(|&i| shards[i].client.clock())).await;
+        for (&i, sample) in live.iter().zip(samples) {
+            match sample {
+                Ok(s) => shards[i].clock.add(s),
+                Err(e) => {
+                    tracing::debug!(shard = shards[i].index, error = %e, "clock probe failed")
+                }
+            }
+            shards[i].probed = Instant::now();
+        }
+    }
+}
+
+/// One probe of each shard whose last is [`clock::EVERY`] old: the estimates follow the
+/// clocks through the run.
+async fn probe_clocks_due(shards: &mut [ShardProc]) {
+    if shards
+        .iter()
+        .any(|s| s.lost.is_none() && s.probed.elapsed() >= clock::EVERY)
+    {
+        probe_clocks(shards, 1).await;
+    }
+}
+
+/// `shard 1 +50.012 ms ± 0.09 ms` for each shard whose clock answered.
+fn clock_summary(shards: &[ShardProc]) -> String {
+    let clocks: Vec<String> = shards
+        .iter()
+        .map(|s| match s.clock.estimate() {
+            Some(c) => format!(
+                "shard {} {} ± {}",
+                s.index,
+                wsload_report::findings::signed_ms(c.offset_micros),
+                wsload_report::ms(c.uncertainty_micros as f64 / 1e6)
+            ),
+            None => format!("shard {} not measured", s.index),
+        })
+        .collect();
+    clocks.join(", ")
+}
+
 /// Marks shards that exited as lost, saying so in `notes`.
 fn reap(shards: &mut [ShardProc], cell: &str, notes: &mut Vec<String>) {
     for s in shards.iter_mut().filter(|s| s.lost.is_none()) {
@@ -337,6 +397,11 @@ async fn conduct(
     let Some(mut key) = conductor.next(None) else {
         return Err(Error::Spec("the LoadTest has no cell to run".into()));
     };
+    probe_clocks(shards, clock::BURST).await;
+    crate::eprintln_above!(
+        "wsload: shard clocks against this process's: {}",
+        clock_summary(shards)
+    );
     start(shards, &key).await?;
     if let Some(bar) = &bar {
         bar.released(&key);
@@ -382,7 +447,12 @@ async fn conduct(
 /// before anything is measured.
 async fn start(shards: &[ShardProc], key: &CellKey) -> Result<()> {
     let at = start_instant();
-    let released = join_all(shards.iter().map(|s| s.client.start(at, Some(key.clone())))).await;
+    let released = join_all(
+        shards
+            .iter()
+            .map(|s| s.client.start(s.release_at(at), Some(key.clone()))),
+    )
+    .await;
     for (s, r) in shards.iter().zip(released) {
         if let Err(e) = r {
             return Err(Error::ShardControl {
@@ -409,6 +479,7 @@ async fn await_cell(
 ) -> Option<barrier::Merged> {
     loop {
         reap(shards, &key.label, notes);
+        probe_clocks_due(shards).await;
         let answers = states(shards).await;
         let mut silent = false;
         for (i, answer) in &answers {
@@ -432,11 +503,16 @@ async fn await_cell(
             tokio::time::sleep(POLL).await;
             continue;
         }
-        let known: Vec<&State> = answers
+        // On this process's clock: the skew is how far apart the shards really began.
+        let known: Vec<State> = answers
             .iter()
             .filter(|(i, _)| shards[*i].lost.is_none())
-            .filter_map(|(_, s)| s.as_ref())
+            .filter_map(|(i, s)| {
+                let clock = shards[*i].clock.estimate();
+                Some(clock::on_conductor_clock(s.as_ref()?, clock.as_ref()))
+            })
             .collect();
+        let known: Vec<&State> = known.iter().collect();
         match barrier::evaluate(key.index, &known) {
             Barrier::Waiting => tokio::time::sleep(POLL).await,
             Barrier::Passed(m) => return Some(m),
@@ -476,7 +552,11 @@ async fn release(shards: &mut [ShardProc], at: u64, key: &CellKey) {
     let live: Vec<usize> = (0..shards.len())
         .filter(|&i| shards[i].lost.is_none())
         .collect();
-    let answers = join_all(live.iter().map(|&i| shards[i].client.cell(at, key.clone()))).await;
+    let answers = join_all(live.iter().map(|&i| {
+        let s = &shards[i];
+        s.client.cell(s.release_at(at), key.clone())
+    }))
+    .await;
     for (i, a) in live.into_iter().zip(answers) {
         if let Err(e) = a {
             tracing::warn!(shard = shards[i].index, cell = %key.label, error = %e, "the cell was not released");
@@ -524,10 +604,14 @@ async fn collect(shards: &mut [ShardProc], notes: &mut Vec<String>) -> Result<Ru
             }
         };
         let Some(body) = body else { continue };
-        let part: RunResult = serde_json::from_str(&body).map_err(|source| Error::ShardResult {
-            index: s.index,
-            source,
-        })?;
+        let mut part: RunResult =
+            serde_json::from_str(&body).map_err(|source| Error::ShardResult {
+                index: s.index,
+                source,
+            })?;
+        if let Some(c) = s.clock.estimate() {
+            part.on_conductor_clock(c);
+        }
         match &mut merged {
             None => merged = Some(part),
             Some(m) => m.merge(&part).map_err(|why| Error::Shard {

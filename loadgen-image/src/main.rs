@@ -298,6 +298,8 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
             "--index {index} --count {count}: the index must be below the count"
         )));
     }
+    // Before anything is stamped: the whole run reads one (possibly shifted) clock.
+    wsload::clock::shift_from_env(index)?;
     let lt = match &file {
         Some(file) => LoadTest::from_file(file)?,
         None => loadtest_from_env()?,

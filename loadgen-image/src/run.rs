@@ -220,6 +220,7 @@ pub fn measure(
             started_at_micros: started,
             finished_at_micros: unix_micros(),
             error: error.clone(),
+            clock: None,
         });
     }
     if let Some(e) = &error {

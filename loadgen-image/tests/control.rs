@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wsload::report::RunResult;
 use wsload_contract::env as var;
-use wsload_control::protocol::{Phase, State};
+use wsload_control::protocol::{ClockReading, Phase, State};
 use wsload_http::http_client::{self, Response};
 
 const T: Duration = Duration::from_secs(5);
@@ -467,6 +467,64 @@ fn a_late_start_runs_at_once_and_an_unclaimed_result_lingers_out() {
         "exited before --linger: {:?}",
         done.elapsed()
     );
+}
+
+/// The clock test hook moves what the shard's clock endpoint answers and what the shard stamps
+/// alike: released at an instant of its own clock, it begins then and says so on that clock.
+#[test]
+fn the_clock_hook_shifts_the_clock_endpoint_and_the_stamps_alike() {
+    let server = Server::start(&[]);
+    let doc = loadtest(
+        "clock",
+        &format!(
+            "  target: {{url: {}/}}\n  scenario: pingLatency\n  connections: [2]\n  ping: {{count: 2}}\n",
+            server.ws
+        ),
+    );
+    let shift_ms: i64 = -30_000;
+    let s = Shard::start(
+        &["--index", "1", "--count", "2", "--linger", "1s"],
+        &[
+            (var::LOADTEST, doc.as_str()),
+            (var::CLOCK_SHIFT_MS, "0=5,1=-30000"),
+        ],
+        None,
+    );
+    s.await_ready();
+    let before = unix_ms() * 1000;
+    let r = s.get("/control/clock");
+    let after = unix_ms() * 1000 + 999;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reading: ClockReading = serde_json::from_str(&r.body).expect("a clock reading");
+    let offset = reading.unix_micros as i64 - ((before + after) / 2) as i64;
+    let bound = (after - before) / 2 + 1_000;
+    assert!(
+        (offset - shift_ms * 1000).unsigned_abs() <= bound,
+        "offset {offset} us, bound {bound} us"
+    );
+    assert_eq!(s.post("/control/clock", "{}").status, 405);
+    // 300 ms ahead on the shard's clock: in time, not "in the past" by 30 s.
+    let at = (unix_ms() as i64 + shift_ms + 300) as u64;
+    let (status, state) = s.start_at(at);
+    assert_eq!((status, state.note), (202, None));
+    let state = s.await_between(0);
+    let started = state.started_at_micros.expect("a start");
+    assert!(
+        (at * 1000..at * 1000 + 5_000_000).contains(&started),
+        "began at {started}, released for {at} (ms)"
+    );
+    let cell = state.last_cell.expect("the cell");
+    assert!(cell.finished_at_micros + 20_000_000 < unix_ms() * 1000);
+    assert_eq!(s.post("/control/end", "{}").status, 202);
+    let (result, _) = s.await_result();
+    assert!(result.shard_info[0].started_at_micros < (at + 5_000) * 1000);
+    // A value that does not parse stops the shard before anything runs.
+    let (code, err) = run_shard(
+        &["--await-start", "--index", "0", "--count", "1"],
+        &[(var::LOADTEST, doc.as_str()), (var::CLOCK_SHIFT_MS, "soon")],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains(var::CLOCK_SHIFT_MS), "{err}");
 }
 
 #[test]

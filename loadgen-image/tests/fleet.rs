@@ -23,6 +23,16 @@ fn scratch(name: &str) -> PathBuf {
 /// `wsload run` of a LoadTest with `body` as its spec, behind `shell` (e.g. a ulimit) if
 /// given; the result file is read when the run wrote one.
 fn run(name: &str, body: &str, shell: Option<&str>) -> (Output, Option<RunResult>) {
+    run_with(name, body, shell, &[])
+}
+
+/// [`run`] with `env` set for `wsload run`, which its shards inherit.
+fn run_with(
+    name: &str,
+    body: &str,
+    shell: Option<&str>,
+    env: &[(&str, &str)],
+) -> (Output, Option<RunResult>) {
     let dir = scratch(name);
     let file = dir.join("test.yaml");
     let out = dir.join("result.json");
@@ -32,6 +42,9 @@ fn run(name: &str, body: &str, shell: Option<&str>) -> (Output, Option<RunResult
     )
     .expect("write spec");
     let mut cmd = common::behind(shell, env!("CARGO_BIN_EXE_wsload"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let started = Instant::now();
     let output = cmd
         .arg("run")
@@ -82,6 +95,52 @@ fn three_shards_and_two_replicas_reconcile_delivery_exactly() {
         assert!(c.started_first_micros > 0 && c.shard_skew_ms().is_some());
     }
     assert!(r.verdict.is_some_and(|v| v.passed));
+}
+
+/// Two shard processes, one with its clock 50 ms ahead (the test hook): the conductor measures
+/// that offset within the uncertainty it states, the other's near 0, and still releases every
+/// cell on both at one true instant (without the offset in the release, or in the stamps,
+/// the skew would be 50 ms).
+#[test]
+fn a_shard_clock_50_ms_ahead_is_measured_and_its_cells_still_begin_with_the_others() {
+    let (o, r) = run_with(
+        "clock",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [10, 20]\n  duration: 1s\n  warmup: 200ms\n  shards: 2\n",
+        None,
+        &[(var::CLOCK_SHIFT_MS, "1=50")],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let r = r.expect("a result");
+    let clock = |i: usize| r.shard_info[i].clock.expect("the shard's clock measured");
+    let (on_time, ahead) = (clock(0), clock(1));
+    eprintln!("clocks: {on_time:?} {ahead:?}");
+    assert!(
+        on_time.offset_micros.unsigned_abs() <= on_time.uncertainty_micros + 1_000,
+        "{on_time:?}"
+    );
+    assert!(
+        (ahead.offset_micros - 50_000).unsigned_abs() <= ahead.uncertainty_micros + 1_000,
+        "{ahead:?}"
+    );
+    // The burst before the first cell, and more while it ran.
+    assert!(
+        on_time.samples >= 8 && ahead.samples >= 8,
+        "{on_time:?} {ahead:?}"
+    );
+    for c in &r.cells {
+        let skew = c.shard_skew_ms().expect("both shards began the cell");
+        assert!(skew < 25.0, "cell {}: skew {skew} ms", c.label);
+    }
+    let skew = r.start_skew_micros().expect("two shards' starts");
+    assert!(skew < 25_000, "start skew {skew} us");
+    assert!(
+        out.contains("Shard clocks against the conductor's"),
+        "{out}"
+    );
+    assert!(out.contains("shard 1 +"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("shard clocks against this process's"), "{err}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use wsload_control::Conductor;
-use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult};
+use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult, ShardClock};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
     LoadTestStatus, MAX_LISTED, Percentiles, ThresholdResult, TierFigures, Verdict,
@@ -61,10 +61,19 @@ pub struct Merging {
 }
 
 impl Merging {
-    /// Adds shard `index`'s stored result (gzip-compressed or plain JSON).
-    pub fn add(&mut self, index: u32, stored: &[u8]) -> Result<(), SummaryError> {
-        let r = wsload_report::stored::decode(stored)
+    /// Adds shard `index`'s stored result (gzip-compressed or plain JSON), its instants moved
+    /// onto the operator's clock when the shard's `clock` was measured.
+    pub fn add(
+        &mut self,
+        index: u32,
+        stored: &[u8],
+        clock: Option<ShardClock>,
+    ) -> Result<(), SummaryError> {
+        let mut r = wsload_report::stored::decode(stored)
             .map_err(|source| SummaryError::Parse { index, source })?;
+        if let Some(c) = clock {
+            r.on_conductor_clock(c);
+        }
         match self.merged.as_mut() {
             None => self.merged = Some(r),
             Some(m) => m
@@ -278,7 +287,7 @@ mod tests {
     fn merge(results: &[(u32, &RunResult)]) -> Result<RunResult, SummaryError> {
         let mut m = Merging::default();
         for (i, r) in results {
-            m.add(*i, &wsload_report::stored::encode(r).expect("encode"))?;
+            m.add(*i, &wsload_report::stored::encode(r).expect("encode"), None)?;
         }
         m.finish()
     }
@@ -313,9 +322,9 @@ mod tests {
         assert_eq!(merged.shards, [0, 1]);
         // A broken shard result is named, not skipped.
         let mut m = Merging::default();
-        m.add(0, &wsload_report::stored::encode(&a).expect("encode"))
+        m.add(0, &wsload_report::stored::encode(&a).expect("encode"), None)
             .expect("add");
-        let err = m.add(3, b"{}").expect_err("not a result");
+        let err = m.add(3, b"{}", None).expect_err("not a result");
         assert!(err.to_string().starts_with("shard 3"), "{err}");
         assert!(matches!(
             Merging::default().finish(),
@@ -380,7 +389,7 @@ mod tests {
             let mut r = one.clone();
             r.shards = vec![i];
             r.shard_info.iter_mut().for_each(|s| s.index = i);
-            m.add(i, &wsload_report::stored::encode(&r).expect("encode"))
+            m.add(i, &wsload_report::stored::encode(&r).expect("encode"), None)
                 .expect("add");
         }
         let merged = m.finish().expect("merged");

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{Api, ListParams, PostParams};
 use std::time::Duration;
 use support::{Cluster, Kubelet, KubeletOpts, wait_for};
+use wsload_contract::env as var;
 use wsload_operator::leader::LeaderConfig;
 use wsload_operator::reconcile::Config;
 use wsload_spec::LoadTestResource;
@@ -149,7 +150,8 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         &e,
         "two",
         &format!(
-            "{TWO_SHARDS}  run: {{cleanup: keep}}\n  loadgen:\n    sysctls: {{net.ipv4.ip_local_port_range: \"1024 65535\"}}\n    tuning: {{sysctls: {{net.core.somaxconn: \"4096\"}}}}\n"
+            "{TWO_SHARDS}  run: {{cleanup: keep}}\n  loadgen:\n    sysctls: {{net.ipv4.ip_local_port_range: \"1024 65535\"}}\n    tuning: {{sysctls: {{net.core.somaxconn: \"4096\"}}}}\n    env: [{{name: {}, value: \"1=50\"}}]\n",
+            var::CLOCK_SHIFT_MS
         ),
     )
     .await;
@@ -165,8 +167,21 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         st.shards
     );
     assert!(st.shards.iter().all(|s| s.started_at_micros.is_some()));
+    // Shard 1's clock runs 50 ms ahead (the test hook): the operator measured it within the
+    // uncertainty it states, shard 0's near 0, and released both at one true instant.
+    let clock = |i: usize| st.shards[i].clock.expect("the shard's clock in status");
+    let (on_time, ahead) = (clock(0), clock(1));
+    assert!(
+        on_time.offset_micros.unsigned_abs() <= on_time.uncertainty_micros + 1_000,
+        "{on_time:?}"
+    );
+    assert!(
+        (ahead.offset_micros - 50_000).unsigned_abs() <= ahead.uncertainty_micros + 1_000,
+        "{ahead:?}"
+    );
+    assert!(on_time.samples >= 8 && ahead.samples >= 8);
     let skew = st.start_skew_millis.expect("skew measured");
-    assert!(skew >= 0.0);
+    assert!((0.0..25.0).contains(&skew), "start skew {skew} ms");
     // One cell, conducted by the operator: both shards finished it, and the server's counter
     // (read before it and settled after it) took in exactly what they sent.
     assert!(st.server_received_baseline.is_some());
@@ -207,6 +222,13 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
     }
     let merged = merged(&e, "two").await;
     assert_eq!(merged["shards"], serde_json::json!([0, 1]));
+    let offset = &merged["shardInfo"][1]["clock"]["offsetMicros"];
+    assert!(
+        offset
+            .as_i64()
+            .is_some_and(|o| (45_000..55_000).contains(&o)),
+        "{offset}"
+    );
 
     // Children: owned by the LoadTest, placed apart, the server behind a Service.
     let lt = e.lts.get("two").await.expect("get");

@@ -43,6 +43,14 @@ pub const THREADS: &str = "WSLOAD_THREADS";
 /// The pid of the `wsload run` that started this shard: the shard dies with it. Set by
 /// `wsload run` on the shards it starts; read by `wsload shard` (not a flag).
 pub const EXIT_WITH_PARENT: &str = "WSLOAD_EXIT_WITH_PARENT";
+/// Test hook: shifts the shard's wall clock by signed milliseconds, so that the conductor's
+/// clock-offset measurement can be checked against a known offset on one machine. `MS` shifts
+/// every shard that reads it; `INDEX=MS,...` only the shards named (`1=50`: shard 1, 50 ms
+/// ahead), which is how a test shifts one of the shards `wsload run` starts, as they all
+/// inherit its environment. Read once when `wsload shard` starts; moves what the shard stamps
+/// through the load generator's `clock` (its cells' starts and ends, the instants it is
+/// released at) and its `GET /control/clock` alike. Not for real runs (not a flag).
+pub const CLOCK_SHIFT_MS: &str = "WSLOAD_CLOCK_SHIFT_MS";
 /// The `wsload-server` binary to start for a managed server. Set by users, scripts and tests;
 /// read by `wsload run` and `wsload shard` (`--server-bin`).
 pub const SERVER_BIN: &str = "WSLOAD_SERVER_BIN";
@@ -180,6 +188,7 @@ pub const ALL: &[&str] = &[
     LINGER,
     THREADS,
     EXIT_WITH_PARENT,
+    CLOCK_SHIFT_MS,
     SERVER_BIN,
     SERVER_LOG,
     SERVER_LISTEN,

@@ -1,9 +1,10 @@
 //! The conductor's side of the shard control protocol over HTTP (the operator against pod
 //! IPs, `wsload run` against its shard processes on loopback).
 
-use crate::protocol::{self, CellKey, CellOrder, StartRequest, State};
+use crate::clock::{self, Sample};
+use crate::protocol::{self, CellKey, CellOrder, ClockReading, StartRequest, State};
 use crate::{Error, Result};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wsload_http::http_client::{Client, Response};
 
 /// One shard's endpoint. Clones share one connection pool: build it within the Tokio runtime
@@ -96,6 +97,22 @@ impl ShardClient {
             409 => Ok(None),
             s => Err(Error::Shard(format!("GET {url}: HTTP {s}"))),
         }
+    }
+
+    /// One probe of the shard's clock (crate::clock). The round trip is the whole exchange
+    /// as this end sees it, so a probe that had to open a connection is merely a poor one.
+    pub async fn clock(&self) -> Result<Sample> {
+        let url = self.url(protocol::CLOCK);
+        let sent = clock::conductor_micros();
+        let began = Instant::now();
+        let r = self.http.get(&url, self.timeout).await?;
+        let round_trip = began.elapsed();
+        if r.status != 200 {
+            return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
+        }
+        let reading: ClockReading =
+            serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("GET {url}: {e}")))?;
+        Ok(Sample::new(sent, reading, round_trip))
     }
 
     /// Lets the shard exit: its result is stored.

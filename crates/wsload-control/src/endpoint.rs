@@ -2,7 +2,7 @@
 //! load generator's `wsload shard --await-start`, and the operator tests' fake shards): which
 //! request is which call, and what a wrong method gets.
 
-use crate::protocol::{self, CellOrder, Phase, StartRequest, State};
+use crate::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
 use wsload_http::{Reply, Request};
 
 /// What a shard does for each control request; the answers are the shard's (202, 409, ...).
@@ -16,6 +16,8 @@ pub trait ShardEndpoint {
     fn end(&self) -> Reply;
     /// `GET /control/result`.
     fn result(&self) -> Reply;
+    /// `GET /control/clock`: the wall clock the shard stamps its measurements with.
+    fn clock(&self) -> ClockReading;
 }
 
 /// A JSON reply (a 500 saying so if `value` cannot be serialized).
@@ -38,7 +40,8 @@ pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply>
         protocol::END if post => shard.end(),
         protocol::RESULT if get => shard.result(),
         protocol::FINISH if post => json(200, &shard.state()),
-        protocol::STATE | protocol::RESULT => {
+        protocol::CLOCK if get => json(200, &shard.clock()),
+        protocol::STATE | protocol::RESULT | protocol::CLOCK => {
             Reply::text(405, format!("{}: only GET\n", request.path))
         }
         protocol::START | protocol::CELL | protocol::END | protocol::FINISH => {

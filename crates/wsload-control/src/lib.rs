@@ -8,6 +8,7 @@
 //! - [`barrier`]: whether every live shard has finished a cell, and the merged outcome.
 //! - [`settle`]: when the server's received counter has taken in what the shards sent.
 //! - [`assemble`]: the merged result completed with what only the conductor knows.
+//! - [`clock`]: each shard's clock offset against the conductor's, from probes.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -17,6 +18,7 @@
 pub mod assemble;
 pub mod barrier;
 pub mod client;
+pub mod clock;
 pub mod endpoint;
 pub mod protocol;
 pub mod sequence;

@@ -8,6 +8,7 @@
 //! POST /control/end     {}            -> 202 State (the shard builds its result)
 //! GET  /control/result  -> 200 RunResult JSON, or 409 State while there is none
 //! POST /control/finish  {}            -> 200 State (the result is stored: exit)
+//! GET  /control/clock   -> 200 ClockReading {"unixMicros": u64}
 //! ```
 //!
 //! After each cell the shard is `between`, with the cell's [`CellSummary`], until the
@@ -23,6 +24,7 @@ pub const CELL: &str = "/control/cell";
 pub const END: &str = "/control/end";
 pub const RESULT: &str = "/control/result";
 pub const FINISH: &str = "/control/finish";
+pub const CLOCK: &str = "/control/clock";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -121,6 +123,14 @@ impl State {
             )
         });
     }
+}
+
+/// `GET /control/clock`: the shard's wall clock, read when the request is answered, from the
+/// clock it stamps its measurements with (crate::clock: how the conductor uses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClockReading {
+    pub unix_micros: u64,
 }
 
 /// `POST /control/start`: the first cell's instant. Without `cell`, the first cell of the

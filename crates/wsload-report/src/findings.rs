@@ -9,7 +9,7 @@ use crate::result::{CellResult, RunResult};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     pub rule: Rule,
-    /// The cell's label (a tier, a size, a format).
+    /// The cell's label (a tier, a size, a format), or `shard N` for a shard's clock.
     pub cell: String,
     /// The likely cause and what to do about it.
     pub cause: String,
@@ -27,6 +27,9 @@ pub enum Rule {
     Failure,
     Unsolicited,
     ClientBehind,
+    /// A shard's clock offset is known only loosely: instants compared across shards are
+    /// uncertain by that much.
+    ClockUncertain,
 }
 
 impl std::fmt::Display for Finding {
@@ -39,7 +42,12 @@ impl std::fmt::Display for Finding {
     }
 }
 
-/// Every rule over every cell, in cell order.
+/// A shard clock's uncertainty above which instants compared across nodes are called loose:
+/// a fan-out delivery inside one data centre takes a few milliseconds, so an error of more
+/// than one blurs what it measures; a probe's round trip on a quiet network is well under it.
+pub const CLOCK_UNCERTAINTY_MICROS: u64 = 1_000;
+
+/// Every rule over every cell, in cell order, then the run's shard clocks.
 pub fn findings(r: &RunResult) -> Vec<Finding> {
     let rules: [fn(&CellResult) -> Option<Finding>; 6] = [
         syn_retransmits,
@@ -57,7 +65,39 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .filter_map(move |rule| rule(c))
                 .chain(failures(c))
         })
+        .chain(clock_uncertain(r))
         .collect()
+}
+
+/// Shards whose clock offset the conductor could not pin within
+/// [`CLOCK_UNCERTAINTY_MICROS`]: the control channel's round trips were long (a busy shard, a
+/// far or congested network), so what compares their instants with another node's (start
+/// skew, latencies from a publish instant) is uncertain by that much. Named by shard.
+pub fn clock_uncertain(r: &RunResult) -> Vec<Finding> {
+    r.shard_info
+        .iter()
+        .filter_map(|s| Some((s.index, s.clock?)))
+        .filter(|(_, c)| c.uncertainty_micros > CLOCK_UNCERTAINTY_MICROS)
+        .map(|(index, c)| Finding {
+            rule: Rule::ClockUncertain,
+            cell: format!("shard {index}"),
+            cause: format!(
+                "this shard's clock offset is known only to within {}: instants it stamped compare with other nodes' no closer than that; the probes' round trips were long (a busy shard or a slow network)",
+                ms(c.uncertainty_micros as f64 / 1e6)
+            ),
+            evidence: format!(
+                "offset {} ± {}, the best of {} probes",
+                signed_ms(c.offset_micros),
+                ms(c.uncertainty_micros as f64 / 1e6),
+                c.samples
+            ),
+        })
+        .collect()
+}
+
+/// Signed microseconds as milliseconds: `+50.012 ms`, `-0.300 ms`.
+pub fn signed_ms(micros: i64) -> String {
+    format!("{:+.3} ms", micros as f64 / 1000.0)
 }
 
 /// One finding per reason connections failed to open or ended for, with how many and the

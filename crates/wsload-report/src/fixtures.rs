@@ -56,6 +56,7 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
             started_at_micros,
             finished_at_micros: started_at_micros + 10_000_000,
             error: None,
+            clock: None,
         }],
         spec: None,
     };

@@ -417,6 +417,14 @@ fn shards(o: &mut String, r: &RunResult) {
         o.push_str("<h3>Start skew per cell</h3><p>Shards begin each cell at one released instant; the skew is how far apart they actually began.</p>");
         table(o, &["Cell", "Skew"], &skews);
     }
+    let clocks = r.clock_lines();
+    if !clocks.is_empty() {
+        o.push_str("<h3>Shard clocks</h3><p>Each shard's wall clock against the conductor's (offset ± uncertainty, probes taken); the instants above are on the conductor's clock.</p><ul>");
+        for line in &clocks {
+            let _ = write!(o, "<li>{}</li>", escape(line));
+        }
+        o.push_str("</ul>");
+    }
     o.push_str("</section>");
 }
 

@@ -38,7 +38,7 @@ pub use html::html;
 pub use measure::{ConnectError, Counts, Dropped, Hists, Measure};
 pub use numbers::{human_rate, in_units, ms, num};
 pub use result::{
-    CellResult, Check, Figures, Part, Percentiles, Probe, RunResult, ShardInfo, Verdict,
+    CellResult, Check, Figures, Part, Percentiles, Probe, RunResult, ShardClock, ShardInfo, Verdict,
 };
 pub use spec_copy::REDACTED;
 pub use timeline::{Recorder, Sample, Totals};
@@ -48,6 +48,6 @@ pub use timeline::{Recorder, Sample, Totals};
 pub mod report {
     pub use crate::numbers::{human_rate, in_units, ms, num};
     pub use crate::result::{
-        CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardInfo, Verdict,
+        CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardClock, ShardInfo, Verdict,
     };
 }

@@ -5,6 +5,8 @@ use crate::hist::Hist;
 use crate::measure::Measure;
 use crate::timeline::{self, Sample};
 use serde::{Deserialize, Serialize};
+/// A shard's clock against its conductor's: one type for the result and the LoadTest status.
+pub use wsload_spec::status::ShardClock;
 use wsload_spec::{Scenario, Threshold};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -168,6 +170,10 @@ pub struct ShardInfo {
     /// Why the shard's run ended early; its cells are what it measured until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The shard's clock against the conductor's, as the conductor measured it (absent from a
+    /// shard's own result, from a single-process run, and from results written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ShardClock>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -243,6 +249,30 @@ impl RunResult {
         }
     }
 
+    /// One shard's result moved onto its conductor's clock: every instant the shard stamped
+    /// (its start and end, each cell's start) less the shard's measured offset, so spreads
+    /// over shards compare one clock's readings; the clock is kept in its shard record.
+    /// Applied once, by the conductor, before the merge.
+    pub fn on_conductor_clock(&mut self, clock: ShardClock) {
+        let at = |micros: u64| {
+            if micros == 0 {
+                0
+            } else {
+                clock.to_conductor(micros)
+            }
+        };
+        for s in &mut self.shard_info {
+            s.started_at_micros = at(s.started_at_micros);
+            s.finished_at_micros = at(s.finished_at_micros);
+            s.clock = Some(clock);
+        }
+        for c in &mut self.cells {
+            c.started_first_micros = at(c.started_first_micros);
+            c.started_last_micros = at(c.started_last_micros);
+        }
+        self.started_at_unix_ms = at(self.started_at_unix_ms.saturating_mul(1000)) / 1000;
+    }
+
     /// The spread of the shards' start instants (microseconds), when more than one recorded it.
     pub fn start_skew_micros(&self) -> Option<u64> {
         let starts = self.shard_info.iter().map(|s| s.started_at_micros);
@@ -255,6 +285,62 @@ impl RunResult {
 mod tests {
     use super::*;
     use crate::fixtures::shard;
+
+    /// Two shards that began together by the true clock, one of them 50 ms ahead: on the
+    /// conductor's clock the skew is what it really was, and the clocks are kept and told.
+    #[test]
+    fn shard_instants_move_onto_the_conductors_clock_before_the_merge() {
+        let start = 1_800_000_000_000_000;
+        let mut a = shard(0, 10, 1, start + 120);
+        let mut b = shard(1, 10, 1, start + 50_000);
+        b.cells[0].started_first_micros = start + 50_000;
+        b.cells[0].started_last_micros = start + 50_000;
+        let on_time = ShardClock {
+            offset_micros: -100,
+            uncertainty_micros: 60,
+            samples: 9,
+        };
+        let ahead = ShardClock {
+            offset_micros: 49_950,
+            uncertainty_micros: 2_400,
+            samples: 11,
+        };
+        a.on_conductor_clock(on_time);
+        b.on_conductor_clock(ahead);
+        assert_eq!(b.shard_info[0].started_at_micros, start + 50);
+        assert_eq!(b.shard_info[0].finished_at_micros, start + 50 + 10_000_000);
+        assert_eq!(b.started_at_unix_ms, start / 1000);
+        a.merge(&b).expect("merge");
+        assert_eq!(a.start_skew_micros(), Some(170));
+        assert_eq!(a.cells[0].shard_skew_ms(), Some(0.17));
+        assert_eq!(a.shard_info[1].clock, Some(ahead));
+        let json = serde_json::to_string(&a).expect("ser");
+        assert!(
+            json.contains(
+                r#""clock":{"offsetMicros":49950,"uncertaintyMicros":2400,"samples":11}"#
+            ),
+            "{json}"
+        );
+        let text = a.render();
+        assert!(
+            text.contains("shard 0 -0.100 ms ± 60 us (9), shard 1 +49.950 ms ± 2.40 ms (11)"),
+            "{text}"
+        );
+        // Only the loosely known clock is a finding.
+        let found: Vec<String> = crate::findings::clock_uncertain(&a)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(
+                "finding [shard 1]: this shard's clock offset is known only to within 2.40 ms"
+            ),
+            "{found:?}"
+        );
+        assert!(text.contains(&found[0]), "{text}");
+        assert!(crate::html(&a).contains("shard 1 +49.950 ms ± 2.40 ms (11)"));
+    }
 
     #[test]
     fn results_written_before_timelines_still_read() {

@@ -1,8 +1,9 @@
 //! The result as text for a terminal or a Markdown file: the cell table, findings, probes,
 //! shard skew, notes and the verdict, in the style of the seed reports.
 
+use crate::findings::signed_ms;
 use crate::measure::NEGOTIATED;
-use crate::numbers::{in_units, num};
+use crate::numbers::{in_units, ms, num};
 use crate::result::{Check, RunResult};
 use crate::table::cell_table;
 use std::fmt::Write as _;
@@ -29,6 +30,23 @@ impl RunResult {
             String::new()
         };
         format!("{} against {}{shards}", self.scenario.as_str(), self.target)
+    }
+
+    /// `shard 1 +50.012 ms ± 0.09 ms (12)` for each shard whose clock the conductor measured.
+    pub(crate) fn clock_lines(&self) -> Vec<String> {
+        self.shard_info
+            .iter()
+            .filter_map(|s| {
+                let c = s.clock?;
+                Some(format!(
+                    "shard {} {} ± {} ({})",
+                    s.index,
+                    signed_ms(c.offset_micros),
+                    ms(c.uncertainty_micros as f64 / 1e6),
+                    c.samples
+                ))
+            })
+            .collect()
     }
 
     /// Tables in the style of the seed reports, and the verdict.
@@ -81,6 +99,14 @@ impl RunResult {
                 .filter_map(|c| c.shard_skew_ms().map(|s| format!("{} {s:.1} ms", c.label)))
                 .collect();
             let _ = writeln!(o, "  {}", skews.join(", "));
+        }
+        let clocks = self.clock_lines();
+        if !clocks.is_empty() {
+            let _ = writeln!(
+                o,
+                "\nShard clocks against the conductor's (offset ± uncertainty, probes; the instants above are on the conductor's clock):"
+            );
+            let _ = writeln!(o, "  {}", clocks.join(", "));
         }
         for n in &self.notes {
             let _ = writeln!(o, "note: {n}");

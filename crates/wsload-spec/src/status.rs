@@ -201,6 +201,33 @@ pub struct ShardStatus {
     /// Container restarts seen (a restarted shard would repeat load: it fails).
     #[serde(skip_serializing_if = "is_zero")]
     pub restarts: u32,
+    /// Its wall clock against the operator's, once probed; `startedAtMicros` is on the
+    /// operator's clock when this is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ShardClock>,
+}
+
+/// How far a shard's wall clock is from its conductor's (the operator, or `wsload run`),
+/// NTP-style: from the probe of the smallest round trip over the control channel
+/// (wsload_control::clock). In the LoadTest status and in the result (`shardInfo[].clock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardClock {
+    /// Shard clock minus conductor clock: positive when the shard runs ahead.
+    pub offset_micros: i64,
+    /// The true offset is within `offsetMicros` ± this: half the round trip of the probe the
+    /// offset comes from (the reply was stamped somewhere within it).
+    pub uncertainty_micros: u64,
+    /// Probes taken.
+    pub samples: u32,
+}
+
+impl ShardClock {
+    /// An instant the shard stamped (Unix µs), on the conductor's clock.
+    pub fn to_conductor(&self, shard_micros: u64) -> u64 {
+        (i128::from(shard_micros) - i128::from(self.offset_micros)).clamp(0, i128::from(u64::MAX))
+            as u64
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

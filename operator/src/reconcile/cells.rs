@@ -199,13 +199,18 @@ impl View<'_> {
             .filter(|(_, s)| s.state == ShardPhase::Between && s.cells_done == cell.index)
             .map(|(i, _)| i);
         let targets = self.addresses(waiting);
-        let start_at = cell.start_at_millis;
-        let answers = fanout::each(
+        // Each shard its instant on its own clock: all begin at the cell's on the operator's.
+        let at: BTreeMap<u32, u64> = targets
+            .iter()
+            .map(|(i, _)| (*i, self.release_at(*i, cell.start_at_millis)))
+            .collect();
+        let answers = fanout::each_indexed(
             &self.ctx.http,
             &targets,
             self.ctx.config.control_timeout,
-            |c| {
+            |i, c| {
                 let key = key.clone();
+                let start_at = at.get(&i).copied().unwrap_or(cell.start_at_millis);
                 async move { c.cell(start_at, key).await }
             },
         )

@@ -209,8 +209,9 @@ impl View<'_> {
         while let Some((i, read)) = stream.next().await {
             match read {
                 Ok(bytes) => {
+                    let clock = self.shard(i).and_then(|s| s.clock);
                     if merge_error.is_none()
-                        && let Err(e) = merging.add(i, &bytes)
+                        && let Err(e) = merging.add(i, &bytes, clock)
                     {
                         merge_error = Some(e);
                     }

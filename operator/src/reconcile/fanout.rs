@@ -23,6 +23,21 @@ where
     F: Fn(ShardClient) -> Fut,
     Fut: Future<Output = T>,
 {
+    each_indexed(http, targets, timeout, |_, c| call(c)).await
+}
+
+/// [`each`] with `call` told which shard it calls: for a request whose body differs by shard
+/// (each one's release instant on its own clock).
+pub(super) async fn each_indexed<T, F, Fut>(
+    http: &Client,
+    targets: &[(u32, String)],
+    timeout: Duration,
+    call: F,
+) -> Vec<(u32, T)>
+where
+    F: Fn(u32, ShardClient) -> Fut,
+    Fut: Future<Output = T>,
+{
     // Futures built up front, owning what they need: a stream mapping borrowed items with a
     // closure makes the reconcile future's Send-ness depend on higher-ranked lifetimes the
     // compiler cannot prove.
@@ -30,12 +45,10 @@ where
         .iter()
         .map(|(i, ip)| {
             let i = *i;
-            let answer = call(ShardClient::with_http(
-                http.clone(),
-                ip,
-                SHARD_PORT,
-                timeout,
-            ));
+            let answer = call(
+                i,
+                ShardClient::with_http(http.clone(), ip, SHARD_PORT, timeout),
+            );
             async move { (i, answer.await) }
         })
         .collect();

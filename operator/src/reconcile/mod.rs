@@ -4,6 +4,7 @@
 //! a running test where the old one left it.
 
 mod cells;
+mod clocks;
 mod collect;
 mod conditions;
 mod fanout;
@@ -49,6 +50,9 @@ pub struct Context {
     /// The server counter settling after a cell, per LoadTest uid. In memory only: it is a
     /// few seconds of readings, and a restarted operator simply settles the cell again.
     pub settles: Mutex<HashMap<String, cells::Settling>>,
+    /// Each running test's shard clock probes, per LoadTest uid (clocks.rs). In memory only:
+    /// status keeps the estimates, and a restarted operator probes afresh.
+    pub clocks: Mutex<HashMap<String, clocks::Clocks>>,
 }
 
 impl Context {
@@ -67,6 +71,7 @@ impl Context {
             config,
             http: Client::new(),
             settles: Mutex::new(HashMap::new()),
+            clocks: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -122,6 +127,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     if lt.meta().deletion_timestamp.is_some() {
         ctx.metrics.set_phase(&uid, None);
         cells::forget(&ctx, &uid);
+        clocks::forget(&ctx, &uid);
         return Ok(Action::await_change());
     }
     let apis = Apis {
@@ -156,6 +162,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     ctx.metrics.set_phase(&uid, st.phase.map(|p| p.as_str()));
     if st.phase.is_some_and(Phase::is_finished) {
         cells::forget(&ctx, &uid);
+        clocks::forget(&ctx, &uid);
     }
     action
 }

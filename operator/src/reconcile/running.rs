@@ -40,6 +40,7 @@ impl View<'_> {
             self.mark_failed(Reason::ServerLost, format!("{why} during the run"));
         }
         let targets = self.live_shard_addresses();
+        self.probe_clocks_due(&targets).await;
         let (states, all_answered) = self.poll_shards(&targets).await;
         self.st.start_skew_millis = skew_millis(&self.st.shards);
         let soon = self.conduct(&states, all_answered).await;
@@ -120,8 +121,10 @@ impl View<'_> {
         (states, all_answered)
     }
 
-    /// Records what shard `i` answered; its state back when it is still in the run.
+    /// Records what shard `i` answered; its state back when it is still in the run, its
+    /// instants on the operator's clock (so the skews are how far apart shards really began).
     fn note_state(&mut self, i: u32, cs: State) -> Option<State> {
+        let cs = self.on_operator_clock(i, &cs);
         if let (Some(us), Some(s)) = (
             cs.started_at_micros,
             self.st.shards.iter_mut().find(|s| s.index == i),
@@ -190,7 +193,7 @@ fn live(state: ShardState) -> bool {
     )
 }
 
-/// Spread of the shards' actual start instants (Unix microseconds, as each reported it).
+/// Spread of the shards' actual start instants (Unix microseconds, on the operator's clock).
 fn skew_millis(shards: &[ShardStatus]) -> Option<f64> {
     let starts = shards.iter().filter_map(|s| s.started_at_micros);
     let (min, max) = starts.fold(None, |acc: Option<(u64, u64)>, us| match acc {

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use wsload_spec::ManagedServer;
 use wsload_spec::status::{Phase, ShardState};
@@ -244,6 +245,9 @@ impl View<'_> {
         // status before any shard hears it, so an operator that restarts mid-release sends
         // every shard the same instant.
         let Some(start_ms) = self.st.start_at_millis else {
+            // Every shard's clock first: the release instants are corrected by it.
+            self.probe_clocks(&pods.ready, wsload_control::clock::BURST)
+                .await;
             return Ok(self.fix_start_instant(start_limit).await);
         };
         if self.st.cells.is_empty()
@@ -377,13 +381,20 @@ impl View<'_> {
             })
             .cloned()
             .collect();
-        let answers = fanout::each(
+        // Each shard its instant on its own clock: all begin at `start_ms` on the operator's.
+        let at: BTreeMap<u32, u64> = unreleased
+            .iter()
+            .map(|(i, _)| (*i, self.release_at(*i, start_ms)))
+            .collect();
+        let answers = fanout::each_indexed(
             &self.ctx.http,
             &unreleased,
             self.ctx.config.control_timeout,
-            |c| async move {
-                // No cell named: every shard runs the spec's first cell, the one recorded above.
-                c.start(start_ms, None).await
+            |i, c| {
+                let at = at.get(&i).copied().unwrap_or(start_ms);
+                // No cell named: every shard runs the spec's first cell, the one recorded
+                // above.
+                async move { c.start(at, None).await }
             },
         )
         .await;

@@ -41,7 +41,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use wsload_contract::env as var;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
-use wsload_control::protocol::{self, CellOrder, Phase, StartRequest, State};
+use wsload_control::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
 use wsload_control::{CellKey, CellSummary, Conductor};
 use wsload_http::prometheus_client::metrics::gauge::Gauge;
 use wsload_http::prometheus_client::registry::Registry;
@@ -882,6 +882,7 @@ impl FakeShard {
             started_at_micros: started,
             finished_at_micros: finished,
             error: None,
+            clock: None,
         });
         result.judge();
         result
@@ -1020,6 +1021,13 @@ impl ShardEndpoint for Endpoint {
 
     fn result(&self) -> Reply {
         self.0.result()
+    }
+
+    /// The host's clock, which every made-up instant of these shards is read from.
+    fn clock(&self) -> ClockReading {
+        ClockReading {
+            unix_micros: unix_micros(),
+        }
     }
 }
 
