@@ -14,7 +14,7 @@ use crate::encoding::Encoding;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::ops::{DerefMut, Range};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::{Conversation, MeasuredMessage, Payload};
 use wsload_spec::json_path::Memo;
@@ -460,10 +460,10 @@ pub struct SendTime {
 }
 
 impl SendTime {
+    /// The shard's wall clock (`clock::unix_micros`, which the clock test hook shifts), as
+    /// the conductor's clock offsets are measured against.
     pub fn now() -> SendTime {
-        let us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        let us = crate::clock::unix_micros();
         let mut b = itoa::Buffer::new();
         let text = b.format(us).as_bytes();
         let mut digits = [0u8; 20];
