@@ -301,8 +301,7 @@ impl Script {
         match id {
             None => Recognised::Next,
             Some(x) => x
-                .extract_memo(data, memo)
-                .and_then(parse_u64)
+                .extract_u64_memo(data, memo)
                 .map_or(Recognised::No, Recognised::Id),
         }
     }
@@ -311,18 +310,6 @@ impl Script {
 /// How many digits `n` has in decimal.
 fn decimal_len(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
-}
-
-/// A decimal `${seq}` read back; anything else is not one.
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 20 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit()
-            .then_some(())
-            .and_then(|_| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-    })
 }
 
 /// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
@@ -778,6 +765,18 @@ mod tests {
         );
         assert_eq!(s.recognise(true, br#"{"result":1}"#), Recognised::No);
         assert_eq!(s.recognise(true, br#"{"id":"x1"}"#), Recognised::No);
+        // Answers of one shape, read through one memo: each by the id it carries.
+        let mut memo = Memo::default();
+        for (answer, seen) in [
+            (&br#"{"id":41,"result":1}"#[..], Recognised::Id(41)),
+            (br#"{"id":42,"result":1}"#, Recognised::Id(42)),
+            (br#"{"id":"43","result":1}"#, Recognised::Id(43)),
+            (br#"{"id":44x,"result":1}"#, Recognised::No),
+            (br#"{"id":-1,"result":1}"#, Recognised::No),
+            (br#"{"id":1000000,"result":1}"#, Recognised::Id(1_000_000)),
+        ] {
+            assert_eq!(s.recognise_with(true, answer, &mut memo), seen);
+        }
     }
 
     #[test]
@@ -830,7 +829,6 @@ mod tests {
         assert!(f[1].bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(f[2].parse::<u32>().is_ok());
         assert!(f[3].parse::<u64>().expect("micros") > 1_600_000_000_000_000);
-        assert_eq!(parse_u64(b"18446744073709551616"), None);
         assert_eq!(
             [0, 9, 10, 99, 100, u64::MAX].map(decimal_len),
             [1, 1, 2, 2, 3, 20]
@@ -843,6 +841,5 @@ mod tests {
             ..Fill::default()
         };
         assert_eq!(out.bytes(&mut BytesMut::new(), &fill).len(), 30);
-        assert_eq!(parse_u64(b"12a"), None);
     }
 }
