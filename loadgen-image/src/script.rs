@@ -17,6 +17,9 @@ use wsload_spec::json_path::Memo;
 use wsload_spec::matching::{Extractor, MatchError, Matcher};
 use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
 
+mod prebuilt;
+pub use prebuilt::Prebuilt;
+
 /// How long an `expect` waits when its step gives no timeout.
 pub const DEFAULT_EXPECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Messages cut from one arena block (see `message.rs`).
@@ -315,20 +318,37 @@ fn decimal_len(n: u64) -> usize {
 /// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SendTime {
+    us: u64,
     digits: [u8; 20],
     len: u8,
 }
+
+/// Compared once per message made (see [`Prebuilt`]): the digits follow from the number, and
+/// the length tells the default (no digits) from zero.
+impl PartialEq for SendTime {
+    fn eq(&self, other: &SendTime) -> bool {
+        self.us == other.us && self.len == other.len
+    }
+}
+
+impl Eq for SendTime {}
 
 impl SendTime {
     pub fn now() -> SendTime {
         let us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
+        SendTime::from_micros(us)
+    }
+
+    /// `us` microseconds since the Unix epoch, written as `${sendTime}` writes them.
+    fn from_micros(us: u64) -> SendTime {
         let mut b = itoa::Buffer::new();
         let text = b.format(us).as_bytes();
         let mut digits = [0u8; 20];
         digits[..text.len()].copy_from_slice(text);
         SendTime {
+            us,
             digits,
             len: text.len() as u8,
         }
@@ -370,51 +390,6 @@ enum Number {
     SendTime,
 }
 
-/// The last message a sender made, and where its numbers are: the next one, if its numbers
-/// have as many digits (nearly always), is the same bytes with the digits written over, as
-/// the echo message's id is. The pad's length depends only on those widths, so it stays.
-#[derive(Debug, Default)]
-pub struct Prebuilt {
-    of: Option<Arc<Out>>,
-    bytes: Vec<u8>,
-    numbers: Vec<(Number, usize)>,
-    widths: (usize, usize, usize),
-}
-
-impl Prebuilt {
-    /// The message of `out` for `fill` at `time`: patched in place when the last one was of
-    /// the same template and widths, else written whole (and its places noted).
-    pub fn make(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) -> &[u8] {
-        let widths = (
-            decimal_len(fill.conn),
-            decimal_len(fill.seq),
-            time.as_bytes().len(),
-        );
-        let same = self.of.as_ref().is_some_and(|o| Arc::ptr_eq(o, out)) && self.widths == widths;
-        if same && out.patchable() {
-            let mut digits = itoa::Buffer::new();
-            for &(n, at) in &self.numbers {
-                let text = match n {
-                    Number::Conn => digits.format(fill.conn).as_bytes(),
-                    Number::Seq => digits.format(fill.seq).as_bytes(),
-                    Number::SendTime => time.as_bytes(),
-                };
-                self.bytes[at..at + text.len()].copy_from_slice(text);
-            }
-            return &self.bytes;
-        }
-        self.bytes.clear();
-        self.numbers.clear();
-        let numbers = &mut self.numbers;
-        out.write_recording(&mut self.bytes, fill, time, &mut |n, at| {
-            numbers.push((n, at))
-        });
-        self.of = Some(Arc::clone(out));
-        self.widths = widths;
-        &self.bytes
-    }
-}
-
 /// A template ready to send: literal bytes in one buffer, the pieces in order.
 #[derive(Debug, Clone)]
 pub struct Out {
@@ -435,6 +410,9 @@ struct Shape {
     times: usize,
     pad: bool,
     random: bool,
+    /// It draws random parts (`${random}`, `${hex}`, `${uuid}`): no message is the last
+    /// one with its numbers written over.
+    drawn: bool,
 }
 
 impl Shape {
@@ -447,12 +425,19 @@ impl Shape {
                 Piece::Seq => s.seqs += 1,
                 Piece::SendTime => s.times += 1,
                 Piece::Random => s.random = true,
-                Piece::Hex(n) => s.fixed += *n,
-                Piece::Uuid => s.fixed += 36,
+                Piece::Hex(n) => {
+                    s.fixed += *n;
+                    s.drawn = true;
+                }
+                Piece::Uuid => {
+                    s.fixed += 36;
+                    s.drawn = true;
+                }
                 Piece::Pad => s.pad = true,
                 Piece::Var(_) => {}
             }
         }
+        s.drawn |= s.random;
         s
     }
 }
@@ -584,16 +569,12 @@ impl Out {
     /// Whether a message can be made from the last by writing its numbers over (see
     /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them.
     fn patchable(&self) -> bool {
-        !self.shape.random
-            && !self
-                .pieces
-                .iter()
-                .any(|p| matches!(p, Piece::Hex(_) | Piece::Uuid))
+        !self.shape.drawn
     }
 
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
     pub fn has_time(&self) -> bool {
-        self.pieces.contains(&Piece::SendTime)
+        self.shape.times > 0
     }
 
     /// [`Out::write`] with `${sendTime}` given: a burst of messages made together shares one
@@ -682,42 +663,6 @@ impl Out {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_prebuilt_message_is_the_message_written_whole() {
-        let spec: wsload_spec::conversation::Conversation = serde_json::from_value(serde_json::json!({
-            "message": {"text": "{\"id\":${seq},\"c\":${conn},\"ts\":${sendTime},\"d\":\"${pad}\"}"}
-        }))
-        .expect("conversation");
-        let script = Script::compile(&spec).expect("compiles");
-        let out = script.shared_message().expect("a message");
-        let mut pre = Prebuilt::default();
-        let time = SendTime::now();
-        // Widths the same, then a seq of more digits, then another connection.
-        for (conn, seq) in [
-            (3, 7),
-            (3, 8),
-            (3, 9),
-            (3, 10),
-            (3, 11),
-            (12, 11),
-            (5, 99_999),
-        ] {
-            let fill = Fill {
-                conn,
-                seq,
-                size: 96,
-            };
-            let mut whole = Vec::new();
-            out.write_at(&mut whole, &fill, &time);
-            assert_eq!(
-                pre.make(&out, &fill, &time),
-                &whole[..],
-                "conn {conn} seq {seq}"
-            );
-            assert_eq!(whole.len(), 96);
-        }
-    }
     use super::*;
     use wsload_spec::LoadTest;
 
