@@ -240,6 +240,8 @@ impl Script {
     }
 
     /// What a server message is to the conversation: a reply rule's, a push, or neither.
+    /// Asked of every message a counting read takes: inlined there.
+    #[inline]
     pub fn incoming(&self, text: bool, data: &[u8]) -> Incoming {
         if let Some(i) = self.replies.iter().position(|r| r.when.matches(text, data)) {
             return Incoming::Reply(i);
@@ -293,7 +295,9 @@ impl Script {
     }
 
     /// [`Script::recognise`] for a reader of many answers: `memo` keeps where the id was
-    /// (see [`Memo`]), so answers of one shape are not walked each.
+    /// (see [`Memo`]), so answers of one shape are not walked each. Inlined into the counting
+    /// read, which asks it of every answer.
+    #[inline]
     pub fn recognise_with(&self, text: bool, data: &[u8], memo: &mut Memo) -> Recognised {
         let Some((when, id)) = self.message.as_ref().and_then(|m| m.answer.as_ref()) else {
             return Recognised::No;

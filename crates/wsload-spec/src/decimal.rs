@@ -1,8 +1,10 @@
 //! Unsigned decimal numbers read back from messages: a measured message's `${seq}` as its
-//! answer carries it. Read once per answer, so the common lengths take no overflow checks.
+//! answer carries it. Read once per answer, so the common lengths take no overflow checks,
+//! and the functions are `#[inline]`: the load generator calls them from another crate.
 
 /// `digits` as a `u64`: 1 to 20 ASCII digits (leading zeros allowed), nothing else, within
 /// range; anything else is not one.
+#[inline]
 pub fn parse_u64(digits: &[u8]) -> Option<u64> {
     match digits.len() {
         // Up to 19 digits cannot overflow: only a 20-digit number pays for checked arithmetic.
@@ -17,6 +19,7 @@ pub fn parse_u64(digits: &[u8]) -> Option<u64> {
 }
 
 /// The value of an ASCII digit.
+#[inline]
 pub fn digit(b: u8) -> Option<u64> {
     let d = b.wrapping_sub(b'0');
     (d < 10).then_some(u64::from(d))
@@ -25,6 +28,7 @@ pub fn digit(b: u8) -> Option<u64> {
 /// The number `text` starts with, when it starts with fewer than 20 digits: the value and
 /// how many bytes it took; `None` when it does not start with a digit or has more (a caller
 /// then reads the value as a whole with [`parse_u64`]).
+#[inline]
 pub fn leading_u64(text: &[u8]) -> Option<(u64, usize)> {
     let mut n = 0u64;
     for (i, &b) in text.iter().enumerate().take(19) {

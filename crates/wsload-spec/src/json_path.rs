@@ -113,7 +113,9 @@ impl JsonPath {
     /// [`unquoted`] gives it), as [`JsonPath::find_memo`] finds it and
     /// [`decimal::parse_u64`] reads it; `None` when there is no such field or it is not one.
     /// Where `memo` knows the place, a plain number's digits are read as it is delimited: one
-    /// pass over them instead of one to find its end and one to read it.
+    /// pass over them instead of one to find its end and one to read it. Inlined into the
+    /// load generator's reader of answers, which calls it for each.
+    #[inline]
     pub fn find_u64_memo(&self, data: &[u8], memo: &mut Memo) -> Option<u64> {
         if let Some(k) = memo.fits(data)
             && let Some((n, used)) = decimal::leading_u64(&data[k..])
@@ -130,6 +132,7 @@ impl JsonPath {
 
 impl Memo {
     /// Where the value is in `data`, if `data` begins with the remembered bytes.
+    #[inline]
     fn fits(&self, data: &[u8]) -> Option<usize> {
         let k = self.prefix.len();
         (k > 0 && data.len() > k && data[..k] == self.prefix[..]).then_some(k)
@@ -298,6 +301,7 @@ fn skip_string(data: &[u8], at: usize) -> Option<usize> {
 }
 
 /// Whether `b` ends a number, `true`, `false` or `null` (what may follow one).
+#[inline]
 fn ends_scalar(b: u8) -> bool {
     matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
 }

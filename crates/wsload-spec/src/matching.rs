@@ -189,6 +189,7 @@ impl Extractor {
 
     /// [`Extractor::extract_memo`] read as an unsigned decimal number
     /// ([`decimal::parse_u64`]): a measured message's `${seq}` as its answer carries it.
+    #[inline]
     pub fn extract_u64_memo(&self, data: &[u8], memo: &mut json_path::Memo) -> Option<u64> {
         match &self.how {
             Extract::Json(path) => path.find_u64_memo(self.body(data), memo),
@@ -197,6 +198,7 @@ impl Extractor {
     }
 
     /// What a JSON field is read from: the message after the prefix, if it has it.
+    #[inline]
     fn body<'a>(&self, data: &'a [u8]) -> &'a [u8] {
         self.after
             .as_deref()

@@ -32,7 +32,8 @@ pub struct Prebuilt {
 impl Prebuilt {
     /// The message of `out` for `fill` at `time`: patched in place when the last one was of
     /// the same template and its numbers kept their widths, else written whole (and its
-    /// places noted).
+    /// places noted). Inlined into the sender's loop: the common case is a few compares.
+    #[inline]
     pub fn make(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) -> &[u8] {
         let same = self.of.as_ref().is_some_and(|o| Arc::ptr_eq(o, out));
         if !(same && out.patchable() && self.patch(fill, time)) {
@@ -43,6 +44,7 @@ impl Prebuilt {
 
     /// Writes over the numbers that changed; `false` when one changed width (the message is
     /// then written whole: what is left half patched is thrown away).
+    #[inline]
     fn patch(&mut self, fill: &Fill, time: &SendTime) -> bool {
         if fill.seq != self.seq {
             let counted = self.seq.checked_add(1) == Some(fill.seq) && self.count_seq_up();
@@ -67,6 +69,7 @@ impl Prebuilt {
     }
 
     /// Adds one to `${seq}` in its digits; `false` when they were all nines (one more digit).
+    #[inline]
     fn count_seq_up(&mut self) -> bool {
         let [first, rest @ ..] = &self.places[Number::Seq as usize][..] else {
             return true;
@@ -105,7 +108,9 @@ impl Prebuilt {
         true
     }
 
-    /// Writes the message whole, noting where its numbers went and what they are.
+    /// Writes the message whole, noting where its numbers went and what they are. Once per
+    /// burst at most: kept out of the inlined path.
+    #[inline(never)]
     fn rebuild(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) {
         self.bytes.clear();
         for places in &mut self.places {
