@@ -17,9 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::{Conversation, MeasuredMessage, Payload};
+use wsload_spec::decimal::parse_u64;
 use wsload_spec::json_path::Memo;
 use wsload_spec::matching::{Extractor, MatchError, Matcher};
 use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
+
+mod prebuilt;
+pub use prebuilt::Prebuilt;
 
 /// How long an `expect` waits when its step gives no timeout.
 pub const DEFAULT_EXPECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -329,6 +333,8 @@ impl Script {
     }
 
     /// What a server message is to the conversation: a reply rule's, a push, or neither.
+    /// Asked of every message a counting read takes: inlined there.
+    #[inline]
     pub fn incoming(&self, text: bool, data: &[u8]) -> Incoming {
         if let Some(i) = self.replies.iter().position(|r| r.when.matches(text, data)) {
             return Incoming::Reply(i);
@@ -386,7 +392,9 @@ impl Script {
     }
 
     /// [`Script::recognise`] for a reader of many answers: `memo` keeps where the id was
-    /// (see [`Memo`]), so answers of one shape are not walked each.
+    /// (see [`Memo`]), so answers of one shape are not walked each. Inlined into the counting
+    /// read, which asks it of every answer.
+    #[inline]
     pub fn recognise_with(&self, text: bool, data: &[u8], memo: &mut Memo) -> Recognised {
         let Some(by) = self.message.answer.as_ref() else {
             return Recognised::No;
@@ -407,7 +415,7 @@ impl Script {
         };
         match by {
             AnswerBy::Echoed { id_in_json } if transformed => match id_in_json {
-                Some(x) => by_id(x.extract_memo(data, memo)),
+                Some(x) => by_id(x.extract_u64_memo(data, memo)),
                 None => Recognised::Next,
             },
             AnswerBy::Echoed { .. } => match self.message.out.echoed_seq(text, data) {
@@ -421,7 +429,7 @@ impl Script {
                 }
                 match id {
                     None => Recognised::Next,
-                    Some(x) => by_id(x.extract_memo(data, memo)),
+                    Some(x) => by_id(x.extract_u64_memo(data, memo)),
                 }
             }
         }
@@ -429,10 +437,9 @@ impl Script {
 }
 
 /// An answer by the `${seq}` read from it, if it is one.
-fn by_id(digits: Option<&[u8]>) -> Recognised {
-    digits
-        .and_then(parse_u64)
-        .map_or(Recognised::No, Recognised::Id)
+#[inline]
+fn by_id(seq: Option<u64>) -> Recognised {
+    seq.map_or(Recognised::No, Recognised::Id)
 }
 
 /// How many digits `n` has in decimal.
@@ -440,35 +447,39 @@ fn decimal_len(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-/// A decimal `${seq}` read back; anything else is not one.
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 20 {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit()
-            .then_some(())
-            .and_then(|_| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-    })
-}
-
 /// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SendTime {
+    us: u64,
     digits: [u8; 20],
     len: u8,
 }
+
+/// Compared once per message made (see [`Prebuilt`]): the digits follow from the number, and
+/// the length tells the default (no digits) from zero.
+impl PartialEq for SendTime {
+    fn eq(&self, other: &SendTime) -> bool {
+        self.us == other.us && self.len == other.len
+    }
+}
+
+impl Eq for SendTime {}
 
 impl SendTime {
     /// The shard's wall clock (`clock::unix_micros`, which the clock test hook shifts), as
     /// the conductor's clock offsets are measured against.
     pub fn now() -> SendTime {
-        let us = crate::clock::unix_micros();
+        SendTime::from_micros(crate::clock::unix_micros())
+    }
+
+    /// `us` microseconds since the Unix epoch, written as `${sendTime}` writes them.
+    fn from_micros(us: u64) -> SendTime {
         let mut b = itoa::Buffer::new();
         let text = b.format(us).as_bytes();
         let mut digits = [0u8; 20];
         digits[..text.len()].copy_from_slice(text);
         SendTime {
+            us,
             digits,
             len: text.len() as u8,
         }
@@ -510,51 +521,6 @@ enum Number {
     SendTime,
 }
 
-/// The last message a sender made, and where its numbers are: the next one, if its numbers
-/// have as many digits (nearly always), is the same bytes with the digits written over, as
-/// the echo message's id is. The pad's length depends only on those widths, so it stays.
-#[derive(Debug, Default)]
-pub struct Prebuilt {
-    of: Option<Arc<Out>>,
-    bytes: Vec<u8>,
-    numbers: Vec<(Number, usize)>,
-    widths: (usize, usize, usize),
-}
-
-impl Prebuilt {
-    /// The message of `out` for `fill` at `time`: patched in place when the last one was of
-    /// the same template and widths, else written whole (and its places noted).
-    pub fn make(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) -> &[u8] {
-        let widths = (
-            decimal_len(fill.conn),
-            decimal_len(fill.seq),
-            time.as_bytes().len(),
-        );
-        let same = self.of.as_ref().is_some_and(|o| Arc::ptr_eq(o, out)) && self.widths == widths;
-        if same && out.patchable() {
-            let mut digits = itoa::Buffer::new();
-            for &(n, at) in &self.numbers {
-                let text = match n {
-                    Number::Conn => digits.format(fill.conn).as_bytes(),
-                    Number::Seq => digits.format(fill.seq).as_bytes(),
-                    Number::SendTime => time.as_bytes(),
-                };
-                self.bytes[at..at + text.len()].copy_from_slice(text);
-            }
-            return &self.bytes;
-        }
-        self.bytes.clear();
-        self.numbers.clear();
-        let numbers = &mut self.numbers;
-        out.write_recording(&mut self.bytes, fill, time, &mut |n, at| {
-            numbers.push((n, at))
-        });
-        self.of = Some(Arc::clone(out));
-        self.widths = widths;
-        &self.bytes
-    }
-}
-
 /// A template ready to send: literal bytes in one buffer, the pieces in order.
 #[derive(Debug, Clone)]
 pub struct Out {
@@ -580,6 +546,9 @@ struct Shape {
     times: usize,
     pad: bool,
     random: bool,
+    /// It draws random parts (`${random}`, `${hex}`, `${uuid}`): no message is the last
+    /// one with its numbers written over.
+    drawn: bool,
 }
 
 impl Shape {
@@ -592,12 +561,19 @@ impl Shape {
                 Piece::Seq => s.seqs += 1,
                 Piece::SendTime => s.times += 1,
                 Piece::Random => s.random = true,
-                Piece::Hex(n) => s.fixed += *n,
-                Piece::Uuid => s.fixed += 36,
+                Piece::Hex(n) => {
+                    s.fixed += *n;
+                    s.drawn = true;
+                }
+                Piece::Uuid => {
+                    s.fixed += 36;
+                    s.drawn = true;
+                }
                 Piece::Pad => s.pad = true,
                 Piece::Var(_) => {}
             }
         }
+        s.drawn |= s.random;
         s
     }
 }
@@ -779,11 +755,7 @@ impl Out {
     /// Whether a message can be made from the last by writing its numbers over (see
     /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them.
     fn patchable(&self) -> bool {
-        !self.shape.random
-            && !self
-                .pieces
-                .iter()
-                .any(|p| matches!(p, Piece::Hex(_) | Piece::Uuid))
+        !self.shape.drawn
     }
 
     /// Whether `data`, a text (`text`) or binary frame, is a message of this template sent
@@ -849,7 +821,7 @@ impl Out {
 
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
     pub fn has_time(&self) -> bool {
-        self.pieces.contains(&Piece::SendTime)
+        self.shape.times > 0
     }
 
     /// [`Out::write`] with `${sendTime}` given: a burst of messages made together shares one
@@ -938,42 +910,6 @@ impl Out {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_prebuilt_message_is_the_message_written_whole() {
-        let spec: wsload_spec::conversation::Conversation = serde_json::from_value(serde_json::json!({
-            "message": {"text": "{\"id\":${seq},\"c\":${conn},\"ts\":${sendTime},\"d\":\"${pad}\"}"}
-        }))
-        .expect("conversation");
-        let script = Script::compile(&spec).expect("compiles");
-        let out = script.shared_message().expect("a message");
-        let mut pre = Prebuilt::default();
-        let time = SendTime::now();
-        // Widths the same, then a seq of more digits, then another connection.
-        for (conn, seq) in [
-            (3, 7),
-            (3, 8),
-            (3, 9),
-            (3, 10),
-            (3, 11),
-            (12, 11),
-            (5, 99_999),
-        ] {
-            let fill = Fill {
-                conn,
-                seq,
-                size: 96,
-            };
-            let mut whole = Vec::new();
-            out.write_at(&mut whole, &fill, &time);
-            assert_eq!(
-                pre.make(&out, &fill, &time),
-                &whole[..],
-                "conn {conn} seq {seq}"
-            );
-            assert_eq!(whole.len(), 96);
-        }
-    }
     use super::*;
     use wsload_spec::LoadTest;
 
@@ -1021,6 +957,18 @@ mod tests {
         );
         assert_eq!(s.recognise(true, br#"{"result":1}"#), Recognised::No);
         assert_eq!(s.recognise(true, br#"{"id":"x1"}"#), Recognised::No);
+        // Answers of one shape, read through one memo: each by the id it carries.
+        let mut memo = Memo::default();
+        for (answer, seen) in [
+            (&br#"{"id":41,"result":1}"#[..], Recognised::Id(41)),
+            (br#"{"id":42,"result":1}"#, Recognised::Id(42)),
+            (br#"{"id":"43","result":1}"#, Recognised::Id(43)),
+            (br#"{"id":44x,"result":1}"#, Recognised::No),
+            (br#"{"id":-1,"result":1}"#, Recognised::No),
+            (br#"{"id":1000000,"result":1}"#, Recognised::Id(1_000_000)),
+        ] {
+            assert_eq!(s.recognise_with(true, answer, &mut memo), seen);
+        }
     }
 
     #[test]
@@ -1115,7 +1063,6 @@ mod tests {
         assert!(f[1].bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(f[2].parse::<u32>().is_ok());
         assert!(f[3].parse::<u64>().expect("micros") > 1_600_000_000_000_000);
-        assert_eq!(parse_u64(b"18446744073709551616"), None);
         assert_eq!(
             [0, 9, 10, 99, 100, u64::MAX].map(decimal_len),
             [1, 1, 2, 2, 3, 20]
@@ -1128,6 +1075,5 @@ mod tests {
             ..Fill::default()
         };
         assert_eq!(out.bytes(&mut BytesMut::new(), &fill).len(), 30);
-        assert_eq!(parse_u64(b"12a"), None);
     }
 }

@@ -8,6 +8,7 @@ pub mod builtin;
 pub mod cel;
 pub mod cluster;
 pub mod conversation;
+pub mod decimal;
 pub mod env_var;
 pub mod file;
 #[cfg(feature = "fixtures")]

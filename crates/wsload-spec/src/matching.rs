@@ -3,6 +3,7 @@
 //! regular expressions run on the bytes.
 
 use crate::conversation::{Capture, FrameType, Match};
+use crate::decimal;
 use crate::json_path::{self, JsonPath, PathError};
 use regex::bytes::Regex;
 
@@ -170,14 +171,7 @@ impl Extractor {
     /// A message that does not start with the prefix is read whole.
     pub fn extract<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
         match &self.how {
-            Extract::Json(path) => {
-                let body = self
-                    .after
-                    .as_deref()
-                    .and_then(|p| data.strip_prefix(p))
-                    .unwrap_or(data);
-                path.find(body).map(json_path::unquoted)
-            }
+            Extract::Json(path) => path.find(self.body(data)).map(json_path::unquoted),
             Extract::Regex(re) => re.captures(data)?.get(1).map(|m| m.as_bytes()),
         }
     }
@@ -186,16 +180,30 @@ impl Extractor {
     /// [`json_path::Memo`]): what a reader of many answers of one shape calls.
     pub fn extract_memo<'a>(&self, data: &'a [u8], memo: &mut json_path::Memo) -> Option<&'a [u8]> {
         match &self.how {
-            Extract::Json(path) => {
-                let body = self
-                    .after
-                    .as_deref()
-                    .and_then(|p| data.strip_prefix(p))
-                    .unwrap_or(data);
-                path.find_memo(body, memo).map(json_path::unquoted)
-            }
+            Extract::Json(path) => path
+                .find_memo(self.body(data), memo)
+                .map(json_path::unquoted),
             Extract::Regex(_) => self.extract(data),
         }
+    }
+
+    /// [`Extractor::extract_memo`] read as an unsigned decimal number
+    /// ([`decimal::parse_u64`]): a measured message's `${seq}` as its answer carries it.
+    #[inline]
+    pub fn extract_u64_memo(&self, data: &[u8], memo: &mut json_path::Memo) -> Option<u64> {
+        match &self.how {
+            Extract::Json(path) => path.find_u64_memo(self.body(data), memo),
+            Extract::Regex(_) => self.extract(data).and_then(decimal::parse_u64),
+        }
+    }
+
+    /// What a JSON field is read from: the message after the prefix, if it has it.
+    #[inline]
+    fn body<'a>(&self, data: &'a [u8]) -> &'a [u8] {
+        self.after
+            .as_deref()
+            .and_then(|p| data.strip_prefix(p))
+            .unwrap_or(data)
     }
 
     /// Whether it reads a JSON field (else a regular expression).

@@ -35,13 +35,18 @@ pub(super) fn forget(ctx: &Context, uid: &str) {
 impl View<'_> {
     /// Probes every shard of `targets` (index, pod IP) `times` times in a row, all at once
     /// each time, and writes each shard's estimate to its status. A probe that fails is only
-    /// a sample missing.
+    /// a sample missing; its shard is not probed again in this burst, so a shard that does not
+    /// answer costs the burst one control timeout, not one per round.
     pub(super) async fn probe_clocks(&mut self, targets: &[(u32, String)], times: usize) {
         let uid = self.lt.uid().unwrap_or_default();
+        let mut targets = targets.to_vec();
         for _ in 0..times {
+            if targets.is_empty() {
+                break;
+            }
             let answers = fanout::each(
                 &self.ctx.http,
-                targets,
+                &targets,
                 self.ctx.config.control_timeout,
                 |c| async move { c.clock().await },
             )
@@ -53,6 +58,7 @@ impl View<'_> {
                     Ok(sample) => test.estimators.entry(i).or_default().add(sample),
                     Err(e) => {
                         tracing::debug!(loadtest = %self.test(), shard = i, error = %e, "clock probe failed");
+                        targets.retain(|(t, _)| *t != i);
                     }
                 }
             }
@@ -72,6 +78,14 @@ impl View<'_> {
                 s.clock = Some(estimate);
             }
         }
+    }
+
+    /// Whether this operator process has probed the test's shards' clocks.
+    pub(super) fn clocks_probed(&self) -> bool {
+        let uid = self.lt.uid().unwrap_or_default();
+        lock(&self.ctx.clocks)
+            .get(&uid)
+            .is_some_and(|t| t.probed.is_some())
     }
 
     /// One probe of every shard of `targets` once the last is [`clock::EVERY`] old (or was

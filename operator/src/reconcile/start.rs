@@ -245,9 +245,14 @@ impl View<'_> {
         // status before any shard hears it, so an operator that restarts mid-release sends
         // every shard the same instant.
         let Some(start_ms) = self.st.start_at_millis else {
-            // Every shard's clock first: the release instants are corrected by it.
-            self.probe_clocks(&pods.ready, wsload_control::clock::BURST)
-                .await;
+            // Every shard's clock first (the release instants are corrected by it), in a
+            // reconcile of its own: the start instant is fixed from the time after the probes,
+            // never from the reconcile's start before them.
+            if !self.clocks_probed() {
+                self.probe_clocks(&pods.ready, wsload_control::clock::BURST)
+                    .await;
+                return Ok(Action::requeue(Duration::from_millis(10)));
+            }
             return Ok(self.fix_start_instant(start_limit).await);
         };
         if self.st.cells.is_empty()
