@@ -128,6 +128,38 @@ mod tests {
     }
 
     #[test]
+    fn throughput_s_echo_is_the_same_bytes_every_time_compared_whole() {
+        for format in [Format::Json, Format::Msgpack, Format::Zlib, Format::Binary] {
+            let c = builtin::conversation(Protocol::Echo).expect("parses");
+            let s = Script::compile(&c).expect("compiles").for_cell(
+                false,
+                Encoding::of(format, 6),
+                128,
+            );
+            let msg = sent(&s, 1);
+            assert_eq!(sent(&s, 2), msg, "{format:?}: alike every time");
+            assert_eq!(answer(Asked::Script(&s), &msg), Answer::Copy, "{format:?}");
+            let mut changed = match &msg {
+                Message::Text(t) => t.as_bytes().to_vec(),
+                Message::Binary(b) => b.to_vec(),
+                _ => unreachable!(),
+            };
+            let last = changed.len() - 1;
+            changed[last] ^= 1;
+            let changed = match &msg {
+                Message::Text(_) => {
+                    Message::Text(String::from_utf8_lossy(&changed).into_owned().into())
+                }
+                _ => Message::Binary(changed.into()),
+            };
+            assert!(
+                matches!(answer(Asked::Script(&s), &changed), Answer::Unsolicited(_)),
+                "{format:?}: a changed echo"
+            );
+        }
+    }
+
+    #[test]
     fn pongs_answer_frame_pings_by_their_payload() {
         let pong = |p: &[u8]| Message::Pong(Bytes::copy_from_slice(p));
         assert_eq!(

@@ -399,6 +399,15 @@ impl Script {
         let Some(by) = self.message.answer.as_ref() else {
             return Recognised::No;
         };
+        // A message alike every time is echoed as the same bytes, in any format: compared
+        // whole, as sent, without decoding; identical echoes are told apart by order alone.
+        if let (AnswerBy::Echoed { .. }, Some(sent)) = (by, self.message.out.constant()) {
+            return if text == self.message.out.is_text() && data == &sent[..] {
+                Recognised::Next
+            } else {
+                Recognised::No
+            };
+        }
         let decoded;
         let transformed = self.encoding.transforms() && !text;
         let (text, data) = if transformed {
