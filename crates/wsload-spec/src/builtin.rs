@@ -24,8 +24,8 @@ pub fn conversation(protocol: Protocol) -> Result<Conversation, ParseError> {
     yaml::parse(yaml_of(protocol))
 }
 
-/// What a LoadTest's connections say: its own conversation, else its protocol's, with the
-/// echo conversation's measured message where its own has none.
+/// What a LoadTest's connections say: its own conversation, else its protocol's; where its own
+/// has no measured message, the protocol's message (and its ping, unless it has its own).
 pub fn effective(
     own: Option<&Conversation>,
     protocol: Protocol,
@@ -37,6 +37,9 @@ pub fn effective(
             let mut c = c.clone();
             if c.message.is_none() {
                 c.message = builtin.message;
+                if c.ping.is_none() {
+                    c.ping = builtin.ping;
+                }
             }
             c
         }
@@ -94,16 +97,23 @@ mod tests {
     }
 
     #[test]
-    fn a_conversation_without_a_message_sends_the_echo_message() {
+    fn a_conversation_without_a_message_sends_the_echo_messages() {
         let own = Conversation {
             push: Some(Default::default()),
             ..Default::default()
         };
         let c = effective(Some(&own), Protocol::Echo).expect("parses");
-        assert_eq!(
-            c.message,
-            conversation(Protocol::Echo).expect("parses").message
-        );
+        let echo = conversation(Protocol::Echo).expect("parses");
+        assert_eq!(c.message, echo.message);
+        // Its timed scenarios send the echo ping, whose answers carry their ${seq}.
+        assert_eq!(c.ping, echo.ping);
         assert!(c.push.is_some());
+        // A conversation's own message goes alone: its answers are its own.
+        let own = Conversation {
+            message: echo.ping.clone(),
+            ..Default::default()
+        };
+        let c = effective(Some(&own), Protocol::Echo).expect("parses");
+        assert_eq!((c.message, c.ping), (echo.ping, None));
     }
 }
