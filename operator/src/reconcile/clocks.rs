@@ -80,14 +80,6 @@ impl View<'_> {
         }
     }
 
-    /// Whether this operator process has probed the test's shards' clocks.
-    pub(super) fn clocks_probed(&self) -> bool {
-        let uid = self.lt.uid().unwrap_or_default();
-        lock(&self.ctx.clocks)
-            .get(&uid)
-            .is_some_and(|t| t.probed.is_some())
-    }
-
     /// One probe of every shard of `targets` once the last is [`clock::EVERY`] old (or was
     /// taken by another operator process).
     pub(super) async fn probe_clocks_due(&mut self, targets: &[(u32, String)]) {

@@ -14,7 +14,7 @@ use crate::text::listed;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
@@ -245,14 +245,9 @@ impl View<'_> {
         // status before any shard hears it, so an operator that restarts mid-release sends
         // every shard the same instant.
         let Some(start_ms) = self.st.start_at_millis else {
-            // Every shard's clock first (the release instants are corrected by it), in a
-            // reconcile of its own: the start instant is fixed from the time after the probes,
-            // never from the reconcile's start before them.
-            if !self.clocks_probed() {
-                self.probe_clocks(&pods.ready, wsload_control::clock::BURST)
-                    .await;
-                return Ok(Action::requeue(Duration::from_millis(10)));
-            }
+            // Every shard's clock first: the release instants are corrected by it.
+            self.probe_clocks(&pods.ready, wsload_control::clock::BURST)
+                .await;
             return Ok(self.fix_start_instant(start_limit).await);
         };
         if self.st.cells.is_empty()
@@ -368,7 +363,11 @@ impl View<'_> {
         }
         let delay =
             SignedDuration::try_from(self.lt.spec.run.start_delay.get()).unwrap_or_default();
-        let at = self.now.checked_add(delay).unwrap_or(self.now);
+        // From now, not from the reconcile's start: the clock probes before it may have taken
+        // a control timeout (a shard that does not answer), and the shards must hear the
+        // instant before it passes.
+        let now = Timestamp::now();
+        let at = now.checked_add(delay).unwrap_or(now);
         self.st.start_at = Some(Time(at));
         self.st.start_at_millis = Some(u64::try_from(at.as_millisecond()).unwrap_or(0));
         self.st.message = Some(format!("all shards ready; releasing them at {at}"));
