@@ -4,13 +4,56 @@
 //! offset of what the shard stamped.
 
 use crate::{Error, Result};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsload_contract::env as var;
 
 /// The test hook's shift (wsload_contract::env::CLOCK_SHIFT_MS), microseconds; 0 unless a
 /// shard set it at start-up.
 static SHIFT_MICROS: AtomicI64 = AtomicI64::new(0);
+
+/// The conductor's clock for the cell armed last: a shard stamps what shards on other nodes
+/// compare (a fanout's publish instants and receipts) on it.
+static CELL_EPOCH_MICROS: AtomicU64 = AtomicU64::new(0);
+static CONDUCTOR_OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
+
+/// A cell's start and this shard's offset, on the conductor's clock (wsload_control's
+/// `Release`, as a shard receives it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CellClock {
+    /// The cell's start, Unix microseconds on the conductor's clock.
+    pub epoch_micros: u64,
+    /// This shard's clock minus the conductor's, microseconds.
+    pub offset_micros: i64,
+}
+
+/// Arms the next cell's clock (a shard's control, before it sleeps until the start).
+pub fn arm_cell(c: CellClock) {
+    CONDUCTOR_OFFSET_MICROS.store(c.offset_micros, Ordering::Relaxed);
+    CELL_EPOCH_MICROS.store(c.epoch_micros, Ordering::Relaxed);
+}
+
+/// The armed cell's clock, once, for the cell that begins now; without a conductor (a
+/// single process), the cell begins now on this process's own clock.
+pub fn take_cell() -> CellClock {
+    let epoch = CELL_EPOCH_MICROS.swap(0, Ordering::Relaxed);
+    let offset_micros = CONDUCTOR_OFFSET_MICROS.load(Ordering::Relaxed);
+    CellClock {
+        epoch_micros: if epoch == 0 {
+            conductor_micros()
+        } else {
+            epoch
+        },
+        offset_micros,
+    }
+}
+
+/// Now on the conductor's clock, Unix microseconds: this shard's clock with its offset taken
+/// out.
+pub fn conductor_micros() -> u64 {
+    let offset = CONDUCTOR_OFFSET_MICROS.load(Ordering::Relaxed);
+    (unix_micros() as i64).saturating_sub(offset).max(0) as u64
+}
 
 /// Wall-clock now, Unix milliseconds.
 pub fn unix_ms() -> u64 {

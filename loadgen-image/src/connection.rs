@@ -570,6 +570,9 @@ pub fn run(
                 let pinger = Pinger::new(*ping, message, n);
                 Box::pin(paced(&mut ws, ctx, n, schedule, pinger, *per_message_flush)).await
             }
+            Behavior::Fanout(plan) => {
+                Box::pin(crate::fanout::run(&mut ws, ctx, n, plan, message)).await
+            }
         };
         let slot = &ctx.slot;
         // One await for both ends (a goodbye, or a failed connection's linger): a second

@@ -35,6 +35,9 @@ enum Order {
     Cell {
         start_at: u64,
         cell: Option<CellKey>,
+        /// The instant on the conductor's clock (Unix ms), and this shard's offset from it.
+        conductor_at: Option<u64>,
+        offset_micros: i64,
     },
     /// No more cells: build the result.
     End,
@@ -128,6 +131,8 @@ impl Control {
         let order = Order::Cell {
             start_at: request.start_at,
             cell: request.cell.clone(),
+            conductor_at: request.conductor_at,
+            offset_micros: request.offset_micros,
         };
         Self::arm(&mut inner, request.start_at, order);
         inner.started = Some(request);
@@ -156,6 +161,8 @@ impl Control {
         let order = Order::Cell {
             start_at: request.start_at,
             cell: Some(request.cell.clone()),
+            conductor_at: request.conductor_at,
+            offset_micros: request.offset_micros,
         };
         Self::arm(&mut inner, request.start_at, order);
         inner.last_order = Some(request);
@@ -413,21 +420,32 @@ impl Gate for ControlGate<'_> {
                 i.state.start_at = None;
             });
         }
-        let (start_at, key) = match self.control.wait_order() {
+        let (start_at, key, on_conductor) = match self.control.wait_order() {
             None => {
                 self.stopped = true;
                 return None;
             }
             Some(Order::End) => return None,
-            Some(Order::Cell { start_at, cell }) => {
-                (start_at, cell.or_else(|| self.first.clone())?)
-            }
+            Some(Order::Cell {
+                start_at,
+                cell,
+                conductor_at,
+                offset_micros,
+            }) => (
+                start_at,
+                cell.or_else(|| self.first.clone())?,
+                clock::CellClock {
+                    epoch_micros: conductor_at.unwrap_or(start_at).saturating_mul(1000),
+                    offset_micros,
+                },
+            ),
         };
         self.index = key.index;
         let now = unix_ms();
         if start_at > now {
             tracing::info!(cell = %key.label, wait_ms = start_at - now, "armed; waiting for the cell's start");
         }
+        clock::arm_cell(on_conductor);
         clock::sleep_until_unix_ms(start_at);
         self.control.update(|i| {
             i.state.state = Phase::Running;
@@ -516,7 +534,9 @@ mod tests {
             c.wait_order(),
             Some(Order::Cell {
                 start_at: at,
-                cell: None
+                cell: None,
+                conductor_at: None,
+                offset_micros: 0,
             })
         );
         assert_eq!(c.start(b"{\"startAt\": \"soon\"}").status, 400);
@@ -590,6 +610,8 @@ mod tests {
             serde_json::to_vec(&CellOrder {
                 start_at: at,
                 cell: key(index),
+                conductor_at: None,
+                offset_micros: 0,
             })
             .expect("json")
         };
@@ -611,7 +633,9 @@ mod tests {
             c.wait_order(),
             Some(Order::Cell {
                 start_at: at,
-                cell: Some(key(1))
+                cell: Some(key(1)),
+                conductor_at: None,
+                offset_micros: 0,
             })
         );
         c.update(|i| {

@@ -377,8 +377,9 @@ impl Dialer {
         let (sources, first_source_implicit) = sources(spec, addr);
         let rendered = render(request, &headers, &token, spec)?;
         // The user's conversation, or the protocol's built-in one: compiled and run alike.
-        let conversation = builtin::effective(spec.conversation.as_ref(), spec.protocol)
-            .map_err(|e| Error::Spec(e.to_string()))?;
+        let conversation =
+            builtin::effective(spec.conversation.as_ref(), spec.protocol, spec.scenario)
+                .map_err(|e| Error::Spec(e.to_string()))?;
         let script =
             Arc::new(Script::compile(&conversation).map_err(|e| Error::Spec(e.to_string()))?);
         Ok(Dialer {

@@ -68,10 +68,10 @@ enum Lost {
 }
 
 impl ShardProc {
-    /// `at` (Unix ms, this process's clock) as the instant this shard must be given to begin
-    /// then (wsload_control::clock::release_at).
-    fn release_at(&self, at: u64) -> u64 {
-        clock::release_at(at, self.clock.estimate().as_ref())
+    /// The release that has this shard begin at `at` (Unix ms, this process's clock)
+    /// (wsload_control::clock::release).
+    fn release_at(&self, at: u64) -> wsload_control::protocol::Release {
+        clock::release(at, self.clock.estimate().as_ref())
     }
 
     fn tail(&self) -> String {

@@ -32,6 +32,7 @@ pub mod cpu;
 pub mod dial;
 pub mod encoding;
 pub mod exposition;
+pub mod fanout;
 pub mod fleet;
 pub mod fleet_bar;
 pub mod fleet_limit;

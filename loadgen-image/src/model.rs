@@ -6,6 +6,7 @@ use crate::encoding::Encoding;
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
+use wsload_spec::fanout::{FanoutSpec, Publisher};
 use wsload_spec::{Format, PingKind};
 
 /// This process's place among the shards.
@@ -57,6 +58,39 @@ pub enum Behavior {
         ping: PingCfg,
         per_message_flush: bool,
     },
+    /// Subscribers count and time what their topics deliver; publishers (this process's
+    /// share of wsload's, one per topic) publish on an open-loop schedule.
+    Fanout(Arc<FanoutPlan>),
+}
+
+/// A fanout cell's part in this process. The cell's `connections` are its subscribers; its
+/// publishers are dialed after them, numbered after every subscriber of the test.
+#[derive(Debug)]
+pub struct FanoutPlan {
+    pub spec: FanoutSpec,
+    /// Subscribers of the whole test (the tier).
+    pub subscribers: u32,
+    /// The topics this process's publishers publish to, in order (none when the server
+    /// publishes).
+    pub publishing: Vec<u32>,
+    /// One topic's publish schedule, over warm-up and the measured window: each publisher's,
+    /// phase-shifted by its topic.
+    pub schedule: Schedule,
+    /// How long subscribers read on after the measured window.
+    pub drain: Duration,
+}
+
+impl FanoutPlan {
+    /// Whether the server publishes (so the window's publishes are counted from what the
+    /// subscribers saw).
+    pub fn by_server(&self) -> bool {
+        self.spec.publisher == Publisher::Server
+    }
+
+    /// The connection number of the publisher of `topic`: after every subscriber.
+    pub fn publisher_conn(&self, topic: u32) -> u64 {
+        u64::from(self.subscribers) + u64::from(topic)
+    }
 }
 
 impl Behavior {
@@ -133,6 +167,8 @@ impl Stage {
             measured: match c.behavior {
                 // A storm closes each connection once open: nothing after the batches.
                 Behavior::Close => Some(Duration::ZERO),
+                // A fanout's subscribers read on for `drain` after the window.
+                Behavior::Fanout(ref f) => Some(c.duration + f.drain),
                 ref b if b.is_timed() => Some(c.duration),
                 _ => None,
             },

@@ -2,16 +2,19 @@
 //! format x tier, with this shard's share of connections and rate.
 
 use crate::encoding::Encoding;
-use crate::model::{Behavior, Cell, PingCfg, Planned, Shard};
+use crate::model::{Behavior, Cell, FanoutPlan, PingCfg, Planned, Shard};
 use crate::schedule::Schedule;
 use std::sync::Arc;
 use std::time::Duration;
 use wsload_control::{CellKey, sequence};
+use wsload_spec::fanout::Publisher;
 use wsload_spec::shares::{count_offset, count_share, rate_share};
 use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile, builtin};
 
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
+/// Publishes per second to each topic when a fanout gives no rate.
+pub const DEFAULT_FANOUT_RATE_PER_TOPIC: f64 = 10.0;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
 pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
 
@@ -110,6 +113,46 @@ pub fn cell(
                 ping,
                 per_message_flush,
             }
+        }
+        Scenario::Fanout => {
+            let f = &spec.fanout;
+            let topics = f.topics.max(1);
+            // One topic's schedule: the whole rate over the topics, as if each were a
+            // connection of a paced cell.
+            let (schedule, total) = match &spec.rate {
+                Some(rate) => Schedule::from_spec(rate, 1.0, topics, duration),
+                None => (
+                    Schedule::constant(
+                        DEFAULT_FANOUT_RATE_PER_TOPIC * f64::from(topics),
+                        topics,
+                        duration,
+                    ),
+                    duration,
+                ),
+            };
+            duration = total;
+            target_rate = spec
+                .rate
+                .as_ref()
+                .and_then(|r| {
+                    r.messages_per_second
+                        .or_else(|| r.stages.last().map(|s| s.target))
+                })
+                .unwrap_or(DEFAULT_FANOUT_RATE_PER_TOPIC * f64::from(topics));
+            let publishing = if f.publisher == Publisher::Wsload {
+                (0..topics)
+                    .filter(|t| t % shard.count == shard.index)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Behavior::Fanout(Arc::new(FanoutPlan {
+                spec: f.clone(),
+                subscribers: connections,
+                publishing,
+                schedule,
+                drain: f.drain.get(),
+            }))
         }
     };
     Planned {

@@ -33,7 +33,10 @@ impl Figures {
             | Scenario::PayloadMatrix
             | Scenario::FormatComparison
             | Scenario::Blast => Figures::Rate { rtt: false },
-            Scenario::Echo | Scenario::ConstantRate => Figures::Rate { rtt: true },
+            // A fanout's deliveries are what it receives, timed from their publish.
+            Scenario::Echo | Scenario::ConstantRate | Scenario::Fanout => {
+                Figures::Rate { rtt: true }
+            }
             Scenario::PingLatency
             | Scenario::SustainedHold
             | Scenario::ConnectionLimit

@@ -2,7 +2,7 @@
 //! IPs, `wsload run` against its shard processes on loopback).
 
 use crate::clock::{self, Sample};
-use crate::protocol::{self, CellKey, CellOrder, ClockReading, StartRequest, State};
+use crate::protocol::{self, CellKey, CellOrder, ClockReading, Release, StartRequest, State};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 use wsload_http::http_client::{Client, Response};
@@ -70,16 +70,26 @@ impl ShardClient {
         accepted(&url, r)
     }
 
-    /// Releases the shard's first cell at `start_at` (Unix ms). Retrying with the same body
+    /// Releases the shard's first cell at `release.start_at` (Unix ms, its clock). Retrying with the same body
     /// is safe.
-    pub async fn start(&self, start_at: u64, cell: Option<CellKey>) -> Result<State> {
-        let body = json(&StartRequest { start_at, cell })?;
+    pub async fn start(&self, release: Release, cell: Option<CellKey>) -> Result<State> {
+        let body = json(&StartRequest {
+            start_at: release.start_at,
+            cell,
+            conductor_at: release.conductor_at,
+            offset_micros: release.offset_micros,
+        })?;
         self.post(protocol::START, body).await
     }
 
-    /// Releases the next cell at `start_at` (Unix ms). Retrying with the same body is safe.
-    pub async fn cell(&self, start_at: u64, cell: CellKey) -> Result<State> {
-        let body = json(&CellOrder { start_at, cell })?;
+    /// Releases the next cell at `release.start_at` (Unix ms, its clock). Retrying with the same body is safe.
+    pub async fn cell(&self, release: Release, cell: CellKey) -> Result<State> {
+        let body = json(&CellOrder {
+            start_at: release.start_at,
+            cell,
+            conductor_at: release.conductor_at,
+            offset_micros: release.offset_micros,
+        })?;
         self.post(protocol::CELL, body).await
     }
 

@@ -12,7 +12,7 @@
 //! [`EVERY`] after, the window spans about a minute and a half: it follows a drifting clock,
 //! and a few congested probes cannot displace the burst's good one within that time.
 
-use crate::protocol::{ClockReading, State};
+use crate::protocol::{ClockReading, Release, State};
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsload_report::ShardClock;
@@ -116,6 +116,16 @@ pub fn release_at(at: u64, clock: Option<&ShardClock>) -> u64 {
     let Some(c) = clock else { return at };
     let offset_ms = (c.offset_micros as f64 / 1000.0).round() as i64;
     (i128::from(at) + i128::from(offset_ms)).clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// The release of a shard that begins at `at` (Unix ms) on the conductor's clock: its own
+/// instant ([`release_at`]), with the conductor's instant and the offset it stamps by.
+pub fn release(at: u64, clock: Option<&ShardClock>) -> Release {
+    Release {
+        start_at: release_at(at, clock),
+        conductor_at: Some(at),
+        offset_micros: clock.map_or(0, |c| c.offset_micros),
+    }
 }
 
 /// A shard's `state` with the instants it stamped moved onto the conductor's clock, so that

@@ -171,6 +171,8 @@ mod tests {
                 size: 1,
                 format: Format::default(),
             },
+            conductor_at: None,
+            offset_micros: 0,
         }
     }
 
@@ -179,10 +181,14 @@ mod tests {
         let go = StartRequest {
             start_at: 5,
             cell: None,
+            conductor_at: None,
+            offset_micros: 0,
         };
         let later = StartRequest {
             start_at: 6,
             cell: None,
+            conductor_at: None,
+            offset_micros: 0,
         };
         assert_eq!(admit_start(None, Phase::Waiting, &go), Admit::Accept);
         assert_eq!(admit_start(Some(&go), Phase::Armed, &go), Admit::Again);

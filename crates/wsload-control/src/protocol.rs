@@ -141,6 +141,10 @@ pub struct StartRequest {
     pub start_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cell: Option<CellKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conductor_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset_micros: i64,
 }
 
 /// `POST /control/cell`: the next cell, and the instant every shard begins it.
@@ -149,4 +153,24 @@ pub struct StartRequest {
 pub struct CellOrder {
     pub start_at: u64,
     pub cell: CellKey,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conductor_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset_micros: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// A shard's release (in [`StartRequest`] and [`CellOrder`]): the cell's instant on the
+/// shard's own clock (`start_at`), and what the shard needs to stamp instants on the
+/// conductor's clock, which shards on other nodes compare (a fanout's publish instants and
+/// receipts): the same instant on the conductor's clock (`conductor_at`, Unix ms; absent:
+/// `start_at`) and the shard's clock minus the conductor's (`offset_micros`), as last measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Release {
+    pub start_at: u64,
+    pub conductor_at: Option<u64>,
+    pub offset_micros: i64,
 }

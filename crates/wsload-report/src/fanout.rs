@@ -162,6 +162,186 @@ impl Sequence {
     }
 }
 
+/// Most subscribers a cell's result names as the slowest.
+pub const SLOWEST: usize = 10;
+
+/// A fanout cell's tallies, as each shard counts them and the conductor adds them up: per
+/// topic (by index), and the subscribers that received least.
+///
+/// Only what was published in the measured window counts: with wsload's publishers, the
+/// sequence numbers whose intended instant lies in it (every shard decides alike, from the
+/// cell's start on the conductor's clock); with the server's, the deliveries whose publish
+/// instant does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fanout {
+    /// Tallies by topic index (`fanout.topics` of them).
+    pub topics: Vec<TopicTally>,
+    /// The subscribers that received fewest in the window, then latest: at most [`SLOWEST`],
+    /// worst first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slowest: Vec<SubscriberTally>,
+    /// Deliveries of messages published outside the measured window (warm-up, drain): read,
+    /// not counted.
+    #[serde(default)]
+    pub outside: u64,
+    /// Messages that matched `delivery.match` but carried no sequence number wsload could read.
+    #[serde(default)]
+    pub unreadable: u64,
+    /// Deliveries timed before their publish instant on the conductor's clock (clock error
+    /// beyond the offsets measured): recorded as 0.
+    #[serde(default)]
+    pub before_publish: u64,
+    /// wsload's publisher connections opened, and those that failed to open or dropped.
+    #[serde(default)]
+    pub publishers: u64,
+    #[serde(default)]
+    pub publishers_failed: u64,
+}
+
+/// What the subscribers of one topic received of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicTally {
+    /// Subscribers subscribed when the window began.
+    pub subscribers: u64,
+    /// Publishes of the window by wsload's publishers (0 when the server publishes).
+    pub published: u64,
+    /// The lowest and highest sequence number of the window any subscriber received (0: none).
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// Distinct sequence numbers of the window received, over subscribers.
+    pub delivered: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    /// Received too far below a subscriber's highest to tell (see [`Deliveries::too_late`]).
+    pub too_late: u64,
+}
+
+impl TopicTally {
+    pub fn add(&mut self, o: &TopicTally) {
+        self.subscribers += o.subscribers;
+        self.published += o.published;
+        self.first_seq = match (self.first_seq, o.first_seq) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+        self.last_seq = self.last_seq.max(o.last_seq);
+        self.delivered += o.delivered;
+        self.duplicates += o.duplicates;
+        self.out_of_order += o.out_of_order;
+        self.too_late += o.too_late;
+    }
+
+    /// A subscriber's view of the topic, added in.
+    pub fn add_subscriber(&mut self, seq: &Sequence, first: u64, last: u64) {
+        let c = seq.counts();
+        self.subscribers += 1;
+        self.delivered += c.delivered;
+        self.duplicates += c.duplicates;
+        self.out_of_order += c.out_of_order;
+        self.too_late += c.too_late;
+        self.add(&TopicTally {
+            first_seq: first,
+            last_seq: last,
+            ..TopicTally::default()
+        });
+    }
+
+    /// The window's publishes: counted by wsload's publishers, else the span the subscribers
+    /// saw (`by_server`).
+    pub fn publishes(&self, by_server: bool) -> u64 {
+        if !by_server {
+            self.published
+        } else if self.last_seq == 0 {
+            0
+        } else {
+            self.last_seq - self.first_seq + 1
+        }
+    }
+}
+
+/// One subscriber's receipt of one of its topics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriberTally {
+    /// The connection's number over all shards.
+    pub conn: u64,
+    pub topic: u32,
+    /// Distinct numbers of the window received.
+    pub delivered: u64,
+    /// Its slowest delivery, microseconds from the publish instant (0: untimed).
+    pub max_latency_us: u64,
+}
+
+impl Fanout {
+    /// Another shard's or worker's tallies, added in.
+    pub fn add(&mut self, o: &Fanout) {
+        if self.topics.len() < o.topics.len() {
+            self.topics.resize(o.topics.len(), TopicTally::default());
+        }
+        for (a, b) in self.topics.iter_mut().zip(&o.topics) {
+            a.add(b);
+        }
+        self.slowest.extend_from_slice(&o.slowest);
+        self.slowest.sort_by(|a, b| {
+            a.delivered
+                .cmp(&b.delivered)
+                .then(b.max_latency_us.cmp(&a.max_latency_us))
+                .then(a.conn.cmp(&b.conn))
+        });
+        self.slowest.truncate(SLOWEST);
+        self.outside += o.outside;
+        self.unreadable += o.unreadable;
+        self.before_publish += o.before_publish;
+        self.publishers += o.publishers;
+        self.publishers_failed += o.publishers_failed;
+    }
+
+    /// The sums over topics: expected deliveries (each topic's publishes times its
+    /// subscribers), delivered, and the rest.
+    pub fn totals(&self, by_server: bool) -> FanoutTotals {
+        let mut t = FanoutTotals::default();
+        for topic in &self.topics {
+            let p = topic.publishes(by_server);
+            t.publishes += p;
+            t.expected += p * topic.subscribers;
+            t.delivered += topic.delivered;
+            t.duplicates += topic.duplicates;
+            t.out_of_order += topic.out_of_order;
+            t.too_late += topic.too_late;
+            t.subscriptions += topic.subscribers;
+        }
+        t.missing = t.expected.saturating_sub(t.delivered);
+        t
+    }
+}
+
+/// A fanout cell's sums.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FanoutTotals {
+    /// Publishes in the window, over topics.
+    pub publishes: u64,
+    /// Subscriber-topic pairs.
+    pub subscriptions: u64,
+    pub expected: u64,
+    pub delivered: u64,
+    /// Expected and never received in time: the gaps.
+    pub missing: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub too_late: u64,
+}
+
+impl FanoutTotals {
+    /// Delivered over expected; `None` when nothing was expected.
+    pub fn completeness(&self) -> Option<f64> {
+        (self.expected > 0).then(|| self.delivered as f64 / self.expected as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +404,52 @@ mod tests {
         let c = s.counts();
         assert_eq!(c.too_late, 1);
         assert_eq!(c.missing, WINDOW + 4 - 1);
+    }
+
+    #[test]
+    fn topic_tallies_add_up_exactly_across_shards() {
+        // Topic 0: 10 publishes, two subscribers on two shards; one missed 3, one got a
+        // duplicate. Topic 1: published by the server, seen from 5 to 9 by its subscriber.
+        let mut a = Fanout {
+            topics: vec![
+                TopicTally {
+                    published: 10,
+                    ..Default::default()
+                },
+                TopicTally::default(),
+            ],
+            ..Default::default()
+        };
+        let (s, _) = run((1..=10).filter(|n| ![2, 5, 9].contains(n)));
+        a.topics[0].add_subscriber(&s, 1, 10);
+        let mut b = Fanout {
+            topics: vec![TopicTally::default(); 2],
+            ..Default::default()
+        };
+        let (s, _) = run([1, 2, 3, 3, 4, 5, 6, 7, 8, 9, 10]);
+        b.topics[0].add_subscriber(&s, 1, 10);
+        b.slowest = vec![SubscriberTally {
+            conn: 1,
+            topic: 0,
+            delivered: 10,
+            max_latency_us: 5,
+        }];
+        a.slowest = vec![SubscriberTally {
+            conn: 0,
+            topic: 0,
+            delivered: 7,
+            max_latency_us: 2,
+        }];
+        a.add(&b);
+        let t = a.totals(false);
+        assert_eq!((t.publishes, t.subscriptions, t.expected), (10, 2, 20));
+        assert_eq!((t.delivered, t.missing, t.duplicates), (17, 3, 1));
+        assert_eq!(t.completeness(), Some(0.85));
+        assert_eq!(a.slowest[0].conn, 0, "fewest delivered first");
+        let mut server = TopicTally::default();
+        let (s, _) = run(5..=9);
+        server.add_subscriber(&s, 5, 9);
+        assert_eq!(server.publishes(true), 5);
     }
 
     #[test]

@@ -177,6 +177,9 @@ pub struct Counts {
     /// from unsolicited frames.
     #[serde(default, skip_serializing_if = "FrameTally::is_empty")]
     pub pushes: FrameTally,
+    /// The fanout scenario's deliveries, per topic (absent in other scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<crate::fanout::Fanout>,
 }
 
 /// How long connections lived, in milliseconds: enough to merge exactly (sums, extremes).
@@ -321,6 +324,9 @@ impl Counts {
         self.replies += o.replies;
         self.pushes.frames += o.pushes.frames;
         self.pushes.bytes += o.pushes.bytes;
+        if let Some(f) = &o.fanout {
+            self.fanout.get_or_insert_with(Default::default).add(f);
+        }
         for (k, l) in &o.lifetimes {
             self.lifetimes.entry(k.clone()).or_default().add(l);
         }
@@ -358,6 +364,10 @@ pub struct Hists {
     /// Round trip from the actual send time.
     #[serde(skip_serializing_if = "Hist::is_empty")]
     pub rtt_raw: Hist,
+    /// Fanout: a delivery's receipt from its intended publish instant, both on the
+    /// conductor's clock (each shard's offset taken out).
+    #[serde(default, skip_serializing_if = "Hist::is_empty")]
+    pub fanout: Hist,
 }
 
 impl Hists {
@@ -368,6 +378,7 @@ impl Hists {
         self.connect.add(&o.connect);
         self.rtt.add(&o.rtt);
         self.rtt_raw.add(&o.rtt_raw);
+        self.fanout.add(&o.fanout);
     }
 }
 

@@ -51,6 +51,42 @@ pub struct Conversation {
     /// events): counted and timed apart from answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<Match>,
+    /// The fanout scenario's subscription: steps a subscriber runs after `open`, once for each
+    /// of its topics, with the topic's name as `${topic}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STEPS))]
+    pub subscribe: Vec<Step>,
+    /// The fanout scenario's deliveries: which server messages are a topic's messages, and
+    /// where each carries its sequence number, its publish instant and its topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+}
+
+/// How a subscriber reads a delivery. Publishers (wsload's) write the same fields with
+/// `${seq}` (the topic's sequence number, from 1), `${sendTime}` (the intended publish
+/// instant, microseconds on the conductor's clock) and `${topic}`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Delivery {
+    /// Which server messages are deliveries (any that carries a sequence number, if absent).
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Match>,
+    /// Where a delivery carries its topic's sequence number (a whole number, growing by one
+    /// per publish).
+    pub sequence: Capture,
+    /// Where it carries its publish instant since the Unix epoch (in `publishedAtUnit`):
+    /// latency is measured from it. Without it, deliveries are counted but not timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<Capture>,
+    #[serde(default, skip_serializing_if = "is_default_unit")]
+    pub published_at_unit: crate::fanout::TimeUnit,
+    /// Where it carries its topic's name: needed when a subscriber has several topics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<Capture>,
+}
+
+fn is_default_unit(u: &crate::fanout::TimeUnit) -> bool {
+    *u == crate::fanout::TimeUnit::default()
 }
 
 /// One step on open: send a message, or expect one (and capture values from it).

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod conversation;
 pub mod decimal;
 pub mod env_var;
+pub mod fanout;
 pub mod file;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;

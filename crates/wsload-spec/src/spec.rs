@@ -108,6 +108,9 @@ pub struct LoadTestSpec {
     /// The connectionLimit search.
     #[serde(default)]
     pub limit: LimitSpec,
+    /// The fanout scenario's topics and publishers (`connections` are its subscribers).
+    #[serde(default, skip_serializing_if = "is_default_fanout")]
+    pub fanout: crate::fanout::FanoutSpec,
     /// Messages in flight per connection in throughput-type scenarios against echoing servers.
     #[serde(default = "default_window")]
     #[schemars(range(min = 1))]
@@ -144,6 +147,9 @@ pub struct LoadTestSpec {
     pub run: RunPolicy,
 }
 
+fn is_default_fanout(f: &crate::fanout::FanoutSpec) -> bool {
+    *f == crate::fanout::FanoutSpec::default()
+}
 fn default_connections() -> Vec<u32> {
     vec![100]
 }
@@ -421,6 +427,9 @@ pub enum Scenario {
     Blast,
     /// Open-loop constant rate with ramp stages; coordinated-omission-corrected latency.
     ConstantRate,
+    /// Subscribers on topics, publishers (wsload's, or the server's own) on an open-loop
+    /// schedule: deliveries, gaps, duplicates and latency from the intended publish instant.
+    Fanout,
 }
 
 impl Scenario {
@@ -437,6 +446,7 @@ impl Scenario {
             Scenario::Echo => "echo",
             Scenario::Blast => "blast",
             Scenario::ConstantRate => "constantRate",
+            Scenario::Fanout => "fanout",
         }
     }
 }

@@ -82,7 +82,7 @@ fn body(spec: &LoadTestSpec) -> Duration {
             let gaps = spec.ping.count.saturating_sub(1);
             spec.ping.interval.map_or(Duration::ZERO, |i| i.get()) * gaps
         }
-        Scenario::Echo | Scenario::ConstantRate => {
+        Scenario::Echo | Scenario::ConstantRate | Scenario::Fanout => {
             let staged: Duration = spec
                 .rate
                 .iter()
@@ -95,7 +95,13 @@ fn body(spec: &LoadTestSpec) -> Duration {
             } else {
                 staged
             };
-            warmup + measured
+            // A fanout's subscribers read on for `drain` after the window.
+            let drain = if spec.scenario == Scenario::Fanout {
+                spec.fanout.drain.get()
+            } else {
+                Duration::ZERO
+            };
+            warmup + measured + drain
         }
         Scenario::Throughput
         | Scenario::PayloadMatrix

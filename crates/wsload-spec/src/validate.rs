@@ -7,6 +7,7 @@ use crate::target_url::TargetUrl;
 use std::fmt;
 
 mod conversation;
+mod fanout;
 mod negotiation;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,7 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     sizes(spec, &mut e);
     cluster(spec, &mut e);
     conversation::conversation(spec, &mut e);
+    fanout::fanout(spec, &mut e);
     if e.0.is_empty() { Ok(()) } else { Err(e.0) }
 }
 

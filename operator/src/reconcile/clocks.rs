@@ -95,8 +95,8 @@ impl View<'_> {
 
     /// `at` (Unix ms, the operator's clock) as the instant shard `index` must be given to
     /// begin then (wsload_control::clock::release_at).
-    pub(super) fn release_at(&self, index: u32, at: u64) -> u64 {
-        clock::release_at(at, self.shard(index).and_then(|s| s.clock.as_ref()))
+    pub(super) fn release_at(&self, index: u32, at: u64) -> wsload_control::protocol::Release {
+        clock::release(at, self.shard(index).and_then(|s| s.clock.as_ref()))
     }
 
     /// Shard `index`'s `state` with the instants it stamped on the operator's clock.

@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use wsload_control::protocol::Release;
 use wsload_spec::ManagedServer;
 use wsload_spec::status::{Phase, ShardState};
 
@@ -386,7 +387,7 @@ impl View<'_> {
             .cloned()
             .collect();
         // Each shard its instant on its own clock: all begin at `start_ms` on the operator's.
-        let at: BTreeMap<u32, u64> = unreleased
+        let at: BTreeMap<u32, Release> = unreleased
             .iter()
             .map(|(i, _)| (*i, self.release_at(*i, start_ms)))
             .collect();
@@ -395,7 +396,10 @@ impl View<'_> {
             &unreleased,
             self.ctx.config.control_timeout,
             |i, c| {
-                let at = at.get(&i).copied().unwrap_or(start_ms);
+                let at = at.get(&i).copied().unwrap_or(Release {
+                    start_at: start_ms,
+                    ..Release::default()
+                });
                 // No cell named: every shard runs the spec's first cell, the one recorded
                 // above.
                 async move { c.start(at, None).await }

@@ -27,7 +27,32 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
         );
     }
     counts(c, e);
-    let vars = open(&c.open, e);
+    // A fanout's connections know their topic from the start (a publisher's, a subscriber's
+    // first; each in turn in `subscribe`).
+    let known = if spec.scenario == crate::spec::Scenario::Fanout {
+        vec!["topic".to_string()]
+    } else {
+        Vec::new()
+    };
+    let vars = steps("open", &c.open, known, e);
+    let vars = steps("subscribe", &c.subscribe, vars, e);
+    if let Some(d) = &c.delivery {
+        let prefix = d.matches.as_ref().and_then(|m| m.prefix.as_deref());
+        if let Some(m) = &d.matches {
+            matcher(&format!("{FIELD}.delivery.match"), m, e);
+        }
+        extractor(
+            &format!("{FIELD}.delivery.sequence"),
+            &d.sequence,
+            prefix,
+            e,
+        );
+        for (name, x) in [("publishedAt", &d.published_at), ("topic", &d.topic)] {
+            if let Some(x) = x {
+                extractor(&format!("{FIELD}.delivery.{name}"), x, prefix, e);
+            }
+        }
+    }
     replies(&c.replies, &vars, e);
     if let Some(hb) = &c.heartbeat {
         if hb.every.get().is_zero() {
@@ -63,7 +88,11 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
 
 /// The `maxItems` the CRD declares.
 fn counts(c: &Conversation, e: &mut Errors) {
-    for (field, n) in [("open", c.open.len()), ("replies", c.replies.len())] {
+    for (field, n) in [
+        ("open", c.open.len()),
+        ("replies", c.replies.len()),
+        ("subscribe", c.subscribe.len()),
+    ] {
         if n > MAX_STEPS {
             e.add(
                 format!("{FIELD}.{field}"),
@@ -73,12 +102,12 @@ fn counts(c: &Conversation, e: &mut Errors) {
     }
 }
 
-/// The steps on open, in order; returns the variables they capture.
-fn open(steps: &[Step], e: &mut Errors) -> Vec<String> {
-    let mut vars: Vec<String> = Vec::new();
+/// The steps of `list` (`open`, `subscribe`), in order, knowing `vars` before them; returns
+/// those and the variables they capture.
+fn steps(list: &str, steps: &[Step], mut vars: Vec<String>, e: &mut Errors) -> Vec<String> {
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
-        let at = format!("{FIELD}.open[{i}]");
+        let at = format!("{FIELD}.{list}[{i}]");
         if step.name.is_empty() || step.name.len() > 64 {
             e.add(
                 format!("{at}.name"),
@@ -88,7 +117,7 @@ fn open(steps: &[Step], e: &mut Errors) -> Vec<String> {
             e.add(
                 format!("{at}.name"),
                 format!(
-                    "{:?} is open[{k}]'s name too; give each step its own, as misses are counted by name",
+                    "{:?} is {list}[{k}]'s name too; give each step its own, as misses are counted by name",
                     step.name
                 ),
             );

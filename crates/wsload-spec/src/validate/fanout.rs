@@ -1,0 +1,160 @@
+//! The fanout scenario's checks: its topics, who publishes to what server, and that the
+//! conversation says how a delivery carries what the subscribers count.
+
+use super::Errors;
+use crate::builtin;
+use crate::fanout::{MAX_TOPICS, MAX_TOPICS_PER_SUBSCRIBER, Publisher};
+use crate::spec::{LoadTestSpec, Protocol, Scenario, ServerProfile};
+use crate::template::{Part, Template};
+
+pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
+    if spec.scenario != Scenario::Fanout {
+        return;
+    }
+    let f = &spec.fanout;
+    if f.topics == 0 || f.topics > MAX_TOPICS {
+        e.add("fanout.topics", format!("must be 1 to {MAX_TOPICS}"));
+    }
+    if f.topics_per_subscriber == 0 || f.topics_per_subscriber > MAX_TOPICS_PER_SUBSCRIBER {
+        e.add(
+            "fanout.topicsPerSubscriber",
+            format!("must be 1 to {MAX_TOPICS_PER_SUBSCRIBER}"),
+        );
+    }
+    if f.topic_prefix.is_empty() || f.topic_prefix.len() > 64 {
+        e.add("fanout.topicPrefix", "must be 1 to 64 characters");
+    }
+    if spec.protocol == Protocol::Wse {
+        e.add(
+            "protocol",
+            "the fanout scenario speaks the reference server's pubsub profile or your conversation; set protocol: echo (with target.server.profile: pubsub, or a conversation with subscribe and delivery)",
+        );
+        return;
+    }
+    if let Some(server) = &spec.target.server {
+        if spec.conversation.is_none() && server.profile != ServerProfile::Pubsub {
+            e.add(
+                "target.server.profile",
+                format!(
+                    "the fanout scenario needs topics, which the {} profile has not; set profile: pubsub",
+                    server.profile.as_str()
+                ),
+            );
+        }
+        if f.publisher == Publisher::Wsload && server.replicas > 1 {
+            e.add(
+                "target.server.replicas",
+                "wsload's publishers reach one server process, and topics are not shared between replicas; set replicas: 1, or fanout.publisher: server (each replica's ticker publishes to its own subscribers)",
+            );
+        }
+    }
+    let Ok(c) = builtin::effective(spec.conversation.as_ref(), spec.protocol, spec.scenario) else {
+        return;
+    };
+    let Some(delivery) = &c.delivery else {
+        e.add(
+            "conversation.delivery",
+            "the fanout scenario counts deliveries by their sequence number: add delivery with sequence (e.g. {json: seq}) and publishedAt",
+        );
+        return;
+    };
+    if f.topics_per_subscriber > 1 && f.topics > 1 && delivery.topic.is_none() {
+        e.add(
+            "conversation.delivery.topic",
+            "a subscriber of several topics tells their sequences apart by topic: add topic (e.g. {json: topic}), or set fanout.topicsPerSubscriber: 1",
+        );
+    }
+    if c.subscribe.is_empty() && spec.conversation.is_some() {
+        e.add(
+            "conversation.subscribe",
+            "subscribers subscribe to their topics with these steps (${topic} is the topic's name); add at least one",
+        );
+    }
+    if f.publisher == Publisher::Wsload {
+        let text = c
+            .message
+            .as_ref()
+            .and_then(|m| m.text.as_ref().or(m.binary.as_ref()));
+        let uses = |part: &Part| {
+            text.and_then(|t| Template::parse(t, &["topic"]).ok())
+                .is_some_and(|t| t.uses(part))
+        };
+        if !uses(&Part::Seq) {
+            e.add(
+                "conversation.message",
+                "a fanout's publish must carry ${seq} (the topic's sequence number) where delivery.sequence reads it",
+            );
+        }
+        if delivery.published_at.is_some() && !uses(&Part::SendTime) {
+            e.add(
+                "conversation.message",
+                "delivery.publishedAt reads a publish instant: the publish must carry ${sendTime} there",
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What a file with this spec body is refused for (nothing: accepted).
+    fn errors(body: &str) -> Vec<String> {
+        match crate::LoadTest::from_spec_yaml(body, "t") {
+            Ok(_) => Vec::new(),
+            Err(crate::Error::Invalid { errors, .. }) => errors
+                .into_iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect(),
+            Err(other) => vec![other.to_string()],
+        }
+    }
+
+    #[test]
+    fn the_reference_server_needs_its_pubsub_profile_and_one_process() {
+        let ok =
+            "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  fanout: {topics: 4}\n";
+        assert_eq!(errors(ok), Vec::<String>::new());
+        let e = errors("  target: {server: {}}\n  scenario: fanout\n");
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.target.server.profile:")
+                    && e.contains("set profile: pubsub")),
+            "{e:?}"
+        );
+        let e = errors("  target: {server: {profile: pubsub, replicas: 2}}\n  scenario: fanout\n");
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.target.server.replicas:")),
+            "{e:?}"
+        );
+        let ticker = "  target: {server: {profile: pubsub, replicas: 2}}\n  scenario: fanout\n  fanout: {publisher: server}\n";
+        assert_eq!(errors(ticker), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_conversation_must_say_how_deliveries_are_counted() {
+        let base = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: fanout\n  fanout: {topics: 3, topicsPerSubscriber: 2}\n";
+        let c = format!(
+            "{base}  conversation:\n    subscribe:\n      - name: join\n        send: {{text: 'join ${{topic}}'}}\n    message:\n      text: '{{\"room\":\"${{topic}}\",\"n\":${{seq}}}}'\n    delivery:\n      sequence: {{json: n}}\n      publishedAt: {{json: at}}\n"
+        );
+        let e = errors(&c);
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.conversation.delivery.topic:")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.conversation.message:") && e.contains("${sendTime}")),
+            "{e:?}"
+        );
+        let e = errors(&format!("{base}  protocol: wse\n"));
+        assert!(e.iter().any(|e| e.starts_with("spec.protocol:")), "{e:?}");
+        let e = errors(
+            "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: fanout\n  fanout: {topics: 0}\n",
+        );
+        assert!(
+            e.iter().any(|e| e.starts_with("spec.fanout.topics:")),
+            "{e:?}"
+        );
+    }
+}
