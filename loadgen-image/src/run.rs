@@ -316,6 +316,7 @@ fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult 
         start_skew_us: run.start_skew_us,
         measure: run.measure,
         server_received: None,
+        server_topics: None,
         started_first_micros: 0,
         started_last_micros: 0,
         figures: Default::default(),

@@ -192,6 +192,10 @@ pub struct Fanout {
     /// beyond the offsets measured): recorded as 0.
     #[serde(default)]
     pub before_publish: u64,
+    /// Whether the server published (`fanout.publisher: server`): the window's publishes are
+    /// then the span of sequence numbers the subscribers saw ([`TopicTally::publishes`]).
+    #[serde(default)]
+    pub by_server: bool,
     /// wsload's publisher connections opened, and those that failed to open or dropped.
     #[serde(default)]
     pub publishers: u64,
@@ -292,6 +296,7 @@ impl Fanout {
                 .then(a.conn.cmp(&b.conn))
         });
         self.slowest.truncate(SLOWEST);
+        self.by_server |= o.by_server;
         self.outside += o.outside;
         self.unreadable += o.unreadable;
         self.before_publish += o.before_publish;
@@ -316,6 +321,23 @@ impl Fanout {
         t.missing = t.expected.saturating_sub(t.delivered);
         t
     }
+}
+
+/// The reference server's topic counters over a cell (`wsload_server_topic_*_total`), to
+/// reconcile with what the subscribers received: a server that says it delivered and a client
+/// that did not receive are told apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTopics {
+    /// Publishes, by clients and by the ticker.
+    pub published: u64,
+    /// Subscribers at each publish, summed: what the server owed.
+    pub fanout: u64,
+    /// Deliveries written to a subscriber's socket.
+    pub delivered: u64,
+    /// Deliveries dropped because a subscriber's queue was full, or its connection closed.
+    pub dropped_slow_consumer: u64,
+    pub dropped_closed: u64,
 }
 
 /// A fanout cell's sums.

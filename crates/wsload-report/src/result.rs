@@ -69,6 +69,10 @@ pub struct CellResult {
     /// Messages the servers counted during the cell: every replica's counter's increase,
     /// summed by the conductor once every shard finished the cell. A shard never sets it.
     pub server_received: Option<u64>,
+    /// What the servers' topic counters say of the cell (a fanout against wsload-server):
+    /// every replica's increase, summed by the conductor like `server_received`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_topics: Option<crate::fanout::ServerTopics>,
     /// When the first and the last shard began the cell, Unix microseconds (0: not recorded).
     /// Cells begin at one instant released to every shard; the spread is the skew.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -1145,6 +1145,7 @@ fn synth_cell(
         start_skew_us: 50,
         measure: m,
         server_received: None,
+        server_topics: None,
         // When it began: set once it has.
         started_first_micros: 0,
         started_last_micros: 0,
