@@ -45,6 +45,15 @@ pub fn ping_cfg(spec: &LoadTestSpec) -> PingCfg {
     }
 }
 
+/// The warm-up before a measured window of `duration`: none when nothing is measured by time.
+fn warmup(spec: &LoadTestSpec, duration: Duration) -> Duration {
+    if duration.is_zero() {
+        Duration::ZERO
+    } else {
+        spec.warmup.get()
+    }
+}
+
 /// One cell of `connections` (whole test) with `size` and `format`.
 pub fn cell(
     spec: &LoadTestSpec,
@@ -99,6 +108,7 @@ pub fn cell(
                     duration,
                 ),
             };
+            let schedule = schedule.after_warmup(warmup(spec, total));
             duration = total;
             target_rate = spec
                 .rate
@@ -130,6 +140,7 @@ pub fn cell(
                     duration,
                 ),
             };
+            let schedule = schedule.after_warmup(warmup(spec, total));
             duration = total;
             target_rate = spec
                 .rate
@@ -165,11 +176,7 @@ pub fn cell(
             encoding: Encoding::of(format, spec.message.compression_level),
             size: size as usize,
             behavior,
-            warmup: if duration.is_zero() {
-                Duration::ZERO
-            } else {
-                spec.warmup.get()
-            },
+            warmup: warmup(spec, duration),
             duration,
             write_timeout: spec.write_timeout.get(),
         },

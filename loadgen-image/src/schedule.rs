@@ -88,6 +88,31 @@ impl Schedule {
         )
     }
 
+    /// This schedule after a warm-up of `warmup` at its opening rate: schedules are timed
+    /// from the phase's start, warm-up included, and the measured window must get the whole
+    /// schedule (without this, a constant rate stopped `warmup` before the window's end).
+    pub fn after_warmup(mut self, warmup: Duration) -> Schedule {
+        let w = warmup.as_secs_f64();
+        if w <= 0.0 {
+            return self;
+        }
+        let opening = self.rate_at(0.0);
+        for s in &mut self.segments {
+            s.from_s += w;
+            s.to_s += w;
+        }
+        self.segments.insert(
+            0,
+            Segment {
+                from_s: 0.0,
+                to_s: w,
+                from_rate: opening,
+                to_rate: opening,
+            },
+        );
+        self
+    }
+
     /// This schedule for connection `i` of `n`: its sends are offset by `i/n` of a period.
     pub fn for_connection(&self, i: u64, n: u32) -> Schedule {
         Schedule {
@@ -217,6 +242,33 @@ mod tests {
         assert!((expected_total(&s) - 200.0).abs() < 1e-9);
         let n = count(&s, total);
         assert!((190..=210).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_warm_up_comes_before_the_whole_schedule() {
+        // 100/s for 2 s after 1 s of warm-up: the window (1-3 s) gets all of it; a ramp's
+        // warm-up holds its opening rate (here 0: no load before the ramp).
+        let s = Schedule::constant(100.0, 1, Duration::from_secs(2))
+            .after_warmup(Duration::from_secs(1));
+        let n = count(&s, Duration::from_secs(3));
+        assert!((299..=301).contains(&n), "{n}");
+        assert!((s.rate_at(2.5) - 100.0).abs() < 1e-9);
+        let rate = RateSpec {
+            messages_per_second: None,
+            stages: vec![Stage {
+                duration: Dur::secs(2),
+                target: 200.0,
+            }],
+        };
+        let (ramp, total) = Schedule::from_spec(&rate, 1.0, 1, Duration::ZERO);
+        let ramp = ramp.after_warmup(Duration::from_secs(1));
+        assert_eq!(ramp.rate_at(0.5), 0.0);
+        assert!(
+            (ramp.rate_at(2.0) - 100.0).abs() < 1e-9,
+            "halfway up, 1 s later"
+        );
+        let n = count(&ramp, total + Duration::from_secs(1));
+        assert!((195..=205).contains(&n), "{n}");
     }
 
     #[test]
