@@ -164,3 +164,70 @@ fn a_server_that_publishes_itself_is_counted_from_what_the_subscribers_saw() {
     assert_eq!((t.delivered, t.missing), (t.expected, 0), "{t:?}");
     assert_eq!(c.measure.hists.fanout.len(), t.delivered);
 }
+
+/// A server that pushes far faster than its subscribers read: the cell still ends on time
+/// (its subscribers stop reading at the window's end plus the drain), and what was read is
+/// accounted for exactly, counted or not.
+#[test]
+fn a_flooding_server_does_not_hold_the_cell_past_its_drain() {
+    let server = Server::start(&[
+        "--profile",
+        "pubsub",
+        "--ticker-topics",
+        "1",
+        "--ticker-rate",
+        "50000",
+        "--ticker-payload-size",
+        "512",
+    ]);
+    let lt = spec(
+        "fanout-flood",
+        &format!(
+            "  target: {{url: '{}/'}}\n  scenario: fanout\n  connections: [4]\n  duration: 1s\n  warmup: 0s\n  fanout: {{publisher: server, drain: 300ms}}\n",
+            server.ws
+        ),
+    );
+    let started = std::time::Instant::now();
+    let r = run(&lt);
+    let took = started.elapsed();
+    let c = only(&r);
+    let f = fanout(c);
+    let t = totals(c);
+    eprintln!("{t:?} outside {} in {took:?}", f.outside);
+    assert!(t.delivered > 0, "{t:?}");
+    assert_eq!(c.measure.counts.received, t.delivered);
+    assert_eq!(c.measure.hists.fanout.len(), t.delivered);
+    // Every distinct number received is one the subscribers saw between the topic's first and
+    // last of the window: never more than that.
+    assert!(t.delivered <= t.expected, "{t:?}");
+    assert!(c.measured_secs <= 1.0 + 1e-9, "{}", c.measured_secs);
+}
+
+/// Deliveries that match the rule but carry no sequence number where it says are counted as
+/// unreadable, never as deliveries.
+#[test]
+fn deliveries_without_a_readable_sequence_are_counted_unreadable() {
+    let server = Server::start(&[
+        "--profile",
+        "pubsub",
+        "--ticker-topics",
+        "1",
+        "--ticker-rate",
+        "100",
+    ]);
+    let lt = spec(
+        "fanout-unreadable",
+        &format!(
+            "  target: {{url: '{}/'}}\n  scenario: fanout\n  connections: [2]\n  duration: 1s\n  warmup: 0s\n  fanout: {{publisher: server, drain: 200ms}}\n  conversation:\n    subscribe:\n      - name: subscribe\n        send: {{text: '{{\"type\":\"subscribe\",\"topic\":\"${{topic}}\"}}'}}\n    delivery:\n      match: {{json: {{field: type, equals: publish}}}}\n      sequence: {{json: sequence}}\n      publishedAt: {{json: ts}}\n",
+            server.ws
+        ),
+    );
+    let r = run(&lt);
+    let c = only(&r);
+    let f = fanout(c);
+    let t = totals(c);
+    assert_eq!((t.delivered, t.expected), (0, 0), "{t:?}");
+    // 2 subscribers x ~100 ticks in the window and the drain.
+    assert!(f.unreadable >= 150, "{f:?}");
+    assert!(c.measure.hists.fanout.is_empty());
+}
