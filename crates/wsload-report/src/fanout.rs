@@ -289,13 +289,7 @@ impl Fanout {
             a.add(b);
         }
         self.slowest.extend_from_slice(&o.slowest);
-        self.slowest.sort_by(|a, b| {
-            a.delivered
-                .cmp(&b.delivered)
-                .then(b.max_latency_us.cmp(&a.max_latency_us))
-                .then(a.conn.cmp(&b.conn))
-        });
-        self.slowest.truncate(SLOWEST);
+        keep_slowest(&mut self.slowest);
         self.by_server |= o.by_server;
         self.outside += o.outside;
         self.unreadable += o.unreadable;
@@ -338,6 +332,18 @@ pub struct ServerTopics {
     /// Deliveries dropped because a subscriber's queue was full, or its connection closed.
     pub dropped_slow_consumer: u64,
     pub dropped_closed: u64,
+}
+
+/// Keeps the [`SLOWEST`] subscribers of `v` that received fewest, then latest, worst first.
+pub fn keep_slowest(v: &mut Vec<SubscriberTally>) {
+    v.sort_by(|a, b| {
+        a.delivered
+            .cmp(&b.delivered)
+            .then(b.max_latency_us.cmp(&a.max_latency_us))
+            .then(a.conn.cmp(&b.conn))
+            .then(a.topic.cmp(&b.topic))
+    });
+    v.truncate(SLOWEST);
 }
 
 /// A fanout cell's sums.
