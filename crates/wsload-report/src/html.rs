@@ -226,7 +226,7 @@ fn latency_chart(o: &mut String, r: &RunResult) {
     }
     let chart = LineChart {
         title: if fanout {
-            "Delivery from the intended publish instant by percentile, per cell".into()
+            "Delivery latency by percentile, per cell".into()
         } else if rtt {
             "Round trip by percentile, per cell".into()
         } else {
@@ -577,7 +577,7 @@ mod tests {
             "<td>42.00 ms</td>",
             "The server's topic counters",
             "<td>100.1K</td>",
-            "Delivery from the intended publish instant by percentile",
+            "Delivery latency by percentile, per cell",
             "publishes and deliveries per second",
             "deliveries/s",
             "delivery latency p99 per sample",
