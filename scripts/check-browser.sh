@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The HTML report in a real browser: two pages, the fixture result (wsload-report's `fixtures`:
-# two shards with samples, every chart kind) and a real `wsload run examples/ping-latency.yaml
+# The HTML report in a real browser: three pages, the fixture result (wsload-report's `fixtures`:
+# two shards with samples, every chart kind), the fan-out fixture (its table, deliveries
+# section and charts) and a real `wsload run examples/ping-latency.yaml
 # --html` (the release binaries of README's first command). Each is loaded in Debian's headless
 # Chromium (scripts/browser.sh installs it), which fails unless the page rendered without
 # errors, fetched nothing, applied its inline style, and drew its charts (inline SVG with
 # lines) and tables (with rows). A copy of the page gets a small inline script that checks this
 # in the browser and writes its verdict into the DOM, which --dump-dom prints; the probe is
 # first shown to fail on a page without charts. Then a screenshot of each page as shipped:
-# target/browser/{report,ping-latency}.png. About 20 s when warm.
+# target/browser/{report,fanout,ping-latency}.png. About 20 s when warm.
 #
 # usage: scripts/check-browser.sh
 set -euo pipefail
@@ -27,6 +28,8 @@ chromium="$(scripts/browser.sh)"
 
 cargo run -q --locked -p wsload-report --features fixtures --example fixture-html -- "$OUT/report.html" >&2
 log "rendered $OUT/report.html ($(wc -c <"$OUT/report.html") bytes)"
+cargo run -q --locked -p wsload-report --features fixtures --example fixture-html -- "$OUT/fanout.html" fanout >&2
+log "rendered $OUT/fanout.html ($(wc -c <"$OUT/fanout.html") bytes)"
 cargo build -q --release --locked -p wsload -p wsload-server >&2
 BIN="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release"
 # The verdict is the run's business here, not this check's: only the page counts.
@@ -104,4 +107,6 @@ check() {
 # here the larger ones get their three charts, but on a fast machine a cell may end before its
 # second sample, so only the latency chart is certain.
 check report 7
+# The fan-out fixture: its latency chart, and its one cell's rates, p99 and open connections.
+check fanout 4
 check ping-latency 1

@@ -8,7 +8,8 @@ every panel query against a real Prometheus that scraped a real run.
    no variable used that the dashboard does not declare.
 2. A run to scrape: Debian's Prometheus (scripts/install-prometheus.sh) scraping every second
    a real `wsload run` of a small constantRate LoadTest (two tiers, so connections open and
-   close while it is watched), the wsload-server that run starts, and `wsload-operator run`
+   close while it is watched), beside it a real fan-out run (the Fan-out row's panels are
+   checked against that one), the wsload-servers those runs start, and `wsload-operator run`
    against a local control plane (scripts/k8s/control-plane.sh) judging a LoadTest it must
    fail as InvalidSpec, so reconcile and phase metrics move.
 3. Every target of every panel, variables substituted as Grafana would ($namespace All = .*,
@@ -74,6 +75,27 @@ spec:
       - {{duration: 6s, target: 2000}}
   message: {{size: 128}}
 """
+# The Fan-out row's run: wsload's publishers on 2 topics, 20 subscribers, against the managed
+# server's pubsub profile (whose topic counters the row also shows). Long enough for the
+# server's address to reach the scrapers (file_sd, up to 5 s) and be scraped for a while.
+FANOUT_TEST = "dash-fanout"
+FANOUT_LOADTEST = f"""apiVersion: wsload.dev/v1alpha1
+kind: LoadTest
+metadata:
+  name: {FANOUT_TEST}
+spec:
+  target:
+    server: {{profile: pubsub}}
+  scenario: fanout
+  connections: [20]
+  duration: 14s
+  warmup: 1s
+  fanout: {{topics: 2, drain: 1s}}
+  rate: {{messagesPerSecond: 200}}
+"""
+# Panels that only a fan-out run feeds: the fan-out scenario's series and the server's topic
+# counters.
+FANOUT_QUERY = re.compile(r'scenario="fanout"|wsload_server_topic_')
 # Valid for the API server's schema, invalid for the operator (connectionStorm measures no
 # RTT): judged Failed/InvalidSpec at once, with no pods needed.
 INVALID = "dash-invalid"
@@ -219,7 +241,7 @@ def main(argv):
     cp.start()
     try:
 
-        prom_port, run_port, op_port = free_port(), free_port(), free_port()
+        prom_port, run_port, op_port, fanout_port = free_port(), free_port(), free_port(), free_port()
         server_sd = os.path.join(work, "server-targets.json")
         with open(server_sd, "w") as f:
             f.write("[]\n")
@@ -232,7 +254,7 @@ def main(argv):
   scrape_timeout: {SCRAPE_SECONDS}s
 scrape_configs:
   - job_name: wsload
-    static_configs: [{{targets: ["127.0.0.1:{run_port}"]}}]
+    static_configs: [{{targets: ["127.0.0.1:{run_port}", "127.0.0.1:{fanout_port}"]}}]
   - job_name: wsload-server
     file_sd_configs: [{{files: ["{server_sd}"], refresh_interval: 1s}}]
   - job_name: wsload-operator
@@ -254,7 +276,7 @@ scrape_configs:
             # lost. A file_sd change (the server's address) takes as long: the second tier
             # gives the server's histograms something to show.
             active = prom.get("/api/v1/targets", state="active")["activeTargets"]
-            return sum(1 for t in active if t.get("lastScrape", "").startswith("20")) >= 2
+            return sum(1 for t in active if t.get("lastScrape", "").startswith("20")) >= 3
 
         wait_until("Prometheus scraping its static targets", scraping, 30, prom_proc, prom_log)
         begin = time.time()
@@ -269,25 +291,42 @@ scrape_configs:
             os.path.join(bins, "wsload"), "run", lt_file, "--metrics-listen", f"127.0.0.1:{run_port}",
             "--plot", run_png, "--out", os.path.join(work, "result.json"),
         ], run_log, stderr_pipe=True)
+        fanout_file = os.path.join(work, "fanout.yaml")
+        with open(fanout_file, "w") as f:
+            f.write(FANOUT_LOADTEST)
+        fanout_log = os.path.join(work, "wsload-fanout.log")
+        fanout_run = procs.start("wsload run (fanout)", [
+            os.path.join(bins, "wsload"), "run", fanout_file, "--metrics-listen", f"127.0.0.1:{fanout_port}",
+            "--out", os.path.join(work, "fanout-result.json"),
+        ], fanout_log, stderr_pipe=True)
+        # Each run's managed server, by the run's name, once it says where it serves metrics.
         server_metrics = {}
+        sd_lock = threading.Lock()
 
-        def follow_stderr():
-            # Tells Prometheus where the managed server serves its metrics, once wsload says.
-            with open(run_log, "a") as out:
-                for line in iter(wsload.stderr.readline, b""):
+        def follow_stderr(proc, log_path, name):
+            # Tells Prometheus where the managed servers serve their metrics, once wsload says.
+            with open(log_path, "a") as out:
+                for line in iter(proc.stderr.readline, b""):
                     text = line.decode(errors="replace")
                     out.write(text)
                     out.flush()
                     addr = common.managed_metrics_addr(text)
-                    if addr and "target" not in server_metrics:
-                        server_metrics["target"] = addr
+                    if not addr:
+                        continue
+                    with sd_lock:
+                        if name in server_metrics:
+                            continue
+                        server_metrics[name] = addr
                         tmp = server_sd + ".tmp"
                         with open(tmp, "w") as sd:
-                            json.dump([{"targets": [addr]}], sd)
+                            json.dump([{"targets": sorted(server_metrics.values())}], sd)
                         os.replace(tmp, server_sd)
 
-        follower = threading.Thread(target=follow_stderr, daemon=True)
+        follower = threading.Thread(target=follow_stderr, args=(wsload, run_log, TEST), daemon=True)
         follower.start()
+        fanout_follower = threading.Thread(target=follow_stderr, args=(fanout_run, fanout_log, FANOUT_TEST),
+                                           daemon=True)
+        fanout_follower.start()
 
         cp.join()
         if cluster_up.get("rc") != 0:
@@ -327,8 +366,17 @@ scrape_configs:
         follower.join(timeout=5)
         if rc != 0:
             raise Failed(f"wsload run exited {rc}{tail(run_log)}")
-        if "target" not in server_metrics:
+        if TEST not in server_metrics:
             raise Failed(f"wsload run never named its managed server's metrics address{tail(run_log)}")
+        try:
+            rc = fanout_run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"wsload run (fanout) did not finish in 120s{tail(fanout_log)}")
+        fanout_follower.join(timeout=5)
+        if rc != 0:
+            raise Failed(f"wsload run (fanout) exited {rc}{tail(fanout_log)}")
+        if FANOUT_TEST not in server_metrics:
+            raise Failed(f"wsload run (fanout) never named its managed server's metrics address{tail(fanout_log)}")
         check_png(run_png, RUN_PNG, 20_000, "wsload run --plot")
         # The last scrapes of the operator and of the run's final second.
         time.sleep(2 * SCRAPE_SECONDS + 1)
@@ -337,6 +385,7 @@ scrape_configs:
 
         names = prom.metric_names()
         values = grafana.grafana_values(end - begin, SCRAPE_SECONDS, namespace=".*", loadtest=TEST)
+        fanout_values = grafana.grafana_values(end - begin, SCRAPE_SECONDS, namespace=".*", loadtest=FANOUT_TEST)
         failures = []
         passed = 0
         for dname, d in dashboards.items():
@@ -355,7 +404,8 @@ scrape_configs:
                     passed += 1
             for panel in grafana.all_panels(d):
                 for target in panel.get("targets", []) or []:
-                    expr = grafana.substitute(target["expr"], values)
+                    fanout = FANOUT_QUERY.search(target["expr"])
+                    expr = grafana.substitute(target["expr"], fanout_values if fanout else values)
                     why = check_target(prom, names, expr, begin, end)
                     if why:
                         failures.append(f"{dname}: panel {panel.get('title')!r} {target.get('refId')}: {why}\n      {expr}")

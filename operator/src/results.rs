@@ -6,7 +6,7 @@ use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult, ShardClock};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
-    LoadTestStatus, MAX_LISTED, Percentiles, ThresholdResult, TierFigures, Verdict,
+    FanoutTier, LoadTestStatus, MAX_LISTED, Percentiles, ThresholdResult, TierFigures, Verdict,
 };
 
 /// What the shards' results add up to.
@@ -164,10 +164,7 @@ pub fn summarize(
     let tiers_omitted = omit_past(&mut tiers, MAX_LISTED);
     // The headline figures come from the largest tier, the one the test is about.
     let headline = merged.cells.iter().max_by_key(|c| c.connections);
-    let achieved_rate = headline
-        .map(|c| c.figures.sent_per_sec.max(c.figures.received_per_sec))
-        .filter(|r| *r > 0.0)
-        .map(wsload_report::human_rate);
+    let achieved_rate = headline.and_then(headline_rate);
     let p99 = headline.and_then(|c| headline_p99(&c.figures));
     let report = wsload_report::stored::compress(wsload_report::html(&merged).as_bytes())
         .map_err(SummaryError::Serialize)?;
@@ -193,10 +190,28 @@ fn omit_past<T>(list: &mut Vec<T>, max: usize) -> u32 {
     u32::try_from(omitted).unwrap_or(u32::MAX)
 }
 
-/// The P99 column: the round trip's, or, where the scenario times none (storms, throughput
-/// saturation), the handshake's, marked so that nobody reads it as a round trip.
+/// The rate column: a fan-out's deliveries, any other scenario's messages sent or received.
+fn headline_rate(c: &CellResult) -> Option<String> {
+    if let Some(f) = &c.figures.fanout {
+        return (f.deliveries_per_sec > 0.0)
+            .then(|| format!("{} deliveries/s", wsload_report::num(f.deliveries_per_sec)));
+    }
+    let f = &c.figures;
+    Some(f.sent_per_sec.max(f.received_per_sec))
+        .filter(|r| *r > 0.0)
+        .map(wsload_report::human_rate)
+}
+
+/// The P99 column: a fan-out's delivery latency, the round trip's, or, where the scenario
+/// times none (storms, throughput saturation), the handshake's, marked so that nobody reads
+/// it as a round trip.
 fn headline_p99(f: &Figures) -> Option<String> {
-    if f.rtt.count > 0 {
+    if let Some(fanout) = f.fanout.as_ref().filter(|f| f.latency.count > 0) {
+        Some(format!(
+            "{} delivery",
+            wsload_report::ms(fanout.latency.p99)
+        ))
+    } else if f.rtt.count > 0 {
         Some(wsload_report::ms(f.rtt.p99))
     } else if f.connect.count > 0 {
         Some(format!("{} connect", wsload_report::ms(f.connect.p99)))
@@ -247,6 +262,21 @@ fn tier(c: &CellResult) -> TierFigures {
         errors,
         loss: (counts.expected > 0).then_some(f.loss),
         delivery: f.delivery,
+        fanout: f.fanout.as_ref().map(fanout_tier),
+    }
+}
+
+/// A fan-out tier's figures for status: rates, completeness and latency, no per-topic lists.
+fn fanout_tier(f: &wsload_report::fanout_figures::FanoutFigures) -> FanoutTier {
+    let timed = (f.latency.count > 0).then_some(&f.latency);
+    FanoutTier {
+        deliveries_per_second: f.deliveries_per_sec,
+        completeness: f.completeness,
+        gaps: f.gaps,
+        duplicates: f.duplicates,
+        out_of_order: f.out_of_order,
+        p50: timed.map(|l| l.p50 * 1e3),
+        p99: timed.map(|l| l.p99 * 1e3),
     }
 }
 
@@ -257,6 +287,43 @@ mod tests {
 
     fn spec(yaml: &str) -> LoadTestSpec {
         wsload_spec::yaml::parse(yaml).expect("spec")
+    }
+
+    #[test]
+    fn a_fanout_tier_shows_its_deliveries_in_status() {
+        let s = spec(
+            "target: {server: {profile: pubsub}}\nscenario: fanout\nconnections: [100]\nthresholds: ['gaps == 0']\n",
+        );
+        let mut r = wsload_report::fixtures::fanout();
+        r.shard_count = 1;
+        r.shards = vec![0];
+        let merged = merge(&[(0, &r)]).expect("merge");
+        let sum = summary(&s, merged, &[None]);
+        let f = sum.tiers[0].fanout.expect("fanout figures");
+        assert_eq!(f.deliveries_per_second, 9_999.5);
+        assert_eq!((f.gaps, f.duplicates, f.out_of_order), (5, 2, 3));
+        assert_eq!(f.completeness, Some(0.999_95));
+        let (p50, p99) = (f.p50.expect("p50"), f.p99.expect("p99"));
+        assert!(
+            (5.0..6.0).contains(&p50) && (9.0..10.1).contains(&p99),
+            "{f:?}"
+        );
+        assert_eq!(sum.achieved_rate.as_deref(), Some("10000 deliveries/s"));
+        assert!(
+            sum.p99
+                .as_deref()
+                .is_some_and(|p| p.ends_with(" ms delivery")),
+            "{:?}",
+            sum.p99
+        );
+        assert_eq!(sum.verdict, Some(Verdict::Fail), "{}", sum.verdict_message);
+        let yaml = serde_json::to_value(&sum.tiers[0]).expect("json");
+        assert_eq!(yaml["fanout"]["deliveriesPerSecond"], 9_999.5);
+        assert_eq!(yaml["fanout"]["outOfOrder"], 3);
+        // An echo tier has none.
+        let echo = tier(&shard(0, 10, 1, 1).cells[0]);
+        assert!(echo.fanout.is_none());
+        assert!(serde_json::to_string(&echo).is_ok_and(|j| !j.contains("fanout")));
     }
 
     #[test]
@@ -461,6 +528,15 @@ mod tests {
             errors: BTreeMap::from([("connect/refused".to_string(), 12)]),
             loss: Some(0.0),
             delivery: Some(1.0),
+            fanout: Some(FanoutTier {
+                deliveries_per_second: 12_345_678.9,
+                completeness: Some(0.999_999),
+                gaps: 123_456,
+                duplicates: 12,
+                out_of_order: 34,
+                p50: Some(1.234),
+                p99: Some(3.456),
+            }),
         };
         let mut tiers = vec![tier; cells];
         let mut checks = vec![

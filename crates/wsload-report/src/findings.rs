@@ -5,6 +5,8 @@ use crate::measure::{ConnectError, Counts, Dropped, FrameKind, Lifetime, UNSOLIC
 use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
+pub mod fanout;
+
 /// One explained observation about one cell.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
@@ -30,6 +32,18 @@ pub enum Rule {
     /// A shard's clock offset is known only loosely: instants compared across shards are
     /// uncertain by that much.
     ClockUncertain,
+    /// Fan-out latencies are uncertain by a large share of their p50: the shards' clocks.
+    FanoutClock,
+    /// Fan-out deliveries expected and never received.
+    FanoutIncomplete,
+    /// The server's topic counters against what the subscribers received.
+    FanoutServer,
+    /// Fan-out deliveries received twice or out of order.
+    FanoutOrder,
+    /// Fan-out deliveries timed before their publish instant.
+    FanoutClockDisagree,
+    /// Messages that matched the delivery rule without a sequence number.
+    FanoutUnreadable,
 }
 
 impl std::fmt::Display for Finding {
@@ -64,8 +78,10 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .iter()
                 .filter_map(move |rule| rule(c))
                 .chain(failures(c))
+                .chain(fanout::cell(c))
         })
         .chain(clock_uncertain(r))
+        .chain(fanout::clock_blur(r))
         .collect()
 }
 

@@ -110,3 +110,71 @@ pub fn report() -> RunResult {
     merged.merge(&other).expect("merge");
     merged
 }
+
+/// A fan-out run to look at: 100 subscribers over 2 topics of 1,000 publishes each (2
+/// publishers), one subscriber 5 short on topic 1, 2 duplicates and 3 arrivals out of order,
+/// deliveries of 1 to 10 ms, per-second samples of the deliveries and their p99, and the
+/// server's counters (which say it delivered 100 more than were received).
+pub fn fanout() -> RunResult {
+    use crate::fanout::{Fanout, ServerTopics, SubscriberTally, TopicTally};
+    let mut r = shard(0, 0, 1, 1_795_930_482_000_000);
+    r.scenario = Scenario::Fanout;
+    r.thresholds = vec![
+        "fanout.p99 < 50ms".parse().expect("threshold"),
+        "gaps == 0".parse().expect("threshold"),
+    ];
+    let c = &mut r.cells[0];
+    c.measured_secs = 10.0;
+    let m = &mut c.measure;
+    (m.counts.attempted, m.counts.connected) = (100, 100);
+    m.counts.failed.clear();
+    let topic = |delivered, duplicates, out_of_order| TopicTally {
+        subscribers: 50,
+        published: 1000,
+        first_seq: 1,
+        last_seq: 1000,
+        delivered,
+        duplicates,
+        out_of_order,
+        too_late: 0,
+    };
+    let fanout = Fanout {
+        topics: vec![topic(50_000, 0, 0), topic(49_995, 2, 3)],
+        slowest: vec![SubscriberTally {
+            conn: 17,
+            topic: 1,
+            delivered: 995,
+            max_latency_us: 42_000,
+        }],
+        outside: 40,
+        publishers: 2,
+        ..Fanout::default()
+    };
+    let delivered = 99_995;
+    m.counts.received = delivered;
+    for i in 0..delivered {
+        m.hists
+            .fanout
+            .record(Duration::from_micros(1_000 + (i % 9_000)));
+    }
+    m.counts.fanout = Some(fanout);
+    c.server_topics = Some(ServerTopics {
+        published: 2_008,
+        fanout: 100_400,
+        delivered: 100_137,
+        dropped_slow_consumer: 0,
+        dropped_closed: 0,
+    });
+    let mut rec = Recorder::new(Totals::default(), 1_000);
+    let mut t = Totals::default();
+    for second in 0..10u32 {
+        t.sent += 200;
+        t.received += 10_000 - u64::from(second == 4) * 5;
+        t.open = 102;
+        rec.tick(second, t, Some(9_000 + u64::from(second == 4) * 30_000));
+    }
+    (c.timeline_step_ms, c.timeline) = rec.finish();
+    c.compute();
+    r.judge();
+    r
+}

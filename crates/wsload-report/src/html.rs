@@ -9,6 +9,8 @@ use crate::table::cell_table;
 use serde_json::Value;
 use std::fmt::Write as _;
 
+mod fanout;
+
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#212529;max-width:1040px;margin:24px auto;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
@@ -77,6 +79,7 @@ pub fn html(r: &RunResult) -> String {
     header(&mut o, r);
     verdict(&mut o, r);
     cells(&mut o, r);
+    fanout::deliveries(&mut o, r);
     latency_chart(&mut o, r);
     throughput_charts(&mut o, r);
     shards(&mut o, r);
@@ -193,12 +196,15 @@ fn latency_chart(o: &mut String, r: &RunResult) {
         (99.9, "p99.9"),
         (100.0, "max"),
     ];
+    let fanout = r.scenario == wsload_spec::Scenario::Fanout;
     let rtt = r.cells.iter().any(|c| !c.measure.hists.rtt.is_empty());
     let series: Vec<Series> = r
         .cells
         .iter()
         .filter_map(|c| {
-            let h = if rtt {
+            let h = if fanout {
+                &c.measure.hists.fanout
+            } else if rtt {
                 &c.measure.hists.rtt
             } else {
                 &c.measure.hists.connect
@@ -219,7 +225,9 @@ fn latency_chart(o: &mut String, r: &RunResult) {
         return;
     }
     let chart = LineChart {
-        title: if rtt {
+        title: if fanout {
+            "Delivery latency by percentile, per cell".into()
+        } else if rtt {
             "Round trip by percentile, per cell".into()
         } else {
             "Connection handshake by percentile, per cell".into()
@@ -238,6 +246,24 @@ fn latency_chart(o: &mut String, r: &RunResult) {
 
 fn throughput_charts(o: &mut String, r: &RunResult) {
     o.push_str("<section id=\"throughput\"><h2>Throughput over time</h2>");
+    // A fan-out's sends are its publishes, what arrives its deliveries, timed from the
+    // intended publish instant.
+    let fanout = r.scenario == wsload_spec::Scenario::Fanout;
+    let (sent, received, what, latency) = if fanout {
+        (
+            "publishes/s",
+            "deliveries/s",
+            "publishes and deliveries per second",
+            "delivery latency p99 per sample",
+        )
+    } else {
+        (
+            "sent/s",
+            "received/s",
+            "messages per second",
+            "round-trip p99 per sample",
+        )
+    };
     // A line needs two points: a cell sampled once (a burst of pings) has none to draw.
     let timed: Vec<_> = r.cells.iter().filter(|c| c.timeline.len() >= 2).collect();
     if timed.is_empty() {
@@ -281,10 +307,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             // Counts per step as rates per second.
             points: t.iter().map(|s| (x(s), f(s) as f64 / step)).collect(),
         };
-        let mut series = vec![
-            line("sent/s", |s| s.sent),
-            line("received/s", |s| s.received),
-        ];
+        let mut series = vec![line(sent, |s| s.sent), line(received, |s| s.received)];
         if t.iter().any(|s| s.pings_answered + s.pings_lost > 0) {
             series.push(line("pings answered/s", |s| s.pings_answered));
             series.push(line("pings lost/s", |s| s.pings_lost));
@@ -298,7 +321,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             }
         );
         let rates = LineChart {
-            title: format!("{}: messages per second", c.label),
+            title: format!("{}: {what}", c.label),
             x_ticks,
             x_label,
             y_format: num,
@@ -328,7 +351,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
             .filter_map(|s| s.p99_us.map(|us| (x(s), us as f64 / 1e6)))
             .collect();
         if p99.len() >= 2 {
-            let latency = beside("round-trip p99 per sample", "p99", axis_ms, p99);
+            let latency = beside(latency, "p99", axis_ms, p99);
             o.push_str(&latency.svg());
         }
         // Rates and p99 side by side, where a stall shows in both; then the connections.
@@ -537,6 +560,38 @@ mod tests {
         for external in ["<script", "<link", "src=", "@import", "url("] {
             assert!(!page.contains(external), "{external} in the page");
         }
+    }
+
+    #[test]
+    fn a_fanout_shows_its_deliveries_gaps_and_latency_over_time() {
+        let page = html(&crate::fixtures::fanout());
+        for part in [
+            "<th>Deliveries/s</th>",
+            "<td>10000</td>",
+            "<td>99.995%</td>",
+            "id=\"deliveries\"",
+            "<th>Gaps</th>",
+            "<th>Duplicates</th>",
+            "Slowest subscribers",
+            "<td>17</td>",
+            "<td>42.00 ms</td>",
+            "The server's topic counters",
+            "<td>100.1K</td>",
+            "Delivery latency by percentile, per cell",
+            "publishes and deliveries per second",
+            "deliveries/s",
+            "delivery latency p99 per sample",
+            "gaps == 0",
+            "the server counted 100 deliveries that no subscriber received",
+        ] {
+            assert!(page.contains(part), "{part} missing");
+        }
+        // The percentile chart, and the cell's rates, p99 and open connections.
+        assert_eq!(page.matches("<svg").count(), 1 + 3, "{page}");
+        assert!(
+            !page.contains("round-trip p99"),
+            "a fan-out times no round trip"
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 mod chart;
 mod escape;
 pub mod fanout;
+pub mod fanout_figures;
+mod fanout_text;
 pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;

@@ -7,12 +7,15 @@ use wsload_spec::threshold::Metric;
 pub fn in_units(m: Metric, v: f64) -> String {
     match m {
         Metric::Latency(..) => ms(v),
-        Metric::Errors | Metric::Loss | Metric::Survival | Metric::Delivery => {
-            format!("{:.3}%", v * 100.0)
-        }
+        Metric::Errors
+        | Metric::Loss
+        | Metric::Survival
+        | Metric::Delivery
+        | Metric::Completeness => format!("{:.3}%", v * 100.0),
         Metric::Throughput | Metric::ReceivedRate => format!("{} msg/s", num(v)),
         Metric::ConnectRate => format!("{} conn/s", num(v)),
-        Metric::Limit => num(v),
+        Metric::Limit | Metric::Gaps => num(v),
+        Metric::Deliveries => format!("{} deliveries/s", rate(v)),
     }
 }
 
@@ -33,6 +36,11 @@ pub fn ms(s: f64) -> String {
 /// A message rate for people: `1.23M msg/s`, `45.6K msg/s`, `789 msg/s`.
 pub fn human_rate(msg_per_s: f64) -> String {
     format!("{} msg/s", num(msg_per_s))
+}
+
+/// A rate that may be below one a second, for a threshold's figure.
+fn rate(v: f64) -> String {
+    if v < 100.0 { format!("{v:.1}") } else { num(v) }
 }
 
 /// A count for a table: `1.23M`, `45.6K`, `789`.

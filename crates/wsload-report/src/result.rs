@@ -1,6 +1,7 @@
 //! The result of a run as it is stored and sent: JSON with every count and serialized histogram
 //! (so shards merge exactly), and the figures derived from them.
 
+use crate::fanout_figures::FanoutFigures;
 use crate::hist::Hist;
 use crate::measure::Measure;
 use crate::timeline::{self, Sample};
@@ -22,7 +23,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Hist) -> Self {
+    pub(crate) fn of(h: &Hist) -> Self {
         Percentiles {
             p50: h.percentile(50.0),
             p90: h.percentile(90.0),
@@ -51,6 +52,10 @@ pub struct Figures {
     pub connect: Percentiles,
     pub rtt: Percentiles,
     pub rtt_raw: Percentiles,
+    /// The fanout scenario's deliveries (absent in other scenarios and in results written
+    /// before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutFigures>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,6 +127,10 @@ impl CellResult {
             connect: Percentiles::of(&h.connect),
             rtt: Percentiles::of(&h.rtt),
             rtt_raw: Percentiles::of(&h.rtt_raw),
+            fanout: c
+                .fanout
+                .as_ref()
+                .map(|f| FanoutFigures::of(f, &h.fanout, self.measured_secs)),
         };
     }
 }
@@ -344,6 +353,32 @@ mod tests {
         );
         assert!(text.contains(&found[0]), "{text}");
         assert!(crate::html(&a).contains("shard 1 +49.950 ms ± 2.40 ms (11)"));
+    }
+
+    #[test]
+    fn fanout_figures_are_written_in_camel_case_and_results_without_them_still_read() {
+        let r = crate::fixtures::fanout();
+        let json = serde_json::to_string(&r).expect("ser");
+        for field in [
+            r#""deliveriesPerSec":9999.5"#,
+            r#""outOfOrder":3"#,
+            r#""gaps":5"#,
+            r#""completeness":0.99995"#,
+            r#""slowest":[{"conn":17,"topic":1,"delivered":995,"gaps":5,"maxLatencyUs":42000}]"#,
+        ] {
+            assert!(json.contains(field), "{field} in {json}");
+        }
+        let back: RunResult = serde_json::from_str(&json).expect("de");
+        assert_eq!(back.cells[0].figures, r.cells[0].figures);
+        let echo = serde_json::to_string(&shard(0, 10, 1, 1)).expect("ser");
+        assert!(!echo.contains("\"fanout\""), "{echo}");
+        let mut old: serde_json::Value = serde_json::from_str(&echo).expect("json");
+        old["cells"][0]["figures"]
+            .as_object_mut()
+            .expect("figures")
+            .remove("fanout");
+        let back: RunResult = serde_json::from_value(old).expect("an echo result written before");
+        assert!(back.cells[0].figures.fanout.is_none());
     }
 
     #[test]

@@ -32,8 +32,7 @@ pub(crate) fn cell_table(r: &RunResult) -> Table {
         PingLatency | SustainedHold | Pingpong => pings(&r.cells, r.scenario == SustainedHold),
         Throughput | PayloadMatrix | FormatComparison | Blast => throughput(&r.cells),
         Echo | ConstantRate => paced_echoes(&r.cells),
-        // Until the fanout table lands: its deliveries are counted as received.
-        Fanout => throughput(&r.cells),
+        Fanout => fanout(&r.cells),
     }
 }
 
@@ -128,6 +127,58 @@ fn throughput(cells: &[CellResult]) -> Table {
     })
 }
 
+/// Fan-out: publishes against deliveries, what went missing or came twice or out of order,
+/// and how long deliveries took from their intended publish instant.
+fn fanout(cells: &[CellResult]) -> Table {
+    let head = vec![
+        "Subscribers",
+        "Pub/s",
+        "Deliveries/s",
+        "Complete",
+        "Gaps",
+        "Dup",
+        "Reorder",
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+    ];
+    Table::of(head, cells, |c| {
+        let Some(f) = &c.figures.fanout else {
+            let mut row = vec!["-".to_string(); 11];
+            row[0] = c.label.clone();
+            return row;
+        };
+        let l = &f.latency;
+        vec![
+            c.label.clone(),
+            num(f.publishes_per_sec),
+            num(f.deliveries_per_sec),
+            f.completeness.map_or("-".into(), percent),
+            num(f.gaps as f64),
+            num(f.duplicates as f64),
+            num(f.out_of_order as f64),
+            ms(l.p50),
+            ms(l.p99),
+            ms(l.p999),
+            ms(l.max),
+        ]
+    })
+}
+
+/// A share as a percentage with as many decimals as tell it from 100%: a single gap in a
+/// million deliveries still shows.
+pub(crate) fn percent(share: f64) -> String {
+    if share >= 1.0 {
+        return "100%".into();
+    }
+    let mut decimals = 2;
+    while decimals < 6 && format!("{:.*}", decimals, share * 100.0).starts_with("100") {
+        decimals += 1;
+    }
+    format!("{:.*}%", decimals, share * 100.0)
+}
+
 /// Paced echoes: the rate asked for against the rates reached, round trips and loss.
 fn paced_echoes(cells: &[CellResult]) -> Table {
     let head = vec![
@@ -155,4 +206,18 @@ fn paced_echoes(cells: &[CellResult]) -> Table {
             format!("{:.2}%", f.loss * 100.0),
         ]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_completeness_short_of_whole_never_reads_as_100() {
+        assert_eq!(percent(1.0), "100%");
+        assert_eq!(percent(0.995), "99.50%");
+        assert_eq!(percent(0.999_99), "99.999%");
+        assert_eq!(percent(0.999_999), "99.9999%");
+        assert_eq!(percent(0.0), "0.00%");
+    }
 }

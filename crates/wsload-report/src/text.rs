@@ -54,6 +54,17 @@ impl RunResult {
         let mut o = String::new();
         let _ = writeln!(o, "\n{} — {}\n", self.test, self.headline());
         o.push_str(&markdown_table(self));
+        let fanout: Vec<String> = self
+            .cells
+            .iter()
+            .flat_map(crate::fanout_text::lines)
+            .collect();
+        if !fanout.is_empty() {
+            o.push('\n');
+            for line in &fanout {
+                let _ = writeln!(o, "{line}");
+            }
+        }
         let findings = crate::findings::findings(self);
         if !findings.is_empty() {
             o.push('\n');
@@ -179,6 +190,31 @@ fn markdown_table(r: &RunResult) -> String {
 mod tests {
     use super::*;
     use crate::fixtures::shard;
+
+    #[test]
+    fn a_fanout_prints_its_table_slowest_subscribers_and_the_servers_account() {
+        let text = crate::fixtures::fanout().render();
+        let head = "| Subscribers | Pub/s | Deliveries/s | Complete | Gaps | Dup | Reorder | p50 | p99 | p99.9 | max |";
+        assert!(text.contains(head), "{text}");
+        assert!(head.len() <= 100, "{} columns", head.len());
+        assert!(
+            text.contains("| 100 | 200 | 10000 | 99.995% | 5 | 2 | 3 | 5."),
+            "{text}"
+        );
+        assert!(
+            text.contains("slowest subscribers [100]: conn 17 on topic 1: 995 delivered, 5 gaps, slowest 42.00 ms"),
+            "{text}"
+        );
+        assert!(
+            text.contains("server topics [100]: published 2008, owed 100.4K deliveries, delivered 100.1K, dropped 0 for slow consumers and 0 to closed connections; subscribers received 100.0K of the window and 40 outside it"),
+            "{text}"
+        );
+        assert!(text.contains("FAIL gaps == 0 [100] actual 5"), "{text}");
+        assert!(
+            text.contains("PASS fanout.p99 < 50ms [100] actual 9."),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_conversation_says_its_pushes_replies_and_what_was_negotiated() {

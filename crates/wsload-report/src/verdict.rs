@@ -58,8 +58,24 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
         {
             Some("no message was sent".into())
         }
+        Scenario::Fanout => nothing_delivered(cell),
         _ => None,
     }
+}
+
+/// A fanout cell whose subscribers received nothing of the window: why, as far as the
+/// tallies tell (nothing published, or published and never delivered).
+fn nothing_delivered(cell: &CellResult) -> Option<String> {
+    let f = cell.figures.fanout.as_ref();
+    if f.is_some_and(|f| f.delivered > 0) {
+        return None;
+    }
+    let (publishes, expected) = f.map_or((0, 0), |f| (f.publishes, f.expected));
+    Some(if publishes == 0 {
+        "no delivery was received and nothing was published in the measured window".to_string()
+    } else {
+        format!("no delivery was received ({publishes} publishes, {expected} deliveries expected)")
+    })
 }
 
 impl CellResult {
@@ -73,6 +89,7 @@ impl CellResult {
                     Latency::Rtt => &h.rtt,
                     Latency::RttRaw => &h.rtt_raw,
                     Latency::Connect => &h.connect,
+                    Latency::Fanout => &h.fanout,
                 };
                 if hist.is_empty() {
                     return None;
@@ -92,6 +109,9 @@ impl CellResult {
             Metric::Delivery => f.delivery?,
             Metric::ConnectRate => f.connect_rate,
             Metric::Limit => return None,
+            Metric::Gaps => f.fanout.as_ref()?.gaps as f64,
+            Metric::Completeness => f.fanout.as_ref()?.completeness?,
+            Metric::Deliveries => f.fanout.as_ref()?.deliveries_per_sec,
         })
     }
 }
@@ -246,6 +266,68 @@ mod tests {
                 .verdict
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_fanout_that_delivered_nothing_fails_and_one_that_did_is_judged() {
+        use crate::fanout::{Fanout, TopicTally};
+        let mut m = Measure::default();
+        m.counts.attempted = 4;
+        m.counts.connected = 4;
+        let mut tally = TopicTally {
+            subscribers: 4,
+            published: 50,
+            ..TopicTally::default()
+        };
+        m.counts.fanout = Some(Fanout {
+            topics: vec![tally],
+            ..Fanout::default()
+        });
+        let v = judged(Scenario::Fanout, m.clone()).verdict.expect("judged");
+        assert!(!v.passed);
+        assert_eq!(
+            v.unmeasured[0].missing,
+            "no delivery was received (50 publishes, 200 deliveries expected)"
+        );
+        let mut none = m.clone();
+        none.counts.fanout = None;
+        let v = judged(Scenario::Fanout, none).verdict.expect("judged");
+        assert_eq!(
+            v.unmeasured[0].missing,
+            "no delivery was received and nothing was published in the measured window"
+        );
+        tally.delivered = 199;
+        m.counts.fanout = Some(Fanout {
+            topics: vec![tally],
+            ..Fanout::default()
+        });
+        for _ in 0..199 {
+            m.hists.fanout.record(std::time::Duration::from_millis(3));
+        }
+        let mut r = shard(0, 10, 1, 0);
+        r.scenario = Scenario::Fanout;
+        r.thresholds = [
+            "fanout.p99 < 50ms",
+            "gaps == 0",
+            "completeness > 99%",
+            "deliveries > 10/s",
+        ]
+        .iter()
+        .map(|t| t.parse().expect("threshold"))
+        .collect();
+        r.cells[0].measure = m;
+        r.cells[0].compute();
+        r.judge();
+        let v = r.verdict.as_ref().expect("judged");
+        assert!(v.unmeasured.is_empty());
+        let results: Vec<(bool, Option<f64>)> =
+            v.checks.iter().map(|c| (c.passed, c.actual)).collect();
+        assert_eq!(results[1], (false, Some(1.0)), "one gap");
+        assert_eq!(results[2], (true, Some(0.995)));
+        assert!(results[0].0 && results[3].0, "{results:?}");
+        assert_eq!(r.actual(&v.checks[1]), "1");
+        assert_eq!(r.actual(&v.checks[2]), "99.500%");
+        assert_eq!(r.actual(&v.checks[3]), "19.9 deliveries/s");
     }
 
     #[test]

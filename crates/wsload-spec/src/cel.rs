@@ -124,25 +124,32 @@ pub fn percent_schema() -> Schema {
     })
 }
 
+/// A comparison: `<`, `<=`, `>`, `>=` or `==` (CEL's RE2 syntax, as the rules below quote it).
+const COMPARISON_RE: &str = "[<>]|==";
 /// A regular expression matching a known metric followed by a comparison.
-const METRIC_RE: &str = r"^ *((rtt|rtt_raw|connect)\\.(p[0-9]{1,2}(\\.[0-9]+)?|min|mean|avg|max)|throughput|received_rate|errors|loss|survival|delivery|connect_rate|limit) *[<>]";
+const METRIC_RE: &str = r"^ *((rtt|rtt_raw|connect|fanout)\\.(p[0-9]{1,2}(\\.[0-9]+)?|min|mean|avg|max)|throughput|received_rate|errors|loss|survival|delivery|connect_rate|limit|gaps|completeness|deliveries) *([<>]|==)";
+/// A latency's value: a number and a time unit after the comparison.
+const LATENCY_RE: &str = r"^ *(rtt|rtt_raw|connect|fanout)\\.";
+const TIME_VALUE_RE: &str = r"([<>]=?|==) *[0-9]+(\\.[0-9]+)? *(us|µs|ms|s) *$";
 
 pub fn threshold_schema() -> Schema {
     schemars::json_schema!({
-        "description": "METRIC OP VALUE, e.g. \"rtt.p99 < 5ms\", \"errors < 0.1%\", \"throughput > 1M msg/s\".",
+        "description": "METRIC OP VALUE, e.g. \"rtt.p99 < 5ms\", \"errors < 0.1%\", \"throughput > 1M msg/s\", \"gaps == 0\".",
         "type": "string",
         "maxLength": MAX_THRESHOLD_LEN,
         "x-kubernetes-validations": [
             rule(
-                "self.matches('[<>]')",
+                &format!("self.matches('{COMPARISON_RE}')"),
                 "has no comparison; write METRIC < VALUE, e.g. \"rtt.p99 < 5ms\"",
             ),
             rule_expr(
-                &format!("!self.matches('[<>]') || self.matches('{METRIC_RE}')"),
+                &format!("!self.matches('{COMPARISON_RE}') || self.matches('{METRIC_RE}')"),
                 &format!("'unknown metric in \"' + self + '\"; known: {KNOWN_METRICS}'"),
             ),
             rule_expr(
-                r"!self.matches('[<>]') || !self.matches('^ *(rtt|rtt_raw|connect)\\.') || self.matches('[<>]=? *[0-9]+(\\.[0-9]+)? *(us|µs|ms|s) *$')",
+                &format!(
+                    "!self.matches('{COMPARISON_RE}') || !self.matches('{LATENCY_RE}') || self.matches('{TIME_VALUE_RE}')"
+                ),
                 r#"'in "' + self + '": a latency needs a time unit: us, ms or s'"#,
             ),
         ],
@@ -556,4 +563,54 @@ pub fn spec_conversation_rules() -> Value {
         ),
         ".protocol",
     )
+}
+
+#[cfg(test)]
+mod threshold_rules {
+    use super::*;
+
+    /// A CEL string literal's regular expression as RE2 reads it (`\\.` is `\.`).
+    fn re(cel: &str) -> regex::Regex {
+        regex::Regex::new(&cel.replace("\\\\", "\\")).expect("regex")
+    }
+
+    /// What the API server's rules say of `text`: the first one it breaks, if any.
+    fn refused(text: &str) -> Option<usize> {
+        let compared = re(COMPARISON_RE).is_match(text);
+        if !compared {
+            return Some(0);
+        }
+        if !re(METRIC_RE).is_match(text) {
+            return Some(1);
+        }
+        (re(LATENCY_RE).is_match(text) && !re(TIME_VALUE_RE).is_match(text)).then_some(2)
+    }
+
+    #[test]
+    fn the_schema_takes_what_the_parser_takes() {
+        for ok in [
+            "rtt.p99 < 5ms",
+            "errors < 0.1%",
+            "fanout.p99 < 50ms",
+            "fanout.p99.9<=1s",
+            "gaps == 0",
+            "completeness > 99.99%",
+            "deliveries >= 1.5M/s",
+            "limit >= 10000",
+        ] {
+            assert_eq!(refused(ok), None, "{ok}");
+            assert!(ok.parse::<Threshold>().is_ok(), "{ok}");
+        }
+        for (bad, rule) in [
+            ("gaps 0", 0),
+            ("gaps = 0", 0),
+            ("p99 < 5ms", 1),
+            ("fanouts.p99 < 5ms", 1),
+            ("fanout.p99 < 50", 2),
+            ("fanout.p99 == 5", 2),
+        ] {
+            assert_eq!(refused(bad), Some(rule), "{bad}");
+            assert!(bad.parse::<Threshold>().is_err(), "{bad}");
+        }
+    }
 }

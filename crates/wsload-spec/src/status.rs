@@ -302,6 +302,36 @@ pub struct TierFigures {
     /// Server-counted over client-sent messages, 0..1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery: Option<f64>,
+    /// The fanout scenario's deliveries (the merged result has them per topic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<FanoutTier>,
+}
+
+/// A fanout tier's deliveries, as `kubectl get lt -o yaml` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FanoutTier {
+    /// Distinct deliveries per second, over subscribers.
+    pub deliveries_per_second: f64,
+    /// Delivered over expected (each topic's publishes times its subscribers), 0..1; unset
+    /// when nothing was expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completeness: Option<f64>,
+    /// Expected deliveries never received.
+    pub gaps: u64,
+    /// Deliveries received again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub duplicates: u64,
+    /// Deliveries received after a later one of their topic.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub out_of_order: u64,
+    /// Median delivery latency from the intended publish instant, ms; unset when no delivery
+    /// was timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    /// 99th percentile of the same, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]

@@ -52,6 +52,8 @@ pub enum Latency {
     RttRaw,
     /// Whole handshake: TCP connect + HTTP upgrade + ready.
     Connect,
+    /// A fan-out delivery, from its intended publish instant to its receipt.
+    Fanout,
 }
 
 impl Latency {
@@ -60,6 +62,7 @@ impl Latency {
             Latency::Rtt => "rtt",
             Latency::RttRaw => "rtt_raw",
             Latency::Connect => "connect",
+            Latency::Fanout => "fanout",
         }
     }
 }
@@ -84,6 +87,12 @@ pub enum Metric {
     ConnectRate,
     /// Largest connection count held (connectionLimit).
     Limit,
+    /// Fan-out deliveries expected and never received (a count).
+    Gaps,
+    /// Fan-out deliveries received over those expected.
+    Completeness,
+    /// Fan-out deliveries per second, over subscribers.
+    Deliveries,
 }
 
 /// The unit family a metric's value is written in.
@@ -97,8 +106,8 @@ enum Unit {
 
 impl Metric {
     /// Every metric name, for error messages.
-    pub const NAMES: &'static str = "rtt.<stat>, rtt_raw.<stat>, connect.<stat> (stat: p50, p90, p99, p99.9, min, mean, max), \
-         throughput, received_rate, errors, loss, survival, delivery, connect_rate, limit";
+    pub const NAMES: &'static str = "rtt.<stat>, rtt_raw.<stat>, connect.<stat>, fanout.<stat> (stat: p50, p90, p99, p99.9, min, mean, max), \
+         throughput, received_rate, errors, loss, survival, delivery, connect_rate, limit, gaps, completeness, deliveries";
 
     fn parse(s: &str) -> Option<Metric> {
         if let Some((dist, stat)) = s.split_once('.') {
@@ -106,6 +115,7 @@ impl Metric {
                 "rtt" => Latency::Rtt,
                 "rtt_raw" => Latency::RttRaw,
                 "connect" => Latency::Connect,
+                "fanout" => Latency::Fanout,
                 _ => return None,
             };
             return Stat::parse(stat).map(|st| Metric::Latency(latency, st));
@@ -119,6 +129,9 @@ impl Metric {
             "delivery" => Metric::Delivery,
             "connect_rate" => Metric::ConnectRate,
             "limit" => Metric::Limit,
+            "gaps" => Metric::Gaps,
+            "completeness" => Metric::Completeness,
+            "deliveries" => Metric::Deliveries,
             _ => return None,
         })
     }
@@ -126,9 +139,16 @@ impl Metric {
     fn unit(self) -> Unit {
         match self {
             Metric::Latency(..) => Unit::Time,
-            Metric::Errors | Metric::Loss | Metric::Survival | Metric::Delivery => Unit::Fraction,
-            Metric::Throughput | Metric::ReceivedRate | Metric::ConnectRate => Unit::Rate,
-            Metric::Limit => Unit::Count,
+            Metric::Errors
+            | Metric::Loss
+            | Metric::Survival
+            | Metric::Delivery
+            | Metric::Completeness => Unit::Fraction,
+            Metric::Throughput
+            | Metric::ReceivedRate
+            | Metric::ConnectRate
+            | Metric::Deliveries => Unit::Rate,
+            Metric::Limit | Metric::Gaps => Unit::Count,
         }
     }
 }
@@ -145,6 +165,9 @@ impl fmt::Display for Metric {
             Metric::Delivery => f.write_str("delivery"),
             Metric::ConnectRate => f.write_str("connect_rate"),
             Metric::Limit => f.write_str("limit"),
+            Metric::Gaps => f.write_str("gaps"),
+            Metric::Completeness => f.write_str("completeness"),
+            Metric::Deliveries => f.write_str("deliveries"),
         }
     }
 }
@@ -155,6 +178,8 @@ pub enum Op {
     Le,
     Gt,
     Ge,
+    /// Equal: for counts (`gaps == 0`).
+    Eq,
 }
 
 impl Op {
@@ -164,6 +189,7 @@ impl Op {
             Op::Le => actual <= bound,
             Op::Gt => actual > bound,
             Op::Ge => actual >= bound,
+            Op::Eq => actual == bound,
         }
     }
     fn as_str(self) -> &'static str {
@@ -172,6 +198,7 @@ impl Op {
             Op::Le => "<=",
             Op::Gt => ">",
             Op::Ge => ">=",
+            Op::Eq => "==",
         }
     }
 }
@@ -226,6 +253,7 @@ fn parse_value(metric: Metric, raw: &str) -> Result<f64, String> {
         Unit::Rate | Unit::Count => {
             let num = raw
                 .trim_end_matches("msg/s")
+                .trim_end_matches("deliveries/s")
                 .trim_end_matches("conn/s")
                 .trim_end_matches("/s")
                 .trim_end_matches("connections")
@@ -242,13 +270,14 @@ impl FromStr for Threshold {
 
     fn from_str(text: &str) -> Result<Self, String> {
         let t = text.trim();
-        let (pos, op_len, op) = ["<=", ">=", "<", ">"]
+        let (pos, op_len, op) = ["==", "<=", ">=", "<", ">"]
             .iter()
             .find_map(|sym| t.find(sym).map(|i| (i, sym.len(), *sym)))
             .ok_or_else(|| {
                 format!("{t:?} has no comparison; write METRIC < VALUE, e.g. \"rtt.p99 < 5ms\"")
             })?;
         let op = match op {
+            "==" => Op::Eq,
             "<=" => Op::Le,
             ">=" => Op::Ge,
             "<" => Op::Lt,
@@ -314,6 +343,27 @@ mod tests {
         assert_eq!(th("connect.max < 2s").value, 2.0);
         assert_eq!(th("limit >= 10000").value, 10000.0);
         assert_eq!(th("survival >= 99.9%").op, Op::Ge);
+    }
+
+    #[test]
+    fn the_fanout_figures_parse_and_judge() {
+        let p99 = th("fanout.p99 < 50ms");
+        assert_eq!(p99.metric, Metric::Latency(Latency::Fanout, Stat::P(99.0)));
+        assert!(p99.holds(0.049) && !p99.holds(0.05));
+        let gaps = th("gaps == 0");
+        assert_eq!(
+            (gaps.metric, gaps.op, gaps.value),
+            (Metric::Gaps, Op::Eq, 0.0)
+        );
+        assert!(gaps.holds(0.0) && !gaps.holds(1.0));
+        let complete = th("completeness > 99.99%");
+        assert_eq!(complete.metric, Metric::Completeness);
+        assert!(complete.holds(0.99995) && !complete.holds(0.9998));
+        assert_eq!(th("deliveries >= 1.5M/s").value, 1.5e6);
+        assert_eq!(th("deliveries > 20K deliveries/s").value, 20_000.0);
+        assert_eq!(th("gaps <= 10").op, Op::Le);
+        assert_eq!(th("fanout.max<=1s").metric.to_string(), "fanout.max");
+        assert_eq!(th("gaps == 0").to_string(), "gaps == 0");
     }
 
     #[test]

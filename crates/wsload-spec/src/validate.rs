@@ -549,6 +549,10 @@ fn thresholds(spec: &LoadTestSpec, e: &mut Errors) {
     for (i, t) in spec.thresholds.iter().enumerate() {
         let ok = match t.metric {
             Metric::Latency(Latency::Connect, _) | Metric::Errors | Metric::ConnectRate => true,
+            Metric::Latency(Latency::Fanout, _)
+            | Metric::Gaps
+            | Metric::Completeness
+            | Metric::Deliveries => s == Fanout,
             Metric::Latency(_, _) => has_rtt,
             Metric::Throughput | Metric::ReceivedRate => {
                 !matches!(s, ConnectionStorm | ConnectionLimit)

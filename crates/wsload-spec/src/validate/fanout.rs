@@ -131,6 +131,33 @@ mod tests {
     }
 
     #[test]
+    fn the_fanout_thresholds_are_for_fanout_only() {
+        let judged = "  thresholds: ['fanout.p99 < 50ms', 'gaps == 0', 'completeness > 99.99%', 'deliveries > 1M/s']\n";
+        let fanout = "  target: {server: {profile: pubsub}}\n  scenario: fanout\n";
+        assert_eq!(errors(&format!("{fanout}{judged}")), Vec::<String>::new());
+        let e = errors(&format!(
+            "  target: {{server: {{}}}}\n  scenario: echo\n{judged}"
+        ));
+        assert_eq!(
+            e,
+            vec![
+                "spec.thresholds[0]: \"fanout.p99 < 50ms\": the echo scenario does not measure fanout.p99",
+                "spec.thresholds[1]: \"gaps == 0\": the echo scenario does not measure gaps",
+                "spec.thresholds[2]: \"completeness > 99.99%\": the echo scenario does not measure completeness",
+                "spec.thresholds[3]: \"deliveries > 1M/s\": the echo scenario does not measure deliveries",
+            ]
+        );
+        // A fanout times no round trip.
+        let e = errors(&format!("{fanout}  thresholds: ['rtt.p99 < 5ms']\n"));
+        assert_eq!(
+            e,
+            vec![
+                "spec.thresholds[0]: \"rtt.p99 < 5ms\": the fanout scenario does not measure rtt.p99"
+            ]
+        );
+    }
+
+    #[test]
     fn a_conversation_must_say_how_deliveries_are_counted() {
         let base = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: fanout\n  fanout: {topics: 3, topicsPerSubscriber: 2}\n";
         let c = format!(
