@@ -127,6 +127,23 @@ pub fn ticker_args(spec: &LoadTestSpec) -> Vec<String> {
     ]
 }
 
+/// The reference server's topic counters over a cell (`wsload_server_topic_*_total`), to
+/// reconcile with what the subscribers received: a server that says it delivered and a client
+/// that did not receive are told apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServerTopics {
+    /// Publishes, by clients and by the ticker.
+    pub published: u64,
+    /// Subscribers at each publish, summed: what the server owed.
+    pub fanout: u64,
+    /// Deliveries written to a subscriber's socket.
+    pub delivered: u64,
+    /// Deliveries dropped because a subscriber's queue was full, or its connection closed.
+    pub dropped_slow_consumer: u64,
+    pub dropped_closed: u64,
+}
+
 /// Who publishes to the topics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
