@@ -5,11 +5,13 @@
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
 //! batch, meet at a barrier, and all start the measured phase at one instant.
 
+use crate::clock::{self, CellClock};
 use crate::connection::{self, WorkerState};
 use crate::counters::{Counters, SlotRef};
-use crate::dial::{Dialer, Ws};
+use crate::dial::{Dialer, Role, Ws};
+use crate::fanout;
 use crate::measure::Measure;
-use crate::model::Cell;
+use crate::model::{Behavior, Cell};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
@@ -38,7 +40,9 @@ pub struct Workers {
 /// measured phase and the one instant it starts at.
 struct StartLine {
     barrier: Barrier,
-    start: OnceLock<Instant>,
+    /// The instant, the cell's clock (clock::take_cell, once per cell) and the instant on
+    /// the conductor's clock.
+    start: OnceLock<(Instant, CellClock, u64)>,
     connect_start: Instant,
 }
 
@@ -172,12 +176,24 @@ impl Worker<'_> {
         let in_flight = Arc::new(tokio::sync::Semaphore::new(
             (batch as usize).div_ceil(workers).max(1),
         ));
+        let fanout = match &cell.behavior {
+            Behavior::Fanout(plan) => Some(plan.clone()),
+            _ => None,
+        };
+        // A fanout's publishers are dialed after its subscribers, in the same batches.
+        let total = cell.connections
+            + fanout
+                .as_ref()
+                .map_or(0, |p| u32::try_from(p.publishing.len()).unwrap_or(u32::MAX));
         let mut b = 0u32;
-        while b * batch < cell.connections {
+        while b * batch < total {
             tokio::time::sleep_until(start_line.connect_start + cell.batch_interval * b).await;
-            let end = ((b + 1) * batch).min(cell.connections);
+            let end = ((b + 1) * batch).min(total);
             for i in (b * batch..end).filter(|i| *i as usize % workers == w) {
-                let n = cell.first + u64::from(i);
+                let (n, role) = match &fanout {
+                    Some(plan) => fanout::role(plan, cell, i),
+                    None => (cell.first + u64::from(i), Role::Any),
+                };
                 let Ok(permit) = in_flight.clone().acquire_owned().await else {
                     break;
                 };
@@ -186,8 +202,11 @@ impl Worker<'_> {
                 let slot = self.slot.clone();
                 dials.spawn_local(async move {
                     stats.borrow_mut().counts.attempted += 1;
-                    let dialed = dialer.dial(n).await;
+                    let dialed = dialer.dial_as(n, &role).await;
                     drop(permit);
+                    if matches!(role, Role::Publisher(_)) {
+                        fanout::publisher_opened(&mut stats.borrow_mut(), dialed.is_ok());
+                    }
                     match dialed {
                         Ok(d) => {
                             let total = d.tcp + d.upgrade + d.ready.unwrap_or_default();
@@ -248,10 +267,11 @@ impl Worker<'_> {
     async fn measure(self, connected: Connected, start_line: &StartLine) -> WorkerOut {
         let cell = self.cell;
         start_line.barrier.wait().await;
-        let start = *start_line.start.get_or_init(|| {
+        let (start, cell_clock, start_on_conductor_us) = *start_line.start.get_or_init(|| {
             let now = Instant::now();
+            let on_conductor = clock::conductor_micros();
             self.counters.measuring(now.into_std(), cell.warmup);
-            now
+            (now, clock::take_cell(), on_conductor)
         });
         let started = Instant::now();
         let measure_from = start + cell.warmup;
@@ -263,6 +283,8 @@ impl Worker<'_> {
         ));
         let shared = Rc::new(WorkerState {
             start,
+            cell_clock,
+            start_on_conductor_us,
             connections: cell.connections,
             measure_from,
             deadline,

@@ -30,6 +30,10 @@ use wsload_ws::{Recv, failure_code};
 pub struct WorkerState {
     /// When the phase (warm-up included) started: the origin of schedules.
     pub start: Instant,
+    /// The cell's start and this shard's offset on the conductor's clock, and `start` read
+    /// on it (Unix microseconds): what a fanout stamps and compares across shards.
+    pub cell_clock: crate::clock::CellClock,
+    pub start_on_conductor_us: u64,
     /// Connections of this process in the cell (phase offsets of schedules).
     pub connections: u32,
     pub measure_from: Instant,
@@ -61,7 +65,7 @@ pub struct Scratch {
     /// the write buffer and dropped at once, so the block is free again by the next one and
     /// no message allocates, while no connection keeps a block of its own (1 KiB each at
     /// 64 B messages, most of a paced connection's memory when idle).
-    arena: RefCell<BytesMut>,
+    pub(crate) arena: RefCell<BytesMut>,
     /// Where a connection peeks at what it left unread at its deadline (see `unread`).
     peek: RefCell<Vec<u8>>,
     /// Where the measured message's id was in the last answer a counting read took.
@@ -79,7 +83,7 @@ impl WorkerState {
             &self.discard
         }
     }
-    fn sent(&self, now: Instant, n: u64, bytes: u64) {
+    pub(crate) fn sent(&self, now: Instant, n: u64, bytes: u64) {
         {
             let mut m = self.bin(now).borrow_mut();
             m.counts.sent += n;
@@ -178,7 +182,7 @@ fn ms_since(origin: Instant) -> u32 {
     u32::try_from(origin.elapsed().as_millis()).unwrap_or(u32::MAX)
 }
 
-fn data_len(msg: &Message) -> Option<u64> {
+pub(crate) fn data_len(msg: &Message) -> Option<u64> {
     match msg {
         Message::Text(t) => Some(t.len() as u64),
         Message::Binary(b) => Some(b.len() as u64),
@@ -247,12 +251,12 @@ fn account(
 }
 
 /// Reads one frame; data frames are counted. `Err` ends the connection.
-async fn read(ws: &mut Ws, ctx: &WorkerState) -> Result<Message, Dropped> {
+pub(crate) async fn read(ws: &mut Ws, ctx: &WorkerState) -> Result<Message, Dropped> {
     account(ctx, ws.next().await)
 }
 
 /// The message read now if one is already buffered; `None` if none is.
-fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>> {
+pub(crate) fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>> {
     // Same accounting as `read`: a close seen here keeps its code too.
     Some(account(ctx, ws.next().now_or_never()?))
 }
@@ -260,7 +264,7 @@ fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Message, Dropped>
 /// The conversation's part in a read: a message a reply rule answers is answered (queued;
 /// the next read pushes it out without waiting) and one that matches `push` is counted.
 /// `true` when it was either: then it is neither an answer nor unsolicited.
-fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message) -> bool {
+pub(crate) fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message) -> bool {
     let script = &*ctx.script;
     let (text, data) = match msg {
         Message::Text(t) => (true, t.as_bytes()),
@@ -354,7 +358,7 @@ impl Pinger {
 
 /// Counts a frame that answered nothing sent in the measured phase as unsolicited, by kind
 /// and payload bytes.
-fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {
+pub(crate) fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {
     let bytes = match msg {
         Message::Text(t) => t.len(),
         Message::Binary(b) | Message::Pong(b) => b.len(),
@@ -471,7 +475,7 @@ async fn flush(ws: &mut Ws, ctx: &WorkerState) -> Result<(), Dropped> {
 /// towards us; a sender that does not read while its own write waits then waits forever
 /// (seen with 64 KiB messages at a few thousand per second, or a 64-message window of
 /// 256 KiB ones). Reading while waiting lets both sides move.
-async fn write_reading(
+pub(crate) async fn write_reading(
     ws: &mut Ws,
     ctx: &WorkerState,
     msg: Option<Message>,
@@ -1618,7 +1622,7 @@ fn settle_by_id(
 }
 
 /// The kind a frame answering nothing is counted under.
-fn answer_kind(msg: &Message) -> FrameKind {
+pub(crate) fn answer_kind(msg: &Message) -> FrameKind {
     match answer::unsolicited(msg) {
         Answer::Unsolicited(kind) => kind,
         _ => FrameKind::Binary,
@@ -1655,6 +1659,8 @@ mod tests {
         let message = script.shared_message().expect("no variables");
         let ctx = Rc::new(WorkerState {
             start: now,
+            cell_clock: Default::default(),
+            start_on_conductor_us: 0,
             connections: 1,
             measure_from: now,
             deadline: now,

@@ -3,7 +3,7 @@
 //! failures classified by reason.
 
 use crate::measure::{ConnectError, bounded_evidence};
-use crate::script::{Action, Fill, Incoming, Script};
+use crate::script::{Action, Fill, Incoming, Script, Step};
 use crate::{Error, Result};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::ServerName;
@@ -74,6 +74,17 @@ pub struct Dialed {
     pub vars: Vec<bytes::Bytes>,
     /// Automatic replies sent during the steps on open.
     pub replies: u64,
+}
+
+/// A connection's part in a fanout, as it dials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Not in a fanout.
+    Any,
+    /// A publisher of this topic (its name).
+    Publisher(bytes::Bytes),
+    /// A subscriber of these topics (their names), subscribed in this order.
+    Subscriber(Vec<bytes::Bytes>),
 }
 
 /// The `evidence` label under which a cell keeps what its server negotiated.
@@ -458,25 +469,52 @@ impl Dialer {
     /// Opens connection number `n`, within `connect.timeout`; then the conversation's steps
     /// on open, each within its own timeout.
     pub async fn dial(&self, n: u64) -> Result<Dialed, DialError> {
+        self.dial_as(n, &Role::Any).await
+    }
+
+    /// [`Dialer::dial`] for a connection with a part in a fanout: it knows its topic
+    /// (`${topic}`) from the start, and a subscriber runs the subscribe steps for each of its
+    /// topics after those on open.
+    pub async fn dial_as(&self, n: u64, role: &Role) -> Result<Dialed, DialError> {
         let mut dialed = match tokio::time::timeout(self.timeout, self.dial_inner(n)).await {
             Ok(r) => r?,
             Err(_) => return Err(ConnectError::Timeout.into()),
         };
-        if !self.script.open.is_empty() {
-            let began = Instant::now();
-            self.open_steps(&self.script, n, &mut dialed).await?;
-            dialed.ready = Some(began.elapsed());
+        let script = &*self.script;
+        dialed.vars = vec![bytes::Bytes::new(); script.var_count()];
+        let topics: &[bytes::Bytes] = match role {
+            Role::Any => &[],
+            Role::Publisher(topic) => std::slice::from_ref(topic),
+            Role::Subscriber(topics) => topics,
+        };
+        if let (Some(first), Some(var)) = (topics.first(), dialed.vars.first_mut())
+            && script.delivery().is_some()
+        {
+            *var = first.clone();
         }
+        let subscribing = matches!(role, Role::Subscriber(_)) && !script.subscribe.is_empty();
+        if script.open.is_empty() && !subscribing {
+            return Ok(dialed);
+        }
+        let began = Instant::now();
+        self.steps(&script.open, n, &mut dialed).await?;
+        if subscribing {
+            for topic in topics {
+                dialed.vars[0] = topic.clone();
+                self.steps(&script.subscribe, n, &mut dialed).await?;
+            }
+        }
+        dialed.ready = Some(began.elapsed());
         Ok(dialed)
     }
 
-    /// The conversation's steps on open, in order: a send is written out; an expect reads
-    /// until a message matches (answering what the replies answer, skipping the rest) and
-    /// captures its values. A miss is `expect_timeout`, by step, with the last message seen.
-    async fn open_steps(&self, script: &Script, n: u64, d: &mut Dialed) -> Result<(), DialError> {
-        d.vars = vec![bytes::Bytes::new(); script.var_count()];
+    /// Steps of the conversation, in order: a send is written out; an expect reads until a
+    /// message matches (answering what the replies answer, skipping the rest) and captures
+    /// its values. A miss is `expect_timeout`, by step, with the last message seen.
+    async fn steps(&self, steps: &[Step], n: u64, d: &mut Dialed) -> Result<(), DialError> {
+        let script = &*self.script;
         let mut arena = bytes::BytesMut::new();
-        for (i, step) in script.open.iter().enumerate() {
+        for (i, step) in steps.iter().enumerate() {
             let fill = Fill {
                 conn: n,
                 seq: i as u64 + 1,

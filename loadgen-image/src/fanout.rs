@@ -1,20 +1,386 @@
 //! The fanout scenario's connections: subscribers that count and time what their topics
-//! deliver, and wsload's publishers.
+//! deliver, and wsload's publishers, one per topic, on an open-loop schedule.
+//!
+//! Only what was published in the measured window counts. Every process decides it alike from
+//! the publish instant a message carries, on the conductor's clock: a publisher stamps each
+//! message with its intended instant there (its clock's offset taken out), and the window is
+//! the cell's start on that clock plus the warm-up, for the cell's duration. A publisher counts
+//! the window's publishes of its topic; a subscriber counts what it received of them; the
+//! conductor multiplies each topic's publishes by its subscribers (`wsload_report::fanout`).
 
-use crate::connection::WorkerState;
-use crate::dial::Ws;
-use crate::measure::Dropped;
-use crate::model::FanoutPlan;
-use crate::script::Out;
+use crate::clock;
+use crate::connection::{
+    WorkerState, answer_kind, converse, count_unsolicited, data_len, read, read_ready,
+    write_reading,
+};
+use crate::dial::{Role, Ws};
+use crate::measure::{Dropped, Measure};
+use crate::model::{Cell, FanoutPlan};
+use crate::script::{Delivery, Fill, Out, SendTime};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use wsload_report::fanout::{Fanout, Sequence, SubscriberTally, TopicTally, keep_slowest};
+use wsload_spec::json_path::Memo;
+
+/// The number and part of the cell's `i`-th connection of this process: its subscribers
+/// first, then its publishers.
+pub fn role(plan: &FanoutPlan, cell: &Cell, i: u32) -> (u64, Role) {
+    let name = |t: u32| bytes::Bytes::from(plan.spec.topic_name(t));
+    match i.checked_sub(cell.connections) {
+        None => {
+            let n = cell.first + u64::from(i);
+            (
+                n,
+                Role::Subscriber(plan.spec.topics_of(n).map(name).collect()),
+            )
+        }
+        Some(p) => {
+            let topic = plan.publishing[p as usize];
+            (plan.publisher_conn(topic), Role::Publisher(name(topic)))
+        }
+    }
+}
+
+/// Counts a publisher connection that opened, or failed to.
+pub fn publisher_opened(m: &mut Measure, ok: bool) {
+    let f = m.counts.fanout.get_or_insert_with(Fanout::default);
+    if ok {
+        f.publishers += 1;
+    } else {
+        f.publishers_failed += 1;
+    }
+}
 
 /// Connection `n`'s measured phase in a fanout: a subscriber's or a publisher's.
 pub async fn run(
-    _ws: &mut Ws,
-    _ctx: &WorkerState,
-    _n: u64,
-    _plan: &FanoutPlan,
-    _message: Arc<Out>,
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    n: u64,
+    plan: &FanoutPlan,
+    message: Arc<Out>,
 ) -> Result<(), Dropped> {
-    Ok(())
+    let window = Window::of(ctx);
+    if n < u64::from(plan.subscribers) {
+        let mut sub = Subscriber::new(plan, n);
+        let outcome = sub.receive(ws, ctx, plan, &window).await;
+        sub.settle(ctx, plan);
+        outcome
+    } else {
+        let topic = u32::try_from(n - u64::from(plan.subscribers)).unwrap_or(u32::MAX);
+        let mut publisher = Publisher {
+            topic,
+            conn: n,
+            seq: 0,
+            in_window: 0,
+        };
+        let outcome = publisher.publish(ws, ctx, plan, &window, &message).await;
+        if !matches!(outcome, Ok(())) {
+            publisher_opened(&mut ctx.stats.borrow_mut(), false);
+        }
+        publisher.settle(ctx, plan);
+        outcome
+    }
+}
+
+/// The measured window on the conductor's clock, Unix microseconds: `[from, to)`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: u64,
+    to: u64,
+}
+
+impl Window {
+    fn of(ctx: &WorkerState) -> Window {
+        let warmup = ctx.measure_from.saturating_duration_since(ctx.start);
+        let duration = ctx.deadline.saturating_duration_since(ctx.measure_from);
+        let from = ctx.cell_clock.epoch_micros + micros(warmup);
+        Window {
+            from,
+            to: from + micros(duration),
+        }
+    }
+
+    fn holds(&self, us: u64) -> bool {
+        us >= self.from && us < self.to
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One of a subscriber's topics, as it received it.
+struct Stream {
+    topic: u32,
+    seq: Sequence,
+    /// The lowest and highest number of the window received (0: none).
+    first: u64,
+    last: u64,
+    max_latency_us: u64,
+}
+
+/// What a subscriber counts in its task; added to its worker's figures once, at its end.
+struct Subscriber {
+    conn: u64,
+    streams: Vec<Stream>,
+    outside: u64,
+    unreadable: u64,
+    before_publish: u64,
+    /// Where the delivery rule found the sequence number and the instant last time.
+    memo: [Memo; 2],
+}
+
+impl Subscriber {
+    fn new(plan: &FanoutPlan, conn: u64) -> Subscriber {
+        Subscriber {
+            conn,
+            streams: plan
+                .spec
+                .topics_of(conn)
+                .map(|topic| Stream {
+                    topic,
+                    seq: Sequence::default(),
+                    first: 0,
+                    last: 0,
+                    max_latency_us: 0,
+                })
+                .collect(),
+            outside: 0,
+            unreadable: 0,
+            before_publish: 0,
+            memo: Default::default(),
+        }
+    }
+
+    /// Reads until the window's end plus the drain, whatever the server sends.
+    async fn receive(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+    ) -> Result<(), Dropped> {
+        let until = ctx.deadline + plan.drain;
+        loop {
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            let msg = match tokio::time::timeout_at(until, read(ws, ctx)).await {
+                Err(_) => return Ok(()),
+                Ok(r) => r?,
+            };
+            self.take(ws, ctx, plan, window, &msg);
+            // What else is buffered, without a timer per message.
+            while Instant::now() < until
+                && let Some(r) = read_ready(ws, ctx)
+            {
+                self.take(ws, ctx, plan, window, &r?);
+            }
+        }
+    }
+
+    /// One server message: a delivery counted and timed, or the conversation's (a reply, a
+    /// push), or unsolicited.
+    fn take(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+        msg: &Message,
+    ) {
+        let (text, data) = match msg {
+            Message::Text(t) => (true, t.as_bytes()),
+            Message::Binary(b) => (false, &b[..]),
+            _ => return,
+        };
+        let Some(rule) = ctx.script.delivery() else {
+            return;
+        };
+        let d = match rule.read(text, data, &mut self.memo) {
+            Delivery::Yes(d) => d,
+            Delivery::Unreadable => {
+                self.unreadable += 1;
+                return;
+            }
+            Delivery::No => {
+                if !converse(ws, ctx, self.conn, msg) {
+                    count_unsolicited(ctx, Instant::now(), answer_kind(msg), msg);
+                }
+                return;
+            }
+        };
+        let received_us = clock::conductor_micros();
+        let counted = match d.published_us {
+            Some(at) => window.holds(at),
+            // Untimed deliveries count by when they arrive.
+            None => {
+                let now = Instant::now();
+                now >= ctx.measure_from && now < ctx.deadline
+            }
+        };
+        if !counted {
+            self.outside += 1;
+            return;
+        }
+        let stream = match (self.streams.len(), d.topic) {
+            (1, _) => self.streams.first_mut(),
+            (_, Some(name)) => plan
+                .spec
+                .topic_index(name)
+                .and_then(|t| self.streams.iter_mut().find(|s| s.topic == t)),
+            (_, None) => None,
+        };
+        let Some(stream) = stream else {
+            self.unreadable += 1;
+            return;
+        };
+        stream.seq.record(d.seq);
+        stream.first = if stream.first == 0 {
+            d.seq
+        } else {
+            stream.first.min(d.seq)
+        };
+        stream.last = stream.last.max(d.seq);
+        let len = data.len() as u64;
+        let mut m = ctx.stats.borrow_mut();
+        m.counts.received += 1;
+        m.counts.bytes_received += len;
+        ctx.slot.received(1, len);
+        if let Some(at) = d.published_us {
+            if received_us < at {
+                self.before_publish += 1;
+            }
+            let latency_us = received_us.saturating_sub(at);
+            stream.max_latency_us = stream.max_latency_us.max(latency_us);
+            let latency = Duration::from_micros(latency_us);
+            m.hists.fanout.record(latency);
+            ctx.slot.rtt(latency);
+        }
+    }
+
+    /// Adds what this subscriber counted to its worker's figures.
+    fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
+        let mut m = ctx.stats.borrow_mut();
+        let f = tally(&mut m, plan);
+        f.outside += self.outside;
+        f.unreadable += self.unreadable;
+        f.before_publish += self.before_publish;
+        for s in &self.streams {
+            if let Some(t) = f.topics.get_mut(s.topic as usize) {
+                t.add_subscriber(&s.seq, s.first, s.last);
+            }
+            f.slowest.push(SubscriberTally {
+                conn: self.conn,
+                topic: s.topic,
+                delivered: s.seq.counts().delivered,
+                max_latency_us: s.max_latency_us,
+            });
+        }
+        // Kept short as subscribers end: a worker may hold a hundred thousand.
+        if f.slowest.len() > 4 * wsload_report::fanout::SLOWEST {
+            keep_slowest(&mut f.slowest);
+        }
+    }
+}
+
+/// The worker's fanout tallies, made on first use with a slot for every topic.
+fn tally<'a>(m: &'a mut Measure, plan: &FanoutPlan) -> &'a mut Fanout {
+    let f = m.counts.fanout.get_or_insert_with(Fanout::default);
+    let topics = plan.spec.topics as usize;
+    if f.topics.len() < topics {
+        f.topics.resize(topics, TopicTally::default());
+    }
+    f.by_server = plan.by_server();
+    f
+}
+
+/// A publisher of one topic: its sequence numbers and the window's publishes.
+struct Publisher {
+    topic: u32,
+    conn: u64,
+    seq: u64,
+    in_window: u64,
+}
+
+impl Publisher {
+    /// Publishes on the topic's schedule until the window's end: each message carries the
+    /// topic's next number and its intended instant on the conductor's clock. Late messages
+    /// go out at once, stamped with the instant they were due (coordinated omission).
+    async fn publish(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+        message: &Out,
+    ) -> Result<(), Dropped> {
+        let schedule = plan
+            .schedule
+            .for_connection(u64::from(self.topic), plan.spec.topics);
+        let origin = ctx.start;
+        let mut due = schedule.first(origin);
+        let conn = self.conn;
+        let mut on_read = |ws: &mut Ws, m: &Message| {
+            if !converse(ws, ctx, conn, m) && matches!(m, Message::Text(_) | Message::Binary(_)) {
+                count_unsolicited(ctx, Instant::now(), answer_kind(m), m);
+            }
+        };
+        loop {
+            let now = Instant::now();
+            if now >= ctx.deadline {
+                return Ok(());
+            }
+            let mut burst = 0u32;
+            while let Some(t) = due
+                && t <= now
+                && burst < 1024
+            {
+                self.seq += 1;
+                let at = ctx.start_on_conductor_us + micros(t.saturating_duration_since(origin));
+                let fill = Fill {
+                    conn,
+                    seq: self.seq,
+                    size: ctx.size,
+                };
+                let msg = message.message_at(
+                    &mut ctx.scratch.arena.borrow_mut(),
+                    &fill,
+                    &SendTime::from_micros(at),
+                );
+                let len = data_len(&msg).unwrap_or(0);
+                write_reading(ws, ctx, Some(msg), false, &mut on_read).await?;
+                ctx.sent(t, 1, len);
+                if window.holds(at) {
+                    self.in_window += 1;
+                }
+                burst += 1;
+                due = schedule.next(origin, t, ctx.deadline);
+            }
+            if burst > 0 {
+                write_reading(ws, ctx, None, true, &mut on_read).await?;
+            }
+            let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                r = read(ws, ctx) => {
+                    on_read(ws, &r?);
+                    while Instant::now() < wake
+                        && let Some(r) = read_ready(ws, ctx)
+                    {
+                        on_read(ws, &r?);
+                    }
+                }
+            }
+        }
+    }
+
+    fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
+        let mut m = ctx.stats.borrow_mut();
+        if let Some(t) = tally(&mut m, plan).topics.get_mut(self.topic as usize) {
+            t.published += self.in_window;
+        }
+    }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::{Conversation, MeasuredMessage, Payload};
 use wsload_spec::decimal::parse_u64;
+use wsload_spec::fanout::TimeUnit;
 use wsload_spec::json_path::Memo;
 use wsload_spec::matching::{Extractor, MatchError, Matcher};
 use wsload_spec::template::{PAD_BYTE, Part, Template, TemplateError, uuid_text};
@@ -57,6 +58,10 @@ pub enum ScriptError {
 #[derive(Debug, Clone)]
 pub struct Script {
     pub open: Vec<Step>,
+    /// A fanout subscriber's steps, once per topic (`${topic}` its name).
+    pub subscribe: Vec<Step>,
+    /// How a fanout subscriber reads a delivery.
+    delivery: Option<DeliveryRule>,
     replies: Vec<ReplyRule>,
     heartbeat: Option<(Duration, Out)>,
     /// The measured message (`builtin::effective` gives every conversation one).
@@ -87,6 +92,88 @@ pub enum Action {
         captures: Vec<(usize, Extractor)>,
         timeout: Duration,
     },
+}
+
+/// The conversation's `delivery`, compiled.
+#[derive(Debug, Clone)]
+pub struct DeliveryRule {
+    when: Option<Matcher>,
+    sequence: Extractor,
+    published_at: Option<(Extractor, TimeUnit)>,
+    topic: Option<Extractor>,
+}
+
+/// What a delivery carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered<'a> {
+    pub seq: u64,
+    /// The publish instant, Unix microseconds (`None`: the rule reads none, or none was there).
+    pub published_us: Option<u64>,
+    /// The topic's name as the delivery carries it (when the rule reads one).
+    pub topic: Option<&'a [u8]>,
+}
+
+/// What a server message is to a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery<'a> {
+    /// Not a delivery.
+    No,
+    /// A delivery without a sequence number wsload can read.
+    Unreadable,
+    Yes(Delivered<'a>),
+}
+
+impl DeliveryRule {
+    fn compile(d: &wsload_spec::conversation::Delivery) -> Result<DeliveryRule, ScriptError> {
+        let at = "spec.conversation.delivery";
+        let prefix = d.matches.as_ref().and_then(|m| m.prefix.as_deref());
+        let x = |name: &str, c: &wsload_spec::conversation::Capture| {
+            Extractor::compile(c, prefix).map_err(|source| ScriptError::Match {
+                field: format!("{at}.{name}"),
+                source,
+            })
+        };
+        Ok(DeliveryRule {
+            when: d
+                .matches
+                .as_ref()
+                .map(|m| matcher(&format!("{at}.match"), m))
+                .transpose()?,
+            sequence: x("sequence", &d.sequence)?,
+            published_at: d
+                .published_at
+                .as_ref()
+                .map(|c| x("publishedAt", c).map(|e| (e, d.published_at_unit)))
+                .transpose()?,
+            topic: d.topic.as_ref().map(|c| x("topic", c)).transpose()?,
+        })
+    }
+
+    /// What `data` is to a subscriber. `memo` remembers where the fields were in the last
+    /// delivery, so deliveries of one shape are not walked each.
+    #[inline]
+    pub fn read<'a>(&self, text: bool, data: &'a [u8], memo: &mut [Memo; 2]) -> Delivery<'a> {
+        if self.when.as_ref().is_some_and(|m| !m.matches(text, data)) {
+            return Delivery::No;
+        }
+        let [seq_memo, time_memo] = memo;
+        let Some(seq) = self.sequence.extract_u64_memo(data, seq_memo) else {
+            return if self.when.is_some() {
+                Delivery::Unreadable
+            } else {
+                Delivery::No
+            };
+        };
+        let published_us = self
+            .published_at
+            .as_ref()
+            .and_then(|(x, unit)| Some(unit.to_micros(x.extract_u64_memo(data, time_memo)?)));
+        Delivery::Yes(Delivered {
+            seq,
+            published_us,
+            topic: self.topic.as_ref().and_then(|x| x.extract(data)),
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -229,44 +316,74 @@ fn matcher(field: &str, m: &wsload_spec::conversation::Match) -> Result<Matcher,
     })
 }
 
+/// The name under which a fanout's connection knows its topic (`${topic}`), variable 0.
+pub const TOPIC_VAR: &str = "topic";
+
+/// Steps of `list` (`open`, `subscribe`), in order; captures are added to `vars`.
+fn compile_steps(
+    list: &str,
+    steps: &[wsload_spec::conversation::Step],
+    vars: &mut Vec<String>,
+) -> Result<Vec<Step>, ScriptError> {
+    let mut out = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let at = format!("spec.conversation.{list}[{i}]");
+        let action = match (&step.send, &step.expect) {
+            (Some(send), _) => Action::Send(Out::compile(&format!("{at}.send"), send, vars)?),
+            (None, Some(expect)) => {
+                let matcher = matcher(&format!("{at}.expect"), expect)?;
+                let mut captures = Vec::new();
+                for (name, capture) in &step.capture {
+                    let x = Extractor::compile(capture, expect.prefix.as_deref()).map_err(
+                        |source| ScriptError::Match {
+                            field: format!("{at}.capture.{name}"),
+                            source,
+                        },
+                    )?;
+                    vars.push(name.clone());
+                    captures.push((vars.len() - 1, x));
+                }
+                Action::Expect {
+                    matcher,
+                    captures,
+                    timeout: step.timeout.map_or(DEFAULT_EXPECT_TIMEOUT, |t| t.get()),
+                }
+            }
+            (None, None) => {
+                return Err(ScriptError::Payload {
+                    field: format!("{at}.send"),
+                });
+            }
+        };
+        out.push(Step {
+            name: step.name.clone(),
+            action,
+        });
+    }
+    Ok(out)
+}
+
 impl Script {
     pub fn compile(c: &Conversation) -> Result<Script, ScriptError> {
-        let mut vars: Vec<String> = Vec::new();
-        let mut open = Vec::with_capacity(c.open.len());
-        for (i, step) in c.open.iter().enumerate() {
-            let at = format!("spec.conversation.open[{i}]");
-            let action = match (&step.send, &step.expect) {
-                (Some(send), _) => Action::Send(Out::compile(&format!("{at}.send"), send, &vars)?),
-                (None, Some(expect)) => {
-                    let matcher = matcher(&format!("{at}.expect"), expect)?;
-                    let mut captures = Vec::new();
-                    for (name, capture) in &step.capture {
-                        let x = Extractor::compile(capture, expect.prefix.as_deref()).map_err(
-                            |source| ScriptError::Match {
-                                field: format!("{at}.capture.{name}"),
-                                source,
-                            },
-                        )?;
-                        vars.push(name.clone());
-                        captures.push((vars.len() - 1, x));
-                    }
-                    Action::Expect {
-                        matcher,
-                        captures,
-                        timeout: step.timeout.map_or(DEFAULT_EXPECT_TIMEOUT, |t| t.get()),
-                    }
-                }
-                (None, None) => {
-                    return Err(ScriptError::Payload {
-                        field: format!("{at}.send"),
-                    });
-                }
-            };
-            open.push(Step {
-                name: step.name.clone(),
-                action,
-            });
-        }
+        // A fanout's connections know their topic from the start: variable 0 (TOPIC_VAR).
+        let mut vars: Vec<String> = if c.delivery.is_some() {
+            vec![TOPIC_VAR.to_string()]
+        } else {
+            Vec::new()
+        };
+        let open = compile_steps("open", &c.open, &mut vars)?;
+        let subscribe = compile_steps("subscribe", &c.subscribe, &mut vars)?;
+        let delivery = c.delivery.as_ref().map(DeliveryRule::compile).transpose()?;
+        Self::compile_rest(c, open, subscribe, delivery, vars)
+    }
+
+    fn compile_rest(
+        c: &Conversation,
+        open: Vec<Step>,
+        subscribe: Vec<Step>,
+        delivery: Option<DeliveryRule>,
+        vars: Vec<String>,
+    ) -> Result<Script, ScriptError> {
         let replies = c
             .replies
             .iter()
@@ -302,6 +419,8 @@ impl Script {
             .transpose()?;
         Ok(Script {
             open,
+            subscribe,
+            delivery,
             replies,
             heartbeat,
             message,
@@ -325,6 +444,11 @@ impl Script {
         s.message.out.encode_as(encoding, size);
         s.encoding = encoding;
         s
+    }
+
+    /// How a fanout subscriber reads a delivery (`None` outside a fanout).
+    pub fn delivery(&self) -> Option<&DeliveryRule> {
+        self.delivery.as_ref()
     }
 
     /// How many variables a connection captures on open.
@@ -482,7 +606,7 @@ impl SendTime {
     }
 
     /// `us` microseconds since the Unix epoch, written as `${sendTime}` writes them.
-    fn from_micros(us: u64) -> SendTime {
+    pub fn from_micros(us: u64) -> SendTime {
         let mut b = itoa::Buffer::new();
         let text = b.format(us).as_bytes();
         let mut digits = [0u8; 20];
@@ -714,12 +838,22 @@ impl Out {
 
     /// One message's bytes, written into `arena` (or shared, when fixed).
     pub fn bytes(&self, arena: &mut BytesMut, fill: &Fill) -> Bytes {
+        let time = if self.has_time() && self.constant.is_none() {
+            SendTime::now()
+        } else {
+            SendTime::default()
+        };
+        self.bytes_at(arena, fill, &time)
+    }
+
+    /// [`Out::bytes`] with `${sendTime}` given (a publish's intended instant).
+    pub fn bytes_at(&self, arena: &mut BytesMut, fill: &Fill, time: &SendTime) -> Bytes {
         if let Some(c) = &self.constant {
             return c.clone();
         }
         if self.encoding.transforms() {
             let mut rendered = Vec::with_capacity(self.literal.len() + 64 + fill.size);
-            self.write(&mut rendered, fill);
+            self.write_at(&mut rendered, fill, time);
             return self.encoding.encode(&rendered).into();
         }
         if self.is_fixed() {
@@ -729,7 +863,7 @@ impl Out {
         if arena.capacity() - arena.len() < want {
             arena.reserve((want * ARENA_MESSAGES).min(ARENA_MAX).max(want));
         }
-        self.write(arena, fill);
+        self.write_at(arena, fill, time);
         arena.split().freeze()
     }
 
@@ -903,7 +1037,15 @@ impl Out {
 
     /// One message, as a frame of the template's kind.
     pub fn message(&self, arena: &mut BytesMut, fill: &Fill) -> Message {
-        let bytes = self.bytes(arena, fill);
+        self.frame(self.bytes(arena, fill))
+    }
+
+    /// [`Out::message`] with `${sendTime}` given (a publish's intended instant).
+    pub fn message_at(&self, arena: &mut BytesMut, fill: &Fill, time: &SendTime) -> Message {
+        self.frame(self.bytes_at(arena, fill, time))
+    }
+
+    fn frame(&self, bytes: Bytes) -> Message {
         if self.is_text() {
             // Literals are a template's UTF-8 and captures come from text frames or are made
             // valid when captured; a binary capture that is not text sends as binary.

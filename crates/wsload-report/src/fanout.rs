@@ -289,13 +289,7 @@ impl Fanout {
             a.add(b);
         }
         self.slowest.extend_from_slice(&o.slowest);
-        self.slowest.sort_by(|a, b| {
-            a.delivered
-                .cmp(&b.delivered)
-                .then(b.max_latency_us.cmp(&a.max_latency_us))
-                .then(a.conn.cmp(&b.conn))
-        });
-        self.slowest.truncate(SLOWEST);
+        keep_slowest(&mut self.slowest);
         self.by_server |= o.by_server;
         self.outside += o.outside;
         self.unreadable += o.unreadable;
@@ -326,6 +320,18 @@ impl Fanout {
 /// The reference server's topic counters over a cell, to reconcile with what the subscribers
 /// received; defined with the spec's types, as the LoadTest status keeps them too.
 pub use wsload_spec::fanout::ServerTopics;
+
+/// Keeps the [`SLOWEST`] subscribers of `v` that received fewest, then latest, worst first.
+pub fn keep_slowest(v: &mut Vec<SubscriberTally>) {
+    v.sort_by(|a, b| {
+        a.delivered
+            .cmp(&b.delivered)
+            .then(b.max_latency_us.cmp(&a.max_latency_us))
+            .then(a.conn.cmp(&b.conn))
+            .then(a.topic.cmp(&b.topic))
+    });
+    v.truncate(SLOWEST);
+}
 
 /// A fanout cell's sums.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
