@@ -1,10 +1,9 @@
 //! The four presets of examples/ (socketio, graphql-ws, stomp, jsonrpc) and the Socket.IO
-//! fanout (socketio-fanout) against the real
-//! servers they were written for, each started by the test from its registry package through
-//! scripts/test-servers/run.sh (npm packages cached by scripts/test-servers/install.sh,
-//! Debian's RabbitMQ for STOMP). Each preset runs as shipped, only its port changed, through
-//! the `wsload` binary with `--out`; the result is checked against what the server itself
-//! counted (its GET /stats).
+//! fanout (socketio-fanout) against the real servers they were written for, each started by
+//! the test from its registry package through scripts/test-servers/run.sh (npm packages cached
+//! by scripts/test-servers/install.sh, Debian's RabbitMQ for STOMP). Each preset runs as
+//! shipped, only its port changed, through the `wsload` binary with `--out`; the result is
+//! checked against what the server itself counted (its GET /stats).
 //!
 //! One test at a time: 1,000 connections held through a 3 s heartbeat deadline must not share
 //! two cores with another test's thousand.
