@@ -105,7 +105,9 @@ run_one() {
         printf 'apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: %s\nspec:\n' "$name"
         printf '  %s\n' "$target"
         printf '  scenario: fanout\n  connections: [%s]\n  shards: %s\n' "$tier" "$shards"
-        printf '  duration: %ss\n  warmup: 1s\n' "$duration"
+        # No warm-up: the publish window is then the measured one (measuredSecs), which the
+        # rates are over.
+        printf '  duration: %ss\n  warmup: 0s\n' "$duration"
         printf '  fanout: {topics: %s, publisher: %s, drain: 2s}\n' "$topics" "$publisher"
         printf '  rate: {messagesPerSecond: %s}\n  message: {size: 64}\n' "$rate"
         [[ $server == socketio ]] && sed -n '/^  conversation:/,/^  thresholds:/p' \
@@ -122,7 +124,7 @@ run_one() {
     python3 "$here/summary.py" "$result" | python3 -c '
 import json, sys
 row = json.load(sys.stdin)
-row.update(server=sys.argv[1], rate=float(sys.argv[2]), shards=int(sys.argv[3]),
+row.update(target=sys.argv[1], rate=float(sys.argv[2]), shards=int(sys.argv[3]),
            replicas=int(sys.argv[4]), publisher=sys.argv[5], kind=sys.argv[6])
 print(json.dumps(row))' "$server" "$rate" "$shards" "$replicas" "$publisher" "${kind:-fixed}" |
         tee -a "$rows"
@@ -140,7 +142,7 @@ sys.exit(0 if bad else 1)' "$1" "$2" "$p99_x"
 
 # tier SERVER TIER: the fixed-rate run, then the saturation search.
 tier() {
-    local server=$1 n=$2 row base rate last="" i
+    local server=$1 n=$2 row base rate last="" i saturated_at=""
     kind=fixed
     row=$(run_one "$server" "$n" "$fixed_rate" | tail -1) || return 0
     ((saturation)) || return 0
@@ -153,12 +155,16 @@ tier() {
         if saturated "$row" "$base"; then
             log "$server $n: saturated at $rate publishes/s"
             python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["kind"]="past saturation"; print(json.dumps(r))' "$row" >>"$rows"
+            saturated_at=$rate
             break
         fi
         last=$row
     done
+    # The last rate that held: the saturation point when a higher one fell short, else only
+    # the highest tried.
     if [[ -n $last ]]; then
-        python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["kind"]="saturation"; print(json.dumps(r))' "$last" >>"$rows"
+        python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["kind"]=sys.argv[2]; print(json.dumps(r))' \
+            "$last" "$([[ -n $saturated_at ]] && echo saturation || echo "highest tried, held")" >>"$rows"
     fi
 }
 
@@ -182,7 +188,7 @@ for server in $servers; do
     for n in $tiers; do
         if [[ $server == socketio ]] && (($(processes_for $((n + topics))) > 1)); then
             log "socketio $n: not run: one Node process holds at most $per_process sockets here, and Socket.IO rooms are per process without an adapter"
-            printf '{"server":"socketio","subscribers":%s,"kind":"not run"}\n' "$n" >>"$rows"
+            printf '{"target":"socketio","subscribers":%s,"kind":"not run"}\n' "$n" >>"$rows"
             continue
         fi
         # A fresh Socket.IO server per tier: no rooms or sockets left from the last.
@@ -204,13 +210,13 @@ for r in rows:
     if r.get("kind") == "step":
         continue
     if r.get("kind") == "not run":
-        print(f"| {r['server']} | {r['subscribers']} | not run (open-file limit) | | | | | | | | | |")
+        print(f"| {r['target']} | {r['subscribers']} | not run (open-file limit) | | | | | | | | | |")
         continue
     c = r["completeness"]
     s = r.get("server") or {}
     owed = f"{s.get('delivered', 0)}/{s.get('fanout', 0)}" if s else "-"
     pub = " (ticker)" if r.get("publisher") == "server" else ""
-    print(f"| {r['server']} | {r['subscribers']} | {r['kind']}{pub} | {r['publishes_per_sec']:.0f} | "
+    print(f"| {r['target']} | {r['subscribers']} | {r['kind']}{pub} @ {r['rate']:.0f}/s | {r['publishes_per_sec']:.0f} | "
           f"{r['deliveries_per_sec']:.0f} | {'-' if c is None else f'{c*100:.3f}%'} | {r['gaps']} | "
           f"{ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | {owed} | {r['shards']} x {r['replicas']} |")
 PY

@@ -58,7 +58,6 @@ impl TopicCounters {
         if self.urls.is_empty() {
             return Ok(());
         }
-        self.before = None;
         self.before = server_topics::read_blocking(&self.urls, SCRAPE_TIMEOUT)?;
         Ok(())
     }
