@@ -11,7 +11,7 @@ use crate::fleet_limit;
 use crate::model::Shard;
 use crate::options::Options;
 use crate::report::RunResult;
-use crate::server_metrics::Counter;
+use crate::server_metrics::{Counter, TopicCounters};
 use crate::target;
 use crate::{Error, Result};
 use futures_util::future::join_all;
@@ -387,6 +387,11 @@ async fn conduct(
     let mut notes = Vec::new();
     let mut conductor = Conductor::new(&lt.spec);
     let mut received: Vec<Option<u64>> = Vec::new();
+    let mut topics = TopicCounters::of(&lt.spec, counters);
+    let mut topics_per_cell = Vec::new();
+    if let Err(e) = topics.begin() {
+        notes.push(format!("server topic counters unreadable: {e}"));
+    }
     let mut before = match sum(counters) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -415,6 +420,11 @@ async fn conduct(
         let got = settle_counters(counters, &mut before, sent, &mut notes).await;
         received.resize(key.index as usize, None);
         received.push(got);
+        topics_per_cell.resize(key.index as usize, None);
+        topics_per_cell.push(topics.end().unwrap_or_else(|e| {
+            notes.push(format!("server topic counters unreadable: {e}"));
+            None
+        }));
         crate::eprintln_above!(
             "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",
             key.label,
@@ -439,6 +449,7 @@ async fn conduct(
     end_all(shards).await;
     let mut result = collect(shards, &mut notes).await?;
     result.notes.append(&mut notes);
+    assemble::topics(&mut result, &topics_per_cell);
     assemble::complete(&mut result, &received, &conductor);
     Ok(result)
 }

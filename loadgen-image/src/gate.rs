@@ -6,7 +6,7 @@
 
 use crate::clock::{sleep_until_unix_ms, unix_micros};
 use crate::report::{CellResult, RunResult};
-use crate::server_metrics::Counter;
+use crate::server_metrics::{Counter, TopicCounters};
 use std::time::Instant;
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, CellSummary, Conductor};
@@ -43,6 +43,8 @@ pub struct LocalGate {
     counters: Vec<Counter>,
     /// The summed counter when the running cell began.
     before: Option<u64>,
+    /// A fanout's topic counters, on the same replicas.
+    topics: TopicCounters,
     start_at_unix_ms: Option<u64>,
     notes: Vec<String>,
 }
@@ -51,6 +53,7 @@ impl LocalGate {
     pub fn new(spec: &LoadTestSpec, counters: Vec<Counter>, start_at_unix_ms: Option<u64>) -> Self {
         LocalGate {
             conductor: Conductor::new(spec),
+            topics: TopicCounters::of(spec, &counters),
             counters,
             before: None,
             start_at_unix_ms,
@@ -93,8 +96,15 @@ impl Gate for LocalGate {
     fn next(&mut self, done: Option<&mut CellResult>) -> Option<CellKey> {
         let last = match done {
             Some(cell) => {
+                cell.server_topics = self.topics.end().unwrap_or_else(|e| {
+                    self.notes
+                        .push(format!("server topic counters unreadable: {e}"));
+                    None
+                });
                 if !self.counters.is_empty() {
                     cell.server_received = self.reconcile(cell.measure.counts.sent_with_warmup);
+                }
+                if !self.counters.is_empty() || cell.server_topics.is_some() {
                     cell.compute();
                 }
                 let index = self.conductor.issued().len().saturating_sub(1);
@@ -103,6 +113,10 @@ impl Gate for LocalGate {
             None => {
                 if !self.counters.is_empty() {
                     self.before = self.read();
+                }
+                if let Err(e) = self.topics.begin() {
+                    self.notes
+                        .push(format!("server topic counters unreadable: {e}"));
                 }
                 None
             }

@@ -13,8 +13,9 @@ use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerPro
 
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
-/// Publishes per second to each topic when a fanout gives no rate.
-pub const DEFAULT_FANOUT_RATE_PER_TOPIC: f64 = 10.0;
+/// Publishes per second to each topic when a fanout gives no rate (the managed server's
+/// ticker's too).
+pub const DEFAULT_FANOUT_RATE_PER_TOPIC: f64 = wsload_spec::fanout::DEFAULT_RATE_PER_TOPIC;
 /// Ping interval of sustainedHold when the spec gives none (the seed's).
 pub const DEFAULT_HOLD_PING: Duration = Duration::from_secs(5);
 

@@ -1,10 +1,14 @@
 //! Reads the server's own received-message counter from its Prometheus endpoint, so the
-//! report can reconcile what clients sent with what the server got. The parsing is
-//! `wsload_http::scrape`'s, shared with the operator, which scrapes every replica pod.
+//! report can reconcile what clients sent with what the server got, and in a fanout its topic
+//! counters. The parsing is `wsload_http::scrape`'s, shared with the operator, which scrapes
+//! every replica pod.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use wsload_control::server_topics;
 use wsload_http::scrape;
+use wsload_report::fanout::ServerTopics;
+use wsload_spec::{LoadTestSpec, Scenario};
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,6 +28,59 @@ impl Counter {
     /// The sum of every matching series. Blocking: called between cells, never in a runtime.
     pub fn read(&self) -> Result<u64, ScrapeError> {
         scrape::read_blocking(&self.url, &self.name, &self.labels, SCRAPE_TIMEOUT)
+    }
+}
+
+/// The servers' topic counters over each cell of a fanout (`CellResult.server_topics`), read
+/// where the received counter is: before the first cell, then once each cell is over.
+#[derive(Debug, Default)]
+pub struct TopicCounters {
+    /// Every replica's metrics endpoint; empty when not a fanout.
+    urls: Vec<String>,
+    /// The sum when the running cell began; `None` when unread, or the servers have none.
+    before: Option<ServerTopics>,
+}
+
+impl TopicCounters {
+    /// A fanout's, at the endpoints of its received counters (`counters`).
+    pub fn of(spec: &LoadTestSpec, counters: &[Counter]) -> Self {
+        let mut urls: Vec<String> = if spec.scenario == Scenario::Fanout {
+            counters.iter().map(|c| c.url.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        urls.dedup();
+        TopicCounters { urls, before: None }
+    }
+
+    /// Reads the counters before the first cell.
+    pub fn begin(&mut self) -> Result<(), ScrapeError> {
+        if self.urls.is_empty() {
+            return Ok(());
+        }
+        self.before = server_topics::read_blocking(&self.urls, SCRAPE_TIMEOUT)?;
+        Ok(())
+    }
+
+    /// What the counters grew by during the cell just over, read once what the servers still
+    /// had queued was written or dropped (deliveries go on during the drain; a cell is over
+    /// after it), or [`server_topics::SETTLE`] passed. `None` without a reading before.
+    pub fn end(&mut self) -> Result<Option<ServerTopics>, ScrapeError> {
+        let Some(before) = self.before.take() else {
+            return Ok(None);
+        };
+        let since = Instant::now();
+        loop {
+            let Some(after) = server_topics::read_blocking(&self.urls, SCRAPE_TIMEOUT)? else {
+                return Ok(None);
+            };
+            let cell = server_topics::increase(&before, &after);
+            if server_topics::settled(&cell) || since.elapsed() >= server_topics::SETTLE {
+                self.before = Some(after);
+                return Ok(Some(cell));
+            }
+            std::thread::sleep(wsload_control::settle::POLL);
+        }
     }
 }
 

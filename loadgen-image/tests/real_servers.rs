@@ -1,9 +1,9 @@
-//! The four presets of examples/ (socketio, graphql-ws, stomp, jsonrpc) against the real
-//! servers they were written for, each started by the test from its registry package through
-//! scripts/test-servers/run.sh (npm packages cached by scripts/test-servers/install.sh,
-//! Debian's RabbitMQ for STOMP). Each preset runs as shipped, only its port changed, through
-//! the `wsload` binary with `--out`; the result is checked against what the server itself
-//! counted (its GET /stats).
+//! The four presets of examples/ (socketio, graphql-ws, stomp, jsonrpc) and the Socket.IO
+//! fanout (socketio-fanout) against the real servers they were written for, each started by
+//! the test from its registry package through scripts/test-servers/run.sh (npm packages cached
+//! by scripts/test-servers/install.sh, Debian's RabbitMQ for STOMP). Each preset runs as
+//! shipped, only its port changed, through the `wsload` binary with `--out`; the result is
+//! checked against what the server itself counted (its GET /stats).
 //!
 //! One test at a time: 1,000 connections held through a 3 s heartbeat deadline must not share
 //! two cores with another test's thousand.
@@ -327,6 +327,55 @@ fn socketio_holds_1000_connections_through_heartbeats() {
         "pongs to Engine.IO pings"
     );
     // Last: the figures above say what went wrong better than the exit code.
+    passed(&status);
+}
+
+#[test]
+fn socketio_rooms_deliver_every_publish_to_every_member() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("socketio", &["--tick-ms", "0"]);
+    let dir = Scratch::new("socketio-fanout");
+    let (status, result) = run(&dir, &preset("socketio-fanout", "127.0.0.1:3000", &server));
+    let cell = only(&result);
+    clean(cell);
+    let f = &cell["counts"]["fanout"];
+    let n = |v: &Value, name: &str| {
+        v[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name} in the fanout tally {v}"))
+    };
+    assert_eq!(
+        (n(f, "publishers"), n(f, "publishersFailed")),
+        (4, 0),
+        "{f}"
+    );
+    assert_eq!(n(f, "unreadable"), 0, "{f}");
+    let topics = f["topics"].as_array().expect("a tally per room");
+    assert_eq!(topics.len(), 4);
+    let mut delivered = 0;
+    for t in topics {
+        // 200 subscribers over 4 rooms; every publish of the window reached every member,
+        // once, in order: publishes x subscribers exactly, the span seen is the span published.
+        assert_eq!(n(t, "subscribers"), 50, "{t}");
+        let published = n(t, "published");
+        assert!(published >= 450, "25 a second for 20 s: {t}");
+        assert_eq!(n(t, "delivered"), published * 50, "{t}");
+        assert_eq!(n(t, "lastSeq") - n(t, "firstSeq") + 1, published, "{t}");
+        for k in ["duplicates", "outOfOrder", "tooLate"] {
+            assert_eq!(n(t, k), 0, "{k}: {t}");
+        }
+        delivered += n(t, "delivered");
+    }
+    // Every delivery read was timed from its publish instant.
+    assert_eq!(count(cell, "received"), delivered);
+    // What the server broadcast is what the subscribers read: the window's deliveries and
+    // those published in the drain's edge (read, not counted).
+    let read = delivered + n(f, "outside");
+    assert_eq!(server.settle(read, |s| stat(s, "delivered")), read);
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "joined"), 200, "{stats}");
+    // Subscribers and publishers, all Socket.IO connections, all held to the end.
+    assert_eq!(stat(&stats, "socketio"), 204, "{stats}");
     passed(&status);
 }
 

@@ -190,6 +190,10 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -
         envs.push(env(var::SERVER_WSE_ALLOW_ANONYMOUS, "true"));
     }
     envs.extend(server.env.iter().map(|e| env(&e.name, e.value.clone())));
+    // A fanout the server publishes: its ticker over the fanout's topics, before the user's
+    // args (which may start one of their own instead).
+    let mut args = wsload_spec::fanout::ticker_args(spec);
+    args.extend(server.args.iter().cloned());
     let mut labels = names::labels(&test, names::ROLE_SERVER);
     labels.insert("app.kubernetes.io/name".into(), "wsload-server".into());
     labels.insert(names::LABEL_REPLICA.into(), replica.to_string());
@@ -217,7 +221,7 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -
         name: "server".to_string(),
         image: Some(server.image.clone()),
         image_pull_policy: server.image_pull_policy.map(|p| p.as_str().to_string()),
-        args: (!server.args.is_empty()).then(|| server.args.clone()),
+        args: Some(args).filter(|a| !a.is_empty()),
         env: Some(envs),
         ports: Some(vec![
             port("ws", server.port),
@@ -678,6 +682,37 @@ mod tests {
             .map(|p| p.port)
             .collect();
         assert_eq!(ports, [8443, 9090]);
+    }
+
+    #[test]
+    fn a_fanout_the_server_publishes_starts_its_ticker_before_the_users_args() {
+        let ticker = lt(
+            "  target: {server: {profile: pubsub, replicas: 2, args: [--subscriber-queue, '64']}}\n  scenario: fanout\n  fanout: {topics: 4, publisher: server}\n  rate: {messagesPerSecond: 400}\n  message: {size: 16}\n",
+        );
+        let server = ticker.spec.target.server.clone().expect("server");
+        let args = |pod: &Pod| pod.spec.as_ref().expect("spec").containers[0].args.clone();
+        let expected: Vec<String> = [
+            "--ticker-topics",
+            "4",
+            "--ticker-rate",
+            "100",
+            "--ticker-payload-size",
+            "16",
+            "--subscriber-queue",
+            "64",
+        ]
+        .map(String::from)
+        .to_vec();
+        for replica in 0..2 {
+            assert_eq!(
+                args(&server_pod(&ticker, &server, replica)),
+                Some(expected.clone())
+            );
+        }
+        // wsload's publishers: the user's args alone; none at all: no args.
+        let own = lt("  target: {server: {profile: pubsub}}\n  scenario: fanout\n");
+        let server = own.spec.target.server.clone().expect("server");
+        assert_eq!(args(&server_pod(&own, &server, 0)), None);
     }
 
     #[test]

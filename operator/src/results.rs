@@ -501,10 +501,21 @@ mod tests {
                 failed: 1,
                 sent: 123_456_789,
                 server_received: Some(123_456_789),
+                // Only a fanout's cells keep topic counters: one per tier (below).
+                server_topics: None,
                 started_at_millis: Some(1_764_000_000_124),
                 start_skew_millis: Some(12.345),
             })
             .collect();
+        for c in st.cells.iter_mut().take(wsload_spec::cel::MAX_TIERS) {
+            c.server_topics = Some(wsload_spec::fanout::ServerTopics {
+                published: 123_456_789,
+                fanout: 123_456_789_012,
+                delivered: 123_456_789_012,
+                dropped_slow_consumer: 123_456_789,
+                dropped_closed: 123_456_789,
+            });
+        }
         let p = P {
             p50: 1.234,
             p90: 2.345,

@@ -196,6 +196,44 @@ jq -e '[.status.shards[] | select(.state == "Collected")] | length == 2' "$OUT/s
 stored smoke 0 1
 timed "smoke run"
 
+# --- a fanout over 2 shards -------------------------------------------------------------------
+# 200 subscribers over 4 topics of the managed server's pubsub profile, split over 2 shards,
+# wsload's publishers (one per topic, spread over the shards) at 50 messages a second per
+# topic: every publish of the window reaches every subscriber of its topic, counted exactly
+# across the shards, and the server's topic counters are read over the cell by the operator.
+step "LoadTest fanout: managed pubsub server, 2 shards, 200 subscribers over 4 topics"
+kubectl -n "$TEST_NS" delete loadtest fanout --ignore-not-found --wait=true >/dev/null
+jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" '{
+	apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "fanout"},
+	spec: ({
+		target: {server: {profile: "pubsub"}}, scenario: "fanout", connections: [200],
+		duration: "4s", warmup: "1s", shards: 2,
+		fanout: {topics: 4, drain: "1s"}, rate: {messagesPerSecond: 200},
+		thresholds: ["errors < 1%"]
+	} + if $one == "1" then {loadgen: {spread: "none", separateFromServer: false}} else {} end)
+}' | kubectl -n "$TEST_NS" apply -f -
+wait_phase fanout Running 180
+wait_done fanout
+expect fanout Succeeded - Pass
+jq -e '.status.cells | length == 1 and .[0].done and .[0].sent > 0 and .[0].serverReceived > 0' "$OUT/fanout.json" >/dev/null ||
+	{ diagnose fanout; fail "LoadTest fanout: its cell is not done with sends the server received ($OUT/fanout.json)"; }
+jq -e '.status.cells[0].serverTopics | .published > 0 and .delivered > 0 and .delivered + .droppedSlowConsumer + .droppedClosed == .fanout' "$OUT/fanout.json" >/dev/null ||
+	{ diagnose fanout; fail "LoadTest fanout: status lacks the server's topic counters over the cell ($OUT/fanout.json)"; }
+stored fanout 0 1
+# The merged result's fanout block: each topic's publishes of the window reached its 50
+# subscribers exactly (publishes x subscribers), over both shards, the publishers on both.
+kubectl -n "$TEST_NS" get configmap fanout-results -o jsonpath='{.binaryData.merged\.json\.gz}' |
+	base64 -d | gunzip >"$OUT/fanout.merged.json"
+jq '.cells[0] | {fanout: (.counts.fanout | {publishers, publishersFailed, outside, topics}), serverTopics}' \
+	"$OUT/fanout.merged.json" | tee "$OUT/fanout.summary.json"
+jq -e '.cells[0].counts.fanout as $f
+	| $f.publishers == 4 and $f.publishersFailed == 0 and ($f.topics | length) == 4
+	and all($f.topics[]; .subscribers == 50 and .published > 0
+		and .delivered == .published * .subscribers and .duplicates == 0)
+	and .cells[0].serverTopics.fanout > 0' "$OUT/fanout.merged.json" >/dev/null ||
+	{ diagnose fanout; fail "LoadTest fanout: the merged result's deliveries are not publishes x subscribers ($OUT/fanout.summary.json)"; }
+timed "fanout run"
+
 # --- Prometheus -----------------------------------------------------------------------------
 # promql QUERY: the result vector, through the API server's service proxy (no port-forward,
 # the same on kind and on a bare node).

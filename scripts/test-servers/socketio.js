@@ -1,8 +1,12 @@
 // A Socket.IO 4 server as applications run it (npm `socket.io`), for the socketio preset
-// (examples/socketio.yaml): heartbeat every 5 s, 3 s to answer it; a client that emits "join"
-// joins the room it names; every room gets a "tick" every 100 ms; "chat" is acknowledged with
-// what it carried. /stats counts Engine.IO and Socket.IO connections apart: a client that
-// never joins the namespace is an Engine.IO connection only.
+// (examples/socketio.yaml) and the fanout one (examples/socketio-fanout.yaml): heartbeat every
+// 5 s, 3 s to answer it; a client that emits "join" joins the room it names (acknowledged with
+// the room's name when the emit asks for an ack); every room gets a "tick" every --tick-ms
+// (0: never); "chat" is acknowledged with what it carried; "publish" with an object carrying
+// `room` is broadcast to that room's members as "publish" with the object unchanged (the
+// publisher's `seq` and `ts` included). /stats counts Engine.IO and Socket.IO connections
+// apart (a client that never joins the namespace is an Engine.IO connection only), and
+// publishes and their deliveries (room members at each publish, summed).
 //
 // usage: node socketio.js [--host H] [--port N] [--tick-ms MS]
 'use strict';
@@ -18,6 +22,8 @@ const stats = {
   socketioOpen: 0,
   joined: 0,
   chats: 0,
+  published: 0, // "publish" events broadcast
+  delivered: 0, // their deliveries: the room's members at each publish, summed
   ticks: 0, // tick messages delivered (one per socket in the room)
   disconnects: {}, // reason -> count
 };
@@ -39,11 +45,19 @@ const rooms = new Set();
 io.on('connection', (socket) => {
   stats.socketio++;
   stats.socketioOpen++;
-  socket.on('join', (room) => {
+  socket.on('join', (room, ack) => {
     const name = String(room);
     socket.join(name);
     rooms.add(name);
     stats.joined++;
+    if (typeof ack === 'function') ack(name);
+  });
+  socket.on('publish', (msg) => {
+    if (!msg || typeof msg !== 'object') return;
+    const members = io.of('/').adapter.rooms.get(String(msg.room));
+    stats.published++;
+    stats.delivered += members ? members.size : 0;
+    io.to(String(msg.room)).emit('publish', msg);
   });
   socket.on('chat', (msg, ack) => {
     stats.chats++;
@@ -56,7 +70,7 @@ io.on('connection', (socket) => {
 });
 
 let n = 0;
-setInterval(() => {
+const tick = () => {
   n++;
   for (const room of rooms) {
     const members = io.of('/').adapter.rooms.get(room);
@@ -64,6 +78,7 @@ setInterval(() => {
     stats.ticks += members.size;
     io.to(room).emit('tick', { room, n, ts: Date.now() });
   }
-}, tickMs);
+};
+if (tickMs > 0) setInterval(tick, tickMs);
 
 listen(httpServer, 'socketio', () => stats);

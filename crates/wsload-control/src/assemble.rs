@@ -3,7 +3,16 @@
 //! and limit, and the verdict over it all.
 
 use crate::sequence::Conductor;
+use wsload_report::fanout::ServerTopics;
 use wsload_report::report::RunResult;
+
+/// Sets each cell's server topic counters (`topics[i]`: every replica's increase during cell
+/// i, `None` where unread); before [`complete`], which computes the figures from them.
+pub fn topics(result: &mut RunResult, topics: &[Option<ServerTopics>]) {
+    for (cell, t) in result.cells.iter_mut().zip(topics) {
+        cell.server_topics = *t;
+    }
+}
 
 /// Completes `result` (merged from every shard's result): `received[i]` is what the servers
 /// counted during cell i, `None` where it could not be read.

@@ -9,6 +9,7 @@
 //! - [`settle`]: when the server's received counter has taken in what the shards sent.
 //! - [`assemble`]: the merged result completed with what only the conductor knows.
 //! - [`clock`]: each shard's clock offset against the conductor's, from probes.
+//! - [`server_topics`]: the reference server's topic counters over a fanout cell.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod endpoint;
 pub mod protocol;
 pub mod sequence;
+pub mod server_topics;
 pub mod settle;
 
 pub use protocol::{CellKey, CellOrder, CellSummary, Phase, StartRequest, State};

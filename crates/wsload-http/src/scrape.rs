@@ -16,6 +16,10 @@
 //!
 //! ```text
 //! pub fn sum(body: &str, name: &str, labels: &BTreeMap<String, String>) -> f64
+//! pub fn find(body: &str, name: &str, labels: &BTreeMap<String, String>) -> Option<f64>
+//! pub fn count(url: &str, body: &str, name: &str, labels: &BTreeMap<String, String>) -> Result<Option<u64>>
+//! pub async fn fetch(client: &http_client::Client, url: &str, timeout: Duration) -> Result<String>
+//! pub fn fetch_blocking(url: &str, timeout: Duration) -> Result<String>
 //! pub fn buckets(body: &str, name: &str) -> Vec<(f64, f64)>
 //! pub async fn read(client: &http_client::Client, url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
 //! pub fn read_blocking(url: &str, name: &str, labels: &BTreeMap<String, String>, timeout: Duration) -> Result<u64>
@@ -53,6 +57,11 @@ struct Sample<'a> {
 
 /// Sums the series of `name` whose labels include every pair of `want` (0 when none match).
 pub fn sum(body: &str, name: &str, want: &BTreeMap<String, String>) -> f64 {
+    find(body, name, want).unwrap_or(0.0)
+}
+
+/// [`sum`], or `None` when no series matches: a counter the endpoint does not have.
+pub fn find(body: &str, name: &str, want: &BTreeMap<String, String>) -> Option<f64> {
     let samples: Vec<Sample<'_>> = samples(body).collect();
     let total = |name: &str| -> Option<f64> {
         let mut matched = false;
@@ -70,7 +79,7 @@ pub fn sum(body: &str, name: &str, want: &BTreeMap<String, String>) -> f64 {
         Some(family) => family.to_string(),
         None => format!("{name}_total"),
     };
-    total(name).or_else(|| total(&alternative)).unwrap_or(0.0)
+    total(name).or_else(|| total(&alternative))
 }
 
 /// The cumulative buckets of histogram `name` (its `name_bucket` series) summed over every
@@ -200,28 +209,65 @@ pub fn with_default_path(url: &str) -> String {
     }
 }
 
-fn answer(
-    url: String,
-    r: http_client::Response,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-) -> Result<u64> {
+/// The body of a 200 answer.
+fn ok_body(url: String, r: http_client::Response) -> Result<(String, String)> {
     if r.status != 200 {
         return Err(Error::Status {
             url,
             status: r.status,
         });
     }
-    let value = sum(&r.body, name, labels);
+    Ok((url, r.body))
+}
+
+/// The exposition at `url` (a bare `http://host:port` means its `/metrics`), for reading
+/// several counters from one scrape with [`find`] and [`count`].
+pub async fn fetch(client: &http_client::Client, url: &str, timeout: Duration) -> Result<String> {
+    let url = with_default_path(url);
+    let r = client.get(&url, timeout).await?;
+    Ok(ok_body(url, r)?.1)
+}
+
+/// [`fetch`] on the calling thread.
+pub fn fetch_blocking(url: &str, timeout: Duration) -> Result<String> {
+    let url = with_default_path(url);
+    let r = crate::blocking::get(&url, timeout)?;
+    Ok(ok_body(url, r)?.1)
+}
+
+/// The counter `name` of a fetched `body`, as a count: `None` when the endpoint has no such
+/// series; an error when the series add up to no count (`url` names it).
+pub fn count(
+    url: &str,
+    body: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<u64>> {
+    find(body, name, labels)
+        .map(|value| as_count(url, name, value))
+        .transpose()
+}
+
+fn as_count(url: &str, name: &str, value: f64) -> Result<u64> {
     if !value.is_finite() || value < 0.0 {
         return Err(Error::NotACount {
-            url,
+            url: url.to_string(),
             name: name.to_string(),
             value,
         });
     }
     // Counters are integers carried as floats; exact up to 2^53 messages.
     Ok(value.round() as u64)
+}
+
+fn answer(
+    url: String,
+    r: http_client::Response,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<u64> {
+    let (url, body) = ok_body(url, r)?;
+    as_count(&url, name, sum(&body, name, labels))
 }
 
 /// Scrapes `url` (a bare `http://host:port` means its `/metrics`) with `client` and sums the

@@ -317,22 +317,9 @@ impl Fanout {
     }
 }
 
-/// The reference server's topic counters over a cell (`wsload_server_topic_*_total`), to
-/// reconcile with what the subscribers received: a server that says it delivered and a client
-/// that did not receive are told apart.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ServerTopics {
-    /// Publishes, by clients and by the ticker.
-    pub published: u64,
-    /// Subscribers at each publish, summed: what the server owed.
-    pub fanout: u64,
-    /// Deliveries written to a subscriber's socket.
-    pub delivered: u64,
-    /// Deliveries dropped because a subscriber's queue was full, or its connection closed.
-    pub dropped_slow_consumer: u64,
-    pub dropped_closed: u64,
-}
+/// The reference server's topic counters over a cell, to reconcile with what the subscribers
+/// received; defined with the spec's types, as the LoadTest status keeps them too.
+pub use wsload_spec::fanout::ServerTopics;
 
 /// Keeps the [`SLOWEST`] subscribers of `v` that received fewest, then latest, worst first.
 pub fn keep_slowest(v: &mut Vec<SubscriberTally>) {

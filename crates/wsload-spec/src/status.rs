@@ -57,6 +57,10 @@ pub struct LoadTestStatus {
     /// released: each cell's `serverReceived` counts from here on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_received_baseline: Option<u64>,
+    /// A fanout's: the servers' topic counters, summed over every replica, read with
+    /// `serverReceivedBaseline`; each cell's `serverTopics` counts from here on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_topics_baseline: Option<crate::fanout::ServerTopics>,
     /// Every cell released so far, in order: when all shards were told to begin it and, once
     /// every live shard finished it, its outcome summed over them. The next cell is decided
     /// from these (connectionLimit's search replays them), so they are written before any
@@ -139,6 +143,10 @@ pub struct CellStatus {
     /// could not be read (or there is none: an external server without `serverMetrics`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_received: Option<u64>,
+    /// A fanout's: what the servers' topic counters grew by during the cell, every replica
+    /// summed, read once every shard finished it; unset when unread (or not wsload-server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_topics: Option<crate::fanout::ServerTopics>,
     /// When the first shard actually began it, Unix milliseconds (its own clock).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at_millis: Option<u64>,

@@ -23,8 +23,10 @@ use wsload_control::Conductor;
 use wsload_control::barrier::{self, Barrier, Merged};
 use wsload_control::protocol::Release;
 use wsload_control::protocol::{CellKey, CellSummary, Phase as ShardPhase, State};
+use wsload_control::server_topics;
 use wsload_control::settle::{self, Settle};
 use wsload_spec::LoadTestSpec;
+use wsload_spec::fanout::ServerTopics;
 use wsload_spec::status::CellStatus;
 
 /// How soon to look again once some shards finished the cell: the others are close behind.
@@ -100,6 +102,11 @@ pub(crate) fn replay(spec: &LoadTestSpec, cells: &[CellStatus]) -> Replay {
     Replay { conductor, next }
 }
 
+/// What every cell recorded so far says the servers' topic counters grew by, by cell index.
+pub(super) fn topics_per_cell(cells: &[CellStatus]) -> Vec<Option<ServerTopics>> {
+    cells.iter().map(|c| c.server_topics).collect()
+}
+
 /// What every cell recorded so far says the servers received, by cell index.
 pub(super) fn received_per_cell(cells: &[CellStatus]) -> Vec<Option<u64>> {
     cells.iter().map(|c| c.server_received).collect()
@@ -157,7 +164,11 @@ impl View<'_> {
                 Delivery::Received(n) => Some(n),
                 Delivery::Unknown => None,
             };
+            let topics = self.cell_topics(&current, &merged).await;
             self.record(current.index, &merged, received);
+            if let Some(c) = self.st.cells.iter_mut().find(|c| c.index == current.index) {
+                c.server_topics = topics;
+            }
         }
         match replay(&self.lt.spec, &self.st.cells).next {
             Some(key) => {
@@ -261,6 +272,29 @@ impl View<'_> {
         earlier.fold(self.st.server_received_baseline, |sum, c| {
             Some(sum?.saturating_add(c.server_received?))
         })
+    }
+
+    /// The summed topic counters when cell `index` began: the baseline plus every earlier
+    /// cell's increase; unknown once one of them is.
+    fn topics_before(&self, index: u32) -> Option<ServerTopics> {
+        let earlier = self.st.cells.iter().take_while(|c| c.index < index);
+        earlier.fold(self.st.server_topics_baseline, |sum, c| {
+            Some(server_topics::sum(&sum?, &c.server_topics?))
+        })
+    }
+
+    /// A fanout's topic counters' increase over the cell every shard just finished (and the
+    /// received counter settled: what was queued has gone out), every replica summed.
+    async fn cell_topics(&self, cell: &CellStatus, merged: &Merged) -> Option<ServerTopics> {
+        let before = self.topics_before(cell.index)?;
+        if u32::try_from(merged.shards).unwrap_or(u32::MAX) < cell.shards
+            || self.server_lost().is_some()
+        {
+            return None;
+        }
+        let counter = ServerCounter::of(&self.lt.spec, &self.world.servers).ok()??;
+        let after = self.read_topics(&counter).await?;
+        Some(server_topics::increase(&before, &after))
     }
 
     /// What the servers received during the cell, once their counter settled.

@@ -286,10 +286,12 @@ impl View<'_> {
         // The received counts and connectionLimit's probes are the conductor's: what the cells
         // recorded, replayed.
         let received = cells::received_per_cell(&self.st.cells);
+        let topics = cells::topics_per_cell(&self.st.cells);
         let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
-        let summary = merging
-            .finish()
-            .and_then(|merged| results::summarize(&self.lt.spec, merged, &received, &conductor));
+        let summary = merging.finish().and_then(|mut merged| {
+            wsload_control::assemble::topics(&mut merged, &topics);
+            results::summarize(&self.lt.spec, merged, &received, &conductor)
+        });
         let summary = match summary {
             Ok(summary) => summary,
             Err(e) => {

@@ -20,8 +20,10 @@ use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wsload_control::protocol::Release;
-use wsload_spec::ManagedServer;
+use wsload_control::server_topics;
+use wsload_spec::fanout::ServerTopics;
 use wsload_spec::status::{Phase, ShardState};
+use wsload_spec::{ManagedServer, Scenario};
 
 /// The server's replica pods in one reconcile of Pending.
 #[derive(Default)]
@@ -476,6 +478,28 @@ impl View<'_> {
         Action::requeue(self.ctx.config.poll)
     }
 
+    /// A fanout's topic counters at `counter`'s replicas, summed; `None` when not a fanout, or
+    /// unreadable (each cell's `serverTopics` is then unknown: a note in the log, no retry,
+    /// as the received counter just answered).
+    pub(super) async fn read_topics(&self, counter: &ServerCounter) -> Option<ServerTopics> {
+        if self.lt.spec.scenario != Scenario::Fanout {
+            return None;
+        }
+        match server_topics::read(
+            &self.ctx.http,
+            &counter.urls,
+            self.ctx.config.control_timeout,
+        )
+        .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(loadtest = %self.test(), error = %e, "server topic counters unreadable");
+                None
+            }
+        }
+    }
+
     /// Reads the servers' summed received counter before the first cell into
     /// `status.serverReceivedBaseline`; `Some(wait)` to try again (a replica not answering
     /// yet), until the start deadline, after which the run goes on with delivery unknown.
@@ -497,6 +521,7 @@ impl View<'_> {
         {
             Ok(n) => {
                 self.st.server_received_baseline = Some(n);
+                self.st.server_topics_baseline = self.read_topics(&counter).await;
                 None
             }
             Err(e) if !self.deadline_passed(start_limit) => {

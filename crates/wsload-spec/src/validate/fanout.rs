@@ -3,7 +3,7 @@
 
 use super::Errors;
 use crate::builtin;
-use crate::fanout::{MAX_TOPICS, MAX_TOPICS_PER_SUBSCRIBER, Publisher};
+use crate::fanout::{MAX_TOPICS, MAX_TOPICS_PER_SUBSCRIBER, Publisher, TICKER_PREFIX};
 use crate::spec::{LoadTestSpec, Protocol, Scenario, ServerProfile};
 use crate::template::{Part, Template};
 
@@ -23,6 +23,14 @@ pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
     }
     if f.topic_prefix.is_empty() || f.topic_prefix.len() > 64 {
         e.add("fanout.topicPrefix", "must be 1 to 64 characters");
+    }
+    if crate::fanout::managed_ticker(spec).is_some() && f.topic_prefix != TICKER_PREFIX {
+        e.add(
+            "fanout.topicPrefix",
+            format!(
+                "the managed server's ticker publishes to topics {TICKER_PREFIX}0, {TICKER_PREFIX}1, ...: set topicPrefix: {TICKER_PREFIX} (or leave it out), or start a ticker of your own in target.server.args"
+            ),
+        );
     }
     if spec.protocol == Protocol::Wse {
         e.add(
@@ -155,6 +163,26 @@ mod tests {
                 "spec.thresholds[0]: \"rtt.p99 < 5ms\": the fanout scenario does not measure rtt.p99"
             ]
         );
+    }
+
+    #[test]
+    fn the_managed_tickers_topics_are_named_t() {
+        let e = errors(
+            "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  fanout: {publisher: server, topicPrefix: room}\n",
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.fanout.topicPrefix:")
+                    && e.contains("set topicPrefix: t")),
+            "{e:?}"
+        );
+        // wsload's publishers, or the user's own ticker: any prefix.
+        for body in [
+            "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  fanout: {topicPrefix: room}\n",
+            "  target: {server: {profile: pubsub, args: [--ticker-topics, '1']}}\n  scenario: fanout\n  fanout: {publisher: server, topicPrefix: room}\n",
+        ] {
+            assert_eq!(errors(body), Vec::<String>::new(), "{body}");
+        }
     }
 
     #[test]
