@@ -43,7 +43,29 @@ struct StartLine {
     /// The instant, the cell's clock (clock::take_cell, once per cell) and the instant on
     /// the conductor's clock.
     start: OnceLock<(Instant, CellClock, u64)>,
+    /// The cell's clock as the conductor armed it, and the instant every shard's measured
+    /// phase begins at when they must begin together (see [`common_start`]).
+    armed: OnceLock<(CellClock, Option<Instant>)>,
     connect_start: Instant,
+}
+
+/// When shards must begin a cell's measured phase together, the instant on the conductor's
+/// clock they do: a fanout's publishers and subscribers are on every shard, and a publish
+/// made before another shard's subscribers are subscribed would be a gap that is no
+/// server's. Each shard has until the last connect batch's start plus `connect.timeout` to
+/// be connected (its own clock cannot tell when the others are), the cell's release
+/// instant being the origin. `None` for other cells, and without a conductor.
+fn common_start(cell: &Cell, armed: &CellClock) -> Option<u64> {
+    let Behavior::Fanout(plan) = &cell.behavior else {
+        return None;
+    };
+    if !armed.conducted {
+        return None;
+    }
+    let dials = cell.connections + u32::try_from(plan.publishing.len()).unwrap_or(u32::MAX);
+    let batches = dials.div_ceil(cell.batch_size.max(1));
+    let allowance = cell.batch_interval * batches.saturating_sub(1) + plan.connect_timeout;
+    Some(armed.epoch_micros + u64::try_from(allowance.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Workers {
@@ -53,6 +75,7 @@ impl Workers {
         let start_line = Arc::new(StartLine {
             barrier: Barrier::new(count),
             start: OnceLock::new(),
+            armed: OnceLock::new(),
             connect_start: Instant::now() + Duration::from_millis(5),
         });
         let outs: Vec<WorkerOut> = std::thread::scope(|s| {
@@ -267,11 +290,37 @@ impl Worker<'_> {
     async fn measure(self, connected: Connected, start_line: &StartLine) -> WorkerOut {
         let cell = self.cell;
         start_line.barrier.wait().await;
+        let (armed, wake) = *start_line.armed.get_or_init(|| {
+            let armed = clock::take_cell();
+            match common_start(cell, &armed) {
+                Some(at) => {
+                    let now = clock::conductor_micros();
+                    if now > at {
+                        tracing::warn!(
+                            late_ms = (now - at) / 1000,
+                            "connected after the instant every shard was to begin measuring; this shard begins late"
+                        );
+                    }
+                    let wait = Duration::from_micros(at.saturating_sub(now));
+                    (
+                        CellClock {
+                            epoch_micros: at,
+                            ..armed
+                        },
+                        Some(Instant::now() + wait),
+                    )
+                }
+                None => (armed, None),
+            }
+        });
+        if let Some(at) = wake {
+            tokio::time::sleep_until(at).await;
+        }
         let (start, cell_clock, start_on_conductor_us) = *start_line.start.get_or_init(|| {
             let now = Instant::now();
             let on_conductor = clock::conductor_micros();
             self.counters.measuring(now.into_std(), cell.warmup);
-            (now, clock::take_cell(), on_conductor)
+            (now, armed, on_conductor)
         });
         let started = Instant::now();
         let measure_from = start + cell.warmup;

@@ -25,6 +25,8 @@ pub struct CellClock {
     pub epoch_micros: u64,
     /// This shard's clock minus the conductor's, microseconds.
     pub offset_micros: i64,
+    /// Whether a conductor armed the cell (else it begins now, on this process's clock).
+    pub conducted: bool,
 }
 
 /// Arms the next cell's clock (a shard's control, before it sleeps until the start).
@@ -45,6 +47,7 @@ pub fn take_cell() -> CellClock {
             epoch
         },
         offset_micros,
+        conducted: epoch != 0,
     }
 }
 

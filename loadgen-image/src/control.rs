@@ -437,6 +437,7 @@ impl Gate for ControlGate<'_> {
                 clock::CellClock {
                     epoch_micros: conductor_at.unwrap_or(start_at).saturating_mul(1000),
                     offset_micros,
+                    conducted: true,
                 },
             ),
         };

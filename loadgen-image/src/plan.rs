@@ -164,6 +164,7 @@ pub fn cell(
                 publishing,
                 schedule,
                 drain: f.drain.get(),
+                connect_timeout: spec.connect.timeout.get(),
             }))
         }
     };

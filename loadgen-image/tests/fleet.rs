@@ -289,7 +289,7 @@ fn a_note_every_shard_makes_is_said_once() {
 fn a_fanout_across_shards_50_ms_apart_times_deliveries_on_one_clock() {
     let (o, r) = run_with(
         "fanout-clock",
-        "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  connections: [20]\n  duration: 2s\n  warmup: 300ms\n  shards: 2\n  fanout: {topics: 4, drain: 1s}\n  rate: {messagesPerSecond: 400}\n",
+        "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  connections: [20]\n  duration: 2s\n  warmup: 300ms\n  shards: 2\n  connect: {timeout: 2s}\n  fanout: {topics: 4, drain: 1s}\n  rate: {messagesPerSecond: 400}\n",
         None,
         &[(var::CLOCK_SHIFT_MS, "1=50")],
     );

@@ -95,9 +95,10 @@ fn body(spec: &LoadTestSpec) -> Duration {
             } else {
                 staged
             };
-            // A fanout's subscribers read on for `drain` after the window.
+            // A fanout's subscribers read on for `drain` after the window; across shards its
+            // measured phase waits until every shard had `connect.timeout` to connect.
             let drain = if spec.scenario == Scenario::Fanout {
-                spec.fanout.drain.get()
+                spec.fanout.drain.get() + spec.connect.timeout.get()
             } else {
                 Duration::ZERO
             };
