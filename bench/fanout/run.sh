@@ -108,6 +108,9 @@ run_one() {
         # No warm-up: the publish window is then the measured one (measuredSecs), which the
         # rates are over.
         printf '  duration: %ss\n  warmup: 0s\n' "$duration"
+        # Across shards the measured phase begins at the release plus connect.timeout (every
+        # subscriber subscribed by then): a tier that takes long to open needs the room.
+        ((shards > 1)) && printf '  connect: {timeout: %ss}\n' "$((10 + tier / 200))"
         printf '  fanout: {topics: %s, publisher: %s, drain: 2s}\n' "$topics" "$publisher"
         printf '  rate: {messagesPerSecond: %s}\n  message: {size: 64}\n' "$rate"
         [[ $server == socketio ]] && sed -n '/^  conversation:/,/^  thresholds:/p' \

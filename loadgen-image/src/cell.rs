@@ -355,8 +355,12 @@ impl Worker<'_> {
             let behavior = cell.behavior.clone();
             // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
             // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
-            let fut = connection::run(ws, n, shared, behavior, message);
-            tasks.spawn_local(fut);
+            if matches!(behavior, Behavior::Fanout(_)) {
+                tasks.spawn_local(fanout::task(ws, n, shared, behavior, message));
+            } else {
+                let fut = connection::run(ws, n, shared, behavior, message);
+                tasks.spawn_local(fut);
+            }
         }
         while tasks.join_next().await.is_some() {}
         let elapsed = Instant::now().saturating_duration_since(measure_from);

@@ -178,7 +178,7 @@ impl WorkerState {
 }
 
 /// Milliseconds since `origin`, saturating (49 days).
-fn ms_since(origin: Instant) -> u32 {
+pub(crate) fn ms_since(origin: Instant) -> u32 {
     u32::try_from(origin.elapsed().as_millis()).unwrap_or(u32::MAX)
 }
 
@@ -574,15 +574,27 @@ pub fn run(
                 let pinger = Pinger::new(*ping, message, n);
                 Box::pin(paced(&mut ws, ctx, n, schedule, pinger, *per_message_flush)).await
             }
-            Behavior::Fanout(plan) => {
-                Box::pin(crate::fanout::run(&mut ws, ctx, n, plan, message)).await
-            }
+            // A fanout's connections run `fanout::task` (cell.rs spawns it), never this.
+            Behavior::Fanout(_) => unreachable!("a fanout connection runs fanout::task"),
         };
-        let slot = &ctx.slot;
         // One await for both ends (a goodbye, or a failed connection's linger): a second
         // suspension point would grow every held connection's task.
-        match (ended, Box::pin(end(&mut ws, ctx, &behavior, ended)).await) {
-            (Ok(()), goodbye) => match (&behavior, goodbye) {
+        let goodbye = Box::pin(end(&mut ws, ctx, &behavior, ended)).await;
+        concluded(ctx, &behavior, ended, goodbye, began);
+    }
+}
+
+/// Counts how a connection ended: survived, or dropped and why (`ended`, then its `goodbye`).
+pub(crate) fn concluded(
+    ctx: &WorkerState,
+    behavior: &Behavior,
+    ended: Result<(), Dropped>,
+    goodbye: Goodbye,
+    began: u32,
+) {
+    {
+        match (ended, goodbye) {
+            (Ok(()), goodbye) => match (behavior, goodbye) {
                 // A storm connection is never read before this goodbye, so a server that took the
                 // upgrade and then refused the connection (over `--max-connections` the reference
                 // server closes with 1013 at once) is only seen now: the first close frame is the
@@ -603,14 +615,14 @@ pub fn run(
                 ctx.lived(why, began);
             }
         }
-        slot.closed();
+        ctx.slot.closed();
     }
 }
 
 /// The connection's end: the closing handshake of a healthy one (see `wind_up`); for one failed for a
 /// violation, the wait for its close frame to reach the server (see `Ws::linger`); nothing
 /// for the others.
-async fn end(
+pub(crate) async fn end(
     ws: &mut Ws,
     ctx: &WorkerState,
     behavior: &Behavior,
@@ -702,7 +714,7 @@ const NORMAL_CLOSE: u16 = 1000;
 const GOODBYE_WAIT: Duration = Duration::from_secs(2);
 
 /// How the closing handshake went.
-enum Goodbye {
+pub(crate) enum Goodbye {
     /// The server answered our close, or never answered within the bound (still open).
     Answered,
     /// The first close frame from the server carried this code: it had closed on its own.

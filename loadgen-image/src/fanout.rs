@@ -10,13 +10,14 @@
 
 use crate::clock;
 use crate::connection::{
-    WorkerState, answer_kind, converse, count_unsolicited, data_len, read, read_ready,
-    write_reading,
+    WorkerState, answer_kind, concluded, converse, count_unsolicited, data_len, end, ms_since,
+    read, read_ready, write_reading,
 };
 use crate::dial::{Role, Ws};
 use crate::measure::{Dropped, Measure};
-use crate::model::{Cell, FanoutPlan};
+use crate::model::{Behavior, Cell, FanoutPlan};
 use crate::script::{Delivery, Fill, Out, SendTime};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -50,6 +51,29 @@ pub fn publisher_opened(m: &mut Measure, ok: bool) {
         f.publishers += 1;
     } else {
         f.publishers_failed += 1;
+    }
+}
+
+/// Connection `n`'s task in a fanout cell: its measured phase ([`run`]), then its close,
+/// counted as `connection::run` counts the others'.
+#[allow(clippy::manual_async_fn)] // as connection::run: the arguments are stored once
+pub fn task(
+    mut ws: Ws,
+    n: u64,
+    ctx: Rc<WorkerState>,
+    behavior: Behavior,
+    message: Arc<Out>,
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        let ctx = &*ctx;
+        let began = ms_since(ctx.start);
+        let ended = match &behavior {
+            Behavior::Fanout(plan) => Box::pin(run(&mut ws, ctx, n, plan, message)).await,
+            // cell.rs spawns this task for fanout cells only.
+            _ => Ok(()),
+        };
+        let goodbye = Box::pin(end(&mut ws, ctx, &behavior, ended)).await;
+        concluded(ctx, &behavior, ended, goodbye, began);
     }
 }
 

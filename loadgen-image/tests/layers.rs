@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "dial",
             "stall",
             "connection",
+            "fanout",
             "cell",
             "sampler",
             "server_metrics",
