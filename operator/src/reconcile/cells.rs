@@ -169,6 +169,11 @@ impl View<'_> {
             if let Some(c) = self.st.cells.iter_mut().find(|c| c.index == current.index) {
                 c.server_topics = topics;
             }
+            // The shards hear of the end only once the cell is in status: a shard told to end
+            // is never between cells again, so a cell still unrecorded then could not be.
+            if replay(&self.lt.spec, &self.st.cells).next.is_none() {
+                return Some(Duration::from_millis(10));
+            }
         }
         match replay(&self.lt.spec, &self.st.cells).next {
             Some(key) => {

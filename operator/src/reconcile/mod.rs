@@ -15,6 +15,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod view;
+mod written;
 
 use crate::builders;
 use crate::metrics::Metrics;
@@ -53,6 +54,8 @@ pub struct Context {
     /// Each running test's shard clock probes, per LoadTest uid (clocks.rs). In memory only:
     /// status keeps the estimates, and a restarted operator probes afresh.
     pub clocks: Mutex<HashMap<String, clocks::Clocks>>,
+    /// The resourceVersion of each test's last status write (written.rs).
+    pub written: written::Written,
 }
 
 impl Context {
@@ -72,6 +75,7 @@ impl Context {
             http: Client::new(),
             settles: Mutex::new(HashMap::new()),
             clocks: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -128,6 +132,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         ctx.metrics.set_phase(&uid, None);
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
+        written::forget(&ctx, &uid);
         return Ok(Action::await_change());
     }
     let apis = Apis {
@@ -137,6 +142,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
     };
     ctx.pods.ready().await?;
+    let lt = written::fresh(&ctx, &apis.lts, lt).await?;
     let world = observe(&ctx.pods, &lt);
     // Children are built from the spec with the install's defaults filled in.
     let effective = ctx.config.defaults.apply(&lt);
@@ -154,7 +160,8 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     // Whatever the step managed before an error is still written: results already collected
     // and shards already released must not be forgotten.
     if st != old {
-        write_status(&apis.lts, &lt, &st).await?;
+        let stored = write_status(&apis.lts, &lt, &st).await?;
+        written::remember(&ctx, &uid, &stored);
         if st.phase != old.phase {
             announce(&ctx, &lt, &st).await;
         }
@@ -163,6 +170,8 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     if st.phase.is_some_and(Phase::is_finished) {
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
+        // The last write stays known: a finished test read from a cache that lags must not
+        // be taken for a running one. Deleting the test forgets it.
     }
     action
 }
@@ -202,19 +211,20 @@ async fn write_status(
     api: &Api<LoadTestResource>,
     lt: &LoadTestResource,
     st: &LoadTestStatus,
-) -> Result<()> {
+) -> Result<LoadTestResource> {
     let patch = serde_json::json!({
         "apiVersion": wsload_spec::API_VERSION,
         "kind": wsload_spec::KIND,
         "status": st,
     });
-    api.patch_status(
-        &lt.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    let stored = api
+        .patch_status(
+            &lt.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(stored)
 }
 
 async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
