@@ -577,15 +577,26 @@ pub fn run(
             // A fanout's connections run `fanout::task` (cell.rs spawns it), never this.
             Behavior::Fanout(_) => unreachable!("a fanout connection runs fanout::task"),
         };
-        // One await for both ends (a goodbye, or a failed connection's linger): a second
-        // suspension point would grow every held connection's task.
-        let goodbye = Box::pin(end(&mut ws, ctx, &behavior, ended)).await;
-        concluded(ctx, &behavior, ended, goodbye, began);
+        Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
     }
 }
 
+/// Ends the connection (a goodbye, or a failed connection's linger) and counts how it ended.
+/// Boxed by its callers: one await for both, as a second suspension point would grow every
+/// held connection's task.
+pub(crate) async fn finish(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    behavior: &Behavior,
+    ended: Result<(), Dropped>,
+    began: u32,
+) {
+    let goodbye = end(ws, ctx, behavior, ended).await;
+    concluded(ctx, behavior, ended, goodbye, began);
+}
+
 /// Counts how a connection ended: survived, or dropped and why (`ended`, then its `goodbye`).
-pub(crate) fn concluded(
+fn concluded(
     ctx: &WorkerState,
     behavior: &Behavior,
     ended: Result<(), Dropped>,
@@ -622,7 +633,7 @@ pub(crate) fn concluded(
 /// The connection's end: the closing handshake of a healthy one (see `wind_up`); for one failed for a
 /// violation, the wait for its close frame to reach the server (see `Ws::linger`); nothing
 /// for the others.
-pub(crate) async fn end(
+async fn end(
     ws: &mut Ws,
     ctx: &WorkerState,
     behavior: &Behavior,

@@ -10,8 +10,8 @@
 
 use crate::clock;
 use crate::connection::{
-    WorkerState, answer_kind, concluded, converse, count_unsolicited, data_len, end, ms_since,
-    read, read_ready, write_reading,
+    WorkerState, answer_kind, converse, count_unsolicited, data_len, finish, ms_since, read,
+    read_ready, write_reading,
 };
 use crate::dial::{Role, Ws};
 use crate::measure::{Dropped, Measure};
@@ -72,8 +72,7 @@ pub fn task(
             // cell.rs spawns this task for fanout cells only.
             _ => Ok(()),
         };
-        let goodbye = Box::pin(end(&mut ws, ctx, &behavior, ended)).await;
-        concluded(ctx, &behavior, ended, goodbye, began);
+        Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
     }
 }
 

@@ -55,6 +55,46 @@ fn warmup(spec: &LoadTestSpec, duration: Duration) -> Duration {
     }
 }
 
+/// An open-loop cell's sends: its schedule from the end of the warm-up, how long it runs, and
+/// the whole test's target rate.
+struct OpenLoop {
+    schedule: Schedule,
+    duration: Duration,
+    target_rate: f64,
+}
+
+/// The schedule of `senders` sending `share` of the spec's rate, or `default_rate` over them
+/// when the spec has none (then the test's target is `default_target`).
+fn open_loop(
+    spec: &LoadTestSpec,
+    share: f64,
+    senders: u32,
+    duration: Duration,
+    default_rate: f64,
+    default_target: f64,
+) -> OpenLoop {
+    let (schedule, total) = match &spec.rate {
+        Some(rate) => Schedule::from_spec(rate, share, senders, duration),
+        None => (
+            Schedule::constant(default_rate, senders, duration),
+            duration,
+        ),
+    };
+    let target_rate = spec
+        .rate
+        .as_ref()
+        .and_then(|r| {
+            r.messages_per_second
+                .or_else(|| r.stages.last().map(|s| s.target))
+        })
+        .unwrap_or(default_target);
+    OpenLoop {
+        schedule: schedule.after_warmup(warmup(spec, total)),
+        duration: total,
+        target_rate,
+    }
+}
+
 /// One cell of `connections` (whole test) with `size` and `format`.
 pub fn cell(
     spec: &LoadTestSpec,
@@ -98,29 +138,18 @@ pub fn cell(
         Scenario::Pingpong => Behavior::PingPong { ping },
         Scenario::Blast => Behavior::Blast { per_message_flush },
         Scenario::Echo | Scenario::ConstantRate => {
-            let (schedule, total) = match &spec.rate {
-                Some(rate) => Schedule::from_spec(rate, share, mine, duration),
-                None => (
-                    Schedule::constant(
-                        DEFAULT_ECHO_RATE_PER_CONN * f64::from(mine),
-                        mine,
-                        duration,
-                    ),
-                    duration,
-                ),
-            };
-            let schedule = schedule.after_warmup(warmup(spec, total));
-            duration = total;
-            target_rate = spec
-                .rate
-                .as_ref()
-                .and_then(|r| {
-                    r.messages_per_second
-                        .or_else(|| r.stages.last().map(|s| s.target))
-                })
-                .unwrap_or(DEFAULT_ECHO_RATE_PER_CONN * f64::from(connections));
+            let paced = open_loop(
+                spec,
+                share,
+                mine,
+                duration,
+                DEFAULT_ECHO_RATE_PER_CONN * f64::from(mine),
+                DEFAULT_ECHO_RATE_PER_CONN * f64::from(connections),
+            );
+            duration = paced.duration;
+            target_rate = paced.target_rate;
             Behavior::Paced {
-                schedule: Arc::new(schedule),
+                schedule: Arc::new(paced.schedule),
                 ping,
                 per_message_flush,
             }
@@ -130,27 +159,10 @@ pub fn cell(
             let topics = f.topics.max(1);
             // One topic's schedule: the whole rate over the topics, as if each were a
             // connection of a paced cell.
-            let (schedule, total) = match &spec.rate {
-                Some(rate) => Schedule::from_spec(rate, 1.0, topics, duration),
-                None => (
-                    Schedule::constant(
-                        DEFAULT_FANOUT_RATE_PER_TOPIC * f64::from(topics),
-                        topics,
-                        duration,
-                    ),
-                    duration,
-                ),
-            };
-            let schedule = schedule.after_warmup(warmup(spec, total));
-            duration = total;
-            target_rate = spec
-                .rate
-                .as_ref()
-                .and_then(|r| {
-                    r.messages_per_second
-                        .or_else(|| r.stages.last().map(|s| s.target))
-                })
-                .unwrap_or(DEFAULT_FANOUT_RATE_PER_TOPIC * f64::from(topics));
+            let default = DEFAULT_FANOUT_RATE_PER_TOPIC * f64::from(topics);
+            let paced = open_loop(spec, 1.0, topics, duration, default, default);
+            duration = paced.duration;
+            target_rate = paced.target_rate;
             let publishing = if f.publisher == Publisher::Wsload {
                 (0..topics)
                     .filter(|t| t % shard.count == shard.index)
@@ -162,7 +174,7 @@ pub fn cell(
                 spec: f.clone(),
                 subscribers: connections,
                 publishing,
-                schedule,
+                schedule: paced.schedule,
                 drain: f.drain.get(),
                 connect_timeout: spec.connect.timeout.get(),
             }))
