@@ -8,8 +8,10 @@
 #                  topic, open loop); a tier one server process cannot hold (its subscribers
 #                  and publishers past the open-file limit) runs on replicas sharing the port,
 #                  each publishing with its own ticker (topics are per process), marked so
-#   socketio       the Socket.IO rooms server of scripts/test-servers/ (one Node process: a
-#                  tier past its open-file limit is not run, and said so)
+#   socketio       the Socket.IO rooms server of scripts/test-servers/: one Node process, or
+#                  for a tier past one process's open-file limit a Node cluster of as many
+#                  workers as it needs, rooms spanning them through @socket.io/cluster-adapter
+#                  (as Socket.IO applications scale on one machine), marked so
 # Load-generator shards are derived from the open-file limit per process (`ulimit -Hn`, the
 # most a shard can raise its own to): each holds its share of subscribers and publishers.
 #
@@ -98,6 +100,7 @@ run_one() {
         target="target: {server: {profile: pubsub, replicas: $replicas}}"
         ;;
     socketio)
+        replicas=$socketio_workers
         target="target: {url: 'ws://127.0.0.1:$socketio_port/socket.io/?EIO=4&transport=websocket'}"
         ;;
     esac
@@ -173,9 +176,12 @@ tier() {
 
 socketio_pid=
 socketio_port=
+socketio_workers=1
+# start_socketio WORKERS: a fresh server (no rooms or sockets left from the last tier).
 start_socketio() {
     local line
-    coproc SIO { exec "$repo_root/scripts/test-servers/run.sh" socketio --tick-ms 0 2>"$out/socketio.err"; }
+    socketio_workers=$1
+    coproc SIO { exec "$repo_root/scripts/test-servers/run.sh" socketio --tick-ms 0 --workers "$socketio_workers" 2>"$out/socketio.err"; }
     socketio_pid=$SIO_PID
     started_pids+=("$socketio_pid")
     read -r -t 180 line <&"${SIO[0]}" || die "the Socket.IO server did not start: $(tail -3 "$out/socketio.err")"
@@ -189,13 +195,7 @@ stop_socketio() {
 
 for server in $servers; do
     for n in $tiers; do
-        if [[ $server == socketio ]] && (($(processes_for $((n + topics))) > 1)); then
-            log "socketio $n: not run: one Node process holds at most $per_process sockets here, and Socket.IO rooms are per process without an adapter"
-            printf '{"target":"socketio","subscribers":%s,"kind":"not run"}\n' "$n" >>"$rows"
-            continue
-        fi
-        # A fresh Socket.IO server per tier: no rooms or sockets left from the last.
-        [[ $server == socketio ]] && start_socketio
+        [[ $server == socketio ]] && start_socketio "$(processes_for $((n + topics)))"
         tier "$server" "$n"
         [[ $server == socketio ]] && stop_socketio
     done
@@ -212,13 +212,10 @@ print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if r.get("kind") == "step":
         continue
-    if r.get("kind") == "not run":
-        print(f"| {r['target']} | {r['subscribers']} | not run (open-file limit) | | | | | | | | | |")
-        continue
     c = r["completeness"]
     s = r.get("server") or {}
     owed = f"{s.get('delivered', 0)}/{s.get('fanout', 0)}" if s else "-"
-    pub = " (ticker)" if r.get("publisher") == "server" else ""
+    pub = " (ticker)" if r.get("publisher") == "server" else (" (cluster)" if r["target"] == "socketio" and r["replicas"] > 1 else "")
     print(f"| {r['target']} | {r['subscribers']} | {r['kind']}{pub} @ {r['rate']:.0f}/s | {r['publishes_per_sec']:.0f} | "
           f"{r['deliveries_per_sec']:.0f} | {'-' if c is None else f'{c*100:.3f}%'} | {r['gaps']} | "
           f"{ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | {owed} | {r['shards']} x {r['replicas']} |")

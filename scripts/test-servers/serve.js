@@ -34,14 +34,17 @@ function intOption(name, fallback) {
 }
 
 /**
- * An HTTP server answering GET /stats with `stats()` as JSON (404 otherwise); the WebSocket
- * server of the caller attaches to it, so one port serves both.
+ * An HTTP server answering GET /stats with `stats()` (or what its promise gives) as JSON (404
+ * otherwise); the WebSocket server of the caller attaches to it, so one port serves both.
  */
 function statsServer(stats) {
   return http.createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/stats') {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(stats()));
+      // A value, or a promise of one (a worker of a cluster asks the others).
+      Promise.resolve(stats()).then((body) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
+      });
     } else {
       res.writeHead(404);
       res.end();

@@ -8,13 +8,30 @@
 // apart (a client that never joins the namespace is an Engine.IO connection only), and
 // publishes and their deliveries (room members at each publish, summed).
 //
-// usage: node socketio.js [--host H] [--port N] [--tick-ms MS]
+// With --workers N (N > 1) it runs as Socket.IO applications scale past one process: Node's
+// cluster module, N worker processes sharing the port, rooms spanning them through
+// @socket.io/cluster-adapter (each worker its own open-file limit, so N times the sockets).
+// Clients must connect with the WebSocket transport only (no sticky sessions for polling).
+// Each worker's ticks then go to its own members of a room (`io.local`), and /stats, answered
+// by whichever worker takes the request, sums every worker's; `delivered` is null there, as a
+// worker sees only its own members of a room.
+//
+// usage: node socketio.js [--host H] [--port N] [--tick-ms MS] [--workers N]
 'use strict';
 
+const cluster = require('cluster');
 const { Server } = require('socket.io');
-const { intOption, statsServer, listen } = require('./serve');
+const { option, intOption, statsServer, listen } = require('./serve');
 
 const tickMs = intOption('tick-ms', 100);
+const workers = intOption('workers', 1);
+if (workers > 1 && cluster.isPrimary) {
+  primary();
+  return;
+}
+const clustered = workers > 1;
+// A worker's: every worker's stats summed, through the primary.
+let allStats;
 const stats = {
   engineio: 0, // Engine.IO connections ever opened
   engineioOpen: 0,
@@ -28,11 +45,12 @@ const stats = {
   disconnects: {}, // reason -> count
 };
 
-const httpServer = statsServer(() => stats);
+const httpServer = statsServer(() => (clustered ? allStats() : stats));
 const io = new Server(httpServer, {
   pingInterval: 5000,
   pingTimeout: 3000,
   serveClient: false,
+  ...(clustered ? { adapter: require('@socket.io/cluster-adapter').createAdapter() } : {}),
 });
 
 io.engine.on('connection', (socket) => {
@@ -56,7 +74,7 @@ io.on('connection', (socket) => {
     if (!msg || typeof msg !== 'object') return;
     const members = io.of('/').adapter.rooms.get(String(msg.room));
     stats.published++;
-    stats.delivered += members ? members.size : 0;
+    if (!clustered) stats.delivered += members ? members.size : 0;
     io.to(String(msg.room)).emit('publish', msg);
   });
   socket.on('chat', (msg, ack) => {
@@ -76,9 +94,108 @@ const tick = () => {
     const members = io.of('/').adapter.rooms.get(room);
     if (!members || members.size === 0) continue;
     stats.ticks += members.size;
-    io.to(room).emit('tick', { room, n, ts: Date.now() });
+    (clustered ? io.local : io).to(room).emit('tick', { room, n, ts: Date.now() });
   }
 };
 if (tickMs > 0) setInterval(tick, tickMs);
 
-listen(httpServer, 'socketio', () => stats);
+if (clustered) {
+  workerListen();
+} else {
+  listen(httpServer, 'socketio', () => stats);
+}
+
+/** The primary: forks the workers, says the one line once all listen, sums their stats. */
+function primary() {
+  require('@socket.io/cluster-adapter').setupPrimary();
+  const pending = new Map(); // stats request id -> { worker, replies, stats }
+  let listening = 0;
+  let announced = false;
+  const ask = (id, worker) => {
+    pending.set(id, { worker, replies: 0, stats: {} });
+    for (const w of Object.values(cluster.workers)) w.send({ statsQuery: id });
+  };
+  cluster.on('message', (worker, msg) => {
+    if (msg.listening !== undefined && !announced && ++listening === workers) {
+      announced = true;
+      process.stdout.write(`${JSON.stringify({ server: 'socketio', ...msg.listening, stats: '/stats' })}\n`);
+    } else if (msg.statsRequest !== undefined) {
+      ask(msg.statsRequest, worker);
+    } else if (msg.statsReply !== undefined) {
+      const p = pending.get(msg.statsReply);
+      if (!p) return;
+      sum(p.stats, msg.stats);
+      if (++p.replies < workers) return;
+      pending.delete(msg.statsReply);
+      if (p.worker) p.worker.send({ statsAnswer: msg.statsReply, stats: p.stats });
+      else p.done(p.stats);
+    }
+  });
+  cluster.on('exit', (w, code, signal) => {
+    if (stopping) return;
+    process.stderr.write(`socketio: worker ${w.process.pid} exited (${signal || code}); stopping\n`);
+    process.exit(1);
+  });
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    const id = 'final';
+    ask(id, null);
+    const quit = (stats) => {
+      process.stderr.write(`socketio: ${JSON.stringify(stats)}\n`);
+      for (const w of Object.values(cluster.workers)) w.process.kill('SIGKILL');
+      process.exit(0);
+    };
+    pending.get(id).done = quit;
+    setTimeout(() => quit(pending.get(id)?.stats ?? {}), 2000).unref();
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  for (let i = 0; i < workers; i++) cluster.fork();
+}
+
+/** Adds `b`'s counts into `a` (numbers, and objects of numbers such as `disconnects`). */
+function add(a, b) {
+  for (const [k, v] of Object.entries(b)) {
+    if (typeof v === 'number') a[k] = (a[k] || 0) + v;
+    else if (v && typeof v === 'object') add((a[k] = a[k] || {}), v);
+  }
+}
+
+/** A worker's stats into the cluster's. */
+function sum(all, one) {
+  add(all, one);
+  all.delivered = null;
+  all.workers = workers;
+}
+
+/** A worker: listens on the shared port, answers the primary's stats queries. */
+function workerListen() {
+  const answers = new Map();
+  process.on('message', (msg) => {
+    if (msg.statsQuery !== undefined) {
+      process.send({ statsReply: msg.statsQuery, stats: { ...stats, delivered: 0 } });
+    } else if (msg.statsAnswer !== undefined) {
+      const done = answers.get(msg.statsAnswer);
+      answers.delete(msg.statsAnswer);
+      if (done) done(msg.stats);
+    }
+  });
+  let next = 0;
+  allStats = () =>
+    new Promise((done) => {
+      const id = `${process.pid}-${next++}`;
+      answers.set(id, done);
+      process.send({ statsRequest: id });
+    });
+  // The primary stops the workers (a signal to the process group reaches them too, and the
+  // primary still wants their last stats); a worker whose primary is gone ends.
+  process.on('SIGINT', () => {});
+  process.on('SIGTERM', () => {});
+  process.on('disconnect', () => process.exit(0));
+  const host = option('host', '127.0.0.1');
+  httpServer.listen(intOption('port', 0), host, () => {
+    process.send({ listening: { host, port: httpServer.address().port } });
+  });
+}
