@@ -111,7 +111,7 @@ pods() {
 # placed NAME: the LoadTest's pods and their nodes, for the log.
 placed() {
 	echo "LoadTest $1's pods:"
-	{ pods "$1" server; pods "$1" shard; } | sed 's/^/  /; s/ / on /'
+	{ pods "$1" server; pods "$1" shard; } | awk '{ print "  " $1 " on " $2 }'
 }
 contains() { # word list...: word is one of list
 	local w="$1"
