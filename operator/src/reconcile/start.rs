@@ -566,7 +566,8 @@ impl View<'_> {
 /// Shards grouped by why they wait, one group per reason in order of the first shard of each:
 /// `shards 2, 3: unschedulable: 0/4 nodes are available: ...`. Shards of one test are
 /// usually held back by one scheduler message, which a per-shard list would repeat; and the
-/// message itself holds commas, so groups are separated by `; `.
+/// message itself holds commas, so groups are separated by `; `. At most [`REASONS_SHOWN`]
+/// groups: status and the Event stay small whatever the shards wait for.
 fn by_reason(shards: &[(u32, String)]) -> String {
     let mut groups: Vec<(Vec<u32>, &str)> = Vec::new();
     for (i, why) in shards {
@@ -575,8 +576,9 @@ fn by_reason(shards: &[(u32, String)]) -> String {
             None => groups.push((vec![*i], why)),
         }
     }
-    groups
+    let mut text = groups
         .iter()
+        .take(REASONS_SHOWN)
         .map(|(indices, why)| {
             let which = if let [one] = indices.as_slice() {
                 format!("shard {one}")
@@ -586,5 +588,32 @@ fn by_reason(shards: &[(u32, String)]) -> String {
             format!("{which}: {why}")
         })
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    if groups.len() > REASONS_SHOWN {
+        let more: usize = groups[REASONS_SHOWN..].iter().map(|(i, _)| i.len()).sum();
+        text.push_str(&format!("; {more} more shards for other reasons"));
+    }
+    text
+}
+
+/// How many distinct reasons [`by_reason`] spells out.
+const REASONS_SHOWN: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_grouped_by_reason_and_the_reasons_bounded() {
+        let why = |i: u32, w: &str| (i, w.to_string());
+        assert_eq!(
+            by_reason(&[why(2, "a, b"), why(3, "c"), why(4, "a, b")]),
+            "shards 2, 4: a, b; shard 3: c"
+        );
+        let many: Vec<(u32, String)> = (0..6).map(|i| why(i, &format!("r{}", i % 5))).collect();
+        assert_eq!(
+            by_reason(&many),
+            "shards 0, 5: r0; shard 1: r1; shard 2: r2; 2 more shards for other reasons"
+        );
+    }
 }
