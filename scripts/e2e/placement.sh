@@ -88,9 +88,9 @@ needs() {
 # --- helpers --------------------------------------------------------------------------------
 # apply NAME SPEC-JSON: a LoadTest of this run named NAME with SPEC.
 apply() {
-	jq -n --arg name "$1" --arg label "$RUN_LABEL" --arg id "$ID" --argjson spec "$2" '{
+	jq -n --arg name "$1" --arg key "$RUN_LABEL" --arg id "$ID" --argjson spec "$2" '{
 		apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest",
-		metadata: {name: $name, labels: {($label): $id}}, spec: $spec}' |
+		metadata: {name: $name, labels: {($key): $id}}, spec: $spec}' |
 		kubectl -n "$TEST_NS" apply -f -
 }
 # spec SHARDS LOADGEN-JSON [TARGET-JSON]: a few seconds of echo over 4 connections, SHARDS
