@@ -7,9 +7,11 @@
 # Succeeded with verdict Pass, its status and verdict printed, Prometheus' scrapes checked.
 # Exits non-zero when any of that fails. What it proves and what to expect: README.md here.
 #
-# usage: examples/kind/smoke.sh [--faults] [--delete]
-#   --faults  then the fault runs of scripts/e2e/smoke.sh (a shard, the operator, the server
-#             deleted mid-run)
+# usage: examples/kind/smoke.sh [--faults] [--placement] [--delete]
+#   --faults     then the fault runs of scripts/e2e/smoke.sh (a shard, the operator, the server
+#                deleted mid-run)
+#   --placement  then scripts/e2e/placement.sh: where shards land on the nodes (one per
+#                load-generator node, unschedulable ones named, a tainted big node, sysctls)
 #   --delete  delete the kind cluster at the end, passed or not (default: keep it, to look
 #             around or rerun; a rerun reuses it)
 #
@@ -46,10 +48,12 @@ KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-}"
 E2E_ARGS=()
 DELETE=0
+PLACEMENT=0
 
 for arg in "$@"; do
 	case "$arg" in
 	--faults) E2E_ARGS+=(--faults) ;;
+	--placement) PLACEMENT=1 ;;
 	--delete) DELETE=1 ;;
 	*) usage ;; # -h and --help too
 	esac
@@ -163,6 +167,11 @@ KUBECTL="$KUBECTL" HELM="$HELM" WSLOAD_E2E_TAG="$TAG" \
 	WSLOAD_E2E_VALUES="$KIND_DIR/values.yaml${WSLOAD_E2E_VALUES:+ $WSLOAD_E2E_VALUES}" \
 	"$ROOT/scripts/e2e/smoke.sh" "${E2E_ARGS[@]}" || rc=$?
 timed e2e
+if ((PLACEMENT && !rc)); then
+	step "scripts/e2e/placement.sh"
+	KUBECTL="$KUBECTL" "$ROOT/scripts/e2e/placement.sh" || rc=$?
+	timed placement
+fi
 
 summary="$(
 	IFS=,

@@ -3,8 +3,11 @@
 //! the hard one and refuses, before any load, a share it cannot open.
 
 use crate::model::Shard;
+use crate::sysctl;
 use crate::{Error, Result};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use std::collections::BTreeMap;
+use wsload_contract::announce::KernelLine;
 use wsload_spec::LoadTestSpec;
 use wsload_spec::shares::count_share;
 
@@ -41,6 +44,59 @@ pub fn raise() -> Limits {
         }
     }
     Limits { soft, hard }
+}
+
+/// The sysctls a shard reports besides those its spec sets: the local port range bounds the
+/// connections one shard can open to one server address.
+pub const REPORTED_SYSCTLS: &[&str] = &["net.ipv4.ip_local_port_range"];
+
+/// The sysctls `spec` sets for its shard pods (`loadgen.sysctls` through the pod, then
+/// `loadgen.tuning.sysctls` through the init container, which wins where both name one).
+pub fn asked_sysctls(spec: &LoadTestSpec) -> BTreeMap<&str, &str> {
+    let loadgen = &spec.loadgen;
+    let tuning = loadgen.tuning.iter().flat_map(|t| &t.sysctls);
+    loadgen
+        .sysctls
+        .iter()
+        .chain(tuning)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// What this shard runs under: `limits` and every sysctl of [`asked_sysctls`] and
+/// [`REPORTED_SYSCTLS`] as in force here (read through `read`). One asked for but in force
+/// at another value, or unreadable, is also a warning: the shard would measure under
+/// settings its spec does not say.
+pub fn kernel(
+    spec: &LoadTestSpec,
+    limits: Limits,
+    read: impl Fn(&str) -> Result<String>,
+) -> KernelLine {
+    let asked = asked_sysctls(spec);
+    let mut keys: Vec<&str> = asked.keys().copied().collect();
+    keys.extend(REPORTED_SYSCTLS.iter().filter(|k| !asked.contains_key(*k)));
+    let sysctls = keys
+        .into_iter()
+        .map(|key| {
+            let value = match read(key) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(sysctl = key, error = %e, "cannot read a sysctl");
+                    None
+                }
+            };
+            if let (Some(want), Some(got)) = (asked.get(key), &value)
+                && sysctl::words(want) != *got
+            {
+                tracing::warn!(sysctl = key, asked = want, in_force = %got, "a sysctl of the spec is not in force");
+            }
+            (key.to_string(), value)
+        })
+        .collect();
+    KernelLine {
+        open_files: (limits.soft, limits.hard),
+        sysctls,
+    }
 }
 
 /// The most connections one shard of `spec` opens at once: its share of the largest tier, or
@@ -100,5 +156,50 @@ mod tests {
             hard: 1 << 20,
         };
         assert!(check(&s, shard, roomy).is_ok());
+    }
+
+    #[test]
+    fn the_kernel_line_holds_the_asked_sysctls_as_in_force_and_the_limits() {
+        let s = spec(concat!(
+            "  target: {server: {}}\n  scenario: echo\n  connections: [10]\n",
+            "  loadgen:\n",
+            "    sysctls: {net.ipv4.ip_local_port_range: \"20000  40000\", net.ipv4.tcp_fin_timeout: \"17\"}\n",
+            "    tuning: {sysctls: {net.core.somaxconn: \"4096\"}}\n",
+        ));
+        let limits = Limits {
+            soft: 1024,
+            hard: 4096,
+        };
+        let in_force = |key: &str| match key {
+            "net.ipv4.ip_local_port_range" => Ok("20000 40000".to_string()),
+            "net.ipv4.tcp_fin_timeout" => Ok("60".to_string()),
+            _ => Err(Error::Spec(format!("no {key}"))),
+        };
+        let line = kernel(&s, limits, in_force);
+        assert_eq!(line.open_files, (1024, 4096));
+        assert_eq!(
+            line.sysctls,
+            [
+                ("net.core.somaxconn".to_string(), None),
+                (
+                    "net.ipv4.ip_local_port_range".to_string(),
+                    Some("20000 40000".to_string())
+                ),
+                (
+                    "net.ipv4.tcp_fin_timeout".to_string(),
+                    Some("60".to_string())
+                ),
+            ]
+        );
+        // A spec that asks for nothing still reports the port range.
+        let plain = spec("  target: {server: {}}\n  scenario: echo\n  connections: [10]\n");
+        let line = kernel(&plain, limits, in_force);
+        assert_eq!(
+            line.sysctls,
+            [(
+                "net.ipv4.ip_local_port_range".to_string(),
+                Some("20000 40000".to_string())
+            )]
+        );
     }
 }

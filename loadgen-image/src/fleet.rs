@@ -215,6 +215,10 @@ fn spawn(
                     let _ = addr_tx.send(addr.to_string());
                     continue;
                 }
+                // The machine's limits, the same for every shard here: the run checked them.
+                if announce::KernelLine::parse(&line).is_some() {
+                    continue;
+                }
                 crate::eprintln_above!("[shard {index}] {line}");
                 let _ = tx.send(line);
             }

@@ -304,6 +304,11 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         Some(file) => LoadTest::from_file(file)?,
         None => loadtest_from_env()?,
     };
+    // A shard pod's image has no shell to look with: this line in its log says which limits
+    // and sysctls it runs under (`wsload run` keeps its own shards' lines to itself).
+    let kernel =
+        wsload::capacity::kernel(&lt.spec, wsload::capacity::raise(), wsload::sysctl::read);
+    eprintln!("{}", kernel.print());
     // A shard is a pod: Prometheus scrapes it while it runs.
     let listen = common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS);
     let opts = Options {

@@ -1,5 +1,6 @@
 //! `wsload sysctl KEY=VALUE...`: what the operator's opt-in tuning init container runs
-//! (`spec.loadgen.tuning.sysctls`, privileged), so the FROM-scratch image needs no sysctl(8).
+//! (`spec.loadgen.tuning.sysctls`, privileged), so the FROM-scratch image needs no sysctl(8);
+//! and reading a sysctl back, for the line a shard prints of the limits it runs under.
 
 use crate::{Error, Result};
 use std::path::PathBuf;
@@ -39,6 +40,19 @@ pub fn set_all(settings: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The value of `key` in force in this process's namespaces, in [`words`].
+pub fn read(key: &str) -> Result<String> {
+    let text = std::fs::read_to_string(path(key)?)
+        .map_err(|e| Error::io(format!("cannot read {key}"), e))?;
+    Ok(words(&text))
+}
+
+/// `value`'s words separated by one space: `/proc/sys` separates some with tabs
+/// (`ip_local_port_range`), a spec with spaces, and both mean the same setting.
+pub fn words(value: &str) -> String {
+    value.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +78,19 @@ mod tests {
             assert!(path(bad).is_err(), "{bad:?}");
         }
         assert!(set_all(&["net.core.somaxconn".into()]).is_err());
+    }
+
+    #[test]
+    fn a_value_reads_back_in_single_spaced_words() {
+        assert_eq!(words("32768\t60999\n"), "32768 60999");
+        assert_eq!(words(" 1024   65535 "), "1024 65535");
+        // Every Linux has this one, readable by anyone.
+        let range = read("net.ipv4.ip_local_port_range").expect("readable");
+        let ports: Vec<u32> = range
+            .split(' ')
+            .map(|p| p.parse().expect("a port"))
+            .collect();
+        assert!(ports.len() == 2 && ports[0] <= ports[1], "{range}");
+        assert!(read("net.no_such_sysctl").is_err());
     }
 }

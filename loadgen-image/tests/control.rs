@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wsload::report::RunResult;
+use wsload_contract::announce::KernelLine;
 use wsload_contract::env as var;
 use wsload_control::protocol::{ClockReading, Phase, State};
 use wsload_http::http_client::{self, Response};
@@ -222,6 +223,39 @@ fn run_shard(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     eprintln!("exit {:?}: {err}", o.status.code());
     (o.status.code(), err)
+}
+
+/// A shard says at start-up what it runs under (a pod's image has no shell to look with): its
+/// spec's sysctls as in force where it runs, a warning for one that is not as asked, and its
+/// open-file limits.
+#[test]
+fn a_shard_logs_the_sysctls_of_its_spec_as_in_force() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("every Linux has the port range");
+    let range = range.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Asked for, not set: outside a pod nothing applies loadgen.sysctls.
+    let doc = loadtest(
+        "kernel",
+        "  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: pingLatency\n  connections: [1]\n  ping: {count: 1}\n  loadgen:\n    sysctls: {net.ipv4.ip_local_port_range: \"1 2\"}\n",
+    );
+    let mut s = Shard::start(
+        &[],
+        &[
+            (var::LOADTEST, doc.as_str()),
+            (var::SHARD_INDEX, "0"),
+            (var::SHARD_COUNT, "1"),
+        ],
+        None,
+    );
+    let line = s.await_log(|l| KernelLine::parse(l).is_some());
+    let kernel = KernelLine::parse(&line).expect("the kernel line");
+    assert_eq!(
+        kernel.sysctls,
+        [("net.ipv4.ip_local_port_range".to_string(), Some(range))]
+    );
+    let (soft, hard) = kernel.open_files;
+    assert!(soft > 0 && soft <= hard, "{line}");
+    s.await_log(|l| l.contains("not in force") && l.contains("net.ipv4.ip_local_port_range"));
 }
 
 #[test]

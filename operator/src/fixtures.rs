@@ -88,6 +88,23 @@ pub fn ready(mut pod: Pod, ip: &str) -> Pod {
     pod
 }
 
+/// `pod` as the scheduler leaves one it cannot place: Pending, on no node, `PodScheduled`
+/// False with `message`.
+pub fn unschedulable(mut pod: Pod, message: &str) -> Pod {
+    pod.status = Some(PodStatus {
+        phase: Some("Pending".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    pod
+}
+
 /// `pod` with its main container exited with `code`.
 pub fn exited(mut pod: Pod, code: i32, reason: &str) -> Pod {
     let name = main_container(&pod);

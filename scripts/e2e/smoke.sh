@@ -34,6 +34,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LOG_NAME=e2e
 # shellcheck source=scripts/lib/common.sh
 source "$ROOT/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/e2e.sh
+source "$ROOT/scripts/lib/e2e.sh"
 # The kubectl that common.sh's kubectl() runs.
 KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-helm}"
@@ -113,47 +115,6 @@ apply_loadtest() {
 			| if $d != "" then .spec.duration = $d | .spec.connections = [10] else . end
 			| if $one == "1" then .spec.loadgen = {spread: "none", separateFromServer: false} else . end' |
 		kubectl -n "$TEST_NS" apply -f -
-}
-status() { kubectl -n "$TEST_NS" get loadtest "$1" -o json | jq "${2:-.status}"; }
-phase() { kubectl -n "$TEST_NS" get loadtest "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
-# phase_is NAME PHASE...: the LoadTest's phase is one of PHASE.
-phase_is() {
-	local p want
-	p="$(phase "$1")"
-	shift
-	for want; do [[ "$p" != "$want" ]] || return 0; done
-	return 1
-}
-wait_phase() { # name phase seconds
-	WAIT_INTERVAL=0.5 wait_until "$3" phase_is "$1" "$2" ||
-		fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
-}
-# wait_done NAME: until Succeeded or Failed; then keeps the status in $OUT/NAME.json.
-wait_done() {
-	if ! WAIT_INTERVAL=1 wait_until 300 phase_is "$1" Succeeded Failed; then
-		kubectl -n "$TEST_NS" describe loadtest "$1" | tail -n 30 >&2 || true
-		# Who should have moved it on: every pod (a Pending operator shows here) and what the
-		# operator replicas logged.
-		kubectl get pods -A -o wide >&2 || true
-		kubectl -n "$NS" logs -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator \
-			--prefix --tail=80 >&2 || true
-		fail "LoadTest $1 not finished after 300 s (phase '$(phase "$1")')"
-	fi
-	kubectl -n "$TEST_NS" get loadtest "$1" -o json >"$OUT/$1.json"
-}
-diagnose() { # name: what a reader needs when an expectation fails
-	jq '.status | {phase, reason, message, verdict, missingShards, shards, conditions}' "$OUT/$1.json" >&2 || true
-	kubectl -n "$NS" logs "deploy/$RELEASE" --tail=40 >&2 || true
-}
-# expect NAME PHASE FAILED-REASON|- VERDICT: the outcome, from the kept status.
-expect() {
-	local got
-	got="$(jq -r '[.status.phase, (.status.conditions // [] | map(select(.type == "Failed" and .status == "True"))[0].reason // "-"), .status.verdict // "-"] | join(" ")' "$OUT/$1.json")"
-	if [[ "$got" != "$2 $3 $4" ]]; then
-		diagnose "$1"
-		fail "LoadTest $1 ended '$got' (phase, Failed reason, verdict); want '$2 $3 $4'"
-	fi
-	echo "LoadTest $1: $got, as expected"
 }
 # stored NAME SHARD...: each shard's result is in its ConfigMap NAME-result-SHARD and the merge
 # (of exactly those shards) in NAME-results, as gzip-compressed JSON (what survives the pods).

@@ -16,7 +16,10 @@
 #      and, with --preset, examples/socketio.yaml through the operator against a real
 #      Socket.IO server (npm socket.io, scripts/test-servers/) on the host, reached from the
 #      pods at the CNI bridge's address: Succeeded/Pass with its figures in status
-#   6. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
+#   6. scripts/e2e/placement.sh's checks one node holds: a shard more than nodes one per node
+#      fails as ShardsUnschedulable within its scheduling deadline, and spec.loadgen.sysctls
+#      are in force in a shard pod (the multi-node ones are kind's, skipped here)
+#   7. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
 #
 # Environment:
 #   WSLOAD_K8S_KEEP=1  keep the temporary directory (logs) afterwards; it is
@@ -195,6 +198,14 @@ KUBECTL="$K8S_BIN_DIR/kubectl" HELM="$HELM" WSLOAD_E2E_TAG="${TAG[operator]##*:}
 jq -r '.status | "Socket.IO preset through the operator: \(.phase) \(.verdict), rtt \(.tiers[0].rtt)"' "$WORK/e2e/socketio.json"
 jq -c . <<<"$(curl -fsS --max-time 5 "http://$bridge_ip:$socketio_port/stats")" || true
 timed "e2e smoke + faults"
+
+step "placement (scripts/e2e/placement.sh): the checks one node can hold"
+# One node carrying both pools: shards one per node beyond it are named unschedulable, and
+# sysctls are read back from a shard; spreading over nodes and a big node need kind's nodes
+# (./scripts/test kind), so they are skipped here, saying so.
+KUBECTL="$K8S_BIN_DIR/kubectl" WSLOAD_PLACEMENT_ALLOW_SKIP=1 WSLOAD_E2E_OUT="$WORK/placement" \
+	"$ROOT/scripts/e2e/placement.sh" || fail "scripts/e2e/placement.sh (above; statuses in $WORK/placement)"
+timed placement
 
 step "teardown leaves nothing behind"
 DOWN=1

@@ -13,6 +13,10 @@ const LOADGEN_METRICS: &str = "wsload metrics on ";
 /// `wsload run`'s stderr line once its managed servers are up.
 const MANAGED: &str = "managed wsload-server";
 const MANAGED_METRICS: &str = ", metrics on ";
+/// `wsload shard`'s stderr line at start-up: the kernel limits it runs under.
+const LOADGEN_KERNEL: &str = "wsload kernel: ";
+/// The open-file limit's field of a [`KernelLine`].
+const NOFILE: &str = "nofile=";
 
 /// What the reference server says of itself on stdout, a line each.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +135,73 @@ pub fn parse_managed_servers(line: &str) -> Option<Vec<String>> {
     Some(urls.split_whitespace().map(str::to_string).collect())
 }
 
+/// What a shard runs under, as it read it at start-up: the open-file limit (each connection is
+/// a descriptor) and the sysctls that bound it, as in force in its pod. One line on stderr,
+/// `wsload kernel: nofile=SOFT/HARD KEY="VALUE" KEY=?`, in `kubectl logs` of every shard pod:
+/// the one way to see `spec.loadgen.sysctls` took effect in an image without a shell, and
+/// what the e2e placement test reads back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelLine {
+    /// The soft and hard open-file limits (after raising the soft one to the hard one).
+    pub open_files: (u64, u64),
+    /// Each sysctl (`net.core.somaxconn`) with its value in force, its words separated by
+    /// one space (`/proc/sys` separates some with tabs); `None` when it could not be read.
+    pub sysctls: Vec<(String, Option<String>)>,
+}
+
+impl KernelLine {
+    /// The line as the shard prints it. A value is quoted, `"` and `\` in it escaped; an
+    /// unreadable one is `?`.
+    pub fn print(&self) -> String {
+        let (soft, hard) = self.open_files;
+        let mut line = format!("{LOADGEN_KERNEL}{NOFILE}{soft}/{hard}");
+        for (key, value) in &self.sysctls {
+            match value {
+                Some(v) => {
+                    let escaped = v.replace('\\', "\\\\").replace('"', "\\\"");
+                    line.push_str(&format!(" {key}=\"{escaped}\""));
+                }
+                None => line.push_str(&format!(" {key}=?")),
+            }
+        }
+        line
+    }
+
+    /// What a [`KernelLine::print`] line says; `None` for any other line.
+    pub fn parse(line: &str) -> Option<KernelLine> {
+        let rest = line.strip_prefix(LOADGEN_KERNEL)?.strip_prefix(NOFILE)?;
+        let (limits, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        let (soft, hard) = limits.split_once('/')?;
+        let open_files = (soft.parse().ok()?, hard.parse().ok()?);
+        let mut sysctls = Vec::new();
+        while !rest.is_empty() {
+            let (key, after) = rest.split_once('=')?;
+            if let Some(after) = after.strip_prefix('?') {
+                sysctls.push((key.to_string(), None));
+                rest = after.strip_prefix(' ').unwrap_or(after);
+                continue;
+            }
+            let mut chars = after.strip_prefix('"')?.char_indices();
+            let mut value = String::new();
+            let end = loop {
+                match chars.next()? {
+                    (_, '\\') => value.push(chars.next()?.1),
+                    (i, '"') => break i,
+                    (_, c) => value.push(c),
+                }
+            };
+            sysctls.push((key.to_string(), Some(value)));
+            // Past the closing quote (index `end` of what follows the opening one).
+            let after = &after[end + 2..];
+            rest = after.strip_prefix(' ').unwrap_or(after);
+        }
+        Some(KernelLine {
+            open_files,
+            sysctls,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +226,43 @@ mod tests {
             assert_eq!(parse_managed_servers(&line), Some(urls.clone()));
         }
         assert_eq!(parse_managed_servers("wsload metrics on x"), None);
+    }
+
+    #[test]
+    fn the_kernel_line_reads_back_as_written() {
+        let line = KernelLine {
+            open_files: (1_048_576, 1_048_576),
+            sysctls: vec![
+                (
+                    "net.ipv4.ip_local_port_range".into(),
+                    Some("20000 40000".into()),
+                ),
+                ("net.core.somaxconn".into(), None),
+                ("kernel.odd".into(), Some(r#"a "quoted" \ value"#.into())),
+                ("net.ipv4.tcp_fin_timeout".into(), Some(String::new())),
+            ],
+        };
+        let printed = line.print();
+        assert!(
+            printed.starts_with(
+                "wsload kernel: nofile=1048576/1048576 net.ipv4.ip_local_port_range=\"20000 40000\" net.core.somaxconn=? "
+            ),
+            "{printed}"
+        );
+        assert_eq!(KernelLine::parse(&printed), Some(line));
+        let bare = KernelLine {
+            open_files: (1024, 4096),
+            sysctls: vec![],
+        };
+        assert_eq!(bare.print(), "wsload kernel: nofile=1024/4096");
+        assert_eq!(KernelLine::parse(&bare.print()), Some(bare));
+        for other in [
+            "wsload metrics on http://x/metrics",
+            "wsload kernel: nofile=x/1",
+            "wsload kernel: nofile=1/1 key=\"unterminated",
+        ] {
+            assert_eq!(KernelLine::parse(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub(super) enum Reason {
     ServerFailed,
     ServerLost,
     ShardsNotReady,
+    /// Shards still on no node when the scheduling deadline passed.
+    ShardsUnschedulable,
     ShardFailed,
     ReleaseFailed,
     RunDeadlineExceeded,
@@ -72,6 +74,7 @@ impl Reason {
             Reason::ServerFailed => "ServerFailed",
             Reason::ServerLost => "ServerLost",
             Reason::ShardsNotReady => "ShardsNotReady",
+            Reason::ShardsUnschedulable => "ShardsUnschedulable",
             Reason::ShardFailed => "ShardFailed",
             Reason::ReleaseFailed => "ReleaseFailed",
             Reason::RunDeadlineExceeded => "RunDeadlineExceeded",
@@ -94,12 +97,13 @@ impl Reason {
 mod tests {
     use super::*;
 
-    const FAILURES: [Reason; 13] = [
+    const FAILURES: [Reason; 14] = [
         Reason::InvalidSpec,
         Reason::ServerNotReady,
         Reason::ServerFailed,
         Reason::ServerLost,
         Reason::ShardsNotReady,
+        Reason::ShardsUnschedulable,
         Reason::ShardFailed,
         Reason::ReleaseFailed,
         Reason::RunDeadlineExceeded,
@@ -164,6 +168,7 @@ mod tests {
                 "ServerFailed",
                 "ServerLost",
                 "ShardsNotReady",
+                "ShardsUnschedulable",
                 "ShardFailed",
                 "ReleaseFailed",
                 "RunDeadlineExceeded",

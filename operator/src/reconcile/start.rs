@@ -43,6 +43,9 @@ struct ShardPods {
     create: Vec<(String, Pod)>,
     /// What each shard not ready waits for.
     waiting: Vec<String>,
+    /// The shards among `waiting` whose pods are on no node yet (index, and the scheduler's
+    /// reason when it gave one).
+    unscheduled: Vec<(u32, String)>,
 }
 
 impl View<'_> {
@@ -227,16 +230,15 @@ impl View<'_> {
         let start_limit = self.limits().start;
         let document = builders::loadtest_document(self.lt)
             .map_err(|e| Error::serialize("the LoadTest for its shards", e))?;
-        let pods = match self.shard_pods(&document) {
+        let mut pods = match self.shard_pods(&document) {
             Ok(pods) => pods,
             Err(ended) => return self.fail(Reason::ShardFailed, ended).await,
         };
-        self.create_shard_pods(pods.create).await?;
+        self.create_shard_pods(std::mem::take(&mut pods.create))
+            .await?;
         self.mark_ready(&pods.ready);
         if !pods.waiting.is_empty() {
-            return self
-                .wait_for_shards(&pods.waiting, pods.ready.len(), start_limit)
-                .await;
+            return self.wait_for_shards(&pods, start_limit).await;
         }
         self.condition(
             ConditionType::ShardsReady,
@@ -293,6 +295,9 @@ impl View<'_> {
                     ));
                 }
                 h => {
+                    if matches!(h, PodHealth::Unscheduled(_)) {
+                        pods.unscheduled.push((i, h.describe()));
+                    }
                     self.set_shard(i, ShardState::Pending, Some(h.describe()));
                     pods.waiting
                         .push(format!("shard {i} (pod {name}): {}", h.describe()));
@@ -333,28 +338,50 @@ impl View<'_> {
         }
     }
 
-    /// Some shards are not ready: look again soon, or fail once the start deadline passed.
-    async fn wait_for_shards(
-        &mut self,
-        waiting: &[String],
-        ready: usize,
-        start_limit: Duration,
-    ) -> Result<Action> {
+    /// Some shards are not ready: look again soon, or fail. Shards on no node fail the test
+    /// once the scheduling deadline passed, as `ShardsUnschedulable` with the scheduler's
+    /// reason (more shards one per node than nodes, a selector no node matches, a taint not
+    /// tolerated): waiting out the ready deadline too would not place them. Scheduled shards
+    /// not ready fail it once the whole start deadline passed.
+    async fn wait_for_shards(&mut self, pods: &ShardPods, start_limit: Duration) -> Result<Action> {
         let shards = self.lt.spec.shards;
+        let scheduling = self.lt.spec.run.deadlines.scheduling.get();
+        if !pods.unscheduled.is_empty() && self.deadline_passed(scheduling) {
+            return self
+                .fail(
+                    Reason::ShardsUnschedulable,
+                    format!(
+                        "{} of {shards} shards not scheduled within {}: {}",
+                        pods.unscheduled.len(),
+                        humantime(scheduling),
+                        by_reason(&pods.unscheduled)
+                    ),
+                )
+                .await;
+        }
         if self.deadline_passed(start_limit) {
             return self
                 .fail(
                     Reason::ShardsNotReady,
                     format!(
                         "{} of {shards} shards not ready within {}: {}",
-                        waiting.len(),
+                        pods.waiting.len(),
                         humantime(start_limit),
-                        listed(waiting, 10)
+                        listed(&pods.waiting, 10)
                     ),
                 )
                 .await;
         }
-        self.st.message = Some(format!("{ready}/{shards} shards ready"));
+        let mut message = format!("{}/{shards} shards ready", pods.ready.len());
+        // Said before the deadline: a user watching `kubectl get lt` sees why at once.
+        if !pods.unscheduled.is_empty() {
+            message.push_str(&format!(
+                "; {} not scheduled: {}",
+                pods.unscheduled.len(),
+                by_reason(&pods.unscheduled)
+            ));
+        }
+        self.st.message = Some(message);
         Ok(Action::requeue(Duration::from_secs(1)))
     }
 
@@ -533,5 +560,60 @@ impl View<'_> {
                 None
             }
         }
+    }
+}
+
+/// Shards grouped by why they wait, one group per reason in order of the first shard of each:
+/// `shards 2, 3: unschedulable: 0/4 nodes are available: ...`. Shards of one test are
+/// usually held back by one scheduler message, which a per-shard list would repeat; and the
+/// message itself holds commas, so groups are separated by `; `. At most [`REASONS_SHOWN`]
+/// groups: status and the Event stay small whatever the shards wait for.
+fn by_reason(shards: &[(u32, String)]) -> String {
+    let mut groups: Vec<(Vec<u32>, &str)> = Vec::new();
+    for (i, why) in shards {
+        match groups.iter_mut().find(|(_, w)| w == why) {
+            Some((indices, _)) => indices.push(*i),
+            None => groups.push((vec![*i], why)),
+        }
+    }
+    let mut text = groups
+        .iter()
+        .take(REASONS_SHOWN)
+        .map(|(indices, why)| {
+            let which = if let [one] = indices.as_slice() {
+                format!("shard {one}")
+            } else {
+                format!("shards {}", listed(indices, 10))
+            };
+            format!("{which}: {why}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if groups.len() > REASONS_SHOWN {
+        let more: usize = groups[REASONS_SHOWN..].iter().map(|(i, _)| i.len()).sum();
+        text.push_str(&format!("; {more} more shards for other reasons"));
+    }
+    text
+}
+
+/// How many distinct reasons [`by_reason`] spells out.
+const REASONS_SHOWN: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_grouped_by_reason_and_the_reasons_bounded() {
+        let why = |i: u32, w: &str| (i, w.to_string());
+        assert_eq!(
+            by_reason(&[why(2, "a, b"), why(3, "c"), why(4, "a, b")]),
+            "shards 2, 4: a, b; shard 3: c"
+        );
+        let many: Vec<(u32, String)> = (0..6).map(|i| why(i, &format!("r{}", i % 5))).collect();
+        assert_eq!(
+            by_reason(&many),
+            "shards 0, 5: r0; shard 1: r1; shard 2: r2; 2 more shards for other reasons"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! a shard does not answer are exercised too; the answering ones are the lifecycle tests'.
 
 use crate::builders;
-use crate::fixtures::{MockApi, ago, exited, loadtest, ready, reconcile_once};
+use crate::fixtures::{MockApi, ago, exited, loadtest, ready, reconcile_once, unschedulable};
 use crate::shard_entries;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -209,6 +209,84 @@ async fn a_shard_that_ends_before_the_start_fails_the_test() {
     let st = reconciled(&api, lt, pods).await;
     assert_eq!(reason(&st), Some("ShardFailed"));
     assert_eq!(st.shards[1].state, ShardState::Failed);
+}
+
+/// What the scheduler says of a shard one per node with no node left.
+const NO_NODE: &str = "0/4 nodes are available: 1 node(s) had untolerated taint, 2 node(s) didn't match pod anti-affinity rules, 1 node(s) didn't match Pod's node affinity/selector";
+
+/// A 4-shard test Starting since `since` (its scheduling deadline 10 s): shards 0 and 1
+/// ready, 2 and 3 on no node.
+async fn two_shards_unschedulable(since: Duration) -> LoadTestStatus {
+    let api = MockApi::default();
+    let mut spec = external(4);
+    spec["run"] = json!({"deadlines": {"scheduling": "10s", "ready": "5m"}});
+    let lt = in_phase(spec, Phase::Starting, since, ShardState::Pending);
+    let pods = vec![
+        ready(shard_pod(&lt, 0), NOBODY),
+        ready(shard_pod(&lt, 1), NOBODY),
+        unschedulable(shard_pod(&lt, 2), NO_NODE),
+        unschedulable(shard_pod(&lt, 3), NO_NODE),
+    ];
+    reconciled(&api, lt, pods).await
+}
+
+#[tokio::test]
+async fn unschedulable_shards_are_named_with_the_schedulers_reason_while_waiting() {
+    let st = two_shards_unschedulable(NOW).await;
+    assert_eq!(st.phase, Some(Phase::Starting));
+    assert_eq!(
+        st.message.as_deref(),
+        Some(
+            format!("2/4 shards ready; 2 not scheduled: shards 2, 3: unschedulable: {NO_NODE}")
+                .as_str()
+        )
+    );
+    assert_eq!(st.shards[3].state, ShardState::Pending);
+    assert_eq!(
+        st.shards[3].reason.as_deref(),
+        Some(format!("unschedulable: {NO_NODE}").as_str())
+    );
+}
+
+#[tokio::test]
+async fn unschedulable_shards_fail_the_test_once_the_scheduling_deadline_passed() {
+    // 11 s: past `scheduling` (10 s), long before `scheduling` + `ready`.
+    let st = two_shards_unschedulable(Duration::from_secs(11)).await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("ShardsUnschedulable"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some(
+            format!(
+                "2 of 4 shards not scheduled within 10s: shards 2, 3: unschedulable: {NO_NODE}"
+            )
+            .as_str()
+        )
+    );
+}
+
+#[tokio::test]
+async fn scheduled_shards_not_ready_wait_out_the_whole_start_deadline() {
+    let mut spec = external(2);
+    spec["run"] = json!({"deadlines": {"scheduling": "10s", "ready": "5m"}});
+    // Placed on a node, not ready: past `scheduling`, within `scheduling` + `ready`, it
+    // waits; past both, it fails as not ready, not as unschedulable.
+    for (since, phase, why) in [
+        (Duration::from_secs(11), Phase::Starting, None),
+        (LONG_AGO, Phase::Failed, Some("ShardsNotReady")),
+    ] {
+        let api = MockApi::default();
+        let lt = in_phase(spec.clone(), Phase::Starting, since, ShardState::Pending);
+        // Ready's pod with its readiness taken back: on a node, its container not ready.
+        let mut placed = ready(shard_pod(&lt, 1), NOBODY);
+        if let Some(conditions) = placed.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            conditions.retain(|c| c.type_ == "PodScheduled");
+        }
+        let pods = vec![ready(shard_pod(&lt, 0), NOBODY), placed];
+        let st = reconciled(&api, lt, pods).await;
+        assert_eq!(st.phase, Some(phase), "{st:#?}");
+        assert_eq!(reason(&st), why);
+    }
 }
 
 #[tokio::test]
