@@ -7,9 +7,11 @@
 # Succeeded with verdict Pass, its status and verdict printed, Prometheus' scrapes checked.
 # Exits non-zero when any of that fails. What it proves and what to expect: README.md here.
 #
-# usage: examples/kind/smoke.sh [--faults] [--delete]
-#   --faults  then the fault runs of scripts/e2e/smoke.sh (a shard, the operator, the server
-#             deleted mid-run)
+# usage: examples/kind/smoke.sh [--faults] [--placement] [--delete]
+#   --faults     then the fault runs of scripts/e2e/smoke.sh (a shard, the operator, the server
+#                deleted mid-run)
+#   --placement  then the placement tests on the real nodes (scripts/e2e/placement.sh, on the
+#                chart the smoke installed); skipped with a message while that script is missing
 #   --delete  delete the kind cluster at the end, passed or not (default: keep it, to look
 #             around or rerun; a rerun reuses it)
 #
@@ -46,10 +48,12 @@ KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-}"
 E2E_ARGS=()
 DELETE=0
+PLACEMENT=0
 
 for arg in "$@"; do
 	case "$arg" in
 	--faults) E2E_ARGS+=(--faults) ;;
+	--placement) PLACEMENT=1 ;;
 	--delete) DELETE=1 ;;
 	*) usage ;; # -h and --help too
 	esac
@@ -124,7 +128,7 @@ export KUBECONFIG="$WORK/kubeconfig"
 "$KIND" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG" || fail "kind get kubeconfig --name $CLUSTER failed"
 "$KUBECTL" wait --for=condition=Ready nodes --all --timeout=180s >/dev/null ||
 	{ "$KUBECTL" get nodes -o wide || true; fail "not every node of $CLUSTER is Ready after 3 min (above)"; }
-"$KUBECTL" get nodes -L wsload.dev/server-pool -L wsload.dev/loadgen-pool
+"$KUBECTL" get nodes -o wide -L wsload.dev/server-pool -L wsload.dev/loadgen-pool
 # A reused cluster made from another config would leave the shards Pending for minutes; say
 # why now.
 loadgen_nodes="$("$KUBECTL" get nodes -l wsload.dev/loadgen-pool=true -o name | wc -l)"
@@ -163,6 +167,16 @@ KUBECTL="$KUBECTL" HELM="$HELM" WSLOAD_E2E_TAG="$TAG" \
 	WSLOAD_E2E_VALUES="$KIND_DIR/values.yaml${WSLOAD_E2E_VALUES:+ $WSLOAD_E2E_VALUES}" \
 	"$ROOT/scripts/e2e/smoke.sh" "${E2E_ARGS[@]}" || rc=$?
 timed e2e
+
+if ((PLACEMENT && rc == 0)); then
+	if [[ -f "$ROOT/scripts/e2e/placement.sh" ]]; then
+		step "scripts/e2e/placement.sh (tag $TAG)"
+		KUBECTL="$KUBECTL" HELM="$HELM" WSLOAD_E2E_TAG="$TAG" "$ROOT/scripts/e2e/placement.sh" || rc=$?
+		timed placement
+	else
+		say "--placement: scripts/e2e/placement.sh does not exist yet; placement tests skipped"
+	fi
+fi
 
 summary="$(
 	IFS=,
