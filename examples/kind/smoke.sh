@@ -24,6 +24,9 @@
 #                        reused as it is
 #   WSLOAD_KIND_CONFIG   kind config for a new cluster (default examples/kind/cluster.yaml)
 #   WSLOAD_KIND_IMAGE    node image for a new cluster instead of the config's (kind --image)
+#   WSLOAD_KIND_LOAD     more image tarballs to `kind load image-archive`, space separated (for
+#                        images the nodes cannot pull, e.g. Prometheus where no registry is
+#                        reachable)
 #   KIND, KUBECTL, HELM  binaries (default: on PATH; without helm, scripts/tools.sh builds the
 #                        project's pinned one when Go is installed)
 #   WSLOAD_E2E_VALUES    more helm values files after examples/kind/values.yaml
@@ -158,6 +161,10 @@ for tar in wsload-server wsload wsload-operator; do
 		step "kind load image-archive $tar ($ref is not in the Docker daemon)"
 		"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
 	fi
+done
+for tar in ${WSLOAD_KIND_LOAD:-}; do
+	step "kind load image-archive $tar"
+	"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
 done
 timed images
 

@@ -39,13 +39,15 @@ image="$("$K8S_DIR/kind-image.sh")"
 echo "  $image in $((SECONDS - t))s"
 KIND="$("$ROOT/scripts/tools.sh" kind)"
 HELM="$("$ROOT/scripts/tools.sh" helm)"
+# The chart's minimal Prometheus: no registry to pull it from here (built from source, cached).
+PROMETHEUS_TAR="$(nice -n 19 "$K8S_DIR/prometheus.sh")" || fail "scripts/k8s/prometheus.sh failed (above)"
 "$K8S_DIR/build.sh" kubectl
 timed image
 
 args=(--faults --placement)
 ((keep)) || args+=(--delete)
 rc=0
-KIND="$KIND" HELM="$HELM" KUBECTL="$K8S_BIN_DIR/kubectl" WSLOAD_KIND_IMAGE="$image" \
+KIND="$KIND" HELM="$HELM" KUBECTL="$K8S_BIN_DIR/kubectl" WSLOAD_KIND_IMAGE="$image" WSLOAD_KIND_LOAD="$PROMETHEUS_TAR" \
 	nice -n 5 "$ROOT/examples/kind/smoke.sh" "${args[@]}" || rc=$?
 timed smoke
 
