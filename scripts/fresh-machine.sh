@@ -22,7 +22,7 @@ stdout_is_data
 
 # What need_packages installs somewhere in scripts/ that a new project machine does not have.
 # check-scripts.sh fails when a script installs a package that is in neither list.
-PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools buildah prometheus shellcheck chromium rabbitmq-server)
+PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools buildah prometheus shellcheck chromium rabbitmq-server docker.io mmdebstrap)
 # Installed by the scripts when missing, but part of every project machine (purging them would
 # take the machine's TLS certificates, git, every program's fonts, the tmux a person runs this
 # in, or the machine's own Node.js with them): left installed.
@@ -64,6 +64,8 @@ for p in "${PURGE[@]}"; do
 	fi
 done
 if ((${#installed[@]})); then
+	# The kind part's dockerd (started by hand, no systemd to stop it on purge).
+	"$ROOT/scripts/k8s/dockerd.sh" down >&2 || true
 	log "purging ${installed[*]} and what only they needed"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -y -qq purge --autoremove \
 		"${installed[@]}" >&2

@@ -5,14 +5,15 @@
 # The same pattern as crane in scripts/lib/images.sh: `go install MODULE@VERSION`, static
 # (CGO off), version ldflags so the binary says what it is.
 #
-# usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform | helm-values-schema-json
+# usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform | helm-values-schema-json | kind |
+#                                            coredns
 #   e.g. helm="$(scripts/tools.sh helm)"
 #
 # Why from source: no release tarball can be downloaded on the project machines, but the Go
 # module proxy serves these modules (it is an allow-list: check a new version is served with
 # `go list -m MODULE@VERSION` before bumping; for helm-values-schema-json it refuses the version
 # list itself, hence build_in_module). Cold: helm ~5 min, kubeconform ~30 s,
-# helm-values-schema-json ~10 s on 2 busy cores; warm: milliseconds.
+# helm-values-schema-json ~10 s, kind ~1 min, coredns ~5 min on 2 busy cores; warm: milliseconds.
 #
 # Environment:
 #   WSLOAD_CACHE  cache root (default ~/.cache/wsload)
@@ -33,6 +34,13 @@ KUBECONFORM_MODULE="github.com/yannh/kubeconform"
 # values.schema.json of the chart from its annotated values.yaml (scripts/generate.sh).
 SCHEMA_VERSION="v2.2.1"
 SCHEMA_MODULE="github.com/losisin/helm-values-schema-json/v2"
+# examples/kind/smoke.sh's cluster provider (its KIND_VERSION must be the same: check-kind.sh).
+KIND_VERSION="v0.30.0"
+KIND_MODULE="sigs.k8s.io/kind"
+# The cluster DNS of the kind node image (scripts/k8s/kind-image.sh), under the name kubeadm
+# asks for; static (CGO off) so that it runs in a scratch image.
+COREDNS_VERSION="v1.14.7"
+COREDNS_MODULE="github.com/coredns/coredns"
 
 # The Kubernetes minor helm's own client-go modules implement. helm's Makefile passes it as
 # ldflags (lint's deprecation check and `.Capabilities.KubeVersion` of `helm template` use it);
@@ -83,6 +91,16 @@ install_tool() { # tool
 		version_args=(--version)
 		ldflags="-s -w -X main.Version=$version"
 		;;
+	kind)
+		module="$KIND_MODULE" pkg="$KIND_MODULE" version="$KIND_VERSION"
+		version_args=(version)
+		ldflags="-s -w"
+		;;
+	coredns)
+		module="$COREDNS_MODULE" pkg="$COREDNS_MODULE" version="$COREDNS_VERSION"
+		version_args=(-version)
+		ldflags="-s -w"
+		;;
 	*) usage ;;
 	esac
 	if [[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]]; then
@@ -117,7 +135,7 @@ main() {
 	(($#)) || usage
 	for tool in "$@"; do
 		case "$tool" in
-		helm | kubeconform | helm-values-schema-json) ;;
+		helm | kubeconform | helm-values-schema-json | kind | coredns) ;;
 		*) usage ;;
 		esac
 	done

@@ -24,6 +24,9 @@
 #                        reused as it is
 #   WSLOAD_KIND_CONFIG   kind config for a new cluster (default examples/kind/cluster.yaml)
 #   WSLOAD_KIND_IMAGE    node image for a new cluster instead of the config's (kind --image)
+#   WSLOAD_KIND_LOAD     more image tarballs to `kind load image-archive`, space separated (for
+#                        images the nodes cannot pull, e.g. Prometheus where no registry is
+#                        reachable)
 #   KIND, KUBECTL, HELM  binaries (default: on PATH; without helm, scripts/tools.sh builds the
 #                        project's pinned one when Go is installed)
 #   WSLOAD_E2E_VALUES    more helm values files after examples/kind/values.yaml
@@ -128,7 +131,7 @@ export KUBECONFIG="$WORK/kubeconfig"
 "$KIND" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG" || fail "kind get kubeconfig --name $CLUSTER failed"
 "$KUBECTL" wait --for=condition=Ready nodes --all --timeout=180s >/dev/null ||
 	{ "$KUBECTL" get nodes -o wide || true; fail "not every node of $CLUSTER is Ready after 3 min (above)"; }
-"$KUBECTL" get nodes -L wsload.dev/server-pool -L wsload.dev/loadgen-pool
+"$KUBECTL" get nodes -o wide -L wsload.dev/server-pool -L wsload.dev/loadgen-pool
 # A reused cluster made from another config would leave the shards Pending for minutes; say
 # why now.
 loadgen_nodes="$("$KUBECTL" get nodes -l wsload.dev/loadgen-pool=true -o name | wc -l)"
@@ -159,6 +162,10 @@ for tar in wsload-server wsload wsload-operator; do
 		"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
 	fi
 done
+for tar in ${WSLOAD_KIND_LOAD:-}; do
+	step "kind load image-archive $tar"
+	"$KIND" load image-archive "$tar" --name "$CLUSTER" || fail "kind load image-archive $tar failed (above)"
+done
 timed images
 
 step "scripts/e2e/smoke.sh${E2E_ARGS[*]/#/ } (tag $TAG, values examples/kind/values.yaml)"
@@ -169,7 +176,7 @@ KUBECTL="$KUBECTL" HELM="$HELM" WSLOAD_E2E_TAG="$TAG" \
 timed e2e
 if ((PLACEMENT && !rc)); then
 	step "scripts/e2e/placement.sh"
-	KUBECTL="$KUBECTL" "$ROOT/scripts/e2e/placement.sh" || rc=$?
+	KUBECTL="$KUBECTL" HELM="$HELM" WSLOAD_E2E_TAG="$TAG" "$ROOT/scripts/e2e/placement.sh" || rc=$?
 	timed placement
 fi
 

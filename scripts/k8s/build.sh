@@ -4,7 +4,7 @@
 #
 # usage: scripts/k8s/build.sh [component...]
 #   components: kube-apiserver kubectl (the default), kube-controller-manager,
-#               kube-scheduler, kubelet, kube-proxy
+#               kube-scheduler, kubelet, kube-proxy, kubeadm (the kind node image)
 #
 # Why from source: no container image can be pulled on the project machines
 # and no release tarball can be downloaded, but the Go module proxy serves
@@ -34,7 +34,7 @@ source "$K8S_DIR/../lib/common.sh"
 stdout_is_data
 GOMOD_DIR="$K8S_DIR/gomod"
 
-ALL_COMPONENTS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+ALL_COMPONENTS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy kubeadm)
 DEFAULT_COMPONENTS=(kube-apiserver kubectl)
 
 # gomod/go.mod carries the version a second time (Go cannot read versions.sh);
@@ -97,6 +97,8 @@ build_one() {
 	# What the binary says about itself proves the ldflags took.
 	if [[ "$c" == kubectl ]]; then
 		got="$(reported_version "$TMP_BIN" version --client)"
+	elif [[ "$c" == kubeadm ]]; then
+		got="$(reported_version "$TMP_BIN" version -o short)"
 	else
 		got="$(reported_version "$TMP_BIN" --version)"
 	fi
