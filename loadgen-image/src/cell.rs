@@ -3,7 +3,8 @@
 //! One OS thread per worker, each with a current-thread runtime (the oha model): a
 //! connection's task never leaves its thread, statistics live in the worker (`Rc<RefCell>`,
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
-//! batch, meet at a barrier, and all start the measured phase at one instant.
+//! batch, meet at a barrier, and all start the measured phase at one instant. A fanout's
+//! connections are served meanwhile (`fanout::Serving`); the others wait unread.
 
 use crate::clock::{self, CellClock};
 use crate::connection::{self, WorkerState};
@@ -179,13 +180,52 @@ struct Connected {
 
 impl Worker<'_> {
     async fn run(self, start_line: &StartLine) -> WorkerOut {
-        let connected = self.connect(start_line).await;
-        self.measure(connected, start_line).await
+        let cell = self.cell;
+        let script = Arc::new(self.dialer.script().for_cell(
+            cell.behavior.times_each(),
+            cell.encoding,
+            cell.size,
+        ));
+        // A fanout's connections are served from their open: see `fanout::Serving`. The
+        // others are left to themselves until the measured phase, as their tasks must stay
+        // small (a hold keeps a hundred thousand).
+        let serving = matches!(cell.behavior, Behavior::Fanout(_)).then(|| {
+            let early = self.state_before_start(&script);
+            Rc::new(fanout::Serving::new(early, cell.behavior.clone()))
+        });
+        let connected = self.connect(start_line, serving.as_ref()).await;
+        self.measure(connected, start_line, script, serving).await
+    }
+
+    /// The worker's state as known before the measured phase begins: its instants are
+    /// `fanout::NEVER` away, so that nothing read before the start counts as measured.
+    fn state_before_start(&self, script: &Arc<crate::script::Script>) -> WorkerState {
+        let never = Instant::now() + fanout::NEVER;
+        WorkerState {
+            start: never,
+            cell_clock: CellClock::default(),
+            start_on_conductor_us: 0,
+            connections: self.cell.connections,
+            measure_from: never,
+            deadline: never,
+            write_timeout: self.cell.write_timeout,
+            timed: self.cell.behavior.is_timed(),
+            script: script.clone(),
+            size: self.cell.size,
+            stats: self.stats.clone(),
+            discard: Rc::new(RefCell::new(Measure::default())),
+            slot: self.slot.clone(),
+            scratch: Default::default(),
+        }
     }
 
     /// The connect phase: this worker's part of each batch, batches on a common clock. The
     /// connect rate is timed from the first dial, not from before the common start.
-    async fn connect(&self, start_line: &StartLine) -> Connected {
+    async fn connect(
+        &self,
+        start_line: &StartLine,
+        serving: Option<&Rc<fanout::Serving>>,
+    ) -> Connected {
         let (cell, w, workers) = (self.cell, self.index, self.count);
         let opened: Rc<RefCell<Opened>> = Rc::new(RefCell::new(Vec::new()));
         tokio::time::sleep_until(start_line.connect_start).await;
@@ -223,6 +263,7 @@ impl Worker<'_> {
                 let (dialer, stats, opened) =
                     (self.dialer.clone(), self.stats.clone(), opened.clone());
                 let slot = self.slot.clone();
+                let serving = serving.cloned();
                 dials.spawn_local(async move {
                     stats.borrow_mut().counts.attempted += 1;
                     let dialed = dialer.dial_as(n, &role).await;
@@ -247,7 +288,11 @@ impl Worker<'_> {
                             }
                             m.hists.connect.record(total);
                             slot.opened(total);
-                            opened.borrow_mut().push((n, d.ws, d.vars));
+                            drop(m);
+                            match &serving {
+                                Some(serving) => serving.open(d.ws, n, &d.vars),
+                                None => opened.borrow_mut().push((n, d.ws, d.vars)),
+                            }
                         }
                         Err(e) => {
                             let why = e.why;
@@ -287,7 +332,13 @@ impl Worker<'_> {
 
     /// The measured phase: every worker starts at one instant, after the barrier; warm-up
     /// first, then the measured window.
-    async fn measure(self, connected: Connected, start_line: &StartLine) -> WorkerOut {
+    async fn measure(
+        self,
+        connected: Connected,
+        start_line: &StartLine,
+        script: Arc<crate::script::Script>,
+        serving: Option<Rc<fanout::Serving>>,
+    ) -> WorkerOut {
         let cell = self.cell;
         start_line.barrier.wait().await;
         let (armed, wake) = *start_line.armed.get_or_init(|| {
@@ -325,11 +376,6 @@ impl Worker<'_> {
         let started = Instant::now();
         let measure_from = start + cell.warmup;
         let deadline = measure_from + cell.duration;
-        let script = Arc::new(self.dialer.script().for_cell(
-            cell.behavior.times_each(),
-            cell.encoding,
-            cell.size,
-        ));
         let shared = Rc::new(WorkerState {
             start,
             cell_clock,
@@ -355,12 +401,13 @@ impl Worker<'_> {
             let behavior = cell.behavior.clone();
             // Spawned directly, not wrapped in an `async move` block: a wrapper keeps its own copy
             // of the captured stream beside the inner future's (4.4 KB per task instead of 2).
-            if matches!(behavior, Behavior::Fanout(_)) {
-                tasks.spawn_local(fanout::task(ws, n, shared, behavior, message));
-            } else {
-                let fut = connection::run(ws, n, shared, behavior, message);
-                tasks.spawn_local(fut);
-            }
+            let fut = connection::run(ws, n, shared, behavior, message);
+            tasks.spawn_local(fut);
+        }
+        if let Some(serving) = &serving {
+            serving.begin(shared.clone());
+            drop(shared);
+            serving.join().await;
         }
         while tasks.join_next().await.is_some() {}
         let elapsed = Instant::now().saturating_duration_since(measure_from);

@@ -26,7 +26,8 @@ use wsload_spec::PingKind;
 use wsload_ws::{Recv, failure_code};
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
-/// its live slot and its scratch space.
+/// its live slot and its scratch space. (A fanout's connections are served with one before
+/// it too, its instants out of reach: see `fanout::Serving`.)
 pub struct WorkerState {
     /// When the phase (warm-up included) started: the origin of schedules.
     pub start: Instant,
@@ -574,7 +575,8 @@ pub fn run(
                 let pinger = Pinger::new(*ping, message, n);
                 Box::pin(paced(&mut ws, ctx, n, schedule, pinger, *per_message_flush)).await
             }
-            // A fanout's connections run `fanout::task` (cell.rs spawns it), never this.
+            // A fanout's connections run `fanout::task` (`fanout::Serving` spawns it at their
+            // open), never this.
             Behavior::Fanout(_) => unreachable!("a fanout connection runs fanout::task"),
         };
         Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;

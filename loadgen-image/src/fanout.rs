@@ -7,6 +7,10 @@
 //! the cell's start on that clock plus the warm-up, for the cell's duration. A publisher counts
 //! the window's publishes of its topic; a subscriber counts what it received of them; the
 //! conductor multiplies each topic's publishes by its subscribers (`wsload_report::fanout`).
+//!
+//! A fanout's connections are read from their open ([`Serving`]): what a subscriber receives
+//! before the measured phase is counted outside the window, like what was published before
+//! it and arrives later.
 
 use crate::clock;
 use crate::connection::{
@@ -17,9 +21,12 @@ use crate::dial::{Role, Ws};
 use crate::measure::{Dropped, Measure};
 use crate::model::{Behavior, Cell, FanoutPlan};
 use crate::script::{Delivery, Fill, Out, SendTime};
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use wsload_report::fanout::{Fanout, Sequence, SubscriberTally, TopicTally, keep_slowest};
@@ -54,56 +61,187 @@ pub fn publisher_opened(m: &mut Measure, ok: bool) {
     }
 }
 
-/// Connection `n`'s task in a fanout cell: its measured phase ([`run`]), then its close,
-/// counted as `connection::run` counts the others'.
+/// Where a worker's fanout connections are served from their open until their measured
+/// phase begins, and the tasks they run in. A connection left unread until then would miss
+/// its server's heartbeat (Socket.IO closes it after 3 s) and fill with what a server that
+/// publishes on its own sends before the window, read only after the window's end.
+pub struct Serving {
+    /// What serving before the start needs: the conversation, the worker's statistics and
+    /// live slot; every instant of it lies past any cell (`NEVER`), so what it bins as of the
+    /// measured phase goes to its discard bin.
+    early: WorkerState,
+    /// The measured message of the connections that captured nothing it uses.
+    common: Option<Arc<Out>>,
+    behavior: Behavior,
+    measured: OnceCell<Rc<WorkerState>>,
+    begun: Notify,
+    tasks: RefCell<JoinSet<()>>,
+}
+
+/// How far in the future the instants of the state before the start lie: beyond any cell.
+pub const NEVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+impl Serving {
+    /// `early` is the worker's state as it is known before the start, its instants `NEVER`
+    /// away; `behavior` the cell's (a fanout).
+    pub fn new(early: WorkerState, behavior: Behavior) -> Serving {
+        Serving {
+            common: early.script.shared_message(),
+            behavior,
+            early,
+            measured: OnceCell::new(),
+            begun: Notify::new(),
+            tasks: RefCell::new(JoinSet::new()),
+        }
+    }
+
+    /// Connection `n`, just opened with what its steps on open captured: served from now on,
+    /// in its own task until its end.
+    pub fn open(self: &Rc<Self>, ws: Ws, n: u64, vars: &[bytes::Bytes]) {
+        let message = self.early.script.message_for(vars, &self.common);
+        let fut = task(ws, n, self.clone(), self.behavior.clone(), message);
+        self.tasks.borrow_mut().spawn_local(fut);
+    }
+
+    /// The measured phase begins for every connection served, with `ctx`.
+    pub fn begin(&self, ctx: Rc<WorkerState>) {
+        if self.measured.set(ctx).is_ok() {
+            self.begun.notify_waiters();
+        }
+    }
+
+    /// Until every connection's task has ended.
+    pub async fn join(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.borrow_mut());
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// The measured phase's state, once it begins.
+    async fn measured(&self) -> Rc<WorkerState> {
+        loop {
+            let begun = self.begun.notified();
+            if let Some(ctx) = self.measured.get() {
+                return ctx.clone();
+            }
+            begun.await;
+        }
+    }
+}
+
+/// Connection `n`'s task in a fanout cell: served from its open until the measured phase
+/// begins, its measured phase ([`Part::run`]), then its close, counted as `connection::run`
+/// counts the others'.
 #[allow(clippy::manual_async_fn)] // as connection::run: the arguments are stored once
-pub fn task(
+fn task(
     mut ws: Ws,
     n: u64,
-    ctx: Rc<WorkerState>,
+    serving: Rc<Serving>,
     behavior: Behavior,
     message: Arc<Out>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
+        // cell.rs serves the connections of fanout cells only.
+        let Behavior::Fanout(plan) = &behavior else {
+            return;
+        };
+        let mut part = Part::of(plan, n);
+        let early = Box::pin(part.serve(&mut ws, &serving, plan)).await;
+        let ctx = serving.measured().await;
         let ctx = &*ctx;
         let began = ms_since(ctx.start);
-        let ended = match &behavior {
-            Behavior::Fanout(plan) => Box::pin(run(&mut ws, ctx, n, plan, message)).await,
-            // cell.rs spawns this task for fanout cells only.
-            _ => Ok(()),
+        let ended = match early {
+            Ok(()) => Box::pin(part.run(&mut ws, ctx, plan, &message)).await,
+            Err(why) => Err(why),
         };
+        part.settle(ctx, plan, ended);
         Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
     }
 }
 
-/// Connection `n`'s measured phase in a fanout: a subscriber's or a publisher's.
-pub async fn run(
-    ws: &mut Ws,
-    ctx: &WorkerState,
-    n: u64,
-    plan: &FanoutPlan,
-    message: Arc<Out>,
-) -> Result<(), Dropped> {
-    let window = Window::of(ctx);
-    if n < u64::from(plan.subscribers) {
-        let mut sub = Subscriber::new(plan, n);
-        let outcome = sub.receive(ws, ctx, plan, &window).await;
-        sub.settle(ctx, plan);
-        outcome
-    } else {
-        let topic = u32::try_from(n - u64::from(plan.subscribers)).unwrap_or(u32::MAX);
-        let mut publisher = Publisher {
-            topic,
-            conn: n,
-            seq: 0,
-            in_window: 0,
-        };
-        let outcome = publisher.publish(ws, ctx, plan, &window, &message).await;
-        if !matches!(outcome, Ok(())) {
-            publisher_opened(&mut ctx.stats.borrow_mut(), false);
+/// A connection's part in the fanout.
+enum Part {
+    Subscriber(Subscriber),
+    Publisher(Publisher),
+}
+
+impl Part {
+    fn of(plan: &FanoutPlan, n: u64) -> Part {
+        if n < u64::from(plan.subscribers) {
+            Part::Subscriber(Subscriber::new(plan, n))
+        } else {
+            Part::Publisher(Publisher {
+                topic: u32::try_from(n - u64::from(plan.subscribers)).unwrap_or(u32::MAX),
+                conn: n,
+                seq: 0,
+                in_window: 0,
+            })
         }
-        publisher.settle(ctx, plan);
-        outcome
+    }
+
+    /// Reads until the measured phase begins, answering what the conversation answers (a
+    /// heartbeat); a subscriber's deliveries then are outside the window, as those published
+    /// before it that arrive later are. `Err` when the connection ended meanwhile.
+    async fn serve(
+        &mut self,
+        ws: &mut Ws,
+        serving: &Serving,
+        plan: &FanoutPlan,
+    ) -> Result<(), Dropped> {
+        let ctx = &serving.early;
+        let begun = serving.begun.notified();
+        tokio::pin!(begun);
+        loop {
+            if serving.measured.get().is_some() {
+                return Ok(());
+            }
+            tokio::select! {
+                biased;
+                _ = &mut begun => {}
+                r = read(ws, ctx) => {
+                    self.before_start(ws, ctx, plan, &r?);
+                    while serving.measured.get().is_none()
+                        && let Some(r) = read_ready(ws, ctx)
+                    {
+                        self.before_start(ws, ctx, plan, &r?);
+                    }
+                }
+            }
+        }
+    }
+
+    fn before_start(&mut self, ws: &mut Ws, ctx: &WorkerState, plan: &FanoutPlan, msg: &Message) {
+        match self {
+            Part::Subscriber(sub) => sub.take(ws, ctx, plan, &Window::NONE, msg),
+            Part::Publisher(p) => p.heard(ws, ctx, msg),
+        }
+    }
+
+    /// The measured phase: a subscriber's or a publisher's.
+    async fn run(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        message: &Out,
+    ) -> Result<(), Dropped> {
+        let window = Window::of(ctx);
+        match self {
+            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window).await,
+            Part::Publisher(p) => p.publish(ws, ctx, plan, &window, message).await,
+        }
+    }
+
+    /// Adds what the connection counted to its worker's figures.
+    fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan, ended: Result<(), Dropped>) {
+        match self {
+            Part::Subscriber(sub) => sub.settle(ctx, plan),
+            Part::Publisher(p) => {
+                if ended.is_err() {
+                    publisher_opened(&mut ctx.stats.borrow_mut(), false);
+                }
+                p.settle(ctx, plan);
+            }
+        }
     }
 }
 
@@ -115,6 +253,12 @@ struct Window {
 }
 
 impl Window {
+    /// Holds nothing: what is read before the measured phase.
+    const NONE: Window = Window {
+        from: u64::MAX,
+        to: u64::MAX,
+    };
+
     fn of(ctx: &WorkerState) -> Window {
         let warmup = ctx.measure_from.saturating_duration_since(ctx.start);
         let duration = ctx.deadline.saturating_duration_since(ctx.measure_from);
@@ -346,11 +490,7 @@ impl Publisher {
         let origin = ctx.start;
         let mut due = schedule.first(origin);
         let conn = self.conn;
-        let mut on_read = |ws: &mut Ws, m: &Message| {
-            if !converse(ws, ctx, conn, m) && matches!(m, Message::Text(_) | Message::Binary(_)) {
-                count_unsolicited(ctx, Instant::now(), answer_kind(m), m);
-            }
-        };
+        let mut on_read = |ws: &mut Ws, m: &Message| heard(ws, ctx, conn, m);
         loop {
             let now = Instant::now();
             if now >= ctx.deadline {
@@ -400,10 +540,22 @@ impl Publisher {
         }
     }
 
+    /// What the server sent a publisher, before the start or in its measured phase.
+    fn heard(&self, ws: &mut Ws, ctx: &WorkerState, m: &Message) {
+        heard(ws, ctx, self.conn, m);
+    }
+
     fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
         let mut m = ctx.stats.borrow_mut();
         if let Some(t) = tally(&mut m, plan).topics.get_mut(self.topic as usize) {
             t.published += self.in_window;
         }
+    }
+}
+
+/// A publisher's read: the conversation's (a heartbeat answered) or unsolicited.
+fn heard(ws: &mut Ws, ctx: &WorkerState, conn: u64, m: &Message) {
+    if !converse(ws, ctx, conn, m) && matches!(m, Message::Text(_) | Message::Binary(_)) {
+        count_unsolicited(ctx, Instant::now(), answer_kind(m), m);
     }
 }

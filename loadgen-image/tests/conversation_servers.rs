@@ -30,6 +30,9 @@ struct Protocol {
     reverse: bool,
     /// Pushes `{"type":"tick"}` this often.
     ticks: Option<Duration>,
+    /// Sends `{"type":"delivery","seq":N}` this often, N counting from 1 on each connection:
+    /// a fanout's subscriber without a subscription.
+    deliveries: Option<Duration>,
 }
 
 fn text(s: &str) -> Vec<u8> {
@@ -113,8 +116,11 @@ async fn connection(mut s: TcpStream, p: Protocol, n: u64) {
     let never = Duration::from_secs(3600);
     let mut beat = tokio::time::interval(p.heartbeat.unwrap_or(never));
     let mut tick = tokio::time::interval(p.ticks.unwrap_or(never));
+    let mut deliver = tokio::time::interval(p.deliveries.unwrap_or(never));
     beat.tick().await;
     tick.tick().await;
+    deliver.tick().await;
+    let mut delivered = 0u64;
     let mut buf = Vec::new();
     let mut b = vec![0u8; 64 * 1024];
     loop {
@@ -153,6 +159,10 @@ async fn connection(mut s: TcpStream, p: Protocol, n: u64) {
                 }
             }
             _ = tick.tick(), if p.ticks.is_some() => out.extend(text(r#"{"type":"tick"}"#)),
+            _ = deliver.tick(), if p.deliveries.is_some() => {
+                delivered += 1;
+                out.extend(text(&format!(r#"{{"type":"delivery","seq":{delivered}}}"#)));
+            }
         }
         let ending = end.is_some();
         if let Some(c) = end {
@@ -283,6 +293,39 @@ fn replies_to_a_heartbeat_keep_connections_alive() {
                 .contains("server_close: 3 of 3 connections with 1000 x3 after"),
         "{f:?}"
     );
+}
+
+/// A fanout's subscribers wait out a connect phase far longer than the server's heartbeat
+/// allows (a beat every 200 ms, closed at the next one unanswered, as Socket.IO does): the
+/// conversation's reply answers it from the open, so every subscriber lives into the window
+/// and receives all its deliveries, and those before the window are counted outside it.
+/// Before, the first subscribers were closed while they waited for the measured phase.
+#[test]
+fn a_fanout_answers_the_heartbeat_before_its_measured_phase() {
+    let c = run_against(
+        Protocol {
+            heartbeat: Some(Duration::from_millis(200)),
+            deliveries: Some(Duration::from_millis(10)),
+            ..Protocol::default()
+        },
+        "conv-fanout-heartbeat",
+        "  scenario: fanout\n  connections: [4]\n  connect: {batchSize: 1, batchInterval: 500ms}\n  duration: 1s\n  fanout: {topics: 1, publisher: server, drain: 200ms}\n  conversation:\n    subscribe:\n      - {name: subscribe, send: {text: '{\"id\":0,\"topic\":\"${topic}\"}'}}\n      - {name: subscribed, expect: {json: {field: ok, equals: 'true'}}, timeout: 2s}\n    replies:\n      - {when: {equals: '2'}, send: {text: '3'}}\n    delivery:\n      match: {json: {field: type, equals: delivery}}\n      sequence: {json: seq}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.connected, n.failed_total()), (4, 0), "{n:?}");
+    assert_eq!((n.survived, n.dropped_total()), (4, 0), "{n:?}");
+    // The first subscriber waited 1.5 s for the window, then 1 s and the drain: 5 s of beats
+    // among them at least, each answered.
+    assert!(n.replies >= 20, "{n:?}");
+    assert!(n.unsolicited.is_empty(), "{n:?}");
+    let f = n.fanout.as_ref().expect("a fanout tally");
+    // ~100 deliveries each in the window (arriving in it: untimed), and the connect phase's
+    // before it: 1.5 s + 1 s + 0.5 s at 100/s among them at least.
+    assert!(f.outside >= 250, "{f:?}");
+    assert_eq!(f.slowest.len(), 4, "{f:?}");
+    for s in &f.slowest {
+        assert!((80..=110).contains(&s.delivered), "{f:?}");
+    }
 }
 
 /// The client's heartbeat goes out on its own between the pings, never counted as load; the

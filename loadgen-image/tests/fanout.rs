@@ -231,3 +231,108 @@ fn deliveries_without_a_readable_sequence_are_counted_unreadable() {
     assert!(f.unreadable >= 150, "{f:?}");
     assert!(c.measure.hists.fanout.is_empty());
 }
+
+/// A fanout whose connections open one by one, `interval` apart, well before the measured
+/// phase: the first subscribers wait the whole connect phase for it.
+fn slow_connect(name: &str, url: &str, interval: &str, rest: &str) -> CellResult {
+    let lt = spec(
+        name,
+        &format!(
+            "  target: {{url: '{url}/'}}\n  scenario: fanout\n  connect: {{batchSize: 1, batchInterval: {interval}}}\n{rest}"
+        ),
+    );
+    only(&run(&lt)).clone()
+}
+
+/// A server that closes a connection silent for 500 ms (its pings unanswered), and a connect
+/// phase of 2 s: every connection is served from its open (the pings answered), so every
+/// subscriber lives into the window and receives every publish of it. Before, the first
+/// subscribers were closed as idle while they waited for the measured phase.
+#[test]
+fn a_server_heartbeat_shorter_than_the_connect_phase_closes_nobody() {
+    let server = Server::start(&[
+        "--profile",
+        "pubsub",
+        "--ping-interval",
+        "100ms",
+        "--idle-timeout",
+        "500ms",
+    ]);
+    // 5 subscribers and 1 publisher, 400 ms apart.
+    let c = slow_connect(
+        "fanout-heartbeat",
+        &server.ws,
+        "400ms",
+        "  connections: [5]\n  duration: 1s\n  warmup: 200ms\n  fanout: {topics: 1, drain: 500ms}\n  rate: {messagesPerSecond: 200}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.connected, n.failed_total()), (6, 0), "{n:?}");
+    assert_eq!((n.survived, n.dropped_total()), (6, 0), "{n:?}");
+    let f = fanout(&c);
+    let t = totals(&c);
+    assert_eq!((f.publishers, f.publishers_failed), (1, 0), "{f:?}");
+    assert_eq!(f.topics[0].subscribers, 5);
+    assert!(t.publishes > 150, "{t:?}");
+    assert_eq!(t.expected, t.publishes * 5);
+    assert_eq!((t.delivered, t.missing), (t.expected, 0), "{t:?}");
+    assert_eq!((t.duplicates, t.out_of_order, t.too_late), (0, 0, 0));
+    assert_eq!(c.measure.counts.received, t.delivered);
+    assert_eq!(c.measure.hists.fanout.len(), t.delivered);
+}
+
+/// A server that publishes from its start, 16 MB/s to each subscriber, to subscribers that
+/// connect over 1.5 s: what it delivered before the window is read as it comes and counted
+/// outside the window (the server never has to drop any for a subscriber that does not
+/// read), the window's deliveries are all counted in it, and the subscribers' reads add up
+/// to what the server says it delivered. Before, the early deliveries filled the unread
+/// sockets and the server's 16-deep queue, and the server dropped the rest.
+#[test]
+fn deliveries_before_the_window_are_read_and_counted_outside_it() {
+    let server = Server::start(&[
+        "--profile",
+        "pubsub",
+        "--ticker-topics",
+        "1",
+        "--ticker-rate",
+        "400",
+        "--ticker-payload-size",
+        "40000",
+        "--subscriber-queue",
+        "16",
+    ]);
+    let c = slow_connect(
+        "fanout-early",
+        &server.ws,
+        "500ms",
+        "  connections: [4]\n  duration: 1s\n  warmup: 200ms\n  fanout: {topics: 1, publisher: server, drain: 500ms}\n",
+    );
+    let n = &c.measure.counts;
+    assert_eq!((n.survived, n.dropped_total()), (4, 0), "{n:?}");
+    let f = fanout(&c);
+    let t = totals(&c);
+    let dropped = server.metric(
+        "wsload_server_topic_dropped_total",
+        &[("reason", "slow_consumer")],
+    );
+    assert_eq!(dropped, 0, "{t:?} outside {}", f.outside);
+    let topic = f.topics[0];
+    // 1 s at 400/s, give or take the window's edges.
+    let span = topic.last_seq - topic.first_seq + 1;
+    assert!((380..=420).contains(&span), "{topic:?}");
+    assert_eq!((t.delivered, t.missing), (t.expected, 0), "{t:?}");
+    assert_eq!(c.measure.counts.received, t.delivered);
+    // The first subscriber waited 1.5 s and the warm-up, the last the warm-up: about
+    // (1.5 + 1 + 0.5 + 4 x 0.2) s x 400/s before the window, and the drain's after it.
+    assert!(f.outside > 1200, "{f:?}");
+    assert_eq!((f.unreadable, f.before_publish), (0, 0), "{f:?}");
+    // The server counts what it handed each subscriber's socket; the subscribers read all
+    // of it but what came between the drain's end and their close (a tick or two each).
+    let delivered = server.metric("wsload_server_topic_delivered_total", &[]);
+    let read = t.delivered + f.outside;
+    assert!(
+        read <= delivered && delivered <= read + 4 * 4,
+        "read {read} ({} in the window, {} outside), the server delivered {delivered}",
+        t.delivered,
+        f.outside
+    );
+}
