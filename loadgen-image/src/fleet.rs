@@ -396,7 +396,9 @@ async fn conduct(
     if let Err(e) = topics.begin() {
         notes.push(format!("server topic counters unreadable: {e}"));
     }
+    // No counter at all (an external server without one): what it received is unknown, not 0.
     let mut before = match sum(counters) {
+        _ if counters.is_empty() => None,
         Ok(v) => Some(v),
         Err(e) => {
             notes.push(format!("server counters unreadable: {e}"));

@@ -262,6 +262,15 @@ fn a_note_every_shard_makes_is_said_once() {
         .collect();
     assert_eq!(refused.len(), 1, "{:?}", r.notes);
     assert!(refused[0].ends_with("[8 shards]"), "{}", refused[0]);
+    // An external server with no counter: what it received is unknown, not 0.
+    assert!(
+        r.cells.iter().all(|c| c.server_received.is_none()),
+        "{:?}",
+        r.cells
+            .iter()
+            .map(|c| c.server_received)
+            .collect::<Vec<_>>()
+    );
     assert_eq!(
         out.matches("no connection to ws://127.0.0.1:1/").count(),
         1,
