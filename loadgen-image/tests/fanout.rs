@@ -25,6 +25,22 @@ fn count_in(t: &TopicTally, hit: impl Fn(u64) -> bool) -> u64 {
         .count() as u64
 }
 
+/// wsload-server's pubsub profile with its ticker publishing `rate` a second over `topics`
+/// topics, and `extra` options.
+fn ticker_server(topics: u32, rate: u32, extra: &[&str]) -> Server {
+    let (topics, rate) = (topics.to_string(), rate.to_string());
+    let mut args = vec![
+        "--profile",
+        "pubsub",
+        "--ticker-topics",
+        &topics,
+        "--ticker-rate",
+        &rate,
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 /// The window's last number.
 fn last(t: &TopicTally) -> u64 {
     t.first_seq + t.published - 1
@@ -134,14 +150,7 @@ fn duplicates_and_reordering_are_counted_exactly() {
 
 #[test]
 fn a_server_that_publishes_itself_is_counted_from_what_the_subscribers_saw() {
-    let server = Server::start(&[
-        "--profile",
-        "pubsub",
-        "--ticker-topics",
-        "2",
-        "--ticker-rate",
-        "200",
-    ]);
+    let server = ticker_server(2, 200, &[]);
     let lt = spec(
         "fanout-ticker",
         &format!(
@@ -170,16 +179,7 @@ fn a_server_that_publishes_itself_is_counted_from_what_the_subscribers_saw() {
 /// accounted for exactly, counted or not.
 #[test]
 fn a_flooding_server_does_not_hold_the_cell_past_its_drain() {
-    let server = Server::start(&[
-        "--profile",
-        "pubsub",
-        "--ticker-topics",
-        "1",
-        "--ticker-rate",
-        "50000",
-        "--ticker-payload-size",
-        "512",
-    ]);
+    let server = ticker_server(1, 50000, &["--ticker-payload-size", "512"]);
     let lt = spec(
         "fanout-flood",
         &format!(
@@ -207,14 +207,7 @@ fn a_flooding_server_does_not_hold_the_cell_past_its_drain() {
 /// unreadable, never as deliveries.
 #[test]
 fn deliveries_without_a_readable_sequence_are_counted_unreadable() {
-    let server = Server::start(&[
-        "--profile",
-        "pubsub",
-        "--ticker-topics",
-        "1",
-        "--ticker-rate",
-        "100",
-    ]);
+    let server = ticker_server(1, 100, &[]);
     let lt = spec(
         "fanout-unreadable",
         &format!(
@@ -288,18 +281,11 @@ fn a_server_heartbeat_shorter_than_the_connect_phase_closes_nobody() {
 /// sockets and the server's 16-deep queue, and the server dropped the rest.
 #[test]
 fn deliveries_before_the_window_are_read_and_counted_outside_it() {
-    let server = Server::start(&[
-        "--profile",
-        "pubsub",
-        "--ticker-topics",
-        "1",
-        "--ticker-rate",
-        "400",
-        "--ticker-payload-size",
-        "40000",
-        "--subscriber-queue",
-        "16",
-    ]);
+    let server = ticker_server(
+        1,
+        400,
+        &["--ticker-payload-size", "40000", "--subscriber-queue", "16"],
+    );
     let c = slow_connect(
         "fanout-early",
         &server.ws,
