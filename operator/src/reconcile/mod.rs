@@ -142,7 +142,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
     };
     ctx.pods.ready().await?;
-    let lt = written::fresh(&ctx, &apis.lts, lt).await?;
+    let written::Fresh { lt, restore } = written::fresh(&ctx, &apis.lts, lt).await?;
     let world = observe(&ctx.pods, &lt);
     // Children are built from the spec with the install's defaults filled in.
     let effective = ctx.config.defaults.apply(&lt);
@@ -159,8 +159,11 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     let action = view.run().await;
     // Whatever the step managed before an error is still written: results already collected
     // and shards already released must not be forgotten.
-    if st != old {
-        let stored = write_status(&apis.lts, &lt, &st).await?;
+    if st != old || restore {
+        let mut stored = write_status(&apis.lts, &lt, &st).await?;
+        if restore {
+            stored = written::clear_foreign(&apis.lts, &st, stored).await?;
+        }
         written::remember(&ctx, &uid, &stored);
         if st.phase != old.phase {
             announce(&ctx, &lt, &st).await;
