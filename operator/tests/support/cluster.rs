@@ -39,7 +39,7 @@ pub async fn shared() -> &'static Cluster {
     static CLUSTER: OnceCell<Result<Cluster, String>> = OnceCell::const_new();
     let started = CLUSTER
         .get_or_init(|| async {
-            match tokio::task::spawn_blocking(Cluster::start).await {
+            match tokio::task::spawn_blocking(|| Cluster::start("cluster")).await {
                 Ok(cluster) => cluster,
                 Err(e) => Err(format!("starting the control plane panicked: {e}")),
             }
@@ -139,10 +139,11 @@ pid=$1 dir=$2 control_plane=$3
 starttime() { local s; s=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; [[ $1 != Z ]] && echo "${20}"; }
 start=$(starttime) || start=gone
 while [[ $start != gone && "$(starttime)" == "$start" ]]; do sleep 0.5; done
-"$control_plane" down "$dir/cluster"
+# The shared control plane (cluster) and any private one a test started (cluster-NAME).
+for cluster in "$dir"/cluster*/; do "$control_plane" down "$cluster"; done
 if [[ -e $dir/keep || ${WSLOAD_TEST_KEEP:-0} == 1 ]]; then
     # The logs are what a failure needs; etcd's preallocated WAL is 60 MB of nothing.
-    rm -rf "$dir/cluster/etcd"
+    rm -rf "$dir"/cluster*/etcd
     echo "test process $pid gone; control plane stopped; kept $dir"
 else
     rm -rf "$dir"
@@ -195,8 +196,21 @@ fn on_path(name: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A control plane of the calling test's own, in `<scratch>/cluster-<name>`, for a test that
+/// stops or restarts part of it (tests sharing [`shared`] must never see that). Lives until
+/// [`Cluster::down`] or the test process ends (the watchdog stops it then, as the shared one).
+pub async fn private(name: &str) -> &'static Cluster {
+    let dir = format!("cluster-{name}");
+    let started = tokio::task::spawn_blocking(move || Cluster::start(&dir))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    // Leaked: [`Cluster::apply_crds`] and the tests' helpers take `&'static Cluster`, and a
+    // test binary starts only a few.
+    Box::leak(Box::new(started.unwrap_or_else(|e| panic!("{e}"))))
+}
+
 impl Cluster {
-    fn start() -> Result<Cluster, String> {
+    fn start(dir_name: &str) -> Result<Cluster, String> {
         let bin = k8s_bin_dir();
         let missing: Vec<String> = ["kube-apiserver", "kubectl"]
             .iter()
@@ -224,7 +238,7 @@ impl Cluster {
             ));
         }
         let scratch = scratch_dir();
-        let dir = scratch.join("cluster");
+        let dir = scratch.join(dir_name);
         let started = std::time::Instant::now();
         let out = Command::new(workspace_root().join("scripts/k8s/control-plane.sh"))
             .arg("up")

@@ -246,6 +246,15 @@ impl FakeFleet {
             .find(|r| r.index == index)
     }
 
+    /// The result (JSON) shard `index` of `test` serves, once it has built it.
+    pub fn served_result(&self, test: &str, index: u32) -> Option<Arc<str>> {
+        let shards: Vec<Arc<FakeShard>> = lock(&self.shared.shards).values().cloned().collect();
+        shards
+            .iter()
+            .filter(|s| s.test == test && s.index == index)
+            .find_map(|s| s.lock().result.clone())
+    }
+
     /// Stops the watch and closes every endpoint. The pods stay as they are in the API.
     pub fn stop(&self) {
         self.watch.abort();

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod fake_shards;
+pub mod faults;
 pub mod kubelet;
 pub mod proxy;
 
