@@ -3,6 +3,7 @@
 //! Every decision comes from the status and the children alone, so a restarted operator resumes
 //! a running test where the old one left it.
 
+mod admission;
 mod cells;
 mod clocks;
 mod collect;
