@@ -14,7 +14,7 @@
 #   5. kubectl apply --dry-run=server of every rendering, with server-side field validation;
 #      a broken manifest must be rejected; what the server would store is then asserted
 #      (scripts/chart/check-rendered.py: env, security context, probes, least-privilege
-#      RBAC without Secrets, monitors, dashboards byte-for-byte); PodSecurity
+#      RBAC without Secrets, NetworkPolicies, monitors, dashboards byte-for-byte); PodSecurity
 #      admission (warn=restricted on the namespaces) must find nothing to say about the
 #      chart's pods, and must about a privileged one
 #   6. the chart's RBAC in action: the `full` rendering installed, wsload-operator run on this
