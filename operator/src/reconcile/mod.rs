@@ -95,6 +95,10 @@ pub struct Config {
     /// the instant, so all begin together.
     pub cell_delay: Duration,
     pub defaults: crate::defaults::Defaults,
+    /// Read each namespace's Pod Security level before a test creates anything (admission.rs).
+    /// Off for a namespaced install, whose Role cannot grant `get` on namespaces: it would
+    /// only be refused.
+    pub read_pod_security: bool,
 }
 
 impl Default for Config {
@@ -105,6 +109,7 @@ impl Default for Config {
             poll: Duration::from_secs(2),
             cell_delay: Duration::from_secs(1),
             defaults: crate::defaults::Defaults::default(),
+            read_pod_security: true,
         }
     }
 }
