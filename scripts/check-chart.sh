@@ -14,7 +14,9 @@
 #   5. kubectl apply --dry-run=server of every rendering, with server-side field validation;
 #      a broken manifest must be rejected; what the server would store is then asserted
 #      (scripts/chart/check-rendered.py: env, security context, probes, least-privilege
-#      RBAC without Secrets, monitors, dashboards byte-for-byte)
+#      RBAC without Secrets, NetworkPolicies, monitors, dashboards byte-for-byte); PodSecurity
+#      admission (warn=restricted on the namespaces) must find nothing to say about the
+#      chart's pods, and must about a privileged one
 #   6. the chart's RBAC in action: the `full` rendering installed, wsload-operator run on this
 #      machine as the chart's ServiceAccount (a token, not admin) with the Deployment's env:
 #      it must take the Lease, turn a LoadTest into a server pod and Service with the chart's
@@ -247,10 +249,22 @@ for n in "$NS" "$WATCH_NS" monitoring; do kubectl create namespace "$n" >/dev/nu
 kubectl -n "$WATCH_NS" create serviceaccount default >/dev/null
 kubectl apply --dry-run=server -f "$WORK/notes-loadtest.yaml" -n default >/dev/null ||
 	fail "the LoadTest NOTES.txt shows is refused by the CRD"
+# The chart's pods (operator, Prometheus) must pass Pod Security "restricted": PodSecurity
+# admission warns about a workload whose pod template would be refused; a privileged one
+# proves that it does.
+kubectl label namespace "$NS" "$WATCH_NS" pod-security.kubernetes.io/warn=restricted >/dev/null
+privileged="$(kubectl -n "$NS" create deployment psa-probe --image=x --dry-run=client -o json |
+	python3 -c 'import json, sys; d = json.load(sys.stdin); d["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}; print(json.dumps(d))' |
+	kubectl apply --dry-run=server -f - 2>&1 >/dev/null)"
+[[ "$privileged" == *'would violate PodSecurity "restricted'* ]] ||
+	fail "PodSecurity admission did not warn about a privileged Deployment in $NS: $privileged"
 for values in "${CASES[@]}"; do
 	if ! kubectl apply --dry-run=server -o json -f "$WORK/rendered/$values.yaml" >"$WORK/applied-$values.json" 2>"$WORK/applied-$values.err"; then
 		cat "$WORK/applied-$values.err" >&2
 		fail "the API server refused the $values rendering (above)"
+	fi
+	if grep -i 'PodSecurity' "$WORK/applied-$values.err" >&2; then
+		fail "the $values rendering has pods that Pod Security \"restricted\" refuses (above)"
 	fi
 	python3 "$HERE/check-rendered.py" "$values" "$WORK/applied-$values.json" "$ROOT/dashboards" "$app_version" ||
 		fail "the $values rendering is not what the chart promises (above)"
@@ -465,7 +479,8 @@ live_run() {
 	if [[ "$values" == namespaced ]]; then
 		expect_can no "list loadtests -A" "create pods -n default" "list pods -n $NS"
 	else
-		expect_can yes "watch loadtests -A" "watch pods -A"
+		expect_can yes "watch loadtests -A" "watch pods -A" "get namespaces/$WATCH_NS"
+		expect_can no "list namespaces" "patch namespaces/$WATCH_NS"
 	fi
 	printf 'ServiceAccount %s: no Secrets, nothing beyond its rules; its rules granted\n' "$SA"
 	prometheus_rbac

@@ -6,7 +6,7 @@
 # (CGO off), version ldflags so the binary says what it is.
 #
 # usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform | helm-values-schema-json | kind |
-#                                            coredns
+#                                            coredns | kube-router
 #   e.g. helm="$(scripts/tools.sh helm)"
 #
 # Why from source: no release tarball can be downloaded on the project machines, but the Go
@@ -41,6 +41,12 @@ KIND_MODULE="sigs.k8s.io/kind"
 # asks for; static (CGO off) so that it runs in a scratch image.
 COREDNS_VERSION="v1.14.7"
 COREDNS_MODULE="github.com/coredns/coredns"
+# A NetworkPolicy controller for the test clusters only (scripts/e2e/netpol.sh): its firewall
+# alone (--run-firewall, no router, no service proxy) makes a CNI that does not enforce
+# policies enforce them. The Go vulnerability database lists advisories against v2.1.0: never
+# ship it, never run it outside a throwaway test cluster.
+KUBE_ROUTER_VERSION="v2.1.0"
+KUBE_ROUTER_MODULE="github.com/cloudnativelabs/kube-router/v2"
 
 # The Kubernetes minor helm's own client-go modules implement. helm's Makefile passes it as
 # ldflags (lint's deprecation check and `.Capabilities.KubeVersion` of `helm template` use it);
@@ -101,6 +107,11 @@ install_tool() { # tool
 		version_args=(-version)
 		ldflags="-s -w"
 		;;
+	kube-router)
+		module="$KUBE_ROUTER_MODULE" pkg="$KUBE_ROUTER_MODULE/cmd/kube-router" version="$KUBE_ROUTER_VERSION"
+		version_args=(--version)
+		ldflags="-s -w -X $KUBE_ROUTER_MODULE/pkg/version.Version=$version"
+		;;
 	*) usage ;;
 	esac
 	if [[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]]; then
@@ -135,7 +146,7 @@ main() {
 	(($#)) || usage
 	for tool in "$@"; do
 		case "$tool" in
-		helm | kubeconform | helm-values-schema-json | kind | coredns) ;;
+		helm | kubeconform | helm-values-schema-json | kind | coredns | kube-router) ;;
 		*) usage ;;
 		esac
 	done

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
-    PodSpec, Probe, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, Sysctl,
-    WeightedPodAffinityTerm,
+    PodSpec, Probe, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
+    ServiceSpec, Sysctl, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -69,6 +69,19 @@ fn secret_env(name: String, secret: &str, key: &str) -> EnvVar {
             }),
             ..Default::default()
         }),
+    }
+}
+
+/// Every pod runs as a non-root user under the runtime's default seccomp filter: with
+/// [`restricted`] on its containers, what the "restricted" Pod Security level asks.
+fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
     }
 }
 
@@ -213,10 +226,7 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -
     pod_spec.restart_policy = Some("Never".to_string());
     pod_spec.termination_grace_period_seconds = Some(15);
     pod_spec.automount_service_account_token = Some(false);
-    pod_spec.security_context = Some(PodSecurityContext {
-        run_as_non_root: Some(true),
-        ..Default::default()
-    });
+    pod_spec.security_context = Some(pod_security_context());
     pod_spec.containers = vec![Container {
         name: "server".to_string(),
         image: Some(server.image.clone()),
@@ -374,7 +384,6 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
     pod_spec.service_account_name = lg.service_account_name.clone();
     pod_spec.automount_service_account_token = Some(false);
     pod_spec.security_context = Some(PodSecurityContext {
-        run_as_non_root: Some(true),
         sysctls: (!lg.sysctls.is_empty()).then(|| {
             lg.sysctls
                 .iter()
@@ -384,7 +393,7 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
                 })
                 .collect()
         }),
-        ..Default::default()
+        ..pod_security_context()
     });
     if let Some(tuning) = lg.tuning.as_ref().filter(|t| !t.sysctls.is_empty()) {
         let mut args = vec!["sysctl".to_string()];
@@ -749,6 +758,56 @@ mod tests {
                 "kubernetes.io/hostname"
             );
         }
+    }
+
+    /// Every pod the operator creates passes "restricted", checked rule by rule against the
+    /// standard (pod_security.rs: Host Namespaces, HostPath Volumes, Host Ports, Privileged
+    /// Containers, Capabilities, /proc Mount Type, Seccomp, AppArmor, SELinux, HostProcess,
+    /// Sysctls, Volume Types, Privilege Escalation, Running as Non-root, Running as Non-root
+    /// user); only the tuning container the user asks for breaks it, and baseline too.
+    #[test]
+    fn every_pod_passes_restricted_pod_security_unless_tuning_is_asked_for() {
+        use crate::pod_security::{Level, violations};
+        let untuned = SPEC.replace(
+            "    tuning: {sysctls: {net.core.somaxconn: \"65535\"}}\n",
+            "",
+        );
+        assert_ne!(untuned, SPEC);
+        let specs = [
+            untuned,
+            "  target: {server: {profile: pubsub, replicas: 2}}\n  scenario: fanout\n  fanout: {topics: 4, publisher: server}\n  rate: {messagesPerSecond: 400}\n  message: {size: 16}\n".to_string(),
+            "  target: {url: \"ws://example:80/\"}\n  scenario: pingLatency\n  shards: 2\n  loadgen: {spread: none}\n".to_string(),
+        ];
+        for spec in &specs {
+            let lt = lt(spec);
+            let mut pods = vec![shard_pod(&lt, 0, "ws://10.0.0.9:8443/", "doc")];
+            if let Some(server) = &lt.spec.target.server {
+                pods.extend((0..server.replicas.max(1)).map(|r| server_pod(&lt, server, r)));
+            }
+            for pod in &pods {
+                let broken = violations(pod, Level::Restricted);
+                assert!(broken.is_empty(), "{:?}: {broken:?}", pod.metadata.name);
+            }
+        }
+        let tuned = shard_pod(&lt(SPEC), 0, "ws://10.0.0.9:8443/", "doc");
+        let rules = |level| -> BTreeSet<&str> {
+            violations(&tuned, level).iter().map(|v| v.rule).collect()
+        };
+        assert_eq!(
+            rules(Level::Restricted),
+            BTreeSet::from([
+                "Privileged Containers",
+                "Privilege Escalation",
+                "Running as Non-root",
+                "Running as Non-root user",
+                "Capabilities",
+            ])
+        );
+        assert_eq!(
+            rules(Level::Baseline),
+            BTreeSet::from(["Privileged Containers"])
+        );
+        assert!(rules(Level::Privileged).is_empty());
     }
 
     #[test]

@@ -165,6 +165,8 @@ struct Server {
     refuse: Vec<(String, u16)>,
     /// The LoadTest under test, as the API server returns it.
     loadtest: Value,
+    /// Labels of the namespace [`NS`] (its Pod Security level).
+    namespace_labels: BTreeMap<String, String>,
 }
 
 /// The mocked API server of one scenario.
@@ -174,6 +176,14 @@ pub struct MockApi(Arc<Mutex<Server>>);
 impl MockApi {
     fn server(&self) -> std::sync::MutexGuard<'_, Server> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The namespace [`NS`] carries `key: value`.
+    pub fn namespace_label(&self, key: &str, value: &str) -> &Self {
+        self.server()
+            .namespace_labels
+            .insert(key.to_string(), value.to_string());
+        self
     }
 
     /// Requests to `path` (after the namespace; a prefix) get HTTP `code`.
@@ -237,6 +247,11 @@ impl MockApi {
             method.as_str(),
             tail.split('/').collect::<Vec<_>>().as_slice(),
         ) {
+            ("GET", ["", "api", "v1", "namespaces", name]) => (
+                200,
+                json!({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": name, "labels": server.namespace_labels}}),
+            ),
             ("GET", ["configmaps", name]) => match server.config_maps.get(*name) {
                 Some(cm) => (200, cm.clone()),
                 None => (404, failure(404, "NotFound", "not found")),

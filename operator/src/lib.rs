@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod pod_cache;
+pub mod pod_security;
 pub mod pods;
 pub mod reconcile;
 pub mod results;

@@ -135,6 +135,7 @@ fn main() -> ExitCode {
             };
             let identity =
                 identity.unwrap_or_else(|| format!("wsload-operator-{}", std::process::id()));
+            let read_pod_security = watch_namespace.is_none();
             let opts = Options {
                 metrics_listen,
                 namespace: watch_namespace,
@@ -145,6 +146,7 @@ fn main() -> ExitCode {
                     control_timeout,
                     result_timeout,
                     defaults,
+                    read_pod_security,
                 },
             };
             let runtime = match tokio::runtime::Runtime::new() {

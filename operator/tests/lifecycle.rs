@@ -8,7 +8,7 @@
 mod support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
 use support::{Cluster, Kubelet, KubeletOpts, wait_for};
 use wsload_contract::env as var;
@@ -536,6 +536,68 @@ async fn a_spec_only_the_operator_can_judge_is_failed_in_status_before_anything_
     assert!(msg.contains("spec.thresholds[0]"), "{msg}");
     let pods = e.pods.list(&ListParams::default()).await.expect("list");
     assert!(pods.items.is_empty(), "an invalid test starts nothing");
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+/// A namespace that enforces "restricted": the API server's PodSecurity admission judges
+/// every pod the operator creates, so a test that Succeeds there proves them compliant; a test
+/// asking for the privileged tuning container fails before anything is created, and the API
+/// server itself refuses the pod it would have needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_namespace_admits_wsloads_pods_and_refuses_the_tuning_container_up_front() {
+    let e = env("lt-restricted").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(e.client.clone());
+    namespaces
+        .patch(
+            &e.ns,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}})),
+        )
+        .await
+        .expect("label the namespace");
+    let op = operator(&e, None);
+    create(
+        &e,
+        "tuned",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [10]\n  loadgen: {tuning: {sysctls: {net.core.somaxconn: \"4096\"}}}\n",
+    )
+    .await;
+    let st = wait_finished(&e, "tuned").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("PodSecurityRefused"));
+    let msg = st.message.unwrap_or_default();
+    for part in [
+        e.ns.as_str(),
+        "\"restricted\"",
+        "privileged tuning init container",
+        "allowedUnsafeSysctls: [net.core.somaxconn]",
+        "net.core.somaxconn=4096",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    let pods = e.pods.list(&ListParams::default()).await.expect("list");
+    assert!(pods.items.is_empty(), "a refused test creates nothing");
+    // The operator's judgement is the API server's: the shard pod it would have created is
+    // refused by admission, naming the rule.
+    let tuned = e.lts.get("tuned").await.expect("get");
+    let pod = wsload_operator::builders::shard_pod(&tuned, 0, "ws://127.0.0.1:1/", "doc");
+    let refused = e
+        .pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect_err("admission refuses the tuning container");
+    assert!(
+        refused
+            .to_string()
+            .contains("violates PodSecurity \"restricted"),
+        "{refused}"
+    );
+
+    create(&e, "plain", TWO_SHARDS).await;
+    let st = wait_finished(&e, "plain").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
     op.abort();
     e.kubelet.stop().await;
 }

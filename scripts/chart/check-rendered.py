@@ -126,6 +126,61 @@ def check_prometheus(case, by_kind, one, operator_labels):
     check(not all(operator_labels.get(k) == v for k, v in sel.items()), f"{case}: Prometheus Service selector {sel} also selects the operator")
 
 
+# The labels the operator puts on its pods (operator/src/names.rs): the policies select by them.
+SHARD_LABELS = {"wsload.dev/role": "shard", "app.kubernetes.io/managed-by": "wsload-operator"}
+SERVER_LABELS = {"wsload.dev/role": "server", "app.kubernetes.io/managed-by": "wsload-operator"}
+SHARD_PORT = 9464
+
+
+def selects(match, labels):
+    return bool(match) and all(labels.get(k) == v for k, v in match.items())
+
+
+def check_network_policies(case, by_kind, operator_labels, prometheus_labels):
+    """What each NetworkPolicy selects and lets in (charts/wsload/templates/networkpolicies.yaml)."""
+    pols = by_kind.get("NetworkPolicy", [])
+    want_ns = {NAMESPACE} if case == "default" else {NAMESPACE, WATCH}
+    names = sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pols)
+    want = sorted([(NAMESPACE, f"{FULL}-operator")] + [(ns, f"{FULL}-{k}") for ns in want_ns for k in ("shards", "server")])
+    check(names == want, f"{case}: NetworkPolicies {names}, expected {want}")
+    operator_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                     "podSelector": {"matchLabels": {k: operator_labels[k] for k in
+                                                     ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")}}}
+    check(selects(operator_peer["podSelector"]["matchLabels"], operator_labels), f"{case}: operator peer misses the operator pod")
+    if case == "full":
+        # Told of a Prometheus elsewhere (ci/full-values.yaml): it, not the chart's own.
+        prom_peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                       "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    elif case == "namespaced":
+        # The chart's own Prometheus (prometheus.install), by its pod labels.
+        prom_peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                       "podSelector": {"matchLabels": prometheus_labels}}]
+        check(selects(prometheus_labels, prometheus_labels) and not selects(prometheus_labels, operator_labels),
+              f"{case}: Prometheus peer labels {prometheus_labels} select the operator too")
+    else:
+        prom_peers = []
+    for p in pols:
+        spec, where = p.get("spec", {}), f"{case}: {p['metadata']['namespace']}/{p['metadata']['name']}"
+        # Ingress only: egress (to targets, the API server, DNS) stays open.
+        check(spec.get("policyTypes") == ["Ingress"], f"{where} policyTypes {spec.get('policyTypes')}")
+        sel = spec.get("podSelector", {}).get("matchLabels", {})
+        rules = [(sorted((q.get("port"), q.get("protocol")) for q in r.get("ports", [])), r.get("from")) for r in spec.get("ingress", [])]
+        kind = p["metadata"]["name"].removeprefix(f"{FULL}-")
+        if kind == "operator":
+            check(selects(sel, operator_labels) and not selects(sel, prometheus_labels or {"x": "y"}), f"{where} selects {sel}")
+            check(rules == [([(8080, "TCP")], prom_peers or None)], f"{where} lets in {rules}")
+        elif kind == "shards":
+            check(sel == SHARD_LABELS, f"{where} selects {sel}")
+            # The control API and the metrics share the port: the operator and Prometheus only.
+            check(rules == [([(SHARD_PORT, "TCP")], [operator_peer] + prom_peers)], f"{where} lets in {rules}")
+        elif kind == "server":
+            check(sel == SERVER_LABELS, f"{where} selects {sel}")
+            shards_here = [{"podSelector": {"matchLabels": SHARD_LABELS}}]
+            check(rules == [([("ws", "TCP")], shards_here),
+                            ([("metrics", "TCP")], ([operator_peer] + prom_peers) if prom_peers else None)],
+                  f"{where} lets in {rules}")
+
+
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__)
@@ -222,6 +277,9 @@ def main():
         ("events.k8s.io", "events", "create patch"),
     ):
         want |= {(group, resource, v) for v in verbs.split()}
+    if case != "namespaced":
+        # A namespace's Pod Security level, read before a test creates anything.
+        want.add(("", "namespaces", "get"))
     check(got == want, f"{case}: operator rules differ from the least-privilege set: extra {sorted(got - want)}, missing {sorted(want - got)}")
 
     # --- install-wide defaults --------------------------------------------------------------
@@ -273,6 +331,12 @@ def main():
 
     # --- the chart's Prometheus (prometheus.install: on in full and namespaced) --------------
     check_prometheus(case, by_kind, one, tmpl_labels)
+
+    # --- NetworkPolicies ----------------------------------------------------------------------
+    prom_dep = [d for d in by_kind.get("Deployment", []) if d["metadata"]["name"] == f"{FULL}-prometheus"]
+    prom_labels = prom_dep[0]["spec"]["template"]["metadata"]["labels"] if prom_dep else {}
+    check_network_policies(case, by_kind, tmpl_labels,
+                           {k: v for k, v in prom_labels.items() if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")})
 
     # --- dashboards: the ConfigMaps carry the dashboards/ files unchanged -------------------
     sources = sorted(f for f in os.listdir(dash_dir) if f.endswith(".json"))

@@ -5,8 +5,12 @@
 # nodes; it never creates or deletes the cluster.
 #
 # usage: scripts/e2e/smoke.sh [--faults] [--preset NAME HOST:PORT]
-#   1. helm upgrade --install charts/wsload (release wsload, namespace wsload-system), with the
-#      chart's minimal Prometheus unless the cluster already runs one
+#   1. the LoadTests' namespace wsload-e2e, labelled pod-security.kubernetes.io/enforce=restricted
+#      (the API server's PodSecurity admission must refuse a privileged pod there); helm upgrade
+#      --install charts/wsload (release wsload, namespace wsload-system, its NetworkPolicies
+#      also in wsload-e2e), with the chart's minimal Prometheus unless the cluster already runs
+#      one; a LoadTest asking for the privileged tuning container ends Failed/PodSecurityRefused
+#      with no pod created
 #   2. examples/smoke.yaml (managed server, 2 shards) to Succeeded with verdict Pass; prints
 #      `kubectl get lt`, the status figures, and checks every shard's result is stored
 #   3. Prometheus (Kubernetes pod discovery) scraped the operator, the server and both shards:
@@ -41,7 +45,9 @@ KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-helm}"
 NS=wsload-system
 RELEASE=wsload
-TEST_NS=default
+# Every LoadTest runs here, under Pod Security "restricted": each pod the operator creates must
+# pass it, or the API server refuses it.
+TEST_NS=wsload-e2e
 PROM_SVC="$RELEASE-prometheus"
 OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-e2e.XXXXXX)}"
 FAULTS=0
@@ -87,9 +93,25 @@ if [[ "$prometheus" == auto ]]; then
 fi
 case "$prometheus" in install | skip) ;; *) fail "WSLOAD_E2E_PROMETHEUS must be auto, install or skip, not '$prometheus'" ;; esac
 
+step "namespace $TEST_NS, enforcing Pod Security \"restricted\""
+kubectl create namespace "$TEST_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace "$TEST_NS" --overwrite pod-security.kubernetes.io/enforce=restricted \
+	pod-security.kubernetes.io/enforce-version=latest >/dev/null
+WAIT_INTERVAL=1 wait_until 60 kubectl -n "$TEST_NS" get serviceaccount default ||
+	fail "namespace $TEST_NS has no default ServiceAccount after 60 s (is kube-controller-manager running?)"
+# The admission is on: a privileged pod is refused (a dry run, nothing is created).
+if out="$(jq -n '{apiVersion: "v1", kind: "Pod", metadata: {name: "psa-probe"},
+	spec: {containers: [{name: "c", image: "wsload/loadgen", securityContext: {privileged: true}}]}}' |
+	kubectl -n "$TEST_NS" apply --dry-run=server -f - 2>&1)"; then
+	fail "the API server admitted a privileged pod in $TEST_NS: PodSecurity admission is off"
+fi
+[[ "$out" == *'violates PodSecurity "restricted'* ]] ||
+	fail "a privileged pod in $TEST_NS was refused, but not by PodSecurity: $out"
+echo "PodSecurity admission refuses a privileged pod in $TEST_NS"
+
 step "helm upgrade --install $RELEASE charts/wsload (namespace $NS, Prometheus: $prometheus)"
 args=(upgrade --install "$RELEASE" "$ROOT/charts/wsload" --namespace "$NS" --create-namespace
-	--wait --timeout 5m)
+	--wait --timeout 5m --set "networkPolicy.namespaces={$TEST_NS}")
 if [[ -n "${WSLOAD_E2E_TAG:-}" ]]; then
 	args+=(--set "image.tag=$WSLOAD_E2E_TAG" --set "loadgen.image.tag=$WSLOAD_E2E_TAG"
 		--set "server.image.tag=$WSLOAD_E2E_TAG")
@@ -137,6 +159,22 @@ stored() {
 		{ diagnose "$name"; fail "LoadTest $name: no HTML report with charts in ConfigMap $name-results (report.html.gz)"; }
 	echo "LoadTest $name: results kept in ConfigMaps $name-result-{$(IFS=,; echo "$*")} and the merge (and its HTML report) in $name-results"
 }
+
+# --- refused up front -----------------------------------------------------------------------
+step "LoadTest tuned: the privileged tuning container, refused by the namespace's level"
+kubectl -n "$TEST_NS" delete loadtest tuned --ignore-not-found --wait=true >/dev/null
+jq -n '{apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "tuned"},
+	spec: {target: {server: {}}, scenario: "throughput", connections: [10],
+		loadgen: {tuning: {sysctls: {"net.core.somaxconn": "4096"}}}}}' |
+	kubectl -n "$TEST_NS" apply -f -
+wait_done tuned 60
+expect tuned Failed PodSecurityRefused -
+jq -r .status.message "$OUT/tuned.json"
+jq -e '.status.message | contains("allowedUnsafeSysctls: [net.core.somaxconn]")' "$OUT/tuned.json" >/dev/null ||
+	{ diagnose tuned; fail "LoadTest tuned: its message does not say which sysctls to allow instead"; }
+[[ -z "$(kubectl -n "$TEST_NS" get pods -l wsload.dev/loadtest=tuned -o name)" ]] ||
+	fail "LoadTest tuned: pods were created although the namespace refuses them"
+timed "refused tuning"
 
 # --- the smoke run --------------------------------------------------------------------------
 step "LoadTest smoke (examples/smoke.yaml): managed server, 2 shards"

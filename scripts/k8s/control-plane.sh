@@ -290,7 +290,9 @@ start_apiserver() {
 		# Secure port only, loopback only unless WSLOAD_K8S_BIND_ADDRESS says
 		# otherwise. --cert-dir is never written to
 		# (the certificates are given), but it defaults to a shared
-		# relative path, so keep it in DIR.
+		# relative path, so keep it in DIR. No --enable/--disable-admission-plugins: the
+		# default set includes PodSecurity, which the restricted-namespace tests rely on
+		# (operator/tests/lifecycle.rs, scripts/e2e/smoke.sh check that it refuses).
 		spawn kube-apiserver "$APISERVER_BIN" \
 			--bind-address "${WSLOAD_K8S_BIND_ADDRESS:-127.0.0.1}" --secure-port "$port" "${advertise[@]}" \
 			--cert-dir "$pki" \

@@ -3,6 +3,7 @@
 //! Every decision comes from the status and the children alone, so a restarted operator resumes
 //! a running test where the old one left it.
 
+mod admission;
 mod cells;
 mod clocks;
 mod collect;
@@ -94,6 +95,10 @@ pub struct Config {
     /// the instant, so all begin together.
     pub cell_delay: Duration,
     pub defaults: crate::defaults::Defaults,
+    /// Read each namespace's Pod Security level before a test creates anything (admission.rs).
+    /// Off for a namespaced install, whose Role cannot grant `get` on namespaces: it would
+    /// only be refused.
+    pub read_pod_security: bool,
 }
 
 impl Default for Config {
@@ -104,6 +109,7 @@ impl Default for Config {
             poll: Duration::from_secs(2),
             cell_delay: Duration::from_secs(1),
             defaults: crate::defaults::Defaults::default(),
+            read_pod_security: true,
         }
     }
 }

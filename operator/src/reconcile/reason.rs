@@ -51,6 +51,8 @@ pub(super) enum Reason {
     ResultTooLarge,
     ResultStoreFailed,
     ResultsUnreadable,
+    /// The namespace's Pod Security level refuses a pod the test needs; nothing was created.
+    PodSecurityRefused,
     /// `Failed` is `False`: nothing went wrong (yet).
     NoFailure,
     /// `ServerReady`: every replica's pod is ready.
@@ -83,6 +85,7 @@ impl Reason {
             Reason::ResultTooLarge => "ResultTooLarge",
             Reason::ResultStoreFailed => "ResultStoreFailed",
             Reason::ResultsUnreadable => "ResultsUnreadable",
+            Reason::PodSecurityRefused => "PodSecurityRefused",
             Reason::NoFailure => "NoFailure",
             Reason::PodReady => "PodReady",
             Reason::AllReady => "AllReady",
@@ -97,7 +100,7 @@ impl Reason {
 mod tests {
     use super::*;
 
-    const FAILURES: [Reason; 14] = [
+    const FAILURES: [Reason; 15] = [
         Reason::InvalidSpec,
         Reason::ServerNotReady,
         Reason::ServerFailed,
@@ -112,6 +115,7 @@ mod tests {
         Reason::ResultTooLarge,
         Reason::ResultStoreFailed,
         Reason::ResultsUnreadable,
+        Reason::PodSecurityRefused,
     ];
 
     const CONDITIONS: [ConditionType; 6] = [
@@ -177,6 +181,7 @@ mod tests {
                 "ResultTooLarge",
                 "ResultStoreFailed",
                 "ResultsUnreadable",
+                "PodSecurityRefused",
             ]
         );
         let others = [

@@ -49,7 +49,7 @@ struct ShardPods {
 }
 
 impl View<'_> {
-    pub(super) fn begin(&mut self) -> Result<Action> {
+    pub(super) async fn begin(&mut self) -> Result<Action> {
         self.st.observed_generation = self.lt.metadata.generation;
         self.st.start_time = Some(Time(self.now));
         let spec = &self.lt.spec;
@@ -62,6 +62,9 @@ impl View<'_> {
             self.mark_failed(Reason::InvalidSpec, format!("invalid LoadTest: {list}"));
             self.enter(Phase::Failed, format!("invalid LoadTest: {list}"));
             self.st.completion_time = Some(Time(self.now));
+            return Ok(Action::await_change());
+        }
+        if self.refused_by_pod_security().await? {
             return Ok(Action::await_change());
         }
         self.st.shards = shard_entries::pending(spec);

@@ -116,6 +116,31 @@ async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
     assert_no_pod_calls(&api);
 }
 
+#[tokio::test]
+async fn a_namespace_whose_pod_security_refuses_the_tuning_container_fails_the_test_up_front() {
+    let api = MockApi::default();
+    api.namespace_label(crate::pod_security::LABEL_ENFORCE, "baseline");
+    let mut spec = managed();
+    spec["loadgen"] = json!({"tuning": {"sysctls": {"net.core.somaxconn": "4096"}}});
+    let st = reconciled(&api, loadtest("t", spec.clone(), None), vec![]).await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("PodSecurityRefused"));
+    let message = st.message.unwrap_or_default();
+    assert!(
+        message.contains("allowedUnsafeSysctls: [net.core.somaxconn]"),
+        "{message}"
+    );
+    assert_eq!(api.events(), ["Failed"]);
+    assert_no_pod_calls(&api);
+
+    // The same test where the level is unknown (no `get namespaces`) goes on: the API server
+    // is left to judge.
+    let api = MockApi::default();
+    api.refuse("/api/v1/namespaces/ns", 403);
+    let st = reconciled(&api, loadtest("t", spec, None), vec![]).await;
+    assert_eq!(st.phase, Some(Phase::Pending));
+}
+
 // --- Pending ---------------------------------------------------------------------------
 
 #[tokio::test]

@@ -33,7 +33,7 @@ pub(super) struct View<'a> {
 impl View<'_> {
     pub(super) async fn run(&mut self) -> Result<Action> {
         match self.st.phase {
-            None => self.begin(),
+            None => self.begin().await,
             Some(Phase::Pending) => self.pending().await,
             Some(Phase::Starting) => self.starting().await,
             Some(Phase::Running) => self.running().await,
