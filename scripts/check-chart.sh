@@ -455,6 +455,36 @@ prometheus_check() {
 	PROMETHEUS_PID=""
 }
 
+# The shard's control Secret (read here as admin): the token the operator derived, owned by the
+# LoadTest, mounted by the shard pod, whose env names only the file.
+control_secret_ok() {
+	local token
+	token="$(kubectl -n "$WATCH_NS" get secret quickstart-control -o jsonpath='{.data.token}' | base64 -d)" || {
+		printf 'no Secret quickstart-control next to the shard pod\n' >&2
+		return 1
+	}
+	[[ ${#token} -eq 64 ]] || {
+		printf 'Secret quickstart-control holds a token of %s characters, expected 64\n' "${#token}" >&2
+		return 1
+	}
+	kubectl -n "$WATCH_NS" get secret quickstart-control -o json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+owners = s["metadata"].get("ownerReferences", [])
+ok = any(o["kind"] == "LoadTest" and o["name"] == "quickstart" and o.get("controller") for o in owners)
+sys.exit(0 if ok else "Secret quickstart-control is not owned by LoadTest quickstart: %s" % owners)
+' || return 1
+	if kubectl -n "$WATCH_NS" get pod quickstart-shard-0 -o json | grep -qF "$token"; then
+		printf 'the shard pod quickstart-shard-0 holds the control token itself\n' >&2
+		return 1
+	fi
+	if kubectl -n "$WATCH_NS" get lt quickstart -o json | grep -qF "$token" || grep -qF "$token" "$WORK/operator-$values.log"; then
+		printf 'the control token is in the LoadTest or the operator log\n' >&2
+		return 1
+	fi
+	printf 'Secret quickstart-control: a 64-character token owned by LoadTest quickstart; the shard pod names only its file\n'
+}
+
 operator_binary() {
 	(cd "$ROOT" && cargo build --quiet --locked -p wsload-operator --bin wsload-operator)
 	OPERATOR_BIN="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
@@ -469,20 +499,21 @@ live_run() {
 	step "the chart's RBAC in action ($values install): wsload-operator as the chart's ServiceAccount"
 	kubectl apply -f "$WORK/rendered/$values.yaml" >/dev/null
 	expect_can no "get secrets -n $WATCH_NS" "list secrets -A" "watch secrets -n $NS" \
+		"get secrets/quickstart-control -n $WATCH_NS" "update secrets -n $WATCH_NS" "delete secrets -n $WATCH_NS" \
 		"create loadtests -n $WATCH_NS" "update loadtests -n $WATCH_NS" "patch loadtests -n $WATCH_NS" \
 		"delete configmaps -n $WATCH_NS" "list configmaps -n $WATCH_NS" "get leases -n $WATCH_NS" \
 		"update leases/other -n $NS" "create pods --subresource=exec -n $WATCH_NS" "list nodes"
 	expect_can yes "watch loadtests -n $WATCH_NS" "patch loadtests --subresource=status -n $WATCH_NS" \
 		"delete loadtests -n $WATCH_NS" "create pods -n $WATCH_NS" "delete services -n $WATCH_NS" \
 		"patch configmaps -n $WATCH_NS" "create events.events.k8s.io -n $WATCH_NS" \
-		"update leases/wsload-operator -n $NS"
+		"update leases/wsload-operator -n $NS" "create secrets -n $WATCH_NS"
 	if [[ "$values" == namespaced ]]; then
 		expect_can no "list loadtests -A" "create pods -n default" "list pods -n $NS"
 	else
 		expect_can yes "watch loadtests -A" "watch pods -A" "get namespaces/$WATCH_NS"
 		expect_can no "list namespaces" "patch namespaces/$WATCH_NS"
 	fi
-	printf 'ServiceAccount %s: no Secrets, nothing beyond its rules; its rules granted\n' "$SA"
+	printf 'ServiceAccount %s: Secrets created only, never read; nothing beyond its rules; its rules granted\n' "$SA"
 	prometheus_rbac
 	prometheus_start
 
@@ -501,8 +532,11 @@ EOF
 	chmod 0600 "$WORK/operator.kubeconfig"
 
 	# The container's env from the Deployment as the server stored it, the downward API filled
-	# in as the kubelet would, metrics on loopback.
+	# in as the kubelet would, metrics on loopback, the control key's mounted file a copy of the
+	# chart's Secret here.
 	port="$(free_ports 1)"
+	kubectl -n "$NS" get secret "$RELEASE-control-key" -o jsonpath='{.data.key}' | base64 -d >"$WORK/control-key"
+	chmod 0600 "$WORK/control-key"
 	mapfile -t op_env < <(kubectl -n "$NS" get deploy "$RELEASE" -o json | python3 -c '
 import json, sys
 c = json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]
@@ -513,8 +547,10 @@ for e in c["env"]:
         v = {"metadata.name": "wsload-check-0", "metadata.namespace": sys.argv[1]}[e["valueFrom"]["fieldRef"]["fieldPath"]]
     if e["name"] == "WSLOAD_OPERATOR_METRICS_LISTEN":
         v = "127.0.0.1:" + sys.argv[2]
+    if e["name"] == "WSLOAD_OPERATOR_CONTROL_KEY_FILE":
+        v = sys.argv[3]
     print(e["name"] + "=" + v)
-' "$NS" "$port")
+' "$NS" "$port" "$WORK/control-key")
 	env -i PATH="$PATH" HOME="$HOME" KUBECONFIG="$WORK/operator.kubeconfig" "${op_env[@]}" \
 		"$OPERATOR_BIN" run >"$WORK/operator-$values.log" 2>&1 &
 	OPERATOR_PID=$!
@@ -539,6 +575,7 @@ EOF
 	kubectl -n "$WATCH_NS" patch pod quickstart-server --subresource=status --type=merge -p \
 		'{"status": {"phase": "Running", "podIP": "10.244.0.10", "podIPs": [{"ip": "10.244.0.10"}], "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}}' >/dev/null
 	operator_wait 30 "the shard pod quickstart-shard-0" kubectl -n "$WATCH_NS" get pod quickstart-shard-0
+	control_secret_ok || fail "(above)"
 	if [[ "$placed" == true ]]; then
 		pod_has quickstart-shard-0 "$loadgen_image" '{"pool": "loadgen"}' dedicated false || fail "(above)"
 	else
@@ -560,7 +597,7 @@ EOF
 
 	# Clean slate for the next install (no garbage collector, no kubelet here).
 	kubectl delete -f "$WORK/rendered/$values.yaml" --wait=false >/dev/null
-	kubectl -n "$WATCH_NS" delete lt,pods,services,configmaps,events.events.k8s.io --all \
+	kubectl -n "$WATCH_NS" delete lt,pods,services,configmaps,secrets,events.events.k8s.io --all \
 		--grace-period=0 --force --wait=false >/dev/null 2>&1
 }
 

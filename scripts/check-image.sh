@@ -212,16 +212,20 @@ else
 	not_ok "$ENTRY --help $WHERE: exit $rc, output: $(head -c 600 "$WORK/help.out")"
 fi
 
-# http_status URL: the status URL answers with once it answers at all (polled
-# for up to 15 s while the process starts), else "no answer".
+# http_status URL [TOKEN]: the status URL answers with once it answers at all
+# (polled for up to 15 s while the process starts), else "no answer"; with TOKEN,
+# sent as a bearer token.
 http_status() {
-	python3 - "$1" <<'EOF'
+	python3 - "$1" "${2:-}" <<'EOF'
 import sys, time, urllib.request, urllib.error
 deadline = time.monotonic() + 15
 code = "no answer"
+request = urllib.request.Request(sys.argv[1])
+if sys.argv[2]:
+    request.add_header("Authorization", "Bearer " + sys.argv[2])
 while time.monotonic() < deadline:
     try:
-        with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+        with urllib.request.urlopen(request, timeout=2) as r:
             code = str(r.status)
             break
     except urllib.error.HTTPError as e:  # an answer, just not a 2xx
@@ -303,8 +307,15 @@ smoke_loadgen() {
 	spec="$(printf '%s\n' 'apiVersion: wsload.dev/v1alpha1' 'kind: LoadTest' 'metadata: {name: smoke}' \
 		'spec:' '  target: {url: "ws://127.0.0.1:9/"}' '  scenario: connectionStorm' '  connections: [10]')"
 	port="$(free_ports)"
+	# The control token as a pod gets it: a file the image's user can read.
+	token="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	printf '%s' "$token" >"$ROOTFS/tmp/control-token"
+	chmod 0644 "$ROOTFS/tmp/control-token"
+	in_image_token="/tmp/control-token"
+	((IN_IMAGE)) || in_image_token="$ROOTFS/tmp/control-token"
 	EXTRA_ENV=("WSLOAD_LOADTEST=$spec" WSLOAD_SHARD_INDEX=0 WSLOAD_SHARD_COUNT=1
-		WSLOAD_AWAIT_START=true "WSLOAD_METRICS_LISTEN=127.0.0.1:$port")
+		WSLOAD_AWAIT_START=true "WSLOAD_METRICS_LISTEN=127.0.0.1:$port"
+		"WSLOAD_CONTROL_TOKEN_FILE=$in_image_token")
 	image_cmd --pid1 shard
 	EXTRA_ENV=()
 	"${CMD[@]}" >"$WORK/shard.log" 2>&1 &
@@ -316,8 +327,14 @@ smoke_loadgen() {
 		not_ok "shard /readyz: $code; log: $(head -c 800 "$WORK/shard.log")"
 	fi
 	code="$(http_status "http://127.0.0.1:$port/control/result")"
+	if [[ "$code" == 401 ]]; then
+		ok "shard answers /control/result without its token 401"
+	else
+		not_ok "shard /control/result without the token: $code"
+	fi
+	code="$(http_status "http://127.0.0.1:$port/control/result" "$token")"
 	if [[ "$code" == 409 ]]; then
-		ok "shard answers /control/result 409 before its start"
+		ok "shard answers /control/result with its token 409 before its start"
 	else
 		not_ok "shard /control/result before the start: $code"
 	fi

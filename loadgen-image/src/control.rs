@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{CellOrder, ClockReading, Phase, StartRequest, State};
-use wsload_control::{CellKey, Conductor};
+use wsload_control::{CellKey, Conductor, Token};
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
 use wsload_spec::LoadTest;
@@ -80,6 +80,8 @@ struct Inner {
 pub struct Control {
     inner: Mutex<Inner>,
     changed: Condvar,
+    /// The test's control token: every control request must carry it.
+    token: Token,
     /// Reads the live counters at each scrape.
     registry: Registry,
 }
@@ -87,10 +89,11 @@ pub struct Control {
 use crate::clock::{self, unix_ms};
 
 impl Control {
-    pub fn new(exposition: &Arc<LiveMetrics>) -> Control {
+    pub fn new(exposition: &Arc<LiveMetrics>, token: Token) -> Control {
         Control {
             inner: Mutex::new(Inner::default()),
             changed: Condvar::new(),
+            token,
             registry: exposition.registry(),
         }
     }
@@ -269,13 +272,17 @@ impl Exposition for Control {
     }
 
     fn answered(&self, request: &Request<'_>) {
-        if endpoint::is_finish(request) {
+        if endpoint::is_finish(self, request) {
             self.update(|i| i.finish = true);
         }
     }
 }
 
 impl ShardEndpoint for Control {
+    fn token(&self) -> &Token {
+        &self.token
+    }
+
     fn state(&self) -> State {
         Control::state(self)
     }
@@ -303,17 +310,19 @@ impl ShardEndpoint for Control {
     }
 }
 
-/// Runs a control session for shard `opts.shard` of `lt`: serves `listener`, waits for the
-/// start, runs, hands `report` the result (printing, `--out`), then waits to be finished.
+/// Runs a control session for shard `opts.shard` of `lt`: serves `listener` (its control
+/// requests only with `token`), waits for the start, runs, hands `report` the result
+/// (printing, `--out`), then waits to be finished.
 pub fn serve(
     lt: LoadTest,
     opts: Options,
     listener: TcpListener,
+    token: Token,
     linger: Duration,
     report: impl FnOnce(&RunResult) + Send + 'static,
 ) -> Result<Exit> {
     let instruments = Instruments::new(&lt, &opts);
-    let control = Arc::new(Control::new(&instruments.exposition));
+    let control = Arc::new(Control::new(&instruments.exposition, token));
     let _background = spawn_background(
         instruments.sampler.clone(),
         Some((listener, control.clone())),
@@ -501,8 +510,16 @@ mod tests {
             shard: 0,
             scenario: "echo",
         };
-        Control::new(&Arc::new(LiveMetrics::new(sampler, labels)))
+        Control::new(&Arc::new(LiveMetrics::new(sampler, labels)), token())
     }
+
+    const TOKEN: &str = "5ec2e75ec2e75ec2e75ec2e75ec2e75e";
+
+    fn token() -> Token {
+        Token::new(TOKEN).expect("a token")
+    }
+
+    const BEARER: &str = "Bearer 5ec2e75ec2e75ec2e75ec2e75ec2e75e";
 
     fn state(reply: &Reply) -> State {
         serde_json::from_str(&reply.body).expect("a state")
@@ -513,6 +530,75 @@ mod tests {
             method: "POST",
             path,
             body,
+            authorization: Some(BEARER),
+        }
+    }
+
+    fn get(path: &str) -> Request<'_> {
+        Request {
+            method: "GET",
+            path,
+            body: b"",
+            authorization: Some(BEARER),
+        }
+    }
+
+    /// Without the token, or with another, nothing is heard: 401 and no change; the result
+    /// stays unread even once it is there.
+    #[test]
+    fn requests_without_the_token_are_refused_and_change_nothing() {
+        let c = control();
+        let wrong = "Bearer 0000000000000000000000000000000000";
+        let start = format!("{{\"startAt\": {}}}", unix_ms() + 60_000);
+        for authorization in [None, Some(wrong), Some(TOKEN)] {
+            let before = c.state();
+            for request in [
+                post("/control/start", start.as_bytes()),
+                post("/control/end", b"{}"),
+                post("/control/finish", b"{}"),
+                get("/control"),
+                get("/control/clock"),
+                get("/control/result"),
+                get("/control/unknown"),
+            ] {
+                let request = Request {
+                    authorization,
+                    ..request
+                };
+                let reply = c.handle(&request).expect("a control path");
+                assert_eq!(reply.status, 401, "{} {}", request.method, request.path);
+                assert!(!reply.body.contains(TOKEN));
+                c.answered(&request);
+            }
+            assert_eq!(c.state(), before, "a refused request changed the state");
+            assert_eq!(c.lock().order, None);
+            assert!(!c.lock().finish, "a refused finish let the shard go");
+        }
+        // With the token: the same state is read, and the start is taken.
+        let read = c.handle(&get("/control")).expect("handled");
+        assert_eq!((read.status, state(&read).state), (200, Phase::Waiting));
+        let started = c.handle(&post("/control/start", start.as_bytes()));
+        assert_eq!(started.map(|r| r.status), Some(202));
+        // A result that is ready is still not served without the token.
+        c.update(|i| {
+            i.state.state = Phase::Done;
+            i.result = Some(Arc::from("{\"test\":\"t\"}"));
+        });
+        let anonymous = as_anonymous(get("/control/result"));
+        assert_eq!(c.handle(&anonymous).map(|r| r.status), Some(401));
+        let result = c.handle(&get("/control/result")).expect("handled");
+        assert_eq!(
+            (result.status, result.body.as_str()),
+            (200, "{\"test\":\"t\"}")
+        );
+        // Health and metrics stay open to the kubelet and Prometheus.
+        assert!(c.handle(&as_anonymous(get("/readyz"))).is_none());
+    }
+
+    fn as_anonymous(r: Request<'_>) -> Request<'_> {
+        Request {
+            authorization: None,
+            ..r
         }
     }
 
@@ -559,19 +645,15 @@ mod tests {
     #[test]
     fn result_waits_for_the_run_and_finish_follows_the_answer() {
         let c = control();
-        let get = Request {
-            method: "GET",
-            path: "/control/result",
-            body: b"",
-        };
-        let before = c.handle(&get).expect("handled");
+        let result = get("/control/result");
+        let before = c.handle(&result).expect("handled");
         assert_eq!((before.status, state(&before).state), (409, Phase::Waiting));
         c.update(|i| {
             i.state.state = Phase::Done;
             i.result = Some(Arc::from("{\"test\":\"t\"}"));
             i.ended = Some(Instant::now());
         });
-        let after = c.handle(&get).expect("handled");
+        let after = c.handle(&result).expect("handled");
         assert_eq!(
             (after.status, after.body.as_str()),
             (200, "{\"test\":\"t\"}")
@@ -588,11 +670,7 @@ mod tests {
             c.wait_exit(Duration::from_secs(3600)),
             Exit::Finished
         ));
-        let wrong = Request {
-            method: "GET",
-            path: "/control/start",
-            body: b"",
-        };
+        let wrong = get("/control/start");
         assert_eq!(c.handle(&wrong).expect("handled").status, 405);
         assert!(c.handle(&post("/other", b"")).is_none());
     }

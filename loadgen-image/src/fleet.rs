@@ -8,6 +8,7 @@
 use crate::capacity;
 use crate::fleet_bar::{FleetBar, StartBar};
 use crate::fleet_limit;
+use crate::fleet_token::TokenFile;
 use crate::model::Shard;
 use crate::options::Options;
 use crate::report::RunResult;
@@ -128,9 +129,12 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot build the conductor's runtime", e))?;
-    let mut shards = spawn_all(lt, file, opts, &url)?;
+    // Kept until the shards are gone: they read it at start, the conductor sends it on.
+    let token = TokenFile::create()?;
+    let mut shards = spawn_all(lt, file, opts, &url, &token)?;
     let result = rt.block_on(conduct(lt, &mut shards, &counters, opts.progress));
     drop(shards);
+    drop(token);
     drop(local);
     let mut result = result?;
     result.target = url;
@@ -151,7 +155,13 @@ fn shard_threads(threads: Option<usize>, n: u32) -> usize {
     threads.unwrap_or((cores / n as usize).max(1))
 }
 
-fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Vec<ShardProc>> {
+fn spawn_all(
+    lt: &LoadTest,
+    file: &Path,
+    opts: &Options,
+    url: &str,
+    token: &TokenFile,
+) -> Result<Vec<ShardProc>> {
     let n = lt.spec.shards;
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find this binary to start shards", e))?;
@@ -164,7 +174,13 @@ fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Ve
             Some(a) => SocketAddr::new(a.ip(), a.port().saturating_add(index as u16)),
             None => SocketAddr::from(([127, 0, 0, 1], 0)),
         };
-        shards.push(spawn(&exe, file, index, n, threads, listen, url)?);
+        let shard = Spawn {
+            index,
+            count: n,
+            threads,
+            listen,
+        };
+        shards.push(spawn(&exe, file, shard, url, token)?);
         if let Some(bar) = &bar {
             bar.started(index + 1);
         }
@@ -172,15 +188,27 @@ fn spawn_all(lt: &LoadTest, file: &Path, opts: &Options, url: &str) -> Result<Ve
     Ok(shards)
 }
 
-fn spawn(
-    exe: &PathBuf,
-    file: &Path,
+/// One shard process to start: which, and where its endpoint listens.
+struct Spawn {
     index: u32,
     count: u32,
     threads: usize,
     listen: SocketAddr,
+}
+
+fn spawn(
+    exe: &PathBuf,
+    file: &Path,
+    shard: Spawn,
     url: &str,
+    token: &TokenFile,
 ) -> Result<ShardProc> {
+    let Spawn {
+        index,
+        count,
+        threads,
+        listen,
+    } = shard;
     let mut child = Command::new(exe)
         .arg("shard")
         .arg(file)
@@ -191,6 +219,8 @@ fn spawn(
         .args(["--await-start", "--linger", "10m"])
         .env_remove(var::LOADTEST)
         .env_remove(var::SERVER_METRICS_URL)
+        // The path, not the token: the token stays off command lines and out of environments.
+        .env(var::CONTROL_TOKEN_FILE, token.path())
         // The shard asks the kernel for SIGTERM when this process dies.
         .env(var::EXIT_WITH_PARENT, std::process::id().to_string())
         .stdin(Stdio::null())
@@ -227,7 +257,7 @@ fn spawn(
     let mut shard = ShardProc {
         index,
         child,
-        client: ShardClient::new("127.0.0.1", 0, HTTP_TIMEOUT),
+        client: ShardClient::new("127.0.0.1", 0, token.token().clone(), HTTP_TIMEOUT),
         log: rx,
         lost: None,
         answered: Instant::now(),
@@ -247,7 +277,7 @@ fn spawn(
             index,
             why: format!("endpoint {addr:?}"),
         })?;
-    shard.client = ShardClient::new(&host, port, HTTP_TIMEOUT);
+    shard.client = ShardClient::new(&host, port, token.token().clone(), HTTP_TIMEOUT);
     Ok(shard)
 }
 

@@ -36,6 +36,7 @@ pub mod fanout;
 pub mod fleet;
 pub mod fleet_bar;
 pub mod fleet_limit;
+pub mod fleet_token;
 pub mod gate;
 pub mod local_server;
 pub mod model;

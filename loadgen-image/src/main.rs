@@ -10,6 +10,7 @@ use wsload::report::RunResult;
 use wsload::run;
 use wsload::{Error, Result};
 use wsload_contract::env as var;
+use wsload_control::Token;
 use wsload_spec::LoadTest;
 
 #[cfg(feature = "mimalloc")]
@@ -106,6 +107,10 @@ struct ShardArgs {
     /// Get ready, then wait for POST /control/start (the operator's shard control protocol).
     #[arg(long, env = var::AWAIT_START)]
     await_start: bool,
+    /// With --await-start: the file holding the test's control token, which every control
+    /// request must carry (`Authorization: Bearer <token>`). Required with --await-start.
+    #[arg(long, env = var::CONTROL_TOKEN_FILE)]
+    control_token_file: Option<PathBuf>,
     /// With --await-start: exit this long after the run ends if no POST /control/finish
     /// comes (e.g. 15m, 90s).
     #[arg(long, env = var::LINGER, default_value = "15m", value_parser = humantime::parse_duration)]
@@ -274,6 +279,7 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         common,
         start_at,
         await_start,
+        control_token_file,
         linger,
         target_url,
         server_metrics_url,
@@ -298,6 +304,12 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
             "--index {index} --count {count}: the index must be below the count"
         )));
     }
+    // Read before anything else, so that a shard nobody could conduct stops at once.
+    let token = if await_start {
+        Some(control_token(control_token_file.as_deref())?)
+    } else {
+        None
+    };
     // Before anything is stamped: the whole run reads one (possibly shifted) clock.
     wsload::clock::shift_from_env(index)?;
     let lt = match &file {
@@ -322,10 +334,21 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         progress: false,
         plot: None,
     };
-    if !await_start {
+    let Some(token) = token else {
         return finish(&run::run(&lt, &opts)?, &common.out, &HtmlArg { html: None });
-    }
-    shard_under_control(lt, opts, listen, linger, common.out)
+    };
+    shard_under_control(lt, opts, listen, token, linger, common.out)
+}
+
+/// The control token a shard under control requires of every control request.
+fn control_token(file: Option<&std::path::Path>) -> Result<Token> {
+    let file = file.ok_or_else(|| {
+        Error::Spec(format!(
+            "--await-start needs the test's control token: set {} (or --control-token-file) to the file holding it",
+            var::CONTROL_TOKEN_FILE
+        ))
+    })?;
+    Token::read(file).map_err(|e| Error::invalid(var::CONTROL_TOKEN_FILE, e))
 }
 
 /// `wsload shard --await-start`: the shard waits for the operator's start on its endpoint and
@@ -334,6 +357,7 @@ fn shard_under_control(
     lt: LoadTest,
     opts: Options,
     listen: SocketAddr,
+    token: Token,
     linger: Duration,
     out: Option<PathBuf>,
 ) -> Result<ExitCode> {
@@ -345,15 +369,17 @@ fn shard_under_control(
             tracing::error!(error = %e, "the result was not written");
         }
     };
-    Ok(match control::serve(lt, opts, listener, linger, report)? {
-        Exit::Finished | Exit::Lingered { failed: false } | Exit::Terminated { done: true } => {
-            ExitCode::SUCCESS
-        }
-        Exit::Lingered { failed: true } => ExitCode::from(3),
-        // 128 + SIGTERM, as a shell reports a process the signal ended.
-        Exit::Terminated { done: false } => ExitCode::from(143),
-        Exit::Fatal(e) => return Err(e),
-    })
+    Ok(
+        match control::serve(lt, opts, listener, token, linger, report)? {
+            Exit::Finished | Exit::Lingered { failed: false } | Exit::Terminated { done: true } => {
+                ExitCode::SUCCESS
+            }
+            Exit::Lingered { failed: true } => ExitCode::from(3),
+            // 128 + SIGTERM, as a shell reports a process the signal ended.
+            Exit::Terminated { done: false } => ExitCode::from(143),
+            Exit::Fatal(e) => return Err(e),
+        },
+    )
 }
 
 /// `wsload merge`: shard results, plain or as the operator stores them, into one report.

@@ -16,6 +16,19 @@ use wsload_http::http_client::{self, Response};
 
 const T: Duration = Duration::from_secs(5);
 
+/// The control token every shard here is started with, and sent on every control request.
+const TOKEN: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
+
+/// The file holding [`TOKEN`], written once per test process.
+fn token_file() -> &'static str {
+    static FILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("wsload-control-{}", std::process::id()));
+        std::fs::write(&path, TOKEN).expect("the token file");
+        path.display().to_string()
+    })
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -57,6 +70,7 @@ impl Shard {
             .env(var::THREADS, "2")
             .env(var::SERVER_BIN, server_bin())
             .env("RUST_LOG", "warn")
+            .env(var::CONTROL_TOKEN_FILE, token_file())
             .env_remove(var::LOADTEST)
             .env_remove(var::AWAIT_START)
             .stdin(Stdio::null())
@@ -97,16 +111,15 @@ impl Shard {
     }
 
     fn get(&self, path: &str) -> Response {
-        on_runtime(http_client::get(&format!("{}{path}", self.base), T)).expect("the shard answers")
+        let client = http_client::Client::new();
+        let url = format!("{}{path}", self.base);
+        on_runtime(client.get_bearer(&url, TOKEN, T)).expect("the shard answers")
     }
 
     fn post(&self, path: &str, body: &str) -> Response {
-        on_runtime(http_client::post_json(
-            &format!("{}{path}", self.base),
-            body,
-            T,
-        ))
-        .expect("the shard answers")
+        let client = http_client::Client::new();
+        let url = format!("{}{path}", self.base);
+        on_runtime(client.post_json_bearer(&url, body, TOKEN, T)).expect("the shard answers")
     }
 
     fn state(&self) -> State {
@@ -214,6 +227,7 @@ fn run_shard(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wsload"));
     cmd.arg("shard")
         .args(args)
+        .env(var::CONTROL_TOKEN_FILE, token_file())
         .env_remove(var::LOADTEST)
         .stdin(Stdio::null());
     for (k, v) in env {
@@ -578,6 +592,40 @@ fn the_environment_names_what_is_wrong_with_it() {
     let (code, err) = run_shard(&args, &[(var::LOADTEST, "  ")]);
     assert_eq!(code, Some(2));
     assert!(err.contains("is empty"), "{err}");
+}
+
+/// A shard nobody could conduct does not start: without a token file, or with a file that
+/// holds no token, it stops at once, naming the variable (and not the file's content).
+#[test]
+fn a_shard_under_control_needs_its_token() {
+    let doc = loadtest(
+        "tokenless",
+        "  target: {url: ws://127.0.0.1:9/}\n  scenario: throughput\n  connections: [1]\n",
+    );
+    let args = ["--await-start", "--index", "0", "--count", "1"];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wsload"));
+    cmd.arg("shard")
+        .args(args)
+        .env(var::LOADTEST, &doc)
+        .env_remove(var::CONTROL_TOKEN_FILE)
+        .stdin(Stdio::null());
+    let o = cmd.output().expect("wsload runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(var::CONTROL_TOKEN_FILE), "{err}");
+    let short = std::env::temp_dir().join(format!("wsload-short-{}", std::process::id()));
+    std::fs::write(&short, "hunter2").expect("write");
+    let (code, err) = run_shard(
+        &args,
+        &[
+            (var::LOADTEST, &doc),
+            (var::CONTROL_TOKEN_FILE, &short.display().to_string()),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(var::CONTROL_TOKEN_FILE), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    let _ = std::fs::remove_file(&short);
 }
 
 #[test]

@@ -342,3 +342,108 @@ fn a_fanout_across_shards_50_ms_apart_times_deliveries_on_one_clock() {
         t.delivered
     );
 }
+
+/// The status line's code of one request sent on a connection of its own, without a token.
+fn anonymous(port: u16, method: &str, path: &str) -> Option<u16> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    let body = if method == "POST" { "{}" } else { "" };
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer.split(' ').nth(1)?.parse().ok()
+}
+
+/// Two consecutive free ports on loopback (the run's shards listen on `base` and `base + 1`).
+fn two_free_ports() -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let base = first.local_addr().expect("addr").port();
+        if base < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", base + 1)).is_ok() {
+            return base;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+/// While a two-shard run is in progress, anyone else on the machine asking its shards to end,
+/// or for their results, without the run's token is refused (401), and the run ends as it
+/// would have: exit 0, every cell measured on both shards.
+#[test]
+fn control_requests_without_the_runs_token_are_refused_and_the_run_goes_on() {
+    let dir = scratch("auth");
+    let file = dir.join("test.yaml");
+    let out = dir.join("result.json");
+    std::fs::write(
+        &file,
+        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: auth\nspec:\n  target: {server: {}}\n  scenario: throughput\n  connections: [10, 20]\n  duration: 1s\n  warmup: 200ms\n  shards: 2\n  thresholds: [\"delivery >= 100%\"]\n",
+    )
+    .expect("write spec");
+    let base = two_free_ports();
+    let started = Instant::now();
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_wsload"))
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .args(["--metrics-listen", &format!("127.0.0.1:{base}")])
+        .env(var::SERVER_BIN, server_bin())
+        .env(var::THREADS, "1")
+        .env_remove(var::CONTROL_TOKEN_FILE)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("wsload runs");
+    let requests = [
+        ("POST", "/control/end"),
+        ("POST", "/control/finish"),
+        ("GET", "/control/result"),
+        ("GET", "/control"),
+    ];
+    let mut refused = std::collections::BTreeMap::new();
+    let status = loop {
+        if let Some(status) = run.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed() < WATCHDOG, "the run took too long");
+        for port in [base, base + 1] {
+            for (method, path) in requests {
+                match anonymous(port, method, path) {
+                    Some(401) => *refused.entry((port, path)).or_insert(0) += 1,
+                    Some(other) => panic!("{method} {path} without the token: {other}"),
+                    // Not listening yet, or gone.
+                    None => {}
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    eprintln!("refused: {refused:?}");
+    assert_eq!(status.code(), Some(0));
+    for port in [base, base + 1] {
+        for (_, path) in requests {
+            assert!(
+                refused.get(&(port, path)).is_some_and(|n| *n > 0),
+                "{path} on {port} was never asked while the run went on: {refused:?}"
+            );
+        }
+    }
+    let r: RunResult =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("the result")).expect("json");
+    assert_eq!(r.shard_info.len(), 2);
+    assert_eq!(r.cells.len(), 2);
+    for c in &r.cells {
+        let n = &c.measure.counts;
+        assert_eq!(n.connected, u64::from(c.connections), "{}", c.label);
+        assert_eq!(c.figures.delivery, Some(1.0));
+    }
+    assert!(r.verdict.is_some_and(|v| v.passed));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,15 +7,18 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
-    PodSpec, Probe, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
-    ServiceSpec, Sysctl, WeightedPodAffinityTerm,
+    PodSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, Sysctl, Volume, VolumeMount,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
+use wsload_contract::control as control_file;
 use wsload_contract::env as var;
+use wsload_control::Token;
 use wsload_spec::{
     API_VERSION, KIND, LoadTestResource, LoadTestSpec, ManagedServer, Placement, SecretValue,
     Spread,
@@ -337,6 +340,52 @@ pub fn loadtest_document(
     })
 }
 
+/// The group the shard's container runs with (the pod's `fsGroup`): the mounted control token
+/// is readable by this group only, whichever non-root user the image runs as. The built-in
+/// image's own group (loadgen-image/Dockerfile, `USER 65532:65532`).
+pub const SHARD_FS_GROUP: i64 = 65532;
+
+/// The token's file mode in the shard's volume: owner and group read, nobody else.
+const TOKEN_MODE: i32 = 0o440;
+
+/// The volume of the control token in a shard pod.
+const TOKEN_VOLUME: &str = "control-token";
+
+/// The Secret holding the test's control token (`<test>-control`, key `token`), which its
+/// shard pods mount. Owned by the LoadTest, so it goes with it; immutable, as the token is
+/// derived from the test and never changes.
+pub fn control_secret(lt: &LoadTestResource, token: &Token) -> Secret {
+    let test = lt.name_any();
+    Secret {
+        metadata: meta(
+            lt,
+            names::control_secret(&test),
+            names::labels(&test, names::ROLE_CONTROL),
+        ),
+        data: Some(BTreeMap::from([(
+            control_file::TOKEN_KEY.to_string(),
+            ByteString(token.expose().as_bytes().to_vec()),
+        )])),
+        type_: Some("Opaque".to_string()),
+        immutable: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The test's control Secret as a read-only volume (the token alone, mode [`TOKEN_MODE`]).
+fn token_volume(test: &str) -> Volume {
+    Volume {
+        name: TOKEN_VOLUME.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(names::control_secret(test)),
+            default_mode: Some(TOKEN_MODE),
+            optional: Some(false),
+            items: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// Shard `index`'s pod. `restartPolicy: Never`: a restarted shard would repeat load the
 /// others did not; the operator sees the failure and applies the test's policy instead.
 pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: &str) -> Pod {
@@ -353,6 +402,8 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
         // No server metrics URL: delivery is the operator's to reconcile, over every replica
         // and every shard at once, never one shard's against a shared counter.
         env(var::TARGET_URL, target_url),
+        // The file's path only: the token itself is in no env value, arg or status.
+        env(var::CONTROL_TOKEN_FILE, control_file::token_path()),
     ];
     for (secret, key) in secret_refs(spec) {
         envs.push(secret_env(
@@ -383,7 +434,9 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
     pod_spec.termination_grace_period_seconds = Some(10);
     pod_spec.service_account_name = lg.service_account_name.clone();
     pod_spec.automount_service_account_token = Some(false);
+    pod_spec.volumes = Some(vec![token_volume(&test)]);
     pod_spec.security_context = Some(PodSecurityContext {
+        fs_group: Some(SHARD_FS_GROUP),
         sysctls: (!lg.sysctls.is_empty()).then(|| {
             lg.sysctls
                 .iter()
@@ -422,6 +475,12 @@ pub fn shard_pod(lt: &LoadTestResource, index: u32, target_url: &str, document: 
         readiness_probe: Some(http_probe("/readyz", SHARD_PORT)),
         resources: lg.resources.clone(),
         security_context: Some(restricted()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: TOKEN_VOLUME.to_string(),
+            mount_path: control_file::TOKEN_DIR.to_string(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
         ..Default::default()
     }];
     let mut labels = names::shard_labels(&test, index);
@@ -519,6 +578,88 @@ mod tests {
     sysctls: {net.ipv4.ip_local_port_range: \"1024 65535\"}
     tuning: {sysctls: {net.core.somaxconn: \"65535\"}}
 ";
+
+    /// The control Secret: the token under its key, owned by the test (so it goes with it),
+    /// labelled as the test's other children; never changed once made.
+    #[test]
+    fn the_control_secret_holds_the_token_and_belongs_to_the_test() {
+        let lt = lt(SPEC);
+        let token = Token::new("0123456789abcdef0123456789abcdef").expect("a token");
+        let secret = control_secret(&lt, &token);
+        assert_eq!(secret.metadata.name.as_deref(), Some("t-control"));
+        assert_eq!(
+            secret.metadata.namespace.as_deref(),
+            Some(crate::fixtures::NS)
+        );
+        let owner = &secret.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(
+            (owner.uid.as_str(), owner.controller, owner.kind.as_str()),
+            (UID, Some(true), KIND)
+        );
+        let labels = secret.metadata.labels.as_ref().expect("labels");
+        assert_eq!(
+            labels.get(names::LABEL_LOADTEST).map(String::as_str),
+            Some("t")
+        );
+        assert_eq!(
+            labels.get(names::LABEL_ROLE).map(String::as_str),
+            Some("control")
+        );
+        assert_eq!(
+            labels
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str),
+            Some("wsload-operator")
+        );
+        let data = secret.data.as_ref().expect("data");
+        assert_eq!(data.len(), 1);
+        assert_eq!(
+            data.get(control_file::TOKEN_KEY).map(|b| b.0.as_slice()),
+            Some(token.expose().as_bytes())
+        );
+        assert_eq!(secret.immutable, Some(true));
+    }
+
+    /// A shard pod mounts the control Secret read-only where the contract says, readable by
+    /// its group only, and is told the file's path: the token is in no env value or arg.
+    #[test]
+    fn a_shard_pod_mounts_its_control_token_and_names_only_its_path() {
+        let lt = lt(SPEC);
+        let pod = shard_pod(&lt, 0, "ws://10.0.0.9:8443/", "doc");
+        let spec = pod.spec.as_ref().expect("spec");
+        let volumes = spec.volumes.as_ref().expect("volumes");
+        let volume = volumes
+            .iter()
+            .find(|v| v.name == TOKEN_VOLUME)
+            .expect("the token volume");
+        let source = volume.secret.as_ref().expect("a Secret volume");
+        assert_eq!(source.secret_name.as_deref(), Some("t-control"));
+        assert_eq!(source.default_mode, Some(0o440));
+        assert_eq!(source.optional, Some(false));
+        let security = spec.security_context.as_ref().expect("pod security");
+        assert_eq!(security.fs_group, Some(SHARD_FS_GROUP));
+        assert_eq!(security.run_as_non_root, Some(true));
+        let main = &spec.containers[0];
+        let mounts = main.volume_mounts.as_ref().expect("mounts");
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(
+            (
+                mounts[0].name.as_str(),
+                mounts[0].mount_path.as_str(),
+                mounts[0].read_only
+            ),
+            (TOKEN_VOLUME, control_file::TOKEN_DIR, Some(true))
+        );
+        let file = env_of(&pod, var::CONTROL_TOKEN_FILE).expect("the token file variable");
+        assert_eq!(file.value.as_deref(), Some("/var/run/wsload/control/token"));
+        assert!(file.value_from.is_none());
+        // Nothing in the pod refers to the token's key other than as a file in the volume.
+        let text = serde_json::to_string(&pod).expect("json");
+        let key = crate::control_key::ControlKey::from_bytes(crate::fixtures::KEY);
+        let token = key.token(crate::fixtures::NS, "t", UID);
+        assert!(!text.contains(token.expose()));
+        assert!(main.args.iter().flatten().all(|a| !a.contains("token")));
+    }
 
     #[test]
     fn a_shard_pod_is_told_its_share_target_and_secrets_and_is_placed_apart() {

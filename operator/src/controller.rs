@@ -2,6 +2,7 @@
 //! `/healthz` and `/readyz` from the start so probes answer while a replica waits as a
 //! candidate.
 
+use crate::control_key::ControlKey;
 use crate::leader::{self, LeaderConfig};
 use crate::metrics::Metrics;
 use crate::names;
@@ -27,6 +28,8 @@ pub struct Options {
     /// Lease to hold while reconciling; `None` runs without election (one replica only).
     pub leader: Option<LeaderConfig>,
     pub config: Config,
+    /// The key each test's shard control token is derived from.
+    pub control_key: ControlKey,
 }
 
 pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
@@ -82,6 +85,7 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
         Recorder::new(client.clone(), reporter),
         metrics.clone(),
         opts.config.clone(),
+        opts.control_key.clone(),
     ));
     let controller = Controller::for_stream(lt_events, lt_store)
         .owns_stream(pod_events)

@@ -5,6 +5,7 @@
 //! branch of the phase machine runs in milliseconds, with no cluster; the lifecycle tests on
 //! a real kube-apiserver stay the proof that the real API agrees.
 
+use crate::control_key::ControlKey;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Config, Context};
 use http::{Method, Request, Response, StatusCode};
@@ -25,6 +26,8 @@ use wsload_spec::status::LoadTestStatus;
 
 pub const NS: &str = "ns";
 pub const UID: &str = "uid-1";
+/// The operator's control key in reconcile tests.
+pub const KEY: &[u8] = b"fixture-key-fixture-key-fixture-key!";
 
 /// A LoadTest named `name` with `spec` (JSON) and `status`.
 pub fn loadtest(name: &str, spec: Value, status: Option<LoadTestStatus>) -> LoadTestResource {
@@ -340,6 +343,7 @@ pub async fn reconcile_once(
             control_timeout: Duration::from_millis(300),
             ..Config::default()
         },
+        ControlKey::from_bytes(KEY),
     ));
     reconcile::reconcile(Arc::new(lt), ctx).await
 }

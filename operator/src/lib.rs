@@ -2,6 +2,7 @@
 //! load-generator shards released together, and a verdict in status. See docs/operator.md.
 
 pub mod builders;
+pub mod control_key;
 pub mod controller;
 pub mod crd;
 pub mod defaults;

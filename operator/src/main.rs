@@ -1,8 +1,10 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wsload_contract::env as var;
+use wsload_operator::control_key::ControlKey;
 use wsload_operator::controller::{self, Options};
 use wsload_operator::defaults::{Defaults, parse_placement};
 use wsload_operator::leader::LeaderConfig;
@@ -72,6 +74,11 @@ enum Command {
         /// Server image for LoadTests that keep the built-in one.
         #[arg(long, env = var::OPERATOR_SERVER_IMAGE)]
         server_image: Option<String>,
+        /// The file holding the key each test's shard control token is derived from (the
+        /// chart mounts it from its Secret). Required: shards refuse control requests without
+        /// their test's token.
+        #[arg(long, env = var::OPERATOR_CONTROL_KEY_FILE)]
+        control_key_file: Option<PathBuf>,
         /// Placement (JSON: nodeSelector, tolerations, affinity) of shards whose LoadTest sets none.
         #[arg(long, env = var::OPERATOR_LOADGEN_PLACEMENT)]
         loadgen_placement: Option<String>,
@@ -109,10 +116,18 @@ fn main() -> ExitCode {
             log_format,
             loadgen_image,
             server_image,
+            control_key_file,
             loadgen_placement,
             server_placement,
         } => {
             init_logs(log_format);
+            let control_key = match control_key(control_key_file) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("wsload-operator: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let placement = |var: &str, json: Option<String>| {
                 json.filter(|j| !j.trim().is_empty())
                     .map(|j| parse_placement(var, &j))
@@ -148,6 +163,7 @@ fn main() -> ExitCode {
                     defaults,
                     read_pod_security,
                 },
+                control_key,
             };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(r) => r,
@@ -174,6 +190,17 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+/// The operator's control key, from the file the flag (or its variable) names.
+fn control_key(file: Option<PathBuf>) -> Result<ControlKey, String> {
+    let file = file.ok_or_else(|| {
+        format!(
+            "--control-key-file (or {}) is required: the file holding the key each test's shard control token is derived from (the Helm chart mounts it from its Secret)",
+            var::OPERATOR_CONTROL_KEY_FILE
+        )
+    })?;
+    ControlKey::read(&file).map_err(|e| e.to_string())
 }
 
 fn init_logs(format: LogFormat) {

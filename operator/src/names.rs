@@ -44,6 +44,13 @@ pub fn shard(test: &str, index: u32) -> String {
     format!("{test}-shard-{index}")
 }
 
+/// The Secret holding the test's control token, mounted into its shard pods.
+pub fn control_secret(test: &str) -> String {
+    format!("{test}-control")
+}
+
+pub const ROLE_CONTROL: &str = "control";
+
 pub fn results(test: &str) -> String {
     format!("{test}-results")
 }
@@ -105,6 +112,7 @@ mod tests {
         assert_eq!(shard_index("t", "t-server"), None);
         assert_eq!(shard_index("t", "tt-shard-3"), None);
         assert_eq!(results("t"), "t-results");
+        assert_eq!(control_secret("t"), "t-control");
         assert_eq!(server_replica("t", 0), "t-server");
         assert_eq!(server_replica("t", 2), "t-server-2");
         for i in [0, 1, 7] {

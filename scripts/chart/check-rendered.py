@@ -10,6 +10,7 @@ library alone. CASE names the values: `default` (values.yaml), `namespaced` and 
 Every failure is listed, then the exit status is 1.
 """
 
+import base64
 import json
 import os
 import re
@@ -237,13 +238,33 @@ def main():
     check(sel and all(tmpl_labels.get(k) == v for k, v in sel.items()), f"{case}: metrics Service selector {sel} misses the pod")
     one("ServiceAccount", FULL)
 
-    # --- RBAC: never Secrets, the leader Lease only in the release namespace ---------------
+    # --- the control key: a generated Secret, mounted as a file the operator's group reads --
+    key = one("Secret", f"{FULL}-control-key")
+    check(key.get("metadata", {}).get("namespace") == NAMESPACE, f"{case}: control key Secret in {key.get('metadata', {}).get('namespace')}")
+    raw = base64.b64decode(key.get("data", {}).get("key", ""))
+    check(len(raw) >= 32, f"{case}: control key of {len(raw)} bytes, expected at least 32")
+    check(val("WSLOAD_OPERATOR_CONTROL_KEY_FILE") == "/var/run/wsload/operator/key",
+          f"{case}: control key file {val('WSLOAD_OPERATOR_CONTROL_KEY_FILE')}")
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+    secret_vol = vols.get("control-key", {}).get("secret", {})
+    check(secret_vol.get("secretName") == f"{FULL}-control-key" and secret_vol.get("defaultMode") == 0o440,
+          f"{case}: control key volume {vols.get('control-key')}")
+    km = mounts.get("/var/run/wsload/operator", {})
+    check(km.get("name") == "control-key" and km.get("readOnly") is True, f"{case}: control key mount {km}")
+    check(psc.get("fsGroup") == 65532, f"{case}: pod fsGroup {psc.get('fsGroup')}: the key file would be unreadable")
+    check(all(not str(e.get("value", "")).endswith(raw.decode(errors="replace")) for e in c.get("env", [])),
+          f"{case}: the control key is in the operator's env")
+
+    # --- RBAC: Secrets created only (never read), the leader Lease only in the release namespace
     roles = by_kind.get("ClusterRole", []) + by_kind.get("Role", [])
     for r in roles:
         for rule in r.get("rules", []):
             res = rule.get("resources", [])
-            check("secrets" not in res and "*" not in res and "*" not in rule.get("verbs", []),
-                  f"{case}: {r['kind']} {r['metadata']['name']} grants {rule}")
+            check("*" not in res and "*" not in rule.get("verbs", []), f"{case}: {r['kind']} {r['metadata']['name']} grants {rule}")
+            if "secrets" in res:
+                check(res == ["secrets"] and rule.get("verbs") == ["create"] and rule.get("apiGroups") == [""],
+                      f"{case}: {r['kind']} {r['metadata']['name']} grants more than create on Secrets: {rule}")
     lease = one("Role", f"{FULL}-leader-election")
     check(lease.get("metadata", {}).get("namespace") == NAMESPACE, f"{case}: leader-election Role in {lease.get('metadata', {}).get('namespace')}")
     lease_rules = {(tuple(r.get("resourceNames", [])), tuple(r["verbs"])) for r in lease.get("rules", [])}
@@ -273,6 +294,7 @@ def main():
         ("", "pods", "get list watch create patch delete"),
         ("", "services", "get create patch delete"),
         ("", "configmaps", "get create patch"),
+        ("", "secrets", "create"),
         ("", "events", "create patch"),
         ("events.k8s.io", "events", "create patch"),
     ):

@@ -13,6 +13,11 @@
 #      with no pod created
 #   2. examples/smoke.yaml (managed server, 2 shards) to Succeeded with verdict Pass; prints
 #      `kubectl get lt`, the status figures, and checks every shard's result is stored
+#      while it runs, POST /control/end and GET /control/result to a shard pod's control port
+#      without the test's token get 401 (curl from this host, or through kubectl port-forward
+#      when pod IPs are not routable here), and the test still Succeeds; the token (read from
+#      the Secret smoke-control) is in none of the LoadTest, its Events, the operator's or the
+#      shards' logs
 #   3. Prometheus (Kubernetes pod discovery) scraped the operator, the server and both shards:
 #      their series are queried through the API server's service proxy
 #   --faults, then, on the same install (each a 20 s LoadTest, the fault at ~6 s into the run):
@@ -160,6 +165,63 @@ stored() {
 	echo "LoadTest $name: results kept in ConfigMaps $name-result-{$(IFS=,; echo "$*")} and the merge (and its HTML report) in $name-results"
 }
 
+# --- helpers: the shard control token -----------------------------------------------------------
+# anonymous_status POD METHOD PATH: the HTTP status POD's control port answers METHOD PATH with,
+# sent without a token: straight to the pod IP, else through kubectl port-forward.
+anonymous_status() {
+	local pod="$1" method="$2" path="$3" ip code port pf
+	ip="$(kubectl -n "$TEST_NS" get pod "$pod" -o jsonpath='{.status.podIP}')"
+	[[ "$ip" == *:* ]] && ip="[$ip]"
+	if code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X "$method" \
+		"http://$ip:9464$path")" && [[ "$code" != 000 ]]; then
+		echo "$code"
+		return
+	fi
+	port="$(free_ports 1)"
+	kubectl -n "$TEST_NS" port-forward "pod/$pod" "$port:9464" >/dev/null 2>&1 &
+	pf=$!
+	code=000
+	for _ in $(seq 50); do
+		code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -X "$method" \
+			"http://127.0.0.1:$port$path")" || true
+		[[ "$code" == 000 ]] || break
+		sleep 0.2
+	done
+	kill "$pf" 2>/dev/null || true
+	wait "$pf" 2>/dev/null || true
+	echo "$code"
+}
+# control_refused NAME: while NAME runs, its shard 0 refuses control requests without the token.
+control_refused() {
+	local name="$1" code
+	for request in "POST /control/end" "GET /control/result" "GET /control"; do
+		# shellcheck disable=SC2086 # METHOD PATH, two words
+		code="$(anonymous_status "$name-shard-0" $request)"
+		[[ "$code" == 401 ]] || fail "LoadTest $name: $request to $name-shard-0 without the token answered $code, want 401"
+		echo "LoadTest $name: $request to $name-shard-0 without the control token: 401"
+	done
+}
+# token_kept NAME: the test's control token appears in none of its status, its Events, the
+# operator's logs and its shards' logs (those still there).
+token_kept() {
+	local name="$1" token pod
+	token="$(kubectl -n "$TEST_NS" get secret "$name-control" -o jsonpath='{.data.token}' | base64 -d)"
+	[[ ${#token} -eq 64 ]] || fail "LoadTest $name: Secret $name-control holds no 64-character token"
+	{
+		kubectl -n "$TEST_NS" get loadtest "$name" -o json
+		kubectl -n "$TEST_NS" get events -o json --field-selector "involvedObject.name=$name"
+		kubectl -n "$NS" logs -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator --tail=-1
+		for pod in $(kubectl -n "$TEST_NS" get pods -l "wsload.dev/loadtest=$name" -o name); do
+			kubectl -n "$TEST_NS" get "$pod" -o json
+			kubectl -n "$TEST_NS" logs "$pod" 2>/dev/null || true
+		done
+	} >"$OUT/$name.seen.txt" 2>&1
+	if grep -qF "$token" "$OUT/$name.seen.txt"; then
+		fail "LoadTest $name: its control token is in its status, Events, pods or logs ($OUT/$name.seen.txt)"
+	fi
+	echo "LoadTest $name: the control token is in none of its status, Events, pods and logs ($(wc -l <"$OUT/$name.seen.txt") lines read)"
+}
+
 # --- refused up front -----------------------------------------------------------------------
 step "LoadTest tuned: the privileged tuning container, refused by the namespace's level"
 kubectl -n "$TEST_NS" delete loadtest tuned --ignore-not-found --wait=true >/dev/null
@@ -181,7 +243,10 @@ step "LoadTest smoke (examples/smoke.yaml): managed server, 2 shards"
 apply_loadtest smoke
 wait_phase smoke Running 180
 timed "smoke starting"
+control_refused smoke
+token_kept smoke
 wait_done smoke
+token_kept smoke
 kubectl -n "$TEST_NS" get loadtest smoke -o wide
 jq '.status | {phase, verdict, achievedRate, p99, startSkewMillis, targetUrl,
 	shards: [.shards[] | {index, state, startedAtMicros}],

@@ -24,6 +24,12 @@ pub const AWAIT_START: &str = "WSLOAD_AWAIT_START";
 /// pod (the pod IP and the shard port); read by `wsload run` and `wsload shard`
 /// (`--metrics-listen`).
 pub const METRICS_LISTEN: &str = "WSLOAD_METRICS_LISTEN";
+/// The file holding the test's control token (crate::control), which every control request
+/// to the shard must carry as `Authorization: Bearer <token>`. Set by the operator on every
+/// shard pod (the path of its mounted Secret, never the token) and by `wsload run` on the
+/// shards it starts (a private file); read by `wsload shard` (`--control-token-file`), which
+/// refuses `--await-start` without it.
+pub const CONTROL_TOKEN_FILE: &str = "WSLOAD_CONTROL_TOKEN_FILE";
 /// The URL the shard dials, overriding the spec's. Set by the operator on every shard pod (the
 /// managed server's pod or Service); read by `wsload shard` (`--target-url`).
 pub const TARGET_URL: &str = "WSLOAD_TARGET_URL";
@@ -148,6 +154,9 @@ pub const OPERATOR_LOG_FORMAT: &str = "WSLOAD_OPERATOR_LOG_FORMAT";
 pub const OPERATOR_LOADGEN_IMAGE: &str = "WSLOAD_OPERATOR_LOADGEN_IMAGE";
 /// The server image of tests that keep the built-in one (`--server-image`).
 pub const OPERATOR_SERVER_IMAGE: &str = "WSLOAD_OPERATOR_SERVER_IMAGE";
+/// The file holding the operator's key, from which each test's control token is derived
+/// (`--control-key-file`; the chart mounts it from its Secret). Required.
+pub const OPERATOR_CONTROL_KEY_FILE: &str = "WSLOAD_OPERATOR_CONTROL_KEY_FILE";
 /// Placement (JSON) of shards whose test sets none (`--loadgen-placement`).
 pub const OPERATOR_LOADGEN_PLACEMENT: &str = "WSLOAD_OPERATOR_LOADGEN_PLACEMENT";
 /// Placement (JSON) of managed servers whose test sets none (`--server-placement`).
@@ -162,6 +171,7 @@ pub const SHARD_POD: &[&str] = &[
     AWAIT_START,
     METRICS_LISTEN,
     TARGET_URL,
+    CONTROL_TOKEN_FILE,
 ];
 
 /// What the operator may set on a server pod (besides `POD_IP` and the spec's own `env`).
@@ -183,6 +193,7 @@ pub const ALL: &[&str] = &[
     AWAIT_START,
     METRICS_LISTEN,
     TARGET_URL,
+    CONTROL_TOKEN_FILE,
     SERVER_METRICS_URL,
     START_AT,
     LINGER,
@@ -226,6 +237,7 @@ pub const ALL: &[&str] = &[
     OPERATOR_LOG_FORMAT,
     OPERATOR_LOADGEN_IMAGE,
     OPERATOR_SERVER_IMAGE,
+    OPERATOR_CONTROL_KEY_FILE,
     OPERATOR_LOADGEN_PLACEMENT,
     OPERATOR_SERVER_PLACEMENT,
 ];

@@ -5,4 +5,5 @@
 //! No dependencies: the server, the load generator, the operator and the tests all use it.
 
 pub mod announce;
+pub mod control;
 pub mod env;

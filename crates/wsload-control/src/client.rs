@@ -1,6 +1,8 @@
 //! The conductor's side of the shard control protocol over HTTP (the operator against pod
-//! IPs, `wsload run` against its shard processes on loopback).
+//! IPs, `wsload run` against its shard processes on loopback). Every control request carries
+//! the test's token.
 
+use crate::auth::Token;
 use crate::clock::{self, Sample};
 use crate::protocol::{self, CellKey, CellOrder, ClockReading, Release, StartRequest, State};
 use crate::{Error, Result};
@@ -15,18 +17,20 @@ pub struct ShardClient {
     /// Per request, the whole exchange.
     timeout: Duration,
     http: Client,
+    token: Token,
 }
 
 impl ShardClient {
-    /// A shard at `host:port` (an IPv6 address is bracketed here), with a pool of its own.
-    pub fn new(host: &str, port: u16, timeout: Duration) -> Self {
-        ShardClient::with_http(Client::new(), host, port, timeout)
+    /// A shard at `host:port` (an IPv6 address is bracketed here) of the test whose token is
+    /// `token`, with a pool of its own.
+    pub fn new(host: &str, port: u16, token: Token, timeout: Duration) -> Self {
+        ShardClient::with_http(Client::new(), host, port, token, timeout)
     }
 
     /// A shard at `host:port` asked through `http`: a conductor of many shards passes one
     /// pool to them all, so that each poll reuses the shard's kept-alive connection instead
     /// of opening a new one.
-    pub fn with_http(http: Client, host: &str, port: u16, timeout: Duration) -> Self {
+    pub fn with_http(http: Client, host: &str, port: u16, token: Token, timeout: Duration) -> Self {
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -36,7 +40,22 @@ impl ShardClient {
             base: format!("http://{host}:{port}"),
             timeout,
             http,
+            token,
         }
+    }
+
+    async fn get(&self, url: &str) -> Result<Response> {
+        Ok(self
+            .http
+            .get_bearer(url, self.token.expose(), self.timeout)
+            .await?)
+    }
+
+    async fn post_raw(&self, url: &str, body: &str) -> Result<Response> {
+        Ok(self
+            .http
+            .post_json_bearer(url, body, self.token.expose(), self.timeout)
+            .await?)
     }
 
     fn url(&self, path: &str) -> String {
@@ -57,7 +76,7 @@ impl ShardClient {
 
     pub async fn state(&self) -> Result<State> {
         let url = self.url(protocol::STATE);
-        let r = self.http.get(&url, self.timeout).await?;
+        let r = self.get(&url).await?;
         if r.status != 200 {
             return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
         }
@@ -66,7 +85,7 @@ impl ShardClient {
 
     async fn post(&self, path: &str, body: String) -> Result<State> {
         let url = self.url(path);
-        let r = self.http.post_json(&url, &body, self.timeout).await?;
+        let r = self.post_raw(&url, &body).await?;
         accepted(&url, r)
     }
 
@@ -101,7 +120,7 @@ impl ShardClient {
     /// The shard's RunResult JSON, once it is done; `None` while it still runs.
     pub async fn result(&self) -> Result<Option<String>> {
         let url = self.url(protocol::RESULT);
-        let r = self.http.get(&url, self.timeout).await?;
+        let r = self.get(&url).await?;
         match r.status {
             200 => Ok(Some(r.body)),
             409 => Ok(None),
@@ -115,7 +134,7 @@ impl ShardClient {
         let url = self.url(protocol::CLOCK);
         let sent = clock::conductor_micros();
         let began = Instant::now();
-        let r = self.http.get(&url, self.timeout).await?;
+        let r = self.get(&url).await?;
         let round_trip = began.elapsed();
         if r.status != 200 {
             return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
@@ -128,7 +147,7 @@ impl ShardClient {
     /// Lets the shard exit: its result is stored.
     pub async fn finish(&self) -> Result<()> {
         let url = self.url(protocol::FINISH);
-        let r = self.http.post_json(&url, "{}", self.timeout).await?;
+        let r = self.post_raw(&url, "{}").await?;
         if (200..300).contains(&r.status) {
             Ok(())
         } else {

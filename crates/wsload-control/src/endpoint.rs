@@ -1,12 +1,17 @@
 //! The shard side of the protocol's routing, written once for every shard that serves it (the
 //! load generator's `wsload shard --await-start`, and the operator tests' fake shards): which
-//! request is which call, and what a wrong method gets.
+//! request is which call, what a wrong method gets, and that none is heard without the test's
+//! token.
 
+use crate::auth::{self, Token};
 use crate::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
 use wsload_http::{Reply, Request};
 
 /// What a shard does for each control request; the answers are the shard's (202, 409, ...).
 pub trait ShardEndpoint {
+    /// The test's token: a control request without it is answered 401 and reaches none of
+    /// the methods below.
+    fn token(&self) -> &Token;
     fn state(&self) -> State;
     /// `POST /control/start` with its body.
     fn start(&self, body: &[u8]) -> Reply;
@@ -28,9 +33,30 @@ pub fn json(status: u16, value: &impl serde::Serialize) -> Reply {
     }
 }
 
-/// The answer to `request` when it is a control request (`None`: not one). A finish is
-/// answered with the state; the shard acts on it once the answer is sent ([`is_finish`]).
+/// Whether `path` is the control API's (`/control` and below): all of it needs the token,
+/// paths it does not know included, so that a caller without it learns nothing of them.
+pub fn is_control(path: &str) -> bool {
+    path == protocol::STATE
+        || path
+            .strip_prefix(protocol::STATE)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether `request` carries the shard's token.
+fn authorized(shard: &impl ShardEndpoint, request: &Request<'_>) -> bool {
+    shard.token().admits(request.authorization)
+}
+
+/// The answer to `request` when it is a control request (`None`: not one). Without the
+/// token: 401, and nothing is asked of the shard. A finish is answered with the state; the
+/// shard acts on it once the answer is sent ([`is_finish`]).
 pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply> {
+    if !is_control(request.path) {
+        return None;
+    }
+    if !authorized(shard, request) {
+        return Some(Reply::text(401, auth::REFUSED));
+    }
     let get = matches!(request.method, "GET" | "HEAD");
     let post = request.method == "POST";
     Some(match request.path {
@@ -51,10 +77,11 @@ pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply>
     })
 }
 
-/// Whether `request` was `POST /control/finish`: the shard may go, after the answer is on its
-/// way (a conductor that saw the connection drop would retry a finish that worked).
-pub fn is_finish(request: &Request<'_>) -> bool {
-    request.method == "POST" && request.path == protocol::FINISH
+/// Whether `request` was `POST /control/finish` with the token: the shard may go, after the
+/// answer is on its way (a conductor that saw the connection drop would retry a finish that
+/// worked).
+pub fn is_finish(shard: &impl ShardEndpoint, request: &Request<'_>) -> bool {
+    request.method == "POST" && request.path == protocol::FINISH && authorized(shard, request)
 }
 
 /// What a shard does with an order, by the protocol's rules.

@@ -2,6 +2,7 @@
 //! operator in a cluster, `wsload run` on one machine), and the decisions the conductor makes.
 //!
 //! - [`protocol`]: the shard control protocol's messages, used by both ends.
+//! - [`auth`]: the test's bearer token, which every control request carries.
 //! - [`client`]: the conductor's side of it over HTTP.
 //! - [`sequence`]: which cell runs next: the planned cells in order, or connectionLimit's
 //!   search, judged on the probe merged over every shard.
@@ -17,6 +18,7 @@
 //! shard sent, over exactly that cell.
 
 pub mod assemble;
+pub mod auth;
 pub mod barrier;
 pub mod client;
 pub mod clock;
@@ -26,6 +28,7 @@ pub mod sequence;
 pub mod server_topics;
 pub mod settle;
 
+pub use auth::Token;
 pub use protocol::{CellKey, CellOrder, CellSummary, Phase, StartRequest, State};
 pub use sequence::Conductor;
 

@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::header::{CONTENT_TYPE, HeaderValue, USER_AGENT};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
 use hyper_util::client::legacy::Client as Pooled;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -93,12 +93,31 @@ impl Client {
 
     /// `GET url`.
     pub async fn get(&self, url: &str, timeout: Duration) -> Result<Response> {
-        self.exchange(hyper::Method::GET, url, None, timeout).await
+        self.exchange(hyper::Method::GET, url, None, None, timeout)
+            .await
     }
 
     /// `POST url` with `body` as `application/json`.
     pub async fn post_json(&self, url: &str, body: &str, timeout: Duration) -> Result<Response> {
-        self.exchange(hyper::Method::POST, url, Some(body), timeout)
+        self.exchange(hyper::Method::POST, url, Some(body), None, timeout)
+            .await
+    }
+
+    /// `GET url` with `Authorization: Bearer <token>`.
+    pub async fn get_bearer(&self, url: &str, token: &str, timeout: Duration) -> Result<Response> {
+        self.exchange(hyper::Method::GET, url, None, Some(token), timeout)
+            .await
+    }
+
+    /// `POST url` with `body` as `application/json` and `Authorization: Bearer <token>`.
+    pub async fn post_json_bearer(
+        &self,
+        url: &str,
+        body: &str,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Response> {
+        self.exchange(hyper::Method::POST, url, Some(body), Some(token), timeout)
             .await
     }
 
@@ -107,6 +126,7 @@ impl Client {
         method: hyper::Method,
         url: &str,
         body: Option<&str>,
+        bearer: Option<&str>,
         timeout: Duration,
     ) -> Result<Response> {
         let name = if method == hyper::Method::GET {
@@ -119,7 +139,7 @@ impl Client {
             url: url.to_string(),
             reason,
         };
-        let request = request(method, name, url, body)?;
+        let request = request(method, name, url, body, bearer)?;
         let run = async {
             let answer = self.inner.request(request).await.map_err(|e| {
                 // The cause chain says why (refused, reset): the top error alone does not.
@@ -172,6 +192,7 @@ fn request(
     name: &'static str,
     url: &str,
     body: Option<&str>,
+    bearer: Option<&str>,
 ) -> Result<hyper::Request<Full<Bytes>>> {
     let bad = |reason: String| Error::Url {
         method: name,
@@ -190,6 +211,14 @@ fn request(
     headers.insert(USER_AGENT, HeaderValue::from_static("wsload"));
     if body.is_some() {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if let Some(token) = bearer {
+        // The token's own text is never part of the error: it names the header only.
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| bad("the bearer token is not a valid header value".into()))?;
+        // Kept out of hyper's Debug output and HPACK tables.
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
     }
     Ok(request)
 }
@@ -212,7 +241,7 @@ mod tests {
 
     #[test]
     fn only_http_urls() {
-        let e = request(hyper::Method::GET, "GET", "https://h/metrics", None)
+        let e = request(hyper::Method::GET, "GET", "https://h/metrics", None, None)
             .expect_err("https refused");
         assert_eq!(
             e.to_string(),
@@ -223,9 +252,15 @@ mod tests {
             "POST",
             "http://[fd00::1]:9464/control/start",
             Some("{}"),
+            Some("abc"),
         )
         .expect("valid");
         assert_eq!(r.uri().port_u16(), Some(9464));
         assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(r.headers()[AUTHORIZATION], "Bearer abc");
+        assert!(r.headers()[AUTHORIZATION].is_sensitive());
+        let e = request(hyper::Method::GET, "GET", "http://h/x", None, Some("a\nb"))
+            .expect_err("a newline is no header");
+        assert!(!e.to_string().contains("a\nb"), "{e}");
     }
 }

@@ -33,6 +33,9 @@ pub struct Request<'a> {
     /// Without the query string.
     pub path: &'a str,
     pub body: &'a [u8],
+    /// The `Authorization` header's value, when there is one (readable text only): the shard
+    /// control API checks its bearer token.
+    pub authorization: Option<&'a str>,
 }
 
 /// An answer from [`Exposition::handle`].

@@ -14,7 +14,7 @@ use crate::{Exposition, Reply, Request};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -56,6 +56,7 @@ struct Closing {
     method: String,
     path: String,
     body: Bytes,
+    authorization: Option<String>,
 }
 
 async fn connection<E: Exposition>(stream: TcpStream, exposition: Arc<E>) {
@@ -81,6 +82,7 @@ async fn connection<E: Exposition>(stream: TcpStream, exposition: Arc<E>) {
                     method: &c.method,
                     path: &c.path,
                     body: &c.body,
+                    authorization: c.authorization.as_deref(),
                 });
             }
         }
@@ -158,6 +160,10 @@ async fn respond<E: Exposition>(
         method,
         path: head.uri.path(),
         body: &body,
+        authorization: head
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
     };
     let reply = route(&request, exposition);
     let close = !matches!(method, "GET" | "HEAD");
@@ -166,6 +172,7 @@ async fn respond<E: Exposition>(
             method: method.to_string(),
             path: request.path.to_string(),
             body: body.clone(),
+            authorization: request.authorization.map(str::to_string),
         });
     }
     response(reply, close)

@@ -223,6 +223,7 @@ impl View<'_> {
             .collect();
         let answers = fanout::each_indexed(
             &self.ctx.http,
+            &self.token(),
             &targets,
             self.ctx.config.control_timeout,
             |i, c| {
@@ -258,6 +259,7 @@ impl View<'_> {
         ));
         let answers = fanout::each(
             &self.ctx.http,
+            &self.token(),
             &targets,
             self.ctx.config.control_timeout,
             |c| async move { c.end().await },

@@ -46,6 +46,7 @@ impl View<'_> {
             }
             let answers = fanout::each(
                 &self.ctx.http,
+                &self.token(),
                 &targets,
                 self.ctx.config.control_timeout,
                 |c| async move { c.clock().await },

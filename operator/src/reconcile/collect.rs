@@ -24,6 +24,7 @@ use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use std::ops::ControlFlow;
 use std::time::Duration;
+use wsload_control::Token;
 use wsload_control::client::ShardClient;
 use wsload_http::http_client::Client;
 use wsload_spec::status::{Phase, ShardState, Verdict};
@@ -42,11 +43,13 @@ enum Collected {
     Store(StoreError),
 }
 
-/// The limits on collecting one shard: fetching its result, then telling it to go.
-#[derive(Clone, Copy)]
+/// How to ask one shard for its result, then tell it to go: the limits on each, and the
+/// test's token.
+#[derive(Clone)]
 struct CallLimits {
     result: Duration,
     control: Duration,
+    token: Token,
 }
 
 /// Why a result that cannot be stored fails the test.
@@ -69,10 +72,16 @@ async fn collect_one(
     limits: CallLimits,
 ) -> (u32, Collected) {
     let fetched = match &ip {
-        Some(ip) => ShardClient::with_http(http.clone(), ip, SHARD_PORT, limits.result)
-            .result()
-            .await
-            .map_err(|e| e.to_string()),
+        Some(ip) => ShardClient::with_http(
+            http.clone(),
+            ip,
+            SHARD_PORT,
+            limits.token.clone(),
+            limits.result,
+        )
+        .result()
+        .await
+        .map_err(|e| e.to_string()),
         None => Err("pod gone".to_string()),
     };
     let json = match fetched {
@@ -95,7 +104,7 @@ async fn collect_one(
     };
     // Stored: the shard may go. One that does not hear it exits after its linger.
     if let Some(ip) = &ip
-        && let Err(e) = ShardClient::with_http(http, ip, SHARD_PORT, limits.control)
+        && let Err(e) = ShardClient::with_http(http, ip, SHARD_PORT, limits.token, limits.control)
             .finish()
             .await
     {
@@ -110,6 +119,7 @@ impl View<'_> {
         let limits = CallLimits {
             result: self.ctx.config.result_timeout,
             control: self.ctx.config.control_timeout,
+            token: self.token(),
         };
         let calls: Vec<_> = self
             .shards_in(ShardState::Done)
@@ -121,7 +131,7 @@ impl View<'_> {
                     i,
                     self.apis.config_maps.clone(),
                     self.lt.clone(),
-                    limits,
+                    limits.clone(),
                 )
             })
             .collect();

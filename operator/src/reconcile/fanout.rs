@@ -5,16 +5,19 @@ use crate::names::SHARD_PORT;
 use futures_util::StreamExt;
 use std::future::Future;
 use std::time::Duration;
+use wsload_control::Token;
 use wsload_control::client::ShardClient;
 use wsload_http::http_client::Client;
 
 /// Requests in flight at most.
 const CONCURRENCY: usize = 32;
 
-/// Calls `call` on every shard of `targets` (index, pod IP) through `http`, at most
-/// [`CONCURRENCY`] at a time; the answers by shard index, in no particular order.
+/// Calls `call` on every shard of `targets` (index, pod IP) through `http`, with the test's
+/// `token`, at most [`CONCURRENCY`] at a time; the answers by shard index, in no particular
+/// order.
 pub(super) async fn each<T, F, Fut>(
     http: &Client,
+    token: &Token,
     targets: &[(u32, String)],
     timeout: Duration,
     call: F,
@@ -23,13 +26,14 @@ where
     F: Fn(ShardClient) -> Fut,
     Fut: Future<Output = T>,
 {
-    each_indexed(http, targets, timeout, |_, c| call(c)).await
+    each_indexed(http, token, targets, timeout, |_, c| call(c)).await
 }
 
 /// [`each`] with `call` told which shard it calls: for a request whose body differs by shard
 /// (each one's release instant on its own clock).
 pub(super) async fn each_indexed<T, F, Fut>(
     http: &Client,
+    token: &Token,
     targets: &[(u32, String)],
     timeout: Duration,
     call: F,
@@ -47,7 +51,7 @@ where
             let i = *i;
             let answer = call(
                 i,
-                ShardClient::with_http(http.clone(), ip, SHARD_PORT, timeout),
+                ShardClient::with_http(http.clone(), ip, SHARD_PORT, token.clone(), timeout),
             );
             async move { (i, answer.await) }
         })

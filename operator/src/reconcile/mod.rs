@@ -19,11 +19,12 @@ mod view;
 mod written;
 
 use crate::builders;
+use crate::control_key::ControlKey;
 use crate::metrics::Metrics;
 use crate::names::{self, MANAGER};
 use crate::pod_cache::PodCache;
 use crate::{Error, Result};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -45,6 +46,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Config,
+    /// Each test's control token is derived from it (control_key.rs).
+    pub control_key: ControlKey,
     /// One connection pool for every shard's control endpoint and every server's counter:
     /// each poll reuses a shard's kept-alive connection rather than opening one per shard
     /// per poll. Each call still has its own limit (`control_timeout`, `result_timeout`).
@@ -66,6 +69,7 @@ impl Context {
         recorder: Recorder,
         metrics: Arc<Metrics>,
         config: Config,
+        control_key: ControlKey,
     ) -> Context {
         Context {
             client,
@@ -73,6 +77,7 @@ impl Context {
             recorder,
             metrics,
             config,
+            control_key,
             http: Client::new(),
             settles: Mutex::new(HashMap::new()),
             clocks: Mutex::new(HashMap::new()),
@@ -126,6 +131,8 @@ struct Apis {
     pub(super) pods: Api<Pod>,
     pub(super) services: Api<Service>,
     pub(super) config_maps: Api<ConfigMap>,
+    /// Created only (the control token's): never read.
+    pub(super) secrets: Api<Secret>,
 }
 
 pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
@@ -146,6 +153,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         pods: Api::namespaced(ctx.client.clone(), &ns),
         services: Api::namespaced(ctx.client.clone(), &ns),
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
+        secrets: Api::namespaced(ctx.client.clone(), &ns),
     };
     ctx.pods.ready().await?;
     let written::Fresh { lt, restore } = written::fresh(&ctx, &apis.lts, lt).await?;

@@ -98,6 +98,7 @@ impl View<'_> {
         // shards one after another would take longer than a cell.
         let answers = fanout::each(
             &self.ctx.http,
+            &self.token(),
             targets,
             self.ctx.config.control_timeout,
             |c| async move { c.state().await },

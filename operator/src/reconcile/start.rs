@@ -15,7 +15,7 @@ use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -237,6 +237,10 @@ impl View<'_> {
             Ok(pods) => pods,
             Err(ended) => return self.fail(Reason::ShardFailed, ended).await,
         };
+        if !pods.create.is_empty() {
+            // Before any shard pod: a pod whose Secret is missing does not start.
+            self.create_control_secret().await?;
+        }
         self.create_shard_pods(std::mem::take(&mut pods.create))
             .await?;
         self.mark_ready(&pods.ready);
@@ -308,6 +312,25 @@ impl View<'_> {
             }
         }
         Ok(pods)
+    }
+
+    /// Creates the Secret holding the test's control token, which the shard pods mount. Create
+    /// only, never read: one that exists already (an earlier reconcile's) holds the same
+    /// derived token.
+    async fn create_control_secret(&self) -> Result<()> {
+        let secret = builders::control_secret(self.lt, &self.token());
+        match self
+            .apis
+            .secrets
+            .create(&PostParams::default(), &secret)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_already_exists() || status.code == 409 => {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Applies the missing shard pods, side by side: hundreds of pods must not take one round
@@ -425,6 +448,7 @@ impl View<'_> {
             .collect();
         let answers = fanout::each_indexed(
             &self.ctx.http,
+            &self.token(),
             &unreleased,
             self.ctx.config.control_timeout,
             |i, c| {

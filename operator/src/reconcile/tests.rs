@@ -223,6 +223,65 @@ async fn starting_creates_every_shard_pod() {
     assert_eq!(written(&api).message.as_deref(), Some("0/3 shards ready"));
 }
 
+/// The control Secret is created before any shard pod (a pod whose Secret is missing would
+/// not start), by a create, never a read; one that exists already (an earlier reconcile's,
+/// the same derived token) does not stop the shards; and shard pods that exist need none.
+#[tokio::test]
+async fn the_control_secret_is_created_before_the_shard_pods_and_never_read() {
+    let api = MockApi::default();
+    let lt = in_phase(external(2), Phase::Starting, NOW, ShardState::Pending);
+    reconcile_once(&api, lt.clone(), vec![])
+        .await
+        .expect("reconcile");
+    let calls = api.calls();
+    let secret = calls.iter().position(|c| c == "POST secrets");
+    let first_pod = calls.iter().position(|c| c.starts_with("PATCH pods/"));
+    assert!(
+        secret.is_some() && secret < first_pod,
+        "the Secret first: {calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.contains("secrets") && c != "POST secrets"),
+        "{calls:?}"
+    );
+
+    let again = MockApi::default();
+    again.refuse("secrets", 409);
+    reconcile_once(&again, lt.clone(), vec![])
+        .await
+        .expect("an existing Secret is fine");
+    let calls = again.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("PATCH pods/"))
+            .count(),
+        2,
+        "{calls:?}"
+    );
+
+    let refused = MockApi::default();
+    refused.refuse("secrets", 403);
+    assert!(reconcile_once(&refused, lt.clone(), vec![]).await.is_err());
+    assert!(
+        !refused.calls().iter().any(|c| c.starts_with("PATCH pods/")),
+        "no shard pod without its Secret"
+    );
+
+    let existing = MockApi::default();
+    let pods = vec![shard_pod(&lt, 0), shard_pod(&lt, 1)];
+    reconcile_once(&existing, lt, pods)
+        .await
+        .expect("reconcile");
+    assert!(
+        !existing.calls().iter().any(|c| c.contains("secrets")),
+        "{:?}",
+        existing.calls()
+    );
+}
+
 #[tokio::test]
 async fn a_shard_that_ends_before_the_start_fails_the_test() {
     let api = MockApi::default();

@@ -8,6 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use std::time::Duration;
+use wsload_control::Token;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase, ShardState, ShardStatus};
 
@@ -44,6 +45,13 @@ impl View<'_> {
 
     pub(super) fn test(&self) -> String {
         self.lt.name_any()
+    }
+
+    /// The test's control token, derived again at each use (control_key.rs): nothing to keep.
+    pub(super) fn token(&self) -> Token {
+        let ns = self.lt.namespace().unwrap_or_default();
+        let uid = self.lt.uid().unwrap_or_default();
+        self.ctx.control_key.token(&ns, &self.test(), &uid)
     }
 
     pub(super) fn deadline_passed(&self, limit: Duration) -> bool {

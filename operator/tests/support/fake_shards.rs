@@ -10,6 +10,8 @@
 //!   (the spec's, `Conductor::first`, read from the pod's [`var::LOADTEST`]), the cell runs for
 //!   [`FleetOpts::cell_duration`] from its `startAt`, then the shard is `between` with the
 //!   cell's summary; `cell`, `end`, `result`, `finish` as the real one answers them;
+//! - reads the test's control token from the Secret the pod mounts (as a kubelet would mount
+//!   it) and, as a real shard, answers no control request without it (401);
 //! - binds the pod to a node name (no Node object: nothing reads it) and writes its status as
 //!   a kubelet would: Running, Ready, its IP; after `POST /control/finish` the container
 //!   terminates with exit code 0 and the pod Succeeded, as a real shard exits;
@@ -29,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{EnvVar, Pod};
+use k8s_openapi::api::core::v1::{EnvVar, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -42,7 +44,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use wsload_contract::env as var;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
 use wsload_control::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
-use wsload_control::{CellKey, CellSummary, Conductor};
+use wsload_control::{CellKey, CellSummary, Conductor, Token};
 use wsload_http::prometheus_client::metrics::gauge::Gauge;
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
@@ -157,6 +159,8 @@ pub struct FakeFleet {
 /// calls to it, every shard served and the log.
 struct FleetState {
     pods: Api<Pod>,
+    /// Read for the control token a shard pod mounts.
+    secrets: Api<Secret>,
     namespace: String,
     opts: FleetOpts,
     api_slots: Semaphore,
@@ -197,7 +201,8 @@ impl FakeFleet {
         let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
         let shared = Arc::new(FleetState {
-            pods: Api::namespaced(client, namespace),
+            pods: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             api_slots: Semaphore::new(opts.api_concurrency.max(1)),
             work_slots: Semaphore::new(2),
@@ -333,6 +338,41 @@ fn env_value<'a>(env: &'a [EnvVar], name: &str) -> Option<&'a str> {
         .and_then(|e| e.value.as_deref())
 }
 
+/// The control token in the file `env` names, read from the Secret the pod mounts there, as
+/// the kubelet would have written it.
+async fn mounted_token(shared: &FleetState, pod: &Pod, env: &[EnvVar]) -> Result<Token, String> {
+    let file = env_value(env, var::CONTROL_TOKEN_FILE)
+        .ok_or_else(|| format!("{} is not set", var::CONTROL_TOKEN_FILE))?;
+    let (dir, key) = file
+        .rsplit_once('/')
+        .ok_or_else(|| format!("{file}: not a path"))?;
+    let spec = pod.spec.as_ref().ok_or("no spec")?;
+    let mount = spec
+        .containers
+        .first()
+        .and_then(|c| c.volume_mounts.as_ref())
+        .and_then(|ms| ms.iter().find(|m| m.mount_path == dir))
+        .ok_or_else(|| format!("nothing is mounted at {dir}"))?;
+    let secret = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .and_then(|v| v.secret.as_ref()?.secret_name.clone())
+        .ok_or_else(|| format!("volume {} is no Secret", mount.name))?;
+    let data = shared
+        .secrets
+        .get(&secret)
+        .await
+        .map_err(|e| format!("secret {secret}: {e}"))?
+        .data
+        .unwrap_or_default();
+    let bytes = data
+        .get(key)
+        .ok_or_else(|| format!("secret {secret} has no key {key}"))?;
+    Token::new(&String::from_utf8_lossy(&bytes.0)).map_err(|e| e.to_string())
+}
+
 /// Makes a new shard pod a served, Ready shard.
 async fn adopt(shared: Arc<FleetState>, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -368,6 +408,16 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
         .get(&index)
         .cloned()
         .unwrap_or_default();
+    let token = match mounted_token(&shared, &pod, &env).await {
+        Ok(t) => t,
+        Err(e) => {
+            // As a kubelet whose volume cannot be mounted: the container never starts.
+            shared.log(format!(
+                "pod {name}: control token not mounted: {e}; left Pending"
+            ));
+            return;
+        }
+    };
 
     let _slot = shared.api_slots.acquire().await;
     let mut bound = None;
@@ -405,6 +455,7 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
         ip: ip.clone(),
         target,
         behaviour: behaviour.clone(),
+        token,
         cell_duration: shared.opts.cell_duration,
         inner: Mutex::new(Inner {
             state,
@@ -557,6 +608,8 @@ struct FakeShard {
     ip: String,
     target: String,
     behaviour: Behaviour,
+    /// The test's control token, required of every control request.
+    token: Token,
     cell_duration: Duration,
     inner: Mutex<Inner>,
     server: Mutex<Option<JoinHandle<()>>>,
@@ -1005,13 +1058,17 @@ impl Exposition for Endpoint {
     }
 
     fn answered(&self, request: &Request<'_>) {
-        if endpoint::is_finish(request) {
+        if endpoint::is_finish(self, request) {
             self.0.finish();
         }
     }
 }
 
 impl ShardEndpoint for Endpoint {
+    fn token(&self) -> &Token {
+        &self.0.token
+    }
+
     fn state(&self) -> State {
         self.0.state()
     }

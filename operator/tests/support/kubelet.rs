@@ -13,6 +13,9 @@
 //!   `command` names a host program otherwise; env is resolved as a kubelet does (`$(VAR)`,
 //!   fieldRef, secretKeyRef, configMapKeyRef, envFrom); init containers are reported completed
 //!   without running (privileged sysctl tuning cannot run here);
+//! - mounts Secret volumes as a directory of its own per pod (each key a file, with the
+//!   volume's `defaultMode`), and, as a process cannot see the container's paths, rewrites an
+//!   env value under a mount's path to the same file under that directory;
 //! - writes status through the status subresource: phase, IPs, conditions, container statuses;
 //!   Ready follows the readiness probe (httpGet or tcpSocket, every 200 ms);
 //! - on exit applies `restartPolicy`; on deletion sends SIGTERM, SIGKILL after the grace
@@ -21,7 +24,8 @@
 //!   a loopback proxy spreading connections over the ready endpoints ([`super::proxy`]).
 //!
 //! Not modelled: liveness and startup probes, exec probes (taken as succeeding), taints,
-//! required pod affinity, resource requests, volumes, more than one container running.
+//! required pod affinity, resource requests, volumes other than Secrets, more than one
+//! container running.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -1394,6 +1398,16 @@ impl Run {
             .clone();
         let mut env = self.resolve_env(&c).await?;
         self.shared.route_services(&mut env).await?;
+        let mounts = self.mount_secrets(&c).await?;
+        for (_, value) in env.iter_mut() {
+            for (in_container, on_host) in &mounts {
+                if let Some(rest) = value.strip_prefix(in_container.as_str())
+                    && (rest.is_empty() || rest.starts_with('/'))
+                {
+                    *value = format!("{}{rest}", on_host.display());
+                }
+            }
+        }
         let lookup: HashMap<&str, &str> =
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
@@ -1423,6 +1437,53 @@ impl Run {
             env,
             probe,
         })
+    }
+
+    /// Writes the keys of each Secret volume the container mounts into a directory of this
+    /// pod's; each mount's path in the container and that directory.
+    async fn mount_secrets(&self, c: &Container) -> Result<Vec<(String, PathBuf)>, NotYet> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let volumes = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default();
+        let mut mounts = Vec::new();
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(source) = volumes
+                .iter()
+                .find(|v| v.name == m.name)
+                .and_then(|v| v.secret.as_ref())
+            else {
+                continue;
+            };
+            let name = source.secret_name.clone().unwrap_or_default();
+            let data = match self.secret(&name).await? {
+                Some(data) => data,
+                None if source.optional == Some(true) => BTreeMap::new(),
+                None => return Err(not_found("secret", &name)),
+            };
+            let dir = scratch_dir()
+                .join("volumes")
+                .join(&self.shared.namespace)
+                .join(&self.name)
+                .join(&m.name);
+            let failed =
+                |e: std::io::Error| ("CreateContainerConfigError", format!("mount {name}: {e}"));
+            std::fs::create_dir_all(&dir).map_err(failed)?;
+            let mode = source.default_mode.map_or(0o644, |m| m as u32);
+            for (key, value) in data {
+                let file = dir.join(&key);
+                // Written afresh at each start: a mode from an earlier run must not stop it.
+                let _ = std::fs::remove_file(&file);
+                std::fs::write(&file, value).map_err(failed)?;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+                    .map_err(failed)?;
+            }
+            mounts.push((m.mount_path.clone(), dir));
+        }
+        Ok(mounts)
     }
 
     async fn image_entrypoint(&self, image: &str) -> Result<PathBuf, NotYet> {

@@ -99,6 +99,9 @@ pub fn test_logs() {
 
 /// The operator in this process, scoped to namespace `ns` as the chart's namespaced mode runs
 /// it, until the handle is aborted.
+/// The operator's control key in these tests (the chart generates one per install).
+pub const CONTROL_KEY: &[u8] = b"operator-tests-control-key-0123456789";
+
 pub fn run_operator(
     client: kube::Client,
     ns: &str,
@@ -111,6 +114,7 @@ pub fn run_operator(
         namespace: Some(ns.to_string()),
         leader,
         config,
+        control_key: wsload_operator::control_key::ControlKey::from_bytes(CONTROL_KEY),
     };
     tokio::spawn(async move {
         if let Err(err) = wsload_operator::controller::run(client, opts).await {
