@@ -57,6 +57,16 @@ pub const MAX_SHARD_SHARE: u32 = 10_000_000;
 /// one Service, or local processes; far more than a test needs to saturate any client.
 pub const MAX_SERVER_REPLICAS: u32 = 1_000;
 
+/// Fewest bytes a connection limit (`connect.limits.*`) may be: a control frame and a
+/// handshake's worth of data fit.
+pub const MIN_LIMIT_BYTES: u32 = 1024;
+/// Most bytes a connection limit may be (1 GiB): beyond it one connection could hold more
+/// than a load generator's node, and sizes stay far from `u32`'s end.
+pub const MAX_LIMIT_BYTES: u32 = 1 << 30;
+/// `connect.limits.maxFrameBytes` above `maxMessageBytes`.
+pub const MSG_FRAME_OVER_MESSAGE: &str =
+    "must be at most maxMessageBytes: a frame is at most one message";
+
 /// Every metric a threshold may name, as in the error messages of both checkers.
 pub const KNOWN_METRICS: &str = Metric::NAMES;
 
@@ -380,6 +390,19 @@ pub fn server_rules(schema: &mut Schema) {
                 "must differ from port",
             ),
             ".metricsPort",
+        )],
+    );
+}
+
+pub fn connection_limits_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![at(
+            rule(
+                "!has(self.maxFrameBytes) || !has(self.maxMessageBytes) || self.maxFrameBytes <= self.maxMessageBytes",
+                MSG_FRAME_OVER_MESSAGE,
+            ),
+            ".maxFrameBytes",
         )],
     );
 }

@@ -522,6 +522,10 @@ pub struct ConnectSpec {
     /// Limit on TCP connect + upgrade + ready for one connection.
     #[serde(default = "default_connect_timeout")]
     pub timeout: Dur,
+    /// What one connection may hold for the server: the largest message and frame, and the
+    /// replies waiting to be written. See docs/loadtest.md, "Hostile servers".
+    #[serde(default)]
+    pub limits: crate::connection_limits::ConnectionLimits,
 }
 
 impl Default for ConnectSpec {
@@ -530,6 +534,7 @@ impl Default for ConnectSpec {
             batch_size: default_batch_size(),
             batch_interval: default_batch_interval(),
             timeout: default_connect_timeout(),
+            limits: Default::default(),
         }
     }
 }
