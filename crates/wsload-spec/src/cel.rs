@@ -120,6 +120,19 @@ pub fn duration_schema() -> Schema {
     })
 }
 
+/// A duration that must be above zero (a timeout): its text must hold a digit other than 0,
+/// and a bare number must be 1 or more. A second `pattern` (under `allOf`), not a CEL rule:
+/// the API server cannot bound a rule's cost on an int-or-string value. `validate.rs` says
+/// `must be above zero` for the same fields.
+pub fn positive_duration(schema: &mut Schema) {
+    let obj = schema.ensure_object();
+    obj.insert("minimum".into(), json!(1));
+    obj.insert("allOf".into(), json!([{ "pattern": NONZERO_PATTERN }]));
+}
+
+/// What every duration above zero contains.
+pub const NONZERO_PATTERN: &str = "[1-9]";
+
 /// Percentage text: `5%`, or a fraction as a string (`"0.05"`); bare 0 and 1 are whole
 /// numbers and pass.
 pub fn percent_schema() -> Schema {

@@ -61,11 +61,11 @@ fn default_max_pending_write() -> u32 {
 
 impl ConnectionLimits {
     /// The most one connection holds for its server, in bytes: a frame being read, a message
-    /// being reassembled (or inflated), and replies waiting to be written. The kernel's socket
-    /// buffers come on top.
+    /// being reassembled or inflated (its buffer grows by doubling, so up to twice the limit),
+    /// and replies waiting to be written. The kernel's socket buffers come on top.
     pub fn worst_case_bytes(&self) -> u64 {
         u64::from(self.max_frame_bytes)
-            + u64::from(self.max_message_bytes)
+            + 2 * u64::from(self.max_message_bytes)
             + u64::from(self.max_pending_write_bytes)
     }
 }

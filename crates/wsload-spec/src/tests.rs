@@ -486,7 +486,7 @@ fn connection_limits_default_to_the_old_fixed_ones_and_are_bounded() {
         ),
         (64 << 20, 16 << 20, 16 << 20)
     );
-    assert_eq!(l.worst_case_bytes(), 96 << 20);
+    assert_eq!(l.worst_case_bytes(), 160 << 20);
     let set = |limits: &str| {
         MINIMAL.replace(
             "scenario: throughput",
