@@ -7,6 +7,9 @@
 #   charts/wsload/dashboards/*.json
 #                        copies of dashboards/*.json: a chart can only read files inside
 #                        itself (.Files.Get), and templates/dashboards.yaml renders these
+#   docs/loadtest.md     its table of refused inputs ("What the API server rejects"), from
+#                        crds/tests/refused.yaml, the list the CRD's and `wsload validate`'s
+#                        tests run (`wsload-operator refused-inputs`); the rest is hand-written
 #   charts/wsload/values.schema.json
 #                        from the `# @schema` annotations and `# --` descriptions of
 #                        charts/wsload/values.yaml and the pieces in charts/wsload/schema/
@@ -62,6 +65,8 @@ cargo build --quiet --locked -p wsload-operator --bin wsload-operator
 OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/wsload-operator"
 
 generate crds/loadtest.yaml "$OPERATOR" crd
+# The refused inputs' table, spliced into the hand-written rest of the page.
+generate docs/loadtest.md "$OPERATOR" refused-inputs "$ROOT/crds/tests/refused.yaml" "$ROOT/docs/loadtest.md"
 
 # The chart's copies. Helm cannot read files outside the chart directory, so the chart carries
 # its own; the originals stay the source of truth.

@@ -115,6 +115,8 @@ pub struct Dialer {
     token: Token,
     tls: Option<(TlsConnector, ServerName<'static>)>,
     read_size: usize,
+    /// `connect.limits`: what each connection may hold for the server.
+    limits: wsload_ws::Limits,
     /// The LoadTest's conversation, if it has one: its steps run after the upgrade.
     script: Arc<Script>,
     /// `message.size`, what `${pad}` fills a step's message to.
@@ -175,6 +177,15 @@ fn read_buffer(spec: &LoadTestSpec) -> usize {
         .unwrap_or(0)
         .max(spec.message.size) as usize;
     (largest.saturating_mul(spec.window as usize)).clamp(READ_BUFFER, MAX_READ_BUFFER)
+}
+
+/// The spec's `connect.limits` as the WebSocket client takes them.
+fn limits(l: &wsload_spec::ConnectionLimits) -> wsload_ws::Limits {
+    wsload_ws::Limits {
+        max_message: l.max_message_bytes,
+        max_frame: l.max_frame_bytes,
+        max_pending_write: l.max_pending_write_bytes,
+    }
 }
 
 fn idle_heavy(s: wsload_spec::Scenario) -> bool {
@@ -412,6 +423,7 @@ impl Dialer {
             },
             tls,
             read_size: read_buffer(spec),
+            limits: limits(&spec.connect.limits),
             script,
             size: spec.message.size as usize,
         })
@@ -618,7 +630,7 @@ impl Dialer {
                     .map_err(|e| tls_error(&e))?,
             )),
         };
-        let mut ws = Ws::new(io, self.read_size);
+        let mut ws = Ws::with_limits(io, self.read_size, self.limits);
         let (request, accept) = self.request(n);
         let offer = Offer {
             protocols: self.protocols.as_deref(),

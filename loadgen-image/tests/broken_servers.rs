@@ -7,12 +7,14 @@ mod common;
 use common::{only, run, spec};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wsload::measure::{ConnectError, Dropped};
 use wsload::report::CellResult;
+use wsload_contract::env as var;
 use wsload_ws::test_server::{accept_for, response_101};
 
 /// A listener on an ephemeral loopback port whose every connection `handle` serves on a
@@ -120,22 +122,33 @@ fn evidence<'a>(c: &'a CellResult, label: &str) -> &'a str {
         .map_or("", String::as_str)
 }
 
+/// Zeros: after a frame header, its payload, without end.
+fn zeros() -> Vec<u8> {
+    vec![0u8; 64 * 1024]
+}
+
 /// One connection held against a server that upgrades it and sends `bytes`: the cell, and
-/// what the server read back. With `flood`, the server keeps sending zeros after them until
-/// it reads the client's close frame, then ends its side of the stream, as a server does.
-fn violation(name: &str, bytes: &'static [u8], flood: bool) -> (CellResult, Closed) {
+/// what the server read back. With `flood`, the server keeps sending what it makes (zeros,
+/// frames) after them until it reads the client's close frame, then ends its side of the
+/// stream, as a server does. `extra`: more lines of the spec.
+fn violation(
+    name: &str,
+    bytes: &'static [u8],
+    flood: Option<fn() -> Vec<u8>>,
+    extra: &str,
+) -> (CellResult, Closed) {
     let (port, rx) = serve(move |mut s, tx| {
         upgrade(&mut s);
         s.write_all(bytes).expect("the violation");
         let stop = Arc::new(AtomicBool::new(false));
         // The flood's end: `false` if a write failed (the client reset the connection).
-        let flooding = flood.then(|| {
+        let flooding = flood.map(|make| {
             let mut w = s.try_clone().expect("clone");
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let zeros = vec![0u8; 64 * 1024];
+                let chunk = make();
                 while !stop.load(Ordering::Relaxed) {
-                    if w.write_all(&zeros).is_err() {
+                    if w.write_all(&chunk).is_err() {
                         return false;
                     }
                 }
@@ -156,7 +169,7 @@ fn violation(name: &str, bytes: &'static [u8], flood: bool) -> (CellResult, Clos
     let r = run(&spec(
         name,
         &format!(
-            "{}  scenario: sustainedHold\n  connections: [1]\n  duration: 2s\n",
+            "{}  scenario: sustainedHold\n  connections: [1]\n  duration: 2s\n{extra}",
             target(port)
         ),
     ));
@@ -168,7 +181,7 @@ fn violation(name: &str, bytes: &'static [u8], flood: bool) -> (CellResult, Clos
 
 /// Before: counted as `reset`, no evidence, and no close frame reached the server.
 fn assert_protocol_error(name: &str, bytes: &'static [u8], code: u16, rule: &str) {
-    let (c, closed) = violation(name, bytes, false);
+    let (c, closed) = violation(name, bytes, None, "");
     assert_eq!(dropped(&c, Dropped::ProtocolError), 1, "{name}");
     assert_eq!(c.measure.counts.dropped_total(), 1, "{name}");
     assert!(
@@ -236,7 +249,7 @@ fn close_code_1005_on_the_wire_is_closed_with_1002() {
 #[test]
 fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
     const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0x40, 0, 0, 0];
-    let (c, closed) = violation("gib", &HEADER, true);
+    let (c, closed) = violation("gib", &HEADER, Some(zeros), "");
     assert_eq!(dropped(&c, Dropped::MessageTooBig), 1);
     assert_eq!(c.measure.counts.dropped_total(), 1);
     let e = evidence(&c, "message_too_big");
@@ -260,7 +273,7 @@ fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
 /// Before: counted as `server_close` with no code at all.
 #[test]
 fn a_close_without_a_status_is_a_server_close_coded_1005() {
-    let (c, closed) = violation("close-no-status", &[0x88, 0x00], false);
+    let (c, closed) = violation("close-no-status", &[0x88, 0x00], None, "");
     assert_eq!(dropped(&c, Dropped::ServerClose), 1);
     assert_eq!(c.measure.counts.dropped_total(), 1);
     assert_eq!(c.measure.counts.close_codes.get("1005"), Some(&1));
@@ -442,4 +455,353 @@ fn a_blast_stalled_by_its_own_unread_echoes_is_not_the_servers_fault() {
     // It did send, and did stall: judged without the unread answers, this same run ends both
     // connections as `server_not_reading` after a second.
     assert!(c.measure.counts.bytes_sent > 0);
+}
+
+// --- hostile servers: what one connection may be made to hold (`connect.limits`) --------
+
+/// `wsload run` of `body` as a child process, so its memory is its own: the result, its peak
+/// resident memory in KiB (`VmHWM`, as last read from /proc before it exited) and how long it
+/// ran.
+fn run_child(name: &str, body: &str) -> (wsload::report::RunResult, u64, Duration) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("broken-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let file = dir.join("lt.yaml");
+    let out = dir.join("result.json");
+    std::fs::write(
+        &file,
+        format!("apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{body}"),
+    )
+    .expect("write the spec");
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsload"))
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .env(var::THREADS, "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("wsload starts");
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for wsload") {
+            break status;
+        }
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kib = peak_kib.max(kib);
+        }
+        if start.elapsed() > common::WATCHDOG {
+            let _ = child.kill();
+            panic!("{name}: wsload did not exit within the watchdog");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let elapsed = start.elapsed();
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("{name}: no result ({status}): {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let r: wsload::report::RunResult = serde_json::from_str(&text).expect("a wsload result");
+    for c in &r.cells {
+        eprintln!("{name}: {:?}", c.measure.counts);
+    }
+    eprintln!(
+        "{name}: peak RSS {} KiB, {:.2} s",
+        peak_kib,
+        elapsed.as_secs_f64()
+    );
+    (r, peak_kib, elapsed)
+}
+
+/// The held connections of a spec against `port`: `conns` connections held for `secs`.
+fn hold(port: u16, conns: u32, secs: u32, extra: &str) -> String {
+    format!(
+        "{}  scenario: sustainedHold\n  connections: [{conns}]\n  duration: {secs}s\n{extra}",
+        target(port)
+    )
+}
+
+/// What the same process peaks at against a server that upgrades and says nothing: the
+/// baseline the hostile cases' memory is compared with.
+fn quiet_peak_kib() -> u64 {
+    static PEAK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PEAK.get_or_init(|| {
+        let (port, _rx) = serve::<()>(|mut s, _| {
+            upgrade(&mut s);
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        let (_, peak, _) = run_child("quiet", &hold(port, 2, 3, ""));
+        peak
+    })
+}
+
+/// A frame over the connection's own `maxFrameBytes` (64 KiB here, one byte over): closed
+/// with 1009 from its header alone, as the 1 GiB one is against the default.
+#[test]
+fn a_frame_over_max_frame_bytes_is_message_too_big_closed_with_1009() {
+    const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0, 1, 0, 1];
+    let (c, closed) = violation(
+        "frame-limit",
+        &HEADER,
+        Some(zeros),
+        "  connect: {limits: {maxFrameBytes: 65536}}\n",
+    );
+    assert_eq!(dropped(&c, Dropped::MessageTooBig), 1);
+    assert_eq!(c.measure.counts.dropped_total(), 1);
+    let e = evidence(&c, "message_too_big");
+    assert!(
+        e.contains("65537 > 65536") && e.contains("close 1009 sent"),
+        "{e}"
+    );
+    assert_eq!(
+        closed,
+        Closed {
+            code: Some(1009),
+            fin: true
+        }
+    );
+}
+
+/// Continuation frames of 16 KiB, four at a time, none with FIN.
+fn continuations() -> Vec<u8> {
+    let mut one = vec![0x00, 126, 0x40, 0x00];
+    one.resize(4 + 16 * 1024, b'x');
+    one.repeat(4)
+}
+
+/// A fragmented message that never sets FIN: the reassembly stops at `maxMessageBytes`
+/// (1 MiB here) with 1009, and the server reads the close.
+#[test]
+fn an_endless_fragmented_message_is_message_too_big_closed_with_1009() {
+    let (c, closed) = violation(
+        "endless-fragments",
+        &[0x02, 0x00],
+        Some(continuations),
+        "  connect: {limits: {maxMessageBytes: 1048576, maxFrameBytes: 65536}}\n",
+    );
+    assert_eq!(
+        dropped(&c, Dropped::MessageTooBig),
+        1,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.dropped_total(), 1);
+    let e = evidence(&c, "message_too_big");
+    // 64 continuations of 16 KiB fill the limit; the 65th passes it.
+    assert!(
+        e.contains(&format!("{} > 1048576", 1048576 + 16 * 1024)) && e.contains("close 1009 sent"),
+        "{e}"
+    );
+    assert_eq!(
+        closed,
+        Closed {
+            code: Some(1009),
+            fin: true
+        }
+    );
+}
+
+/// A server flooding continuations without end, and never reading: the peak memory of the
+/// load generator follows `maxMessageBytes`. At 1 MiB it stays near the quiet baseline; at
+/// the default 64 MiB it grows by about that much per connection before 1009 ends it.
+#[test]
+fn the_message_limit_bounds_the_memory_an_endless_message_takes() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let _ = s.write_all(&[0x02, 0x00]);
+        let chunk = continuations();
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let quiet = quiet_peak_kib();
+    let measure = |name: &str, limits: &str| {
+        let (r, peak, elapsed) = run_child(name, &hold(port, 2, 3, limits));
+        let c = only(&r);
+        assert_eq!(
+            dropped(c, Dropped::MessageTooBig),
+            2,
+            "{name}: {:?}",
+            c.measure.counts
+        );
+        assert!(elapsed < Duration::from_secs(3 + 10), "{name}: {elapsed:?}");
+        peak
+    };
+    let small = measure(
+        "fragments-1m",
+        "  connect: {limits: {maxMessageBytes: 1048576, maxFrameBytes: 65536}}\n",
+    );
+    let default = measure("fragments-64m", "");
+    eprintln!("peak RSS: quiet {quiet} KiB, 1 MiB limit {small} KiB, 64 MiB limit {default} KiB");
+    // Two connections of 1 MiB each, and the buffers they grew in: a few MiB over quiet.
+    assert!(
+        small < quiet + 16 * 1024,
+        "quiet {quiet} KiB, 1 MiB limit {small} KiB"
+    );
+    // The default lets each reach 64 MiB (the buffer doubling as it grows may hold more).
+    assert!(
+        default > small + 64 * 1024,
+        "1 MiB {small} KiB, 64 MiB {default} KiB"
+    );
+}
+
+/// A server that accepts TCP and then answers the upgrade one byte every 100 ms, without
+/// end: `connect.timeout` (1 s) ends each attempt as `timeout`, though bytes keep arriving.
+#[test]
+fn a_trickled_handshake_is_a_timeout_at_connect_timeout() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        let _ = read_request(&mut s);
+        let head = b"HTTP/1.1 101 Switching Protocols\r\nX-Trickle: ";
+        for b in head.iter().chain(std::iter::repeat(&b'a')) {
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let start = Instant::now();
+    let r = run(&spec(
+        "trickle",
+        &format!(
+            "{}  scenario: connectionStorm\n  connections: [3]\n  connect: {{timeout: 1s}}\n",
+            target(port)
+        ),
+    ));
+    let elapsed = start.elapsed();
+    let c = only(&r);
+    assert_eq!(
+        failed(c, ConnectError::Timeout),
+        3,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.connected, 0);
+    // One deadline, not one per byte: the run lasts about the timeout, not forever.
+    assert!(elapsed >= Duration::from_secs(1), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(1 + 8), "{elapsed:?}");
+}
+
+/// A server that accepts TCP, reads the upgrade and never answers: `timeout` as well.
+#[test]
+fn a_handshake_never_answered_is_a_timeout_at_connect_timeout() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        let _ = read_request(&mut s);
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let start = Instant::now();
+    let r = run(&spec(
+        "silent-upgrade",
+        &format!(
+            "{}  scenario: connectionStorm\n  connections: [3]\n  connect: {{timeout: 1s}}\n",
+            target(port)
+        ),
+    ));
+    let elapsed = start.elapsed();
+    let c = only(&r);
+    assert_eq!(
+        failed(c, ConnectError::Timeout),
+        3,
+        "{:?}",
+        c.measure.counts
+    );
+    assert!(elapsed < Duration::from_secs(1 + 8), "{elapsed:?}");
+}
+
+/// 512 pings of 125 bytes, ready to be written in one go.
+fn pings() -> Vec<u8> {
+    let mut one = vec![0x89, 125];
+    one.resize(2 + 125, b'p');
+    one.repeat(512)
+}
+
+/// A server that floods pings and reads nothing: the pongs back up past the socket buffers,
+/// then past `maxPendingWriteBytes` (64 KiB here), and each connection ends as
+/// `server_not_reading` well before the cell's end; memory stays near the quiet baseline.
+/// Before: the pongs queued without bound for as long as the cell lasted.
+#[test]
+fn a_ping_flood_that_never_reads_is_server_not_reading_at_max_pending_write_bytes() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let chunk = pings();
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let quiet = quiet_peak_kib();
+    let (r, peak, elapsed) = run_child(
+        "ping-flood",
+        &hold(
+            port,
+            2,
+            6,
+            "  writeTimeout: 30s\n  connect: {limits: {maxPendingWriteBytes: 65536}}\n",
+        ),
+    );
+    let c = only(&r);
+    assert_eq!(
+        dropped(c, Dropped::ServerNotReading),
+        2,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.dropped_total(), 2);
+    let e = evidence(c, "server_not_reading");
+    assert!(e.contains("maxPendingWriteBytes"), "{e}");
+    assert!(
+        c.measured_secs < 5.0,
+        "the connections ended long before the 6 s deadline: {} s",
+        c.measured_secs
+    );
+    assert!(elapsed < Duration::from_secs(6 + 10), "{elapsed:?}");
+    assert!(
+        peak < quiet + 16 * 1024,
+        "quiet {quiet} KiB, ping flood {peak} KiB"
+    );
+}
+
+/// Tiny text frames ("x"), 64 KiB of them at a time.
+fn tiny_messages() -> Vec<u8> {
+    [0x81u8, 0x01, b'x'].repeat(64 * 1024 / 3)
+}
+
+/// A server that floods small messages as fast as it can: nothing is an error, the cell ends
+/// at its deadline, the frames are counted as unsolicited (never as received or answers), and
+/// memory stays near the quiet baseline.
+#[test]
+fn a_flood_of_small_messages_is_counted_unsolicited_and_ends_on_time() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let chunk = tiny_messages();
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let quiet = quiet_peak_kib();
+    let (r, peak, elapsed) = run_child("message-flood", &hold(port, 2, 3, ""));
+    let c = only(&r);
+    assert_eq!(
+        c.measure.counts.dropped_total(),
+        0,
+        "{:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.survived, 2);
+    assert_eq!(c.measure.counts.received, 0);
+    let text = c
+        .measure
+        .counts
+        .unsolicited
+        .get(&wsload::measure::FrameKind::Text)
+        .copied()
+        .unwrap_or_default();
+    assert!(text.frames > 100_000, "{text:?}");
+    assert_eq!(text.bytes, text.frames, "one byte each");
+    assert!(c.measured_secs < 3.0 + 2.0, "{} s", c.measured_secs);
+    assert!(elapsed < Duration::from_secs(3 + 10), "{elapsed:?}");
+    assert!(
+        peak < quiet + 16 * 1024,
+        "quiet {quiet} KiB, flood {peak} KiB"
+    );
 }

@@ -88,6 +88,40 @@ enum Command {
     },
     /// Print the LoadTest CustomResourceDefinition (YAML).
     Crd,
+    /// Print DOC (docs/loadtest.md) with its table of refused inputs rendered from CASES
+    /// (crds/tests/refused.yaml): scripts/generate.sh keeps the table in step with the list
+    /// the CRD's tests run.
+    #[command(hide = true)]
+    RefusedInputs {
+        cases: std::path::PathBuf,
+        doc: std::path::PathBuf,
+    },
+}
+
+/// Why the refused-inputs table could not be rendered.
+#[derive(Debug, thiserror::Error)]
+enum DocError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Refused(#[from] wsload_spec::refused::RefusedError),
+}
+
+/// DOC with the refused-inputs table rendered from CASES (scripts/generate.sh runs it).
+fn refused_inputs_doc(cases: &std::path::Path, doc: &std::path::Path) -> Result<String, DocError> {
+    use wsload_spec::refused::{RefusedInputs, splice_table};
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|source| DocError::Read {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let list = RefusedInputs::parse(&read(cases)?)?;
+    Ok(splice_table(&read(doc)?, &list.markdown())?)
 }
 
 fn main() -> ExitCode {
@@ -96,6 +130,16 @@ fn main() -> ExitCode {
         Command::Crd => match wsload_operator::crd::yaml() {
             Ok(y) => {
                 print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("wsload-operator: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::RefusedInputs { cases, doc } => match refused_inputs_doc(&cases, &doc) {
+            Ok(text) => {
+                print!("{text}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -1,6 +1,6 @@
-//! The CRD against a real API server (`support::cluster`): nonsense is rejected with a message
-//! naming the field, `wsload validate` (the Rust checker) rejects the same input for the same
-//! reason, every example is accepted and reads back exactly as `wsload run` reads it, and a
+//! The CRD against a real API server (`support::cluster`): nonsense (the list of refused
+//! inputs, `crds/tests/refused.yaml`) is rejected with a message naming the field, `wsload
+//! validate` (the Rust checker) rejects the same input for the same reason, every example is accepted and reads back exactly as `wsload run` reads it, and a
 //! started test's spec cannot change.
 
 mod support;
@@ -8,398 +8,21 @@ mod support;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use wsload_spec::{LoadTest, LoadTestResource, cel};
+use wsload_spec::refused::{self, RefusedInput, RefusedInputs};
+use wsload_spec::{LoadTest, LoadTestResource};
 
-/// One bad input: a spec (the lines under `spec:`), the field the error must name, and a
-/// phrase each checker's message must contain.
-struct Case {
-    what: &'static str,
-    name: &'static str,
-    spec: &'static str,
-    field: &'static str,
-    server: &'static str,
-    /// What `wsload validate` says; `None` where only the cluster refuses (see docs).
-    rust: Option<(&'static str, &'static str)>,
+/// The refused inputs (`crds/tests/refused.yaml`, shared with `wsload validate`'s test and the
+/// docs' table).
+fn cases() -> Vec<RefusedInput> {
+    let path = support::cluster::workspace_root().join(refused::PATH);
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    RefusedInputs::parse(&text)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .cases
 }
 
 const SERVER: &str = "  target: {server: {}}\n";
-
-const fn case(
-    what: &'static str,
-    spec: &'static str,
-    field: &'static str,
-    server: &'static str,
-    rust: Option<(&'static str, &'static str)>,
-) -> Case {
-    Case {
-        what,
-        name: "bad",
-        spec,
-        field,
-        server,
-        rust,
-    }
-}
-
-fn cases() -> Vec<Case> {
-    let same = |field, phrase| Some((field, phrase));
-    vec![
-        case(
-            "zero shards",
-            "  target: {server: {}}\n  scenario: throughput\n  shards: 0\n",
-            "spec.shards",
-            "should be greater than or equal to 1",
-            same("spec.shards", "must be at least 1"),
-        ),
-        case(
-            "empty target",
-            "  target: {}\n  scenario: throughput\n",
-            "spec.target",
-            "set url (e.g. ws://host:8080/) or server: {} for the reference server",
-            same("spec.target", "set url (e.g. ws://host:8080/) or server"),
-        ),
-        case(
-            "both url and managed server",
-            "  target: {url: 'ws://h:1/', server: {}}\n  scenario: throughput\n",
-            "spec.target",
-            "set either url (an external server) or server (a managed one), not both",
-            same("spec.target", "set either url"),
-        ),
-        case(
-            "url scheme not ws:// or wss://",
-            "  target: {url: 'http://h:1/'}\n  scenario: throughput\n",
-            "spec.target.url",
-            "\"http://h:1/\" must start with ws:// or wss://",
-            same("spec.target.url", "must start with ws:// or wss://"),
-        ),
-        case(
-            "url port out of range",
-            "  target: {url: 'ws://h:99999/'}\n  scenario: throughput\n",
-            "spec.target.url",
-            "is not a target URL",
-            same("spec.target.url", "has port \"99999\""),
-        ),
-        case(
-            "url with an unclosed IPv6 bracket",
-            "  target: {url: 'ws://[::1/'}\n  scenario: throughput\n",
-            "spec.target.url",
-            "is not a target URL",
-            same("spec.target.url", "without its closing ']'"),
-        ),
-        case(
-            "url without a host",
-            "  target: {url: 'ws:///x'}\n  scenario: throughput\n",
-            "spec.target.url",
-            "\"ws:///x\" has no host",
-            same("spec.target.url", "has no host"),
-        ),
-        case(
-            "threshold on an unknown metric",
-            "  target: {server: {}}\n  scenario: throughput\n  thresholds: ['p99 < 5ms']\n",
-            "spec.thresholds[0]",
-            "unknown metric in \"p99 < 5ms\"; known: rtt.<stat>",
-            same("spec.thresholds[0]", "unknown metric \"p99\""),
-        ),
-        case(
-            "threshold without a comparison",
-            "  target: {server: {}}\n  scenario: throughput\n  thresholds: ['rtt.p99 5ms']\n",
-            "spec.thresholds[0]",
-            "has no comparison; write METRIC < VALUE",
-            same("spec.thresholds[0]", "has no comparison"),
-        ),
-        case(
-            "latency threshold without a unit",
-            "  target: {server: {}}\n  scenario: throughput\n  thresholds: ['rtt.p99 < 5']\n",
-            "spec.thresholds[0]",
-            "needs a time unit: us, ms or s",
-            same("spec.thresholds[0]", "needs a time unit"),
-        ),
-        case(
-            "a shard's share above 10,000,000 connections",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [25000000]\n  shards: 2\n",
-            "spec.shards",
-            "above 10000000 connections per shard",
-            same(
-                "spec.shards",
-                "is 12500000 per shard, above the 10000000 one process may hold; use shards: 3",
-            ),
-        ),
-        case(
-            "a tier above 100,000,000 connections",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [100000001]\n  shards: 20\n",
-            "spec.connections[0]",
-            "should be less than or equal to 100000000",
-            same(
-                "spec.connections[0]",
-                "100000001 connections; at most 100000000 in one tier",
-            ),
-        ),
-        case(
-            "limit.max above 100,000,000 connections",
-            "  target: {server: {}}\n  scenario: connectionLimit\n  limit: {max: 100000001}\n  shards: 20\n",
-            "spec.limit.max",
-            "should be less than or equal to 100000000",
-            same("spec.limit.max", "100000001 connections; at most 100000000"),
-        ),
-        case(
-            "more than 5,000 shards",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [10000]\n  shards: 5001\n",
-            "spec.shards",
-            "should be less than or equal to 5000",
-            same("spec.shards", "5001 shards; at most 5000"),
-        ),
-        case(
-            "zero server replicas",
-            "  target: {server: {replicas: 0}}\n  scenario: throughput\n",
-            "spec.target.server.replicas",
-            "should be greater than or equal to 1",
-            same("spec.target.server.replicas", "must be at least 1"),
-        ),
-        case(
-            "more than 1,000 server replicas",
-            "  target: {server: {replicas: 1001}}\n  scenario: throughput\n",
-            "spec.target.server.replicas",
-            "should be less than or equal to 1000",
-            same("spec.target.server.replicas", "1001 replicas; at most 1000"),
-        ),
-        case(
-            "more connections than the listed source addresses carry",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [5000]\n  sources: {addresses: [10.0.0.1], perAddress: 1000}\n",
-            "spec.sources.addresses",
-            "cannot carry the connections per shard",
-            same(
-                "spec.sources.addresses",
-                "cannot carry 5000 connections per shard",
-            ),
-        ),
-        case(
-            "fewer connections than shards",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [3]\n  shards: 4\n",
-            "spec.connections",
-            "cannot be split over more shards",
-            same("spec.connections[0]", "cannot be split over 4 shards"),
-        ),
-        case(
-            "a tier of zero connections",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [0]\n",
-            "spec.connections[0]",
-            "should be greater than or equal to 1",
-            same("spec.connections[0]", "must be at least 1"),
-        ),
-        case(
-            "more than 64 tiers",
-            "  target: {server: {}}\n  scenario: throughput\n  connections: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65]\n",
-            "spec.connections",
-            "must have at most 64 items",
-            same("spec.connections", "65 tiers; at most 64"),
-        ),
-        case(
-            "unknown scenario",
-            "  target: {server: {}}\n  scenario: fast\n",
-            "spec.scenario",
-            "Unsupported value: \"fast\"",
-            same("spec.scenario", "unknown variant `fast`"),
-        ),
-        case(
-            "unknown spread",
-            "  target: {server: {}}\n  scenario: throughput\n  loadgen: {spread: everywhere}\n",
-            "spec.loadgen.spread",
-            "Unsupported value: \"everywhere\"",
-            same("spec.loadgen.spread", "unknown variant `everywhere`"),
-        ),
-        case(
-            "unknown imagePullPolicy",
-            "  target: {server: {imagePullPolicy: Sometimes}}\n  scenario: throughput\n",
-            "spec.target.server.imagePullPolicy",
-            "Unsupported value: \"Sometimes\"",
-            same(
-                "spec.target.server.imagePullPolicy",
-                "unknown variant `Sometimes`",
-            ),
-        ),
-        case(
-            "misspelt field",
-            "  target: {server: {}}\n  scenario: throughput\n  conections: [5]\n",
-            "spec.conections",
-            // Server-side apply's wording; `kubectl apply` (client side) gets
-            // `strict decoding error: unknown field "spec.conections"`.
-            "field not declared in schema",
-            same("spec", "unknown field `conections`"),
-        ),
-        case(
-            "duration that is not one",
-            "  target: {server: {}}\n  scenario: throughput\n  duration: soon\n",
-            "spec.duration",
-            "should match",
-            same("spec.duration", "is not a duration"),
-        ),
-        case(
-            "negative duration",
-            "  target: {server: {}}\n  scenario: throughput\n  duration: -5\n",
-            "spec.duration",
-            "should be greater than or equal to 0",
-            same("spec.duration", "negative"),
-        ),
-        case(
-            "bare fraction for a percentage",
-            "  target: {server: {}}\n  scenario: connectionLimit\n  limit: {maxErrorRate: 0.05}\n",
-            "spec.limit.maxErrorRate",
-            "must be of type integer,string",
-            None,
-        ),
-        case(
-            "limit.max below limit.start",
-            "  target: {server: {}}\n  scenario: connectionLimit\n  limit: {start: 5000, max: 100}\n",
-            "spec.limit.max",
-            "must be at least limit.start",
-            same("spec.limit.max", "must be at least limit.start (5000)"),
-        ),
-        case(
-            "protocol not matching the managed server",
-            "  target: {server: {profile: wse}}\n  scenario: throughput\n",
-            "spec.protocol",
-            "does not match the managed server's profile",
-            same(
-                "spec.protocol",
-                "does not match the managed server's profile \"wse\"",
-            ),
-        ),
-        case(
-            "constantRate without a rate",
-            "  target: {server: {}}\n  scenario: constantRate\n",
-            "spec.rate",
-            "constantRate needs rate.messagesPerSecond or rate.stages",
-            same("spec.rate", "constantRate needs rate.messagesPerSecond"),
-        ),
-        case(
-            "zero rate",
-            "  target: {server: {}}\n  scenario: constantRate\n  rate: {messagesPerSecond: 0}\n",
-            "spec.rate.messagesPerSecond",
-            "should be greater than 0",
-            same("spec.rate.messagesPerSecond", "must be a positive number"),
-        ),
-        case(
-            "JWT secret from nowhere",
-            "  target: {server: {}}\n  scenario: throughput\n  auth: {jwt: {secret: {}}}\n",
-            "spec.auth.jwt.secret",
-            "set exactly one of value, fromEnv or secretRef",
-            same(
-                "spec.auth.jwt.secret",
-                "set exactly one of value, fromEnv or secretRef",
-            ),
-        ),
-        case(
-            "TLS settings on a ws:// url",
-            "  target: {url: 'ws://h:1/'}\n  scenario: throughput\n  tls: {insecureSkipVerify: true}\n",
-            "spec.tls",
-            "TLS settings need a wss:// target url",
-            same("spec.tls", "TLS settings need a wss:// target url"),
-        ),
-        case(
-            "payload size 0",
-            "  target: {server: {}}\n  scenario: throughput\n  message: {size: 0}\n",
-            "spec.message.size",
-            "should be greater than or equal to 1",
-            same("spec.message.size", "must be at least 1 byte"),
-        ),
-        case(
-            "compression level 10",
-            "  target: {server: {}}\n  scenario: throughput\n  message: {compressionLevel: 10}\n",
-            "spec.message.compressionLevel",
-            "should be less than or equal to 9",
-            same("spec.message.compressionLevel", "must be 0-9"),
-        ),
-        case(
-            "a step that both sends and expects",
-            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}, expect: {prefix: y}}\n",
-            "spec.conversation.open[0]",
-            cel::MSG_STEP_KIND,
-            same("spec.conversation.open[0]", "set send or expect, not both"),
-        ),
-        case(
-            "a message both text and binary",
-            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x, binary: y}}\n",
-            "spec.conversation.open[0].send",
-            cel::MSG_ONE_PAYLOAD,
-            same("spec.conversation.open[0].send", "set exactly one of text"),
-        ),
-        case(
-            "a capture on a step that only sends",
-            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}, capture: {sid: {json: sid}}}\n",
-            "spec.conversation.open[0].capture",
-            cel::MSG_CAPTURE_NEEDS_EXPECT,
-            same(
-                "spec.conversation.open[0].capture",
-                "captures read the expected message",
-            ),
-        ),
-        case(
-            "a reply to every message",
-            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    replies:\n    - {when: {}, send: {text: '3'}}\n",
-            "spec.conversation.replies[0].when",
-            cel::MSG_MATCH_EMPTY,
-            same("spec.conversation.replies[0].when", cel::MSG_MATCH_EMPTY),
-        ),
-        case(
-            "an answer id the message does not carry",
-            "  target: {server: {}}\n  scenario: pingpong\n  conversation:\n    message: {text: '{\"id\":1}', answer: {id: {json: id}}}\n",
-            "spec.conversation.message.answer.id",
-            cel::MSG_ID_NEEDS_SEQ,
-            same("spec.conversation.message.answer.id", "carries no ${seq}"),
-        ),
-        case(
-            "two steps of one name",
-            "  target: {server: {}}\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n    - {name: a, send: {text: y}}\n",
-            "spec.conversation.open",
-            cel::MSG_STEP_NAMES,
-            same("spec.conversation.open[1].name", "give each step its own"),
-        ),
-        case(
-            "a conversation over the WSE protocol",
-            "  target: {url: 'ws://h:1/'}\n  protocol: wse\n  scenario: sustainedHold\n  conversation:\n    open:\n    - {name: a, send: {text: x}}\n",
-            "spec.protocol",
-            cel::MSG_CONVERSATION_WSE,
-            same(
-                "spec.protocol",
-                "the wse protocol has a conversation of its own",
-            ),
-        ),
-        case(
-            "a subprotocol that is not a token",
-            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: ['graphql ws']\n",
-            "spec.subprotocols[0]",
-            "should match",
-            same("spec.subprotocols[0]", "is not a token (RFC 6455 4.1"),
-        ),
-        case(
-            "a subprotocol listed twice",
-            "  target: {server: {}}\n  scenario: throughput\n  subprotocols: [v12.stomp, v12.stomp]\n",
-            // Server-side apply refuses a set with duplicates before validation.
-            "spec.subprotocols",
-            "duplicate entries",
-            same("spec.subprotocols[1]", "is listed twice"),
-        ),
-        case(
-            "a client compression window zlib cannot use",
-            "  target: {server: {}}\n  scenario: throughput\n  compression: {clientMaxWindowBits: 8}\n",
-            "spec.compression.clientMaxWindowBits",
-            "should be greater than or equal to 9",
-            same("spec.compression.clientMaxWindowBits", "8: must be 9-15"),
-        ),
-        // A valid object name (a DNS subdomain) but not a DNS label: `<name>-server` could not
-        // be a Service.
-        Case {
-            name: "v1.2-run",
-            ..case(
-                "a name no Service can carry",
-                SERVER,
-                "metadata.name",
-                "metadata.name must be lowercase letters, digits and '-'",
-                same("metadata.name", "must be lowercase letters"),
-            )
-        },
-    ]
-}
 
 fn document(name: &str, spec: &str) -> String {
     let spec = if spec.contains("scenario:") {
@@ -474,44 +97,58 @@ async fn the_api_server_rejects_nonsense_naming_the_field() {
     let mut table = Vec::new();
     let mut failures = Vec::new();
     for c in cases() {
-        let doc = document(c.name, c.spec);
-        let server = match api
-            .patch(c.name, &apply_params(true), &Patch::Apply(yaml_value(&doc)))
-            .await
-        {
-            Ok(_) => {
-                failures.push(format!("{}: the API server accepted\n{doc}", c.what));
-                continue;
-            }
-            Err(e) => api_message(&e),
-        };
-        if !(server.contains(c.field) && server.contains(c.server)) {
-            failures.push(format!(
-                "{}: the API server's message lacks {:?} / {:?}:\n{server}",
-                c.what, c.field, c.server
-            ));
-        }
-        let rust = LoadTest::from_yaml(&doc, "case.yaml");
-        match (c.rust, &rust) {
-            (Some((field, phrase)), Err(e)) => {
-                let e = e.to_string();
-                if !(e.contains(field) && e.contains(phrase)) {
+        let doc = c.document();
+        let server = api
+            .patch(
+                &c.name,
+                &apply_params(true),
+                &Patch::Apply(yaml_value(&doc)),
+            )
+            .await;
+        match (&c.server, server) {
+            (Some(want), Err(e)) => {
+                let server = api_message(&e);
+                if !(server.contains(&want.field) && server.contains(&want.says)) {
                     failures.push(format!(
-                        "{}: wsload validate's message lacks {field:?} / {phrase:?}:\n{e}",
-                        c.what
+                        "{}: the API server's message lacks {:?} / {:?}:\n{server}",
+                        c.what, want.field, want.says
+                    ));
+                }
+                table.push((c.what.clone(), naming(&server, &want.field)));
+            }
+            (Some(_), Ok(_)) => {
+                failures.push(format!("{}: the API server accepted\n{doc}", c.what));
+            }
+            (None, Err(e)) => failures.push(format!(
+                "{}: marked validate-only, but the API server refuses it too (add server: to {}): {}",
+                c.what,
+                refused::PATH,
+                api_message(&e)
+            )),
+            (None, Ok(_)) => {}
+        }
+        // The Rust checker, as `wsload validate` runs it (its own test runs the binary).
+        match (&c.validate, LoadTest::from_yaml(&doc, "case.yaml")) {
+            (Some(want), Err(e)) => {
+                let e = e.to_string();
+                if !(e.contains(&want.field) && e.contains(&want.says)) {
+                    failures.push(format!(
+                        "{}: wsload validate's message lacks {:?} / {:?}:\n{e}",
+                        c.what, want.field, want.says
                     ));
                 }
             }
             (Some(_), Ok(_)) => failures.push(format!("{}: wsload validate accepted\n{doc}", c.what)),
             (None, Err(e)) => failures.push(format!(
-                "{}: marked cluster-only, but wsload validate rejects it too (update the case and the docs): {e}",
-                c.what
+                "{}: marked cluster-only, but wsload validate rejects it too (add validate: to {}): {e}",
+                c.what,
+                refused::PATH
             )),
             (None, Ok(_)) => {}
         }
-        table.push((c.what, naming(&server, c.field)));
     }
 
+    // The API server's whole messages, for a reader comparing them with the docs' phrases.
     eprintln!("\n| bad input | the API server says |\n|---|---|");
     for (what, message) in &table {
         eprintln!("| {what} | `{}` |", message.replace('|', "\\|"));

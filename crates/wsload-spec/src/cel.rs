@@ -57,6 +57,16 @@ pub const MAX_SHARD_SHARE: u32 = 10_000_000;
 /// one Service, or local processes; far more than a test needs to saturate any client.
 pub const MAX_SERVER_REPLICAS: u32 = 1_000;
 
+/// Fewest bytes a connection limit (`connect.limits.*`) may be: a control frame and a
+/// handshake's worth of data fit.
+pub const MIN_LIMIT_BYTES: u32 = 1024;
+/// Most bytes a connection limit may be (1 GiB): beyond it one connection could hold more
+/// than a load generator's node, and sizes stay far from `u32`'s end.
+pub const MAX_LIMIT_BYTES: u32 = 1 << 30;
+/// `connect.limits.maxFrameBytes` above `maxMessageBytes`.
+pub const MSG_FRAME_OVER_MESSAGE: &str =
+    "must be at most maxMessageBytes: a frame is at most one message";
+
 /// Every metric a threshold may name, as in the error messages of both checkers.
 pub const KNOWN_METRICS: &str = Metric::NAMES;
 
@@ -109,6 +119,19 @@ pub fn duration_schema() -> Schema {
         "pattern": DURATION_PATTERN,
     })
 }
+
+/// A duration that must be above zero (a timeout): its text must hold a digit other than 0,
+/// and a bare number must be 1 or more. A second `pattern` (under `allOf`), not a CEL rule:
+/// the API server cannot bound a rule's cost on an int-or-string value. `validate.rs` says
+/// `must be above zero` for the same fields.
+pub fn positive_duration(schema: &mut Schema) {
+    let obj = schema.ensure_object();
+    obj.insert("minimum".into(), json!(1));
+    obj.insert("allOf".into(), json!([{ "pattern": NONZERO_PATTERN }]));
+}
+
+/// What every duration above zero contains.
+pub const NONZERO_PATTERN: &str = "[1-9]";
 
 /// Percentage text: `5%`, or a fraction as a string (`"0.05"`); bare 0 and 1 are whole
 /// numbers and pass.
@@ -380,6 +403,19 @@ pub fn server_rules(schema: &mut Schema) {
                 "must differ from port",
             ),
             ".metricsPort",
+        )],
+    );
+}
+
+pub fn connection_limits_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![at(
+            rule(
+                "!has(self.maxFrameBytes) || !has(self.maxMessageBytes) || self.maxFrameBytes <= self.maxMessageBytes",
+                MSG_FRAME_OVER_MESSAGE,
+            ),
+            ".maxFrameBytes",
         )],
     );
 }

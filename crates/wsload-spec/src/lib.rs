@@ -7,6 +7,7 @@
 pub mod builtin;
 pub mod cel;
 pub mod cluster;
+pub mod connection_limits;
 pub mod conversation;
 pub mod decimal;
 pub mod env_var;
@@ -16,6 +17,7 @@ pub mod file;
 pub mod fixtures;
 pub mod json_path;
 pub mod matching;
+pub mod refused;
 pub mod shares;
 pub mod spec;
 pub mod status;
@@ -28,6 +30,7 @@ pub mod validate;
 pub mod yaml;
 
 pub use cluster::*;
+pub use connection_limits::ConnectionLimits;
 pub use conversation::{Compression, Conversation};
 pub use env_var::EnvVar;
 pub use spec::*;

@@ -122,6 +122,7 @@ pub struct LoadTestSpec {
     /// How long a connection's writes may wait for the server to read: writes that make no
     /// progress for this long end the connection as `server_not_reading`.
     #[serde(default = "default_write_timeout")]
+    #[schemars(transform = cel::positive_duration)]
     pub write_timeout: Dur,
     /// Local addresses connections bind to, beyond one address's ephemeral ports.
     #[serde(default)]
@@ -521,7 +522,12 @@ pub struct ConnectSpec {
     pub batch_interval: Dur,
     /// Limit on TCP connect + upgrade + ready for one connection.
     #[serde(default = "default_connect_timeout")]
+    #[schemars(transform = cel::positive_duration)]
     pub timeout: Dur,
+    /// What one connection may hold for the server: the largest message and frame, and the
+    /// replies waiting to be written. See docs/loadtest.md, "Hostile servers".
+    #[serde(default)]
+    pub limits: crate::connection_limits::ConnectionLimits,
 }
 
 impl Default for ConnectSpec {
@@ -530,6 +536,7 @@ impl Default for ConnectSpec {
             batch_size: default_batch_size(),
             batch_interval: default_batch_interval(),
             timeout: default_connect_timeout(),
+            limits: Default::default(),
         }
     }
 }
@@ -557,6 +564,7 @@ pub struct PingSpec {
     pub interval: Option<Dur>,
     /// A ping unanswered this long is lost.
     #[serde(default = "default_ping_timeout")]
+    #[schemars(transform = cel::positive_duration)]
     pub timeout: Dur,
     /// `app`: the protocol's ping (WSE PING/PONG, a timestamped echo); `frame`: WebSocket
     /// ping/pong control frames.

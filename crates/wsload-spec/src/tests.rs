@@ -473,3 +473,44 @@ fn write_timeout_defaults_to_10s_and_must_be_above_zero() {
     ));
     assert!(e.contains("spec.writeTimeout: must be above zero"), "{e}");
 }
+
+#[test]
+fn connection_limits_default_to_the_old_fixed_ones_and_are_bounded() {
+    let lt = parse(MINIMAL).expect("valid");
+    let l = lt.spec.connect.limits;
+    assert_eq!(
+        (
+            l.max_message_bytes,
+            l.max_frame_bytes,
+            l.max_pending_write_bytes
+        ),
+        (64 << 20, 16 << 20, 16 << 20)
+    );
+    assert_eq!(l.worst_case_bytes(), 160 << 20);
+    let set = |limits: &str| {
+        MINIMAL.replace(
+            "scenario: throughput",
+            &format!("scenario: throughput\n  connect: {{limits: {limits}}}"),
+        )
+    };
+    let lt = parse(&set("{maxMessageBytes: 65536, maxFrameBytes: 4096}")).expect("valid");
+    assert_eq!(lt.spec.connect.limits.max_frame_bytes, 4096);
+    assert_eq!(lt.spec.connect.limits.max_pending_write_bytes, 16 << 20);
+    let e = errors(&set("{maxFrameBytes: 100}"));
+    assert!(
+        e.contains("spec.connect.limits.maxFrameBytes: 100 bytes: must be 1024 (1 KiB) to 1073741824 (1 GiB)"),
+        "{e}"
+    );
+    let e = errors(&set("{maxPendingWriteBytes: 2147483648}"));
+    assert!(
+        e.contains("spec.connect.limits.maxPendingWriteBytes: 2147483648 bytes: must be 1024"),
+        "{e}"
+    );
+    let e = errors(&set("{maxMessageBytes: 4096, maxFrameBytes: 8192}"));
+    assert!(
+        e.contains(
+            "spec.connect.limits.maxFrameBytes: 8192 bytes: must be at most maxMessageBytes"
+        ),
+        "{e}"
+    );
+}

@@ -2,6 +2,7 @@
 //! first), each with the field's path and what to write instead.
 
 use crate::cel;
+use crate::connection_limits::ConnectionLimits;
 use crate::spec::*;
 use crate::target_url::TargetUrl;
 use std::fmt;
@@ -400,6 +401,7 @@ fn messages(spec: &LoadTestSpec, e: &mut Errors) {
     if spec.write_timeout.get().is_zero() {
         e.add("writeTimeout", "must be above zero");
     }
+    connection_limits(&spec.connect.limits, e);
     if spec.ping.timeout.get().is_zero() {
         e.add("ping.timeout", "must be above zero");
     }
@@ -419,6 +421,34 @@ fn messages(spec: &LoadTestSpec, e: &mut Errors) {
         if s == 0 {
             e.add(format!("sizes[{i}]"), "must be at least 1 byte");
         }
+    }
+}
+
+/// `connect.limits`: each within its bounds, and a frame no bigger than a message.
+fn connection_limits(l: &ConnectionLimits, e: &mut Errors) {
+    let (min, max) = (cel::MIN_LIMIT_BYTES, cel::MAX_LIMIT_BYTES);
+    for (field, n) in [
+        ("maxMessageBytes", l.max_message_bytes),
+        ("maxFrameBytes", l.max_frame_bytes),
+        ("maxPendingWriteBytes", l.max_pending_write_bytes),
+    ] {
+        if !(min..=max).contains(&n) {
+            e.add(
+                format!("connect.limits.{field}"),
+                format!("{n} bytes: must be {min} (1 KiB) to {max} (1 GiB)"),
+            );
+        }
+    }
+    if l.max_frame_bytes > l.max_message_bytes {
+        e.add(
+            "connect.limits.maxFrameBytes",
+            format!(
+                "{} bytes: {} ({})",
+                l.max_frame_bytes,
+                cel::MSG_FRAME_OVER_MESSAGE,
+                l.max_message_bytes
+            ),
+        );
     }
 }
 

@@ -145,14 +145,14 @@ fn framing(distance: usize) {
         let take = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some((h, p))) = frame::take(&mut rd, false) {
+            while let Ok(Some((h, p))) = frame::take(&mut rd, false, frame::MAX_FRAME) {
                 black_box((h, p));
             }
         });
         let count = time(|| {
             rd.clear();
             rd.extend_from_slice(black_box(wire));
-            while let Ok(Some(h)) = frame::peek(&mut rd, false) {
+            while let Ok(Some(h)) = frame::peek(&mut rd, false, frame::MAX_FRAME) {
                 bytes::Buf::advance(&mut rd, h.header_len + h.payload_len as usize);
             }
             black_box(&rd);

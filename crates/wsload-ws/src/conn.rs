@@ -6,7 +6,8 @@ use crate::error::{HandshakeError, failure_code, invalid_utf8};
 use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT, RSV1};
 use crate::handshake::{self, Head};
 use crate::io::Io;
-use crate::message::{Fragments, MAX_MESSAGE, close_frame, close_payload, data_message, is_utf8};
+use crate::limits::Limits;
+use crate::message::{Fragments, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
@@ -89,11 +90,19 @@ pub struct Ws {
     /// Bytes handed to the transport since the connection opened, wrapping: whether writes
     /// progress (32 bits keep the struct within two cache lines).
     written: u32,
+    /// What the server may make this connection hold.
+    limits: Limits,
 }
 
 impl Ws {
-    /// A connection over `io` whose reads aim at `read_size` bytes.
+    /// A connection over `io` whose reads aim at `read_size` bytes, with the default
+    /// [`Limits`].
     pub fn new(io: Io, read_size: usize) -> Ws {
+        Ws::with_limits(io, read_size, Limits::default())
+    }
+
+    /// A connection over `io` whose reads aim at `read_size` bytes, bounded by `limits`.
+    pub fn with_limits(io: Io, read_size: usize, limits: Limits) -> Ws {
         Ws {
             io,
             rd: BytesMut::new(),
@@ -107,7 +116,13 @@ impl Ws {
             reply_pending: false,
             ended: false,
             written: 0,
+            limits,
         }
+    }
+
+    /// The bounds this connection was opened with.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub fn get_ref(&self) -> &Io {
@@ -376,7 +391,9 @@ impl Ws {
     /// and closes; `Ok(None)` when more bytes are needed.
     fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
         let deflate = self.deflates();
-        while let Some((header, payload)) = frame::take(&mut self.rd, deflate)? {
+        let max_frame = self.limits.max_frame as usize;
+        let max_message = self.limits.max_message as usize;
+        while let Some((header, payload)) = frame::take(&mut self.rd, deflate, max_frame)? {
             let fin = header.fin;
             match header.opcode {
                 OP_CLOSE => {
@@ -433,10 +450,10 @@ impl Ws {
                     let Some(f) = self.extra.as_mut().and_then(|e| e.frag.as_mut()) else {
                         return Err(WsError::Protocol(ProtocolError::UnexpectedContinueFrame));
                     };
-                    if f.data.len() + payload.len() > MAX_MESSAGE {
+                    if f.data.len() + payload.len() > max_message {
                         return Err(WsError::Capacity(CapacityError::MessageTooLong {
                             size: f.data.len() + payload.len(),
-                            max_size: MAX_MESSAGE,
+                            max_size: max_message,
                         }));
                     }
                     f.data.extend_from_slice(&payload);
@@ -484,30 +501,39 @@ impl Ws {
         self.extra.as_ref().is_some_and(|e| e.deflate.is_some())
     }
 
-    /// A compressed message's payload inflated, within [`MAX_MESSAGE`]: a message that
+    /// A compressed message's payload inflated, within the message limit: a message that
     /// inflates past it (a decompression bomb) fails the connection as too big as soon as the
     /// output passes the limit.
     fn inflate(&mut self, compressed: &[u8]) -> Result<Bytes, WsError> {
+        let max_message = self.limits.max_message as usize;
         let Some(d) = self.extra.as_mut().and_then(|e| e.deflate.as_mut()) else {
             // Frames with RSV1 are refused without permessage-deflate: not reached.
             return Err(WsError::Protocol(ProtocolError::NonZeroReservedBits));
         };
         let mut out = Vec::new();
-        match d.inflate(compressed, &mut out, MAX_MESSAGE) {
+        match d.inflate(compressed, &mut out, max_message) {
             Ok(Inflated::Done) => Ok(Bytes::from(out)),
             Ok(Inflated::TooBig(size)) => Err(WsError::Capacity(CapacityError::MessageTooLong {
                 size,
-                max_size: MAX_MESSAGE,
+                max_size: max_message,
             })),
             Err(e) => Err(WsError::Io(io::Error::new(io::ErrorKind::InvalidData, e))),
         }
     }
 
-    /// Pushes a pending pong or close reply out, without waiting for the socket.
+    /// Pushes a pending pong or close reply out, without waiting for the socket. What the
+    /// socket does not take stays queued, up to the pending-write limit: past it the server
+    /// sends (pings, messages answered automatically) faster than it reads, and the
+    /// connection fails rather than queue replies without bound.
     fn push_replies(&mut self, cx: &mut Context<'_>) -> Result<(), WsError> {
         if self.reply_pending {
             match self.poll_flush_all(cx) {
                 Poll::Ready(r) => r?,
+                Poll::Pending if self.queued() > self.limits.max_pending_write as usize => {
+                    return Err(WsError::WriteBufferFull(Box::new(Message::Pong(
+                        Bytes::new(),
+                    ))));
+                }
                 Poll::Pending => {}
             }
         }
@@ -600,8 +626,9 @@ impl Ws {
                 (Tally::default(), Tally::default(), Tally::default());
             if self.frag().is_none() && !self.close_received {
                 let deflate = self.deflates();
+                let max_frame = self.limits.max_frame as usize;
                 loop {
-                    let h = match frame::peek(&mut self.rd, deflate) {
+                    let h = match frame::peek(&mut self.rd, deflate, max_frame) {
                         Ok(Some(h)) => h,
                         Ok(None) => break,
                         Err(e) => return self.fail(cx, e),

@@ -18,7 +18,8 @@ pub const OP_CLOSE: u8 = 0x8;
 pub const OP_PING: u8 = 0x9;
 pub const OP_PONG: u8 = 0xA;
 
-/// The largest frame accepted (tungstenite's default).
+/// The largest frame accepted unless the connection's [`crate::Limits`] say otherwise
+/// (tungstenite's default).
 pub const MAX_FRAME: usize = 16 << 20;
 /// The longest header: 2 bytes, a 64-bit length and a masking key.
 pub const MAX_HEADER: usize = 14;
@@ -85,11 +86,11 @@ pub fn parse_header(b: &[u8]) -> Option<Header> {
 
 /// The header of the server frame at the start of `b`, with the checks a client makes
 /// (RFC 6455 5.1-5.5: unmasked, no reserved bit, control frames short and whole, and the frame
-/// within [`MAX_FRAME`]); `Ok(None)` until the header is complete. The first two bytes are
+/// within `max_frame` bytes of payload); `Ok(None)` until the header is complete. The first two bytes are
 /// judged as soon as they arrive, before the length fields. With `deflate` (permessage-deflate
 /// agreed) RSV1 may mark the first frame of a data message, never a control frame or a
 /// continuation (RFC 7692 6.1).
-pub fn decode_header(b: &[u8], deflate: bool) -> Result<Option<Header>, WsError> {
+pub fn decode_header(b: &[u8], deflate: bool, max_frame: usize) -> Result<Option<Header>, WsError> {
     if b.len() < 2 {
         return Ok(None);
     }
@@ -111,10 +112,10 @@ pub fn decode_header(b: &[u8], deflate: bool) -> Result<Option<Header>, WsError>
             return Err(WsError::Protocol(ProtocolError::ControlFrameTooBig));
         }
     }
-    if h.payload_len > MAX_FRAME as u64 {
+    if h.payload_len > max_frame as u64 {
         return Err(WsError::Capacity(CapacityError::MessageTooLong {
             size: usize::try_from(h.payload_len).unwrap_or(usize::MAX),
-            max_size: MAX_FRAME,
+            max_size: max_frame,
         }));
     }
     Ok(Some(h))
@@ -122,12 +123,13 @@ pub fn decode_header(b: &[u8], deflate: bool) -> Result<Option<Header>, WsError>
 
 /// The header of the next server frame in `rd` once the whole frame is there, without taking
 /// it. `Ok(None)`: more bytes are needed, and room for the rest of the frame is reserved.
-/// `deflate` as for [`decode_header`].
-pub fn peek(rd: &mut BytesMut, deflate: bool) -> Result<Option<Header>, WsError> {
-    let Some(h) = decode_header(rd, deflate)? else {
+/// `deflate` and `max_frame` as for [`decode_header`]: the room reserved is at most
+/// `max_frame` and a header, so a connection's read buffer never grows past that.
+pub fn peek(rd: &mut BytesMut, deflate: bool, max_frame: usize) -> Result<Option<Header>, WsError> {
+    let Some(h) = decode_header(rd, deflate, max_frame)? else {
         return Ok(None);
     };
-    // Within MAX_FRAME: no overflow.
+    // Within max_frame: no overflow.
     let end = h.header_len + h.payload_len as usize;
     if rd.len() < end {
         let missing = end - rd.len();
@@ -139,8 +141,12 @@ pub fn peek(rd: &mut BytesMut, deflate: bool) -> Result<Option<Header>, WsError>
 
 /// Takes the next complete server frame off `rd`: its header, and its payload split off the
 /// buffer. `Ok(None)` as for [`peek`].
-pub fn take(rd: &mut BytesMut, deflate: bool) -> Result<Option<(Header, Bytes)>, WsError> {
-    let Some(h) = peek(rd, deflate)? else {
+pub fn take(
+    rd: &mut BytesMut,
+    deflate: bool,
+    max_frame: usize,
+) -> Result<Option<(Header, Bytes)>, WsError> {
+    let Some(h) = peek(rd, deflate, max_frame)? else {
         return Ok(None);
     };
     rd.advance(h.header_len);
@@ -211,12 +217,16 @@ mod tests {
         encode(&mut wire, true, OP_CONT, b"cd", None);
         let mut rd = BytesMut::from(&wire[..3]);
         assert!(!is_complete(&rd));
-        assert_eq!(take(&mut rd, false).expect("valid"), None);
+        assert_eq!(take(&mut rd, false, MAX_FRAME).expect("valid"), None);
         rd.extend_from_slice(&wire[3..]);
         assert!(is_complete(&rd));
-        let (h, p) = take(&mut rd, false).expect("valid").expect("complete");
+        let (h, p) = take(&mut rd, false, MAX_FRAME)
+            .expect("valid")
+            .expect("complete");
         assert_eq!((h.fin, h.opcode, &p[..]), (false, OP_TEXT, &b"ab"[..]));
-        let (h, p) = take(&mut rd, false).expect("valid").expect("complete");
+        let (h, p) = take(&mut rd, false, MAX_FRAME)
+            .expect("valid")
+            .expect("complete");
         assert_eq!((h.fin, h.opcode, &p[..]), (true, OP_CONT, &b"cd"[..]));
         assert!(rd.is_empty());
     }

@@ -8,8 +8,9 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
-/// The largest message accepted (tungstenite's default).
-pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+/// The largest message accepted unless the connection's [`crate::Limits`] say otherwise
+/// (tungstenite's default).
+pub const MAX_MESSAGE: usize = 64 << 20;
 
 /// A message being reassembled from fragments.
 pub(crate) struct Fragments {

@@ -32,7 +32,7 @@ fn decode_in_pieces(wire: &[u8], cuts: &[usize]) -> Decoded {
         rd.extend_from_slice(&wire[from..cut]);
         from = cut;
         loop {
-            match frame::take(&mut rd, false) {
+            match frame::take(&mut rd, false, frame::MAX_FRAME) {
                 Ok(Some(f)) => frames.push(f),
                 Ok(None) => break,
                 Err(e) => {
@@ -181,7 +181,7 @@ proptest! {
         let mut body = wire[h.header_len..].to_vec();
         mask(&mut body, key);
         prop_assert_eq!(body, p);
-        prop_assert!(frame::decode_header(&wire, false).is_err());
+        prop_assert!(frame::decode_header(&wire, false, frame::MAX_FRAME).is_err());
     }
 
     /// The word-at-a-time mask is the RFC's byte-wise XOR, at any length and alignment.

@@ -3,6 +3,7 @@
 
 use super::tests::{client_frame, pair, server_frame};
 use super::*;
+use crate::message::MAX_MESSAGE;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

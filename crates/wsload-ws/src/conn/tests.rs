@@ -392,3 +392,111 @@ async fn a_failed_connection_lingers_until_its_close_frame_is_read() {
     );
     flood.abort();
 }
+
+/// The client end of a loopback pair bounded by `limits`.
+async fn limited_pair(limits: Limits) -> (Ws, TcpStream) {
+    let (ws, s) = pair(1024).await;
+    (Ws::with_limits(ws.into_io(), 1024, limits), s)
+}
+
+fn small_limits() -> Limits {
+    Limits {
+        max_message: 64 * 1024,
+        max_frame: 16 * 1024,
+        max_pending_write: 64 * 1024,
+    }
+}
+
+/// A frame header over the connection's own frame limit fails it with 1009 at once, before
+/// any payload arrives; one within it passes.
+#[tokio::test]
+async fn a_frame_over_the_connections_limit_is_1009() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = limited_pair(small_limits()).await;
+    s.write_all(&server_frame(0x82, &[7u8; 16 * 1024]))
+        .await
+        .expect("write");
+    assert!(matches!(ws.next().await, Some(Ok(Message::Binary(b))) if b.len() == 16 * 1024));
+    // Only the header of a frame one byte over: judged from it alone.
+    s.write_all(&[0x82, 126, 0x40, 0x01]).await.expect("write");
+    let e = ws.next().await.expect("an item").expect_err("too big");
+    assert!(
+        matches!(
+            e,
+            WsError::Capacity(CapacityError::MessageTooLong {
+                size: 16385,
+                max_size: 16384
+            })
+        ),
+        "{e}"
+    );
+    assert_eq!(failure_code(&e), Some(1009));
+    let (b0, p) = client_frame(&mut s).await;
+    assert_eq!((b0, &p[..2]), (0x88, &1009u16.to_be_bytes()[..]));
+}
+
+/// A fragmented message that never sets FIN grows only to the message limit: the
+/// continuation that would pass it fails the connection with 1009.
+#[tokio::test]
+async fn an_endless_fragmented_message_stops_at_the_message_limit() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = limited_pair(small_limits()).await;
+    let writer = tokio::spawn(async move {
+        s.write_all(&server_frame(0x02, &[1u8; 8 * 1024])).await?;
+        loop {
+            s.write_all(&server_frame(0x00, &[1u8; 8 * 1024])).await?;
+        }
+        #[allow(unreachable_code)]
+        Ok::<_, io::Error>(s)
+    });
+    let e = ws.next().await.expect("an item").expect_err("too big");
+    assert!(
+        matches!(e, WsError::Capacity(CapacityError::MessageTooLong { size, max_size: 65536 }) if size == 72 * 1024),
+        "{e}"
+    );
+    drop(ws);
+    writer.abort();
+}
+
+/// A server that floods pings and reads nothing: the pongs queue until the pending-write
+/// limit, then the connection fails (no close frame: the server reads nothing) instead of
+/// growing its write buffer without bound.
+#[tokio::test]
+async fn a_ping_flood_from_a_server_that_never_reads_stops_at_the_pending_write_limit() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = limited_pair(small_limits()).await;
+    let ping = server_frame(0x89, &[9u8; 125]);
+    let burst: Vec<u8> = ping
+        .iter()
+        .copied()
+        .cycle()
+        .take(ping.len() * 512)
+        .collect();
+    let writer = tokio::spawn(async move {
+        loop {
+            if s.write_all(&burst).await.is_err() {
+                return s;
+            }
+        }
+    });
+    let mut pings = 0u64;
+    let e = loop {
+        match ws.next().await {
+            Some(Ok(Message::Ping(_))) => pings += 1,
+            Some(Ok(other)) => panic!("{other:?}"),
+            Some(Err(e)) => break e,
+            None => panic!("ended without an error"),
+        }
+    };
+    assert!(matches!(e, WsError::WriteBufferFull(_)), "{e}");
+    assert_eq!(failure_code(&e), None);
+    // Over the limit by at most one pong (131 bytes masked), never far past it.
+    assert!(
+        ws.queued() > 64 * 1024 && ws.queued() <= 64 * 1024 + 131,
+        "{}",
+        ws.queued()
+    );
+    assert!(pings > 64 * 1024 / 131, "{pings} pings");
+    drop(ws);
+    writer.abort();
+}
