@@ -7,9 +7,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
-    PodSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, Sysctl, Volume, VolumeMount,
-    WeightedPodAffinityTerm,
+    PodSpec, Probe, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Service, ServicePort, ServiceSpec, Sysctl, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
