@@ -750,12 +750,19 @@ async fn check_deleted(client: &kube::Client, t: &Planned) {
     );
 }
 
-/// `object`'s controller reference names the LoadTest `uid`: a garbage collector removes it.
+/// `object`'s controller reference names the LoadTest `uid` (its kind and apiVersion too, which
+/// the garbage collector resolves the owner by), and no other owner keeps it: a garbage
+/// collector removes it.
 fn owned_by(who: &str, uid: &str, kind: &str, object: &impl Resource) {
     let refs = object.meta().owner_references.clone().unwrap_or_default();
+    let controller = refs.iter().any(|r| {
+        r.uid == uid
+            && r.controller == Some(true)
+            && r.kind == wsload_spec::KIND
+            && r.api_version == wsload_spec::API_VERSION
+    });
     assert!(
-        refs.iter()
-            .any(|r| r.uid == uid && r.controller == Some(true) && r.kind == wsload_spec::KIND),
+        controller && refs.iter().all(|r| r.uid == uid),
         "{who}: {kind} {} would outlive its test: owners {refs:?}",
         object.meta().name.as_deref().unwrap_or("?")
     );
