@@ -159,6 +159,9 @@ impl Operator {
             .expect("a free port");
         let log = support::cluster::scratch_dir().join(format!("operator-{label}.log"));
         let log = std::fs::File::create(&log).expect("create the operator's log");
+        // The key the simulated shards' tokens are derived from (support::CONTROL_KEY).
+        let key = support::cluster::scratch_dir().join(format!("operator-{label}.key"));
+        std::fs::write(&key, support::CONTROL_KEY).expect("write the operator's control key");
         let mut command = Command::new(env!("CARGO_BIN_EXE_wsload-operator"));
         // The operator's own variables, were any set around the test, must not scope it.
         for (name, _) in std::env::vars_os() {
@@ -170,6 +173,8 @@ impl Operator {
             .args(["run", "--leader-elect", "false", "--poll", POLL])
             .arg("--metrics-listen")
             .arg(metrics.to_string())
+            .arg("--control-key-file")
+            .arg(&key)
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())
