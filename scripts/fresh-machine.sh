@@ -22,7 +22,7 @@ stdout_is_data
 
 # What need_packages installs somewhere in scripts/ that a new project machine does not have.
 # check-scripts.sh fails when a script installs a package that is in neither list.
-PURGE=(etcd-server containerd runc containernetworking-plugins iptables musl-tools buildah prometheus shellcheck chromium rabbitmq-server docker.io mmdebstrap)
+PURGE=(etcd-server containerd runc containernetworking-plugins iptables ipset musl-tools buildah prometheus shellcheck chromium rabbitmq-server docker.io mmdebstrap)
 # Installed by the scripts when missing, but part of every project machine (purging them would
 # take the machine's TLS certificates, git, every program's fonts, the tmux a person runs this
 # in, or the machine's own Node.js with them): left installed.

@@ -10,6 +10,9 @@
 #                                                    delete the pod network (idempotent)
 #        scripts/k8s/cluster.sh load DIR TARBALL...  import image tarballs into the node
 #        scripts/k8s/cluster.sh env DIR              print `export KUBECONFIG=DIR/kubeconfig`
+#        scripts/k8s/cluster.sh netpol DIR           make the running node enforce NetworkPolicy:
+#                                                    kube-router's policy controller alone (tests
+#                                                    only; `down` stops it and removes its rules)
 #
 # One node cluster per machine: the bridge cni0 (10.244.0.1/24), the kubelet's
 # and kube-proxy's ports, the kubepods cgroups and iptables are host-wide. A
@@ -52,6 +55,10 @@ OWNER_FILE=/run/wsload-k8s-node.owner
 # controller manager 10257, scheduler 10259.
 NODE_PORTS=(10248 10249 10250 10256 10257 10259)
 NODE_DAEMONS=(kubelet kube-proxy kube-scheduler kube-controller-manager containerd)
+# What kube-router's policy controller (`netpol`) adds to the host: filter chains and ipsets
+# under these prefixes (its pkg/controllers/netpol), none of which anything else here makes.
+KUBE_ROUTER_CHAINS='KUBE-ROUTER-|KUBE-POD-FW-|KUBE-NWPLCY-'
+KUBE_ROUTER_IPSETS='KUBE-SRC-|KUBE-DST-'
 
 ctr_() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
@@ -319,6 +326,59 @@ controllers_ready() {
 	kubectl -n default get serviceaccount default && kubectl -n default get configmap kube-root-ca.crt
 }
 
+# --- NetworkPolicy ---------------------------------------------------------------
+
+# The bridge plugin enforces no NetworkPolicy. kube-router's firewall, without its router and
+# service proxy (the bridge and kube-proxy stay in charge), turns each policy into filter rules
+# on the pod's address, matching bridged pod-to-pod traffic through br_netfilter
+# (setup_network's bridge-nf-call-iptables) and the kubelet's probes as the node's own address.
+# It finds the node's pods by the node's InternalIP (the kubelet's --node-ip).
+cluster_netpol() {
+	local kube_router
+	set_paths
+	running_pid kubelet >/dev/null || die "no node runs for $DIR; run \`$0 up $DIR\` first"
+	! running_pid kube-router >/dev/null || die "kube-router already runs for $DIR"
+	[[ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" == 1 ]] ||
+		die "net.bridge.bridge-nf-call-iptables is not 1: policies would not see pod-to-pod traffic on $BRIDGE"
+	# It programs ipsets with Debian's ipset command.
+	need_packages ipset
+	kube_router="$("$K8S_DIR/../tools.sh" kube-router)" || die "scripts/tools.sh kube-router failed (above)"
+	# No health or metrics port: nothing reads them, and they would bind every interface.
+	spawn kube-router "$kube_router" --kubeconfig "$DIR/kubeconfig" --hostname-override "$NODE_NAME" \
+		--run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+		--service-cluster-ip-range "$SERVICE_CIDR" --health-port 0 --metrics-port 0
+	# Its first sync hooks its chains into FORWARD; undone at once when it never gets there.
+	if ! wait_daemon kube-router "$START_TIMEOUT" kube_router_hooked; then
+		log_tail kube-router 40
+		stop kube-router
+		remove_kube_router_rules
+		die "kube-router did not hook its chains into FORWARD (see $DIR/kube-router.log)"
+	fi
+	log "kube-router's policy controller runs for node $NODE_NAME (log $DIR/kube-router.log)"
+}
+
+kube_router_hooked() { iptables -t filter -S FORWARD 2>/dev/null | grep -q -- '-j KUBE-ROUTER-FORWARD'; }
+
+# After kube-router has stopped: its chains (and the jumps to them) out of the filter table,
+# then its ipsets, which the kernel frees only once no rule names them. Not its own
+# `--cleanup-config`: v2.1.0's panics (a nil pointer in the service proxy's clean-up) and leaves
+# both, and would flush every IPVS service of the host first. Any node cluster's: one per machine.
+remove_kube_router_rules() {
+	local rules set
+	if command -v iptables-save >/dev/null; then
+		# Into a variable first, as teardown_network does (SIGPIPE under pipefail).
+		rules="$(iptables-save -t filter 2>/dev/null)" || rules=""
+		if grep -Eq -- "$KUBE_ROUTER_CHAINS" <<<"$rules"; then
+			grep -Ev -- "$KUBE_ROUTER_CHAINS" <<<"$rules" | iptables-restore -T filter ||
+				log "warning: could not remove kube-router's chains from the filter table"
+		fi
+	fi
+	command -v ipset >/dev/null || return 0
+	for set in $(ipset list -n 2>/dev/null | grep -E -- "^($KUBE_ROUTER_IPSETS)" || true); do
+		ipset destroy "$set" 2>/dev/null || log "warning: could not destroy ipset $set"
+	done
+}
+
 # --- teardown ----------------------------------------------------------------
 
 # Mount points under $1, deepest first (mountinfo escapes spaces as \040).
@@ -411,7 +471,8 @@ teardown_network() {
 cluster_down() {
 	local name m
 	set_paths
-	for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$name"; done
+	for name in kube-router kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$name"; done
+	remove_kube_router_rules
 	teardown_pods
 	mounts_under "$DIR" | while IFS= read -r m; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "warning: could not unmount $m"
@@ -492,7 +553,7 @@ cluster_main() {
 	local cmd="$1"
 	case "$cmd" in
 	up) mkdir -p "$2" ;;
-	down | env | load) [[ -d "$2" ]] || {
+	down | env | load | netpol) [[ -d "$2" ]] || {
 		[[ "$cmd" == down ]] && exit 0
 		die "$2: no such directory"
 	} ;;

@@ -19,7 +19,11 @@
 #   6. scripts/e2e/placement.sh's checks one node holds: a shard more than nodes one per node
 #      fails as ShardsUnschedulable within its scheduling deadline, and spec.loadgen.sysctls
 #      are in force in a shard pod (the multi-node ones are kind's, skipped here)
-#   7. `cluster.sh down` leaves no bridge, mount, pod cgroup or KUBE-* chain
+#   7. scripts/e2e/netpol.sh under `cluster.sh netpol` (kube-router's policy controller, which
+#      the bridge plugin lacks): a pod that is not the operator is refused at a running shard's
+#      control port, the operator's LoadTest Succeeds through the same policies, and the probe
+#      gets through once the chart's shard policy is deleted
+#   8. `cluster.sh down` leaves no bridge, mount, pod cgroup, KUBE-* chain or kube-router ipset
 #
 # Environment:
 #   WSLOAD_K8S_KEEP=1  keep the temporary directory (logs) afterwards; it is
@@ -207,6 +211,13 @@ KUBECTL="$K8S_BIN_DIR/kubectl" WSLOAD_PLACEMENT_ALLOW_SKIP=1 WSLOAD_E2E_OUT="$WO
 	"$ROOT/scripts/e2e/placement.sh" || fail "scripts/e2e/placement.sh (above; statuses in $WORK/placement)"
 timed placement
 
+step "NetworkPolicy enforced (scripts/e2e/netpol.sh): kube-router's policy controller on the node"
+# Last: its host rules stay until `cluster.sh down`, which removes them (checked below).
+"$K8S_DIR/cluster.sh" netpol "$CLUSTER" {HOST_LOCK}>&- || fail "cluster.sh netpol failed (above; $CLUSTER/kube-router.log)"
+KUBECTL="$K8S_BIN_DIR/kubectl" WSLOAD_E2E_SINGLE_NODE=1 WSLOAD_E2E_OUT="$WORK/netpol" \
+	"$ROOT/scripts/e2e/netpol.sh" || fail "scripts/e2e/netpol.sh (above; statuses in $WORK/netpol, $CLUSTER/kube-router.log)"
+timed netpol
+
 step "teardown leaves nothing behind"
 DOWN=1
 "$K8S_DIR/cluster.sh" down "$CLUSTER"
@@ -217,7 +228,8 @@ grep -qF " $WORK/" /proc/self/mountinfo && leftover+=("mounts under $WORK")
 # Captured, not piped into grep -q: under pipefail an early grep exit can fail the pipe.
 [[ -n "$(find /sys/fs/cgroup -maxdepth 2 -path '*kubepods*')" ]] && leftover+=("kubepods cgroups")
 grep -q KUBE- <<<"$(iptables-save 2>/dev/null)" && leftover+=("KUBE-* iptables chains")
-for p in kubelet containerd kube-apiserver etcd; do
+grep -Eq '^KUBE-(SRC|DST)-' <<<"$(ipset list -n 2>/dev/null)" && leftover+=("kube-router ipsets")
+for p in kubelet containerd kube-apiserver etcd kube-router; do
 	[[ -f "$CLUSTER/$p.pid" ]] && leftover+=("$p.pid")
 done
 ((${#leftover[@]} == 0)) || {
