@@ -45,7 +45,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         "presentation",
         &["progress", "fleet_bar", "exposition", "plot"],
     ),
-    // A run conducted: its target, its gate, its shards, its background thread.
+    // A run conducted: its target, its gate, its shards and their control token, its background
+    // thread.
     (
         "orchestration",
         &[
@@ -55,6 +56,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "background",
             "run",
             "control",
+            "fleet_token",
             "fleet",
         ],
     ),
