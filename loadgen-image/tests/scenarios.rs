@@ -363,12 +363,14 @@ fn throughput_against_sink_is_reconciled_exactly() {
 fn throughput_with_large_messages_reads_while_it_writes() {
     // A 64-message window of 256 KiB is 16 MiB written before the first echo is awaited:
     // more than the sockets hold, so the echo server blocks writing to us and stops reading.
-    // The client must read while its writes wait, or both wait forever.
+    // The client must read while its writes wait, or both wait forever. 3 s: on loaded cores
+    // a debug server took over 1 s to echo the first window, and a deadlock reads nothing
+    // however long the cell.
     let server = Server::start(&[]);
     let r = run_on(
         &server,
         "tp-large",
-        "  scenario: throughput\n  connections: [2]\n  duration: 1s\n  message: {size: 262144}\n",
+        "  scenario: throughput\n  connections: [2]\n  duration: 3s\n  message: {size: 262144}\n",
     );
     let c = only(&r);
     let n = &c.measure.counts;
