@@ -33,6 +33,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -339,9 +340,15 @@ scrape_configs:
         wait_until("the LoadTest CRD Established",
                    lambda: common.crd_established(kubectl_bin, env, "loadtests.wsload.dev"), 60)
         op_log = os.path.join(work, "operator.log")
+        # The operator refuses to start without the key it derives shard control tokens from;
+        # the chart generates one, here a random one in a private file serves.
+        key_file = os.path.join(work, "control-key")
+        with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(secrets.token_hex(32))
         op = procs.start("wsload-operator", [
             os.path.join(bins, "wsload-operator"), "run", "--leader-elect", "true",
             "--lease-namespace", "default", "--metrics-listen", f"127.0.0.1:{op_port}",
+            "--control-key-file", key_file,
         ], op_log, env=env)
         # Ready = holds the Lease; then a few scrapes before the LoadTest, so the reconciles
         # show as an increase, not as the first value of a new series.
