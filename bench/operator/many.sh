@@ -33,27 +33,7 @@ n=${1:-50}
 profile=${PROFILE:-dev}
 cd "$repo_root"
 
-step "Kubernetes test binaries (kube-apiserver, kubectl)"
-scripts/k8s/install-deps.sh
-scripts/k8s/build.sh kube-apiserver kubectl
-timed k8s
-
-step "building the test ($profile)"
-cargo test --profile "$profile" --locked -p wsload-operator --test many_tests --no-run
-timed build
-
-step "$n LoadTests at once"
-status=0
-# Only the figures reach stdout; the harness's own lines join stderr.
-WSLOAD_MANY_LOADTESTS=$n cargo test --profile "$profile" --locked -p wsload-operator \
-    --test many_tests -- --nocapture |
-    while IFS= read -r line; do
-        if [[ $line == loadtests=* ]]; then
-            emit "$line"
-        else
-            printf '%s\n' "$line"
-        fi
-    done || status=$?
-timed load
-log "times: ${TIMES[*]}"
-((status == 0)) || fail "a check failed (exit $status): see above"
+# shellcheck source=bench/operator/lib.sh
+source bench/operator/lib.sh
+export WSLOAD_MANY_LOADTESTS=$n
+operator_bench "$profile" many_tests loadtests "$n LoadTests at once" "a check failed" --nocapture

@@ -30,26 +30,7 @@ for n in "$@"; do
 done
 cd "$repo_root"
 
-step "Kubernetes test binaries (kube-apiserver, kubectl)"
-scripts/k8s/install-deps.sh
-scripts/k8s/build.sh kube-apiserver kubectl
-timed k8s
-
-step "building the simulation (release)"
-cargo test --release --locked -p wsload-operator --test shards_sim --no-run
-timed build
-
-step "simulating $* shards"
-status=0
-# Only the figures reach stdout; the test binary's other lines (none, normally) join stderr.
-cargo test --release --locked -p wsload-operator --test shards_sim -- "$@" |
-    while IFS= read -r line; do
-        if [[ $line == shards=* ]]; then
-            emit "$line"
-        else
-            printf '%s\n' "$line"
-        fi
-    done || status=$?
-timed simulation
-log "times: ${TIMES[*]}"
-((status == 0)) || fail "the simulation did not end as it should (exit $status): see above"
+# shellcheck source=bench/operator/lib.sh
+source bench/operator/lib.sh
+operator_bench release shards_sim shards "simulating $* shards" \
+	"the simulation did not end as it should" "$@"

@@ -244,29 +244,47 @@ fn close_code_1005_on_the_wire_is_closed_with_1002() {
     );
 }
 
-/// A frame header announcing 1 GiB, then the server keeps sending. Before: counted as
-/// `error`, and the server saw no close frame.
-#[test]
-fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
-    const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0x40, 0, 0, 0];
-    let (c, closed) = violation("gib", &HEADER, Some(zeros), "");
-    assert_eq!(dropped(&c, Dropped::MessageTooBig), 1);
-    assert_eq!(c.measure.counts.dropped_total(), 1);
+/// One connection against a server that sends `bytes`, then `flood` until it reads a close:
+/// dropped as `message_too_big`, nothing else, the evidence naming `over` (the size against
+/// the limit) and the 1009 sent. The client reads and drops the flood until the server, having
+/// read the close, ends its side: then it closes with a FIN. (Dropped at once, its socket
+/// would still hold unread flood and the kernel would reset the connection.)
+fn assert_message_too_big(
+    name: &str,
+    bytes: &'static [u8],
+    flood: fn() -> Vec<u8>,
+    extra: &str,
+    over: &str,
+) {
+    let (c, closed) = violation(name, bytes, Some(flood), extra);
+    assert_eq!(
+        dropped(&c, Dropped::MessageTooBig),
+        1,
+        "{name}: {:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.dropped_total(), 1, "{name}");
     let e = evidence(&c, "message_too_big");
     assert!(
-        e.contains("1073741824") && e.contains("close 1009 sent"),
-        "{e}"
+        e.contains(over) && e.contains("close 1009 sent"),
+        "{name}: {e}"
     );
-    // The client read and dropped the flood until the server, having read the close, ended
-    // its side: then it closed with a FIN. Dropped at once, as before, its socket still held
-    // unread flood and the kernel reset the connection.
     assert_eq!(
         closed,
         Closed {
             code: Some(1009),
             fin: true
-        }
+        },
+        "{name}"
     );
+}
+
+/// A frame header announcing 1 GiB, then the server keeps sending. Before: counted as
+/// `error`, and the server saw no close frame.
+#[test]
+fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
+    const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0x40, 0, 0, 0];
+    assert_message_too_big("gib", &HEADER, zeros, "", "1073741824");
 }
 
 /// A close frame without a status: the server closed, with no code, which reports as 1005.
@@ -548,26 +566,27 @@ fn quiet_peak_kib() -> u64 {
 #[test]
 fn a_frame_over_max_frame_bytes_is_message_too_big_closed_with_1009() {
     const HEADER: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0, 1, 0, 1];
-    let (c, closed) = violation(
+    assert_message_too_big(
         "frame-limit",
         &HEADER,
-        Some(zeros),
+        zeros,
         "  connect: {limits: {maxFrameBytes: 65536}}\n",
+        "65537 > 65536",
     );
-    assert_eq!(dropped(&c, Dropped::MessageTooBig), 1);
-    assert_eq!(c.measure.counts.dropped_total(), 1);
-    let e = evidence(&c, "message_too_big");
-    assert!(
-        e.contains("65537 > 65536") && e.contains("close 1009 sent"),
-        "{e}"
-    );
-    assert_eq!(
-        closed,
-        Closed {
-            code: Some(1009),
-            fin: true
+}
+
+/// A server that upgrades each connection and writes `opening`, then what `flood` makes again
+/// and again until a write fails, reading nothing; and the load generator's peak memory with
+/// nothing to do ([`quiet_peak_kib`]), to compare a run's against.
+fn flooding_server(opening: &'static [u8], flood: fn() -> Vec<u8>) -> (u16, u64) {
+    let (port, _) = serve::<()>(move |mut s, _| {
+        upgrade(&mut s);
+        let chunk = flood();
+        if s.write_all(opening).is_ok() {
+            while s.write_all(&chunk).is_ok() {}
         }
-    );
+    });
+    (port, quiet_peak_kib())
 }
 
 /// Continuation frames of 16 KiB, four at a time, none with FIN.
@@ -581,31 +600,13 @@ fn continuations() -> Vec<u8> {
 /// (1 MiB here) with 1009, and the server reads the close.
 #[test]
 fn an_endless_fragmented_message_is_message_too_big_closed_with_1009() {
-    let (c, closed) = violation(
+    // 64 continuations of 16 KiB fill the limit; the 65th passes it.
+    assert_message_too_big(
         "endless-fragments",
         &[0x02, 0x00],
-        Some(continuations),
+        continuations,
         "  connect: {limits: {maxMessageBytes: 1048576, maxFrameBytes: 65536}}\n",
-    );
-    assert_eq!(
-        dropped(&c, Dropped::MessageTooBig),
-        1,
-        "{:?}",
-        c.measure.counts
-    );
-    assert_eq!(c.measure.counts.dropped_total(), 1);
-    let e = evidence(&c, "message_too_big");
-    // 64 continuations of 16 KiB fill the limit; the 65th passes it.
-    assert!(
-        e.contains(&format!("{} > 1048576", 1048576 + 16 * 1024)) && e.contains("close 1009 sent"),
-        "{e}"
-    );
-    assert_eq!(
-        closed,
-        Closed {
-            code: Some(1009),
-            fin: true
-        }
+        &format!("{} > 1048576", 1048576 + 16 * 1024),
     );
 }
 
@@ -614,13 +615,7 @@ fn an_endless_fragmented_message_is_message_too_big_closed_with_1009() {
 /// the default 64 MiB it grows by about that much per connection before 1009 ends it.
 #[test]
 fn the_message_limit_bounds_the_memory_an_endless_message_takes() {
-    let (port, _rx) = serve::<()>(|mut s, _| {
-        upgrade(&mut s);
-        let _ = s.write_all(&[0x02, 0x00]);
-        let chunk = continuations();
-        while s.write_all(&chunk).is_ok() {}
-    });
-    let quiet = quiet_peak_kib();
+    let (port, quiet) = flooding_server(&[0x02, 0x00], continuations);
     let measure = |name: &str, limits: &str| {
         let (r, peak, elapsed) = run_child(name, &hold(port, 2, 3, limits));
         let c = only(&r);
@@ -651,8 +646,33 @@ fn the_message_limit_bounds_the_memory_an_endless_message_takes() {
     );
 }
 
+/// A connectionStorm of 3 at `connect.timeout: 1s` against a server that never completes
+/// the upgrade: each attempt ends as `timeout`, none connected, and the run takes one
+/// deadline (1 s, and the start-up), not one per byte the server trickles or forever.
+fn three_attempts_time_out_at_1s(name: &str, port: u16) {
+    let start = Instant::now();
+    let r = run(&spec(
+        name,
+        &format!(
+            "{}  scenario: connectionStorm\n  connections: [3]\n  connect: {{timeout: 1s}}\n",
+            target(port)
+        ),
+    ));
+    let elapsed = start.elapsed();
+    let c = only(&r);
+    assert_eq!(
+        failed(c, ConnectError::Timeout),
+        3,
+        "{name}: {:?}",
+        c.measure.counts
+    );
+    assert_eq!(c.measure.counts.connected, 0, "{name}");
+    assert!(elapsed >= Duration::from_secs(1), "{name}: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(1 + 8), "{name}: {elapsed:?}");
+}
+
 /// A server that accepts TCP and then answers the upgrade one byte every 100 ms, without
-/// end: `connect.timeout` (1 s) ends each attempt as `timeout`, though bytes keep arriving.
+/// end: bytes keep arriving, the attempt still ends at `connect.timeout`.
 #[test]
 fn a_trickled_handshake_is_a_timeout_at_connect_timeout() {
     let (port, _rx) = serve::<()>(|mut s, _| {
@@ -665,52 +685,17 @@ fn a_trickled_handshake_is_a_timeout_at_connect_timeout() {
             std::thread::sleep(Duration::from_millis(100));
         }
     });
-    let start = Instant::now();
-    let r = run(&spec(
-        "trickle",
-        &format!(
-            "{}  scenario: connectionStorm\n  connections: [3]\n  connect: {{timeout: 1s}}\n",
-            target(port)
-        ),
-    ));
-    let elapsed = start.elapsed();
-    let c = only(&r);
-    assert_eq!(
-        failed(c, ConnectError::Timeout),
-        3,
-        "{:?}",
-        c.measure.counts
-    );
-    assert_eq!(c.measure.counts.connected, 0);
-    // One deadline, not one per byte: the run lasts about the timeout, not forever.
-    assert!(elapsed >= Duration::from_secs(1), "{elapsed:?}");
-    assert!(elapsed < Duration::from_secs(1 + 8), "{elapsed:?}");
+    three_attempts_time_out_at_1s("trickle", port);
 }
 
-/// A server that accepts TCP, reads the upgrade and never answers: `timeout` as well.
+/// A server that accepts TCP, reads the upgrade and never answers.
 #[test]
 fn a_handshake_never_answered_is_a_timeout_at_connect_timeout() {
     let (port, _rx) = serve::<()>(|mut s, _| {
         let _ = read_request(&mut s);
         std::thread::sleep(Duration::from_secs(30));
     });
-    let start = Instant::now();
-    let r = run(&spec(
-        "silent-upgrade",
-        &format!(
-            "{}  scenario: connectionStorm\n  connections: [3]\n  connect: {{timeout: 1s}}\n",
-            target(port)
-        ),
-    ));
-    let elapsed = start.elapsed();
-    let c = only(&r);
-    assert_eq!(
-        failed(c, ConnectError::Timeout),
-        3,
-        "{:?}",
-        c.measure.counts
-    );
-    assert!(elapsed < Duration::from_secs(1 + 8), "{elapsed:?}");
+    three_attempts_time_out_at_1s("silent-upgrade", port);
 }
 
 /// 512 pings of 125 bytes, ready to be written in one go.
@@ -726,12 +711,7 @@ fn pings() -> Vec<u8> {
 /// Before: the pongs queued without bound for as long as the cell lasted.
 #[test]
 fn a_ping_flood_that_never_reads_is_server_not_reading_at_max_pending_write_bytes() {
-    let (port, _rx) = serve::<()>(|mut s, _| {
-        upgrade(&mut s);
-        let chunk = pings();
-        while s.write_all(&chunk).is_ok() {}
-    });
-    let quiet = quiet_peak_kib();
+    let (port, quiet) = flooding_server(&[], pings);
     let (r, peak, elapsed) = run_child(
         "ping-flood",
         &hold(
@@ -773,12 +753,7 @@ fn tiny_messages() -> Vec<u8> {
 /// memory stays near the quiet baseline.
 #[test]
 fn a_flood_of_small_messages_is_counted_unsolicited_and_ends_on_time() {
-    let (port, _rx) = serve::<()>(|mut s, _| {
-        upgrade(&mut s);
-        let chunk = tiny_messages();
-        while s.write_all(&chunk).is_ok() {}
-    });
-    let quiet = quiet_peak_kib();
+    let (port, quiet) = flooding_server(&[], tiny_messages);
     let (r, peak, elapsed) = run_child("message-flood", &hold(port, 2, 3, ""));
     let c = only(&r);
     assert_eq!(

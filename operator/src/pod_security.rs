@@ -42,6 +42,8 @@ impl Level {
 /// The sysctls baseline allows ("Sysctls" rule): namespaced ones isolated from other pods.
 /// The list grows with Kubernetes releases; this is the one of 1.32+ (tcp_rmem and tcp_wmem
 /// arrived in 1.32, the keepalive and fin_timeout ones in 1.29, ip_local_reserved_ports in 1.27).
+/// scripts/lib/check-kind.py reads this list (keep the form `pub const SAFE_SYSCTLS: [&str; N]`)
+/// and compares it with the kubelet's pkg/kubelet/sysctl/safe_sysctls.go of the version built.
 pub const SAFE_SYSCTLS: [&str; 12] = [
     "kernel.shm_rmid_forced",
     "net.ipv4.ip_local_port_range",

@@ -15,12 +15,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, WatchEvent, WatchParams};
 use support::Cluster;
-use support::fake_shards::{FakeFleet, FleetOpts};
+use support::fake_shards::FleetOpts;
+use support::fleet_env::FleetEnv;
+use support::loadtests::binary;
 use wsload_operator::names;
-use wsload_operator::reconcile::Config;
 use wsload_report::{RunResult, stored};
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase, ShardState, Verdict};
@@ -41,62 +41,32 @@ const SPEC: &str = "  target: {url: \"ws://127.0.0.1:9/\"}
   thresholds: [\"loss < 0.1%\", \"rtt.p99 < 500ms\"]
 ";
 
-struct Env {
-    client: kube::Client,
-    ns: String,
-    lts: Api<LoadTestResource>,
-    config_maps: Api<ConfigMap>,
-    fleet: FakeFleet,
-    operator: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.operator.abort();
-    }
-}
+type Env = FleetEnv;
 
 async fn env(cluster: &'static Cluster, prefix: &str) -> Env {
-    support::test_logs();
-    cluster.apply_crds().await;
-    let ns = cluster.namespace(prefix).await;
-    let client = cluster.client().await;
-    let fleet = FakeFleet::start(
-        client.clone(),
-        &ns,
-        FleetOpts {
-            cell_duration: Duration::from_secs(2),
-            ..Default::default()
-        },
-    )
-    .await;
-    let config = Config {
-        poll: POLL,
-        ..Config::default()
+    let fleet = FleetOpts {
+        cell_duration: Duration::from_secs(2),
+        ..Default::default()
     };
-    let addr = "127.0.0.1:0".parse().expect("addr");
-    let operator = support::run_operator(client.clone(), &ns, None, addr, config);
-    Env {
-        lts: Api::namespaced(client.clone(), &ns),
-        config_maps: Api::namespaced(client.clone(), &ns),
-        client,
-        ns,
-        fleet,
-        operator,
-    }
+    FleetEnv::start(cluster, prefix, fleet, POLL).await
 }
 
-async fn create(e: &Env, name: &str) {
-    wsload_spec::LoadTest::from_spec_yaml(SPEC, name)
-        .unwrap_or_else(|err| panic!("the test's own spec is invalid: {err}"));
-    let doc = format!(
-        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{SPEC}"
-    );
-    let lt: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
-    e.lts
-        .create(&PostParams::default(), &lt)
+/// A control plane of the test's own (the faults below stop or compact it) with its
+/// namespace, and the LoadTest `name` created there.
+async fn private(name: &str) -> Env {
+    let e = env(support::cluster::private(name).await, &format!("cp-{name}")).await;
+    e.create(name, SPEC).await;
+    e
+}
+
+/// Ends a test of [`private`]: its operator first, then its control plane.
+async fn tear_down(e: Env, took: Instant) {
+    let cluster = e.cluster;
+    drop(e);
+    tokio::task::spawn_blocking(|| cluster.down())
         .await
-        .expect("create LoadTest");
+        .expect("down");
+    eprintln!("test took {:?}", took.elapsed());
 }
 
 /// Polls the test's status (every 50 ms) until `cond` holds; panics after [`LONG`].
@@ -139,19 +109,6 @@ async fn until_finished(e: &Env, name: &str) -> LoadTestStatus {
     .await;
     eprintln!("{name}: {:?} {:?}: {:?}", st.phase, st.reason, st.message);
     st
-}
-
-fn binary(cm: &ConfigMap, key: &str) -> Vec<u8> {
-    cm.binary_data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.clone())
-        .unwrap_or_else(|| {
-            panic!(
-                "{} has no binaryData[{key}]",
-                cm.metadata.name.as_deref().unwrap_or("?")
-            )
-        })
 }
 
 /// The defined end of an undisturbed run, whatever happened to the control plane meanwhile:
@@ -322,31 +279,23 @@ async fn watch_from(lts: &Api<LoadTestResource>, version: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_restarted_mid_run_loses_no_result() {
     let took = Instant::now();
-    let cluster = support::cluster::private("restart").await;
-    let e = env(cluster, "cp-restart").await;
-    create(&e, "restart").await;
+    let e = private("restart").await;
     let before = until_first_cell_runs(&e, "restart").await;
     // Six polls without an API server: the first cell ends and its shards wait between cells
     // meanwhile; the operator's reconciles and its watches fail until it is back.
-    let down = restart_apiserver(cluster, POLL * 6, |_| {}).await;
+    let down = restart_apiserver(e.cluster, POLL * 6, |_| {}).await;
     eprintln!("kube-apiserver was down {down:?}");
     let st = until_finished(&e, "restart").await;
     assert_eq!(st.start_at, before.start_at, "the start instant is kept");
     assert_eq!(st.cells[0].start_at_millis, before.cells[0].start_at_millis);
     assert_ended_as_defined_with_every_result(&e, "restart", &st).await;
-    drop(e);
-    tokio::task::spawn_blocking(|| cluster.down())
-        .await
-        .expect("down");
-    eprintln!("test took {:?}", took.elapsed());
+    tear_down(e, took).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_expired_while_the_api_server_was_down_is_listed_again() {
     let took = Instant::now();
-    let cluster = support::cluster::private("expired").await;
-    let e = env(cluster, "cp-expired").await;
-    create(&e, "expired").await;
+    let e = private("expired").await;
     until_first_cell_runs(&e, "expired").await;
     // A version the operator's LoadTest watch has seen (it saw the write that made it).
     let seen = e
@@ -359,7 +308,7 @@ async fn a_watch_expired_while_the_api_server_was_down_is_listed_again() {
         .expect("a resourceVersion");
     // While the API server is down, etcd moves on and forgets the history before: every
     // watch the API server had open can only be resumed with 410 Gone.
-    let down = restart_apiserver(cluster, POLL * 6, |c| {
+    let down = restart_apiserver(e.cluster, POLL * 6, |c| {
         let at = c.advance_and_compact_etcd(3);
         eprintln!("etcd compacted at revision {at}");
     })
@@ -374,7 +323,8 @@ async fn a_watch_expired_while_the_api_server_was_down_is_listed_again() {
     // other watch error resumes from the version it had).
     let relisted = Instant::now();
     loop {
-        let lists = cluster
+        let lists = e
+            .cluster
             .apiserver_requests(&e.client, &[("resource", "loadtests"), ("verb", "LIST")])
             .await;
         if let Ok(lists @ 1..) = lists {
@@ -393,11 +343,7 @@ async fn a_watch_expired_while_the_api_server_was_down_is_listed_again() {
 
     let st = until_finished(&e, "expired").await;
     assert_ended_as_defined_with_every_result(&e, "expired", &st).await;
-    drop(e);
-    tokio::task::spawn_blocking(|| cluster.down())
-        .await
-        .expect("down");
-    eprintln!("test took {:?}", took.elapsed());
+    tear_down(e, took).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,7 +351,7 @@ async fn a_foreign_status_write_mid_run_is_undone_and_the_run_ends_as_defined() 
     let took = Instant::now();
     let cluster = support::shared().await;
     let e = env(cluster, "cp-foreign").await;
-    create(&e, "foreign").await;
+    e.create("foreign", SPEC).await;
     // Once the first cell is recorded and the second released to the shards: the write
     // below would make an operator that believed it redo the first cell or lose it.
     let before = until(&e, "foreign", "running its second cell", |st| {

@@ -62,16 +62,12 @@ fn operator_at(
     support::run_operator(e.client.clone(), &e.ns, leader, metrics_listen, config)
 }
 
-fn loadtest(name: &str, spec: &str) -> LoadTestResource {
-    let doc = format!(
-        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    );
-    wsload_spec::yaml::parse(&doc).expect("LoadTest yaml")
-}
-
 async fn create(e: &Env, name: &str, spec: &str) {
     e.lts
-        .create(&PostParams::default(), &loadtest(name, spec))
+        .create(
+            &PostParams::default(),
+            &support::loadtests::loadtest(name, spec),
+        )
         .await
         .expect("create LoadTest");
 }

@@ -131,12 +131,7 @@ fn spec(connections: u32) -> String {
 
 async fn create(client: &kube::Client, ns: &str, name: &str, connections: u32) -> Instant {
     let spec = spec(connections);
-    wsload_spec::LoadTest::from_spec_yaml(&spec, name)
-        .unwrap_or_else(|err| panic!("the test's own spec is invalid: {err}"));
-    let doc = format!(
-        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    );
-    let lt: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
+    let lt = support::loadtests::valid_loadtest(name, &spec);
     Api::<LoadTestResource>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &lt)
         .await
@@ -565,14 +560,6 @@ async fn delete(client: &kube::Client, t: &mut Planned) {
     eprintln!("{}/{}: deleted while {}", t.ns, t.name, phase.as_str());
 }
 
-fn binary(cm: &ConfigMap, key: &str) -> Vec<u8> {
-    cm.binary_data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.clone())
-        .unwrap_or_else(|| panic!("{} has no binaryData[{key}]", cm.name_any()))
-}
-
 /// The cell's connections attempted, summed over the result's cells.
 fn attempted(r: &RunResult) -> u64 {
     r.cells.iter().map(|c| c.measure.counts.attempted).sum()
@@ -615,7 +602,7 @@ async fn check_own_results(client: &kube::Client, fleet: &FakeFleet, t: &Planned
             .get(&name)
             .await
             .unwrap_or_else(|e| panic!("{who}: {name}: {e}"));
-        let stored = stored::decode(&binary(&cm, names::RESULT_KEY))
+        let stored = stored::decode(&support::loadtests::binary(&cm, names::RESULT_KEY))
             .unwrap_or_else(|e| panic!("{who}: {name}: {e}"));
         assert_eq!(stored.test, t.name, "{who}: {name}");
         assert_eq!(
@@ -638,7 +625,7 @@ async fn check_own_results(client: &kube::Client, fleet: &FakeFleet, t: &Planned
         "{who}: the merged result is not this test's: {:?}",
         merged_cm.owner_references()
     );
-    let merged = stored::decode(&binary(&merged_cm, names::MERGED_KEY))
+    let merged = stored::decode(&support::loadtests::binary(&merged_cm, names::MERGED_KEY))
         .unwrap_or_else(|e| panic!("{who}: merged: {e}"));
     assert_eq!(merged.test, t.name, "{who}");
     assert_eq!(merged.shards, (0..SHARDS).collect::<Vec<_>>(), "{who}");

@@ -11,54 +11,27 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use support::fake_shards::{Behaviour, FakeFleet, FleetOpts};
+use support::fake_shards::{Behaviour, FleetOpts};
+use support::fleet_env::FleetEnv;
+use support::loadtests::binary;
 use support::{Cluster, wait_for};
 use wsload_operator::names;
 use wsload_operator::reconcile::Config;
 use wsload_report::stored;
-use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase, ShardState};
 
 const LONG: Duration = Duration::from_secs(180);
 
-struct Env {
-    cluster: &'static Cluster,
-    client: kube::Client,
-    ns: String,
-    lts: Api<LoadTestResource>,
-    config_maps: Api<ConfigMap>,
-    fleet: FakeFleet,
-    operator: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.operator.abort();
-    }
-}
+type Env = FleetEnv;
 
 async fn env(prefix: &str, fleet: FleetOpts) -> Env {
-    support::test_logs();
-    let cluster = support::shared().await;
-    cluster.apply_crds().await;
-    let ns = cluster.namespace(prefix).await;
-    let client = cluster.client().await;
-    let fleet = FakeFleet::start(client.clone(), &ns, fleet).await;
-    let config = Config {
-        poll: Duration::from_millis(300),
-        ..Config::default()
-    };
-    let addr = "127.0.0.1:0".parse().expect("addr");
-    let operator = support::run_operator(client.clone(), &ns, None, addr, config);
-    Env {
-        cluster,
-        lts: Api::namespaced(client.clone(), &ns),
-        config_maps: Api::namespaced(client.clone(), &ns),
-        client,
-        ns,
+    FleetEnv::start(
+        support::shared().await,
+        prefix,
         fleet,
-        operator,
-    }
+        Duration::from_millis(300),
+    )
+    .await
 }
 
 /// A pingLatency test of `shards` shards against an address nobody dials (the fake shards
@@ -77,20 +50,6 @@ fn spec(shards: u32, extra: &str) -> String {
         20 * shards,
         30 * shards
     )
-}
-
-async fn create(e: &Env, name: &str, spec: &str) {
-    // Checked as `wsload validate` would, so that a bad spec says so here.
-    wsload_spec::LoadTest::from_spec_yaml(spec, name)
-        .unwrap_or_else(|err| panic!("the test's own spec is invalid: {err}"));
-    let doc = format!(
-        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    );
-    let lt: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
-    e.lts
-        .create(&PostParams::default(), &lt)
-        .await
-        .expect("create LoadTest");
 }
 
 /// When each phase was first seen (polled every 50 ms), and the final status.
@@ -138,23 +97,6 @@ fn condition<'a>(st: &'a LoadTestStatus, t: &str) -> Option<&'a str> {
         .map(|c| c.status.as_str())
 }
 
-fn binary(cm: &ConfigMap, key: &str) -> Vec<u8> {
-    cm.binary_data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| b.0.clone())
-        .unwrap_or_else(|| {
-            panic!(
-                "{} has no binaryData[{key}] (data keys {:?}, binaryData keys {:?})",
-                cm.metadata.name.as_deref().unwrap_or("?"),
-                cm.data.as_ref().map(|d| d.keys().collect::<Vec<_>>()),
-                cm.binary_data
-                    .as_ref()
-                    .map(|d| d.keys().collect::<Vec<_>>())
-            )
-        })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_over_a_mebibyte_in_total_are_all_kept() {
     const SHARDS: u32 = 4;
@@ -179,7 +121,7 @@ async fn results_over_a_mebibyte_in_total_are_all_kept() {
         },
     )
     .await;
-    create(&e, "big", &spec(SHARDS, "")).await;
+    e.create("big", &spec(SHARDS, "")).await;
     let run = run_to_the_end(&e, "big").await;
     let st = &run.status;
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
@@ -348,12 +290,8 @@ async fn a_store_that_cannot_succeed_fails_before_the_collect_deadline() {
     let refused = names::shard_result("refused", 1);
     let policy = Policy::deny_config_map(e.cluster, &e.ns, &refused).await;
     until_refused(&e, &refused).await;
-    create(
-        &e,
-        "refused",
-        &spec(3, "  run: {deadlines: {collect: 2m}}\n"),
-    )
-    .await;
+    e.create("refused", &spec(3, "  run: {deadlines: {collect: 2m}}\n"))
+        .await;
     let run = run_to_the_end(&e, "refused").await;
     policy.delete();
     let st = &run.status;
@@ -429,7 +367,8 @@ async fn an_unreachable_shard_does_not_delay_the_others_release() {
         },
     )
     .await;
-    create(&e, "hang", &spec(4, "  run: {shardFailure: continue}\n")).await;
+    e.create("hang", &spec(4, "  run: {shardFailure: continue}\n"))
+        .await;
     let run = run_to_the_end(&e, "hang").await;
     let st = &run.status;
     eprintln!(

@@ -140,10 +140,7 @@ async fn simulate(n: u32) -> Outcome {
     let lt = wsload_spec::LoadTest::from_spec_yaml(&spec, TEST)
         .unwrap_or_else(|e| panic!("the simulation's spec is invalid: {e}"));
     let start_delay = lt.spec.run.start_delay.get();
-    let doc = format!(
-        "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: {TEST}\nspec:\n{spec}"
-    );
-    let resource: LoadTestResource = wsload_spec::yaml::parse(&doc).expect("LoadTest yaml");
+    let resource = support::loadtests::loadtest(TEST, &spec);
     let lts: Api<LoadTestResource> = Api::namespaced(client.clone(), &ns);
     lts.create(&PostParams::default(), &resource)
         .await

@@ -30,20 +30,13 @@ LOG_NAME=netpol
 source "$ROOT/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/e2e.sh
 source "$ROOT/scripts/lib/e2e.sh"
-KUBECTL="${KUBECTL:-kubectl}"
-NS=wsload-system
-RELEASE=wsload
 TEST_NS=wsload-e2e
 SHARD_POLICY="$RELEASE-shards"
 SHARD_PORT=9464
-OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-netpol.XXXXXX)}"
 [[ $# -eq 0 ]] || usage
 
 started=$SECONDS
-mkdir -p "$OUT"
-for tool in "$KUBECTL" jq; do
-	command -v "$tool" >/dev/null || fail "$tool not found (set KUBECTL, or install it)"
-done
+e2e_begin netpol
 kubectl -n "$TEST_NS" get networkpolicy "$SHARD_POLICY" -o json >"$OUT/shard-policy.json" 2>/dev/null ||
 	fail "no NetworkPolicy $TEST_NS/$SHARD_POLICY: install the chart with networkPolicy.namespaces={$TEST_NS} first (scripts/e2e/smoke.sh does)"
 # The policy as helm made it, for putting back after check 3 (a failure in between too).

@@ -32,11 +32,7 @@ LOG_NAME=placement
 source "$ROOT/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/e2e.sh
 source "$ROOT/scripts/lib/e2e.sh"
-KUBECTL="${KUBECTL:-kubectl}"
-NS=wsload-system
-RELEASE=wsload
 TEST_NS=default
-OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-placement.XXXXXX)}"
 # One run's LoadTests, node label and taint: two runs on one cluster never touch each other's.
 ID="$(printf '%04x' $((RANDOM % 65536)))"
 RUN_LABEL="wsload.dev/e2e-placement"
@@ -51,10 +47,7 @@ SKIPPED=()
 [[ $# -eq 0 ]] || usage
 
 started=$SECONDS
-mkdir -p "$OUT"
-for tool in "$KUBECTL" jq; do
-	command -v "$tool" >/dev/null || fail "$tool not found (set KUBECTL, or install it)"
-done
+e2e_begin placement
 kubectl -n "$NS" get deployment "$RELEASE" >/dev/null 2>&1 ||
 	fail "no Deployment $NS/$RELEASE: install the chart first (scripts/e2e/smoke.sh does)"
 at_exit 'kubectl -n "$TEST_NS" delete loadtest -l "$RUN_LABEL=$ID" --ignore-not-found --wait=false >/dev/null 2>&1'

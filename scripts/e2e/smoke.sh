@@ -47,16 +47,11 @@ LOG_NAME=e2e
 source "$ROOT/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/e2e.sh
 source "$ROOT/scripts/lib/e2e.sh"
-# The kubectl that common.sh's kubectl() runs.
-KUBECTL="${KUBECTL:-kubectl}"
 HELM="${HELM:-helm}"
-NS=wsload-system
-RELEASE=wsload
 # Every LoadTest runs here, under Pod Security "restricted": each pod the operator creates must
 # pass it, or the API server refuses it.
 TEST_NS=wsload-e2e
 PROM_SVC="$RELEASE-prometheus"
-OUT="${WSLOAD_E2E_OUT:-$(mktemp -d /tmp/wsload-e2e.XXXXXX)}"
 FAULTS=0
 PRESET=""
 PRESET_ADDR=""
@@ -77,11 +72,7 @@ done
 [[ -z "$PRESET" || -f "$ROOT/examples/$PRESET.yaml" ]] || fail "no preset examples/$PRESET.yaml"
 
 started=$SECONDS
-mkdir -p "$OUT"
-
-for tool in "$KUBECTL" "$HELM" jq; do
-	command -v "$tool" >/dev/null || fail "$tool not found (set KUBECTL/HELM, or install it)"
-done
+e2e_begin e2e "$HELM"
 kubectl version >/dev/null 2>&1 || fail "no cluster answers for the current kubectl context ($KUBECTL version)"
 
 # --- install --------------------------------------------------------------------------------

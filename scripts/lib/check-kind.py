@@ -11,7 +11,7 @@ rest of the project; run by scripts/check-kind.sh, which prepares WORK:
 usage: check-kind.py ROOT WORK K8S_VERSION [SAFE_SYSCTLS_GO]
 
 SAFE_SYSCTLS_GO is the kubelet's pkg/kubelet/sysctl/safe_sysctls.go of K8S_VERSION when the Go
-module cache has it (scripts/k8s builds Kubernetes from there); the copy below must equal it.
+module cache has it (scripts/k8s builds Kubernetes from there); the list in operator/src/pod_security.rs (SAFE_SYSCTLS, read from there) must equal it.
 Every failure is listed, then the exit status is 1. Standard library only, like the other
 checks. With --self-test, broken variants of the inputs must each be rejected first.
 """
@@ -28,23 +28,22 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-# The kubelet's safe sysctls in Kubernetes v1.33 (pkg/kubelet/sysctl/safe_sysctls.go): a pod
-# may set these without allowedUnsafeSysctls. The newer entries need a recent kernel, which
-# kind nodes (the host's kernel) have on current runners.
-SAFE_SYSCTLS_V1_33 = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-    "net.ipv4.tcp_rmem",
-    "net.ipv4.tcp_wmem",
-}
+# The kubelet's safe sysctls (pkg/kubelet/sysctl/safe_sysctls.go): a pod may set these without
+# allowedUnsafeSysctls. Defined once, for the operator's Pod Security check; read from there.
+SAFE_SYSCTLS_SOURCE = "operator/src/pod_security.rs"
+SAFE_SYSCTLS_CONST = re.compile(r"pub const SAFE_SYSCTLS: \[&str; (\d+)\] = \[(.*?)\];", re.S)
+
+
+def parse_safe_sysctls_rs(text):
+    m = SAFE_SYSCTLS_CONST.search(text)
+    if not m:
+        raise SystemExit("check-kind: no `pub const SAFE_SYSCTLS` in %s: update this reader with it" % SAFE_SYSCTLS_SOURCE)
+    names = re.findall(r'"([^"]+)"', m.group(2))
+    if len(names) != int(m.group(1)) or len(set(names)) != len(names):
+        raise SystemExit("check-kind: read %d names from SAFE_SYSCTLS in %s, which declares %s"
+                         % (len(names), SAFE_SYSCTLS_SOURCE, m.group(1)))
+    return set(names)
+
 
 # Where the project names sysctls for the shard pods in prose: the spec's doc comments (which
 # become the CRD's descriptions) and the two reference pages. Any net.* name there that the
@@ -107,7 +106,7 @@ class Inputs:
             with open(p + ".path") as f:
                 rel = f.read().strip()
             self.examples[rel] = common.load_json(p)
-        self.safe = set(SAFE_SYSCTLS_V1_33)
+        self.safe = parse_safe_sysctls_rs(read(root, SAFE_SYSCTLS_SOURCE))
         self.safe_go = parse_safe_sysctls_go(safe_go) if safe_go else None
         self.prose = {rel: read(root, rel) for rel in PROSE_SOURCES}
         self.smoke_script = read(root, SMOKE_SCRIPT)
@@ -215,8 +214,8 @@ def check(inp):
 
     # --- sysctls -------------------------------------------------------------------------------
     if inp.safe_go is not None and inp.safe_go != inp.safe:
-        fails.append("the safe sysctl list in scripts/lib/check-kind.py differs from the kubelet's %s: only here %s, only there %s"
-                     % (inp.k8s_version, sorted(inp.safe - inp.safe_go), sorted(inp.safe_go - inp.safe)))
+        fails.append("the safe sysctl list in %s differs from the kubelet's %s: only here %s, only there %s"
+                     % (SAFE_SYSCTLS_SOURCE, inp.k8s_version, sorted(inp.safe - inp.safe_go), sorted(inp.safe_go - inp.safe)))
     kubelet = [kubeadm_doc(n, "KubeletConfiguration") for n in nodes]
     allowed = (kubeadm_doc(control[0], "KubeletConfiguration") if control else {}).get("allowedUnsafeSysctls") or []
     # kubeadm join takes the KubeletConfiguration the control plane uploaded, not its own: a
@@ -317,6 +316,9 @@ def self_test(inp):
          lambda x: [k.setdefault("allowedUnsafeSysctls", []).append("net.ipv4.tcp_max_tw_buckets") for k in kubelet_docs(x)])
     case("a safe sysctl allowed", "is safe already",
          lambda x: [k.setdefault("allowedUnsafeSysctls", []).append("net.ipv4.ip_local_port_range") for k in kubelet_docs(x)])
+    if inp.safe_go is not None:
+        case("the safe list off the kubelet's", "differs from the kubelet's",
+             lambda x: x.safe.discard("net.ipv4.tcp_wmem"))
     case("a node-wide sysctl", "net.* only",
          lambda x: [k.setdefault("allowedUnsafeSysctls", []).append("kernel.msgmax") for k in kubelet_docs(x)])
     case("a LoadTest asking for another", "lacks net.ipv4.tcp_max_syn_backlog",
@@ -356,8 +358,8 @@ def main():
     for line in info:
         print("  " + line)
     if inp.safe_go is None:
-        print("  safe sysctls: the copy in scripts/lib/check-kind.py (no Kubernetes %s source in the Go module cache)"
-              % inp.k8s_version)
+        print("  safe sysctls: the list in %s, unchecked (no Kubernetes %s source in the Go module cache)"
+              % (SAFE_SYSCTLS_SOURCE, inp.k8s_version))
     else:
         print("  safe sysctls: equal to the kubelet's %s source" % inp.k8s_version)
     fails = bad + fails

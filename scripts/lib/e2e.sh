@@ -1,10 +1,27 @@
 # shellcheck shell=bash
-# What the cluster tests of scripts/e2e/ (smoke.sh, placement.sh) share: following a LoadTest
-# to its end and checking how it ended. Sourced after scripts/lib/common.sh, by a script that
-# sets:
-#   TEST_NS   the namespace of its LoadTests
-#   NS        the chart's namespace (wsload-system), RELEASE its release (wsload)
-#   OUT       where each finished LoadTest is kept, as $OUT/NAME.json
+# What the cluster tests of scripts/e2e/ (smoke.sh, placement.sh, netpol.sh) share: the
+# install they check, their output directory, following a LoadTest to its end and checking how
+# it ended. Sourced after scripts/lib/common.sh, by a script that sets TEST_NS, the namespace
+# of its LoadTests, and calls e2e_begin.
+
+# The chart's install the checks run on, as scripts/e2e/smoke.sh makes it.
+NS=wsload-system
+RELEASE=wsload
+# The kubectl that common.sh's kubectl() runs.
+KUBECTL="${KUBECTL:-kubectl}"
+
+# e2e_begin NAME [TOOL...]: OUT, where each finished LoadTest is kept as $OUT/NAME.json
+# (WSLOAD_E2E_OUT, else a new /tmp/wsload-NAME.XXXXXX), made; kubectl, jq and each TOOL found,
+# else a failure naming the one missing.
+e2e_begin() {
+	local name=$1 tool
+	shift
+	OUT="${WSLOAD_E2E_OUT:-$(mktemp -d "/tmp/wsload-$name.XXXXXX")}"
+	mkdir -p "$OUT"
+	for tool in "$KUBECTL" jq "$@"; do
+		command -v "$tool" >/dev/null || fail "$tool not found (set KUBECTL or HELM to it, or install it)"
+	done
+}
 
 status() { kubectl -n "$TEST_NS" get loadtest "$1" -o json | jq "${2:-.status}"; }
 phase() { kubectl -n "$TEST_NS" get loadtest "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }

@@ -8,7 +8,9 @@
 pub mod cluster;
 pub mod fake_shards;
 pub mod faults;
+pub mod fleet_env;
 pub mod kubelet;
+pub mod loadtests;
 pub mod proxy;
 
 // Re-exports for test files, which use some of them each.
@@ -97,11 +99,11 @@ pub fn test_logs() {
         .try_init();
 }
 
-/// The operator in this process, scoped to namespace `ns` as the chart's namespaced mode runs
-/// it, until the handle is aborted.
 /// The operator's control key in these tests (the chart generates one per install).
 pub const CONTROL_KEY: &[u8] = b"operator-tests-control-key-0123456789";
 
+/// The operator in this process, scoped to namespace `ns` as the chart's namespaced mode runs
+/// it, until the handle is aborted.
 pub fn run_operator(
     client: kube::Client,
     ns: &str,
