@@ -12,7 +12,7 @@ use crate::fleet_token::TokenFile;
 use crate::model::Shard;
 use crate::options::Options;
 use crate::report::RunResult;
-use crate::server_metrics::{Counter, TopicCounters};
+use crate::server_metrics::{ConnectionCounters, Counter, TopicCounters};
 use crate::target;
 use crate::{Error, Result};
 use futures_util::future::join_all;
@@ -426,6 +426,11 @@ async fn conduct(
     if let Err(e) = topics.begin() {
         notes.push(format!("server topic counters unreadable: {e}"));
     }
+    let mut connections = ConnectionCounters::of(counters);
+    let mut connections_per_cell = Vec::new();
+    if let Err(e) = connections.begin() {
+        notes.push(format!("server connection counters unreadable: {e}"));
+    }
     // No counter at all (an external server without one): what it received is unknown, not 0.
     let mut before = match sum(counters) {
         _ if counters.is_empty() => None,
@@ -461,6 +466,11 @@ async fn conduct(
             notes.push(format!("server topic counters unreadable: {e}"));
             None
         }));
+        connections_per_cell.resize(key.index as usize, Vec::new());
+        connections_per_cell.push(connections.end().unwrap_or_else(|e| {
+            notes.push(format!("server connection counters unreadable: {e}"));
+            Vec::new()
+        }));
         crate::eprintln_above!(
             "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",
             key.label,
@@ -486,6 +496,7 @@ async fn conduct(
     let mut result = collect(shards, &mut notes).await?;
     result.notes.append(&mut notes);
     assemble::topics(&mut result, &topics_per_cell);
+    assemble::connections(&mut result, &connections_per_cell);
     assemble::complete(&mut result, &received, &conductor);
     Ok(result)
 }

@@ -6,7 +6,7 @@
 
 use crate::clock::{sleep_until_unix_ms, unix_micros};
 use crate::report::{CellResult, RunResult};
-use crate::server_metrics::{Counter, TopicCounters};
+use crate::server_metrics::{ConnectionCounters, Counter, TopicCounters};
 use std::time::Instant;
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, CellSummary, Conductor};
@@ -45,6 +45,8 @@ pub struct LocalGate {
     before: Option<u64>,
     /// A fanout's topic counters, on the same replicas.
     topics: TopicCounters,
+    /// Each replica's connection counters.
+    connections: ConnectionCounters,
     start_at_unix_ms: Option<u64>,
     notes: Vec<String>,
 }
@@ -54,6 +56,7 @@ impl LocalGate {
         LocalGate {
             conductor: Conductor::new(spec),
             topics: TopicCounters::of(spec, &counters),
+            connections: ConnectionCounters::of(&counters),
             counters,
             before: None,
             start_at_unix_ms,
@@ -104,6 +107,11 @@ impl Gate for LocalGate {
                 if !self.counters.is_empty() {
                     cell.server_received = self.reconcile(cell.measure.counts.sent_with_warmup);
                 }
+                cell.server_connections = self.connections.end().unwrap_or_else(|e| {
+                    self.notes
+                        .push(format!("server connection counters unreadable: {e}"));
+                    Vec::new()
+                });
                 if !self.counters.is_empty() || cell.server_topics.is_some() {
                     cell.compute();
                 }
@@ -117,6 +125,10 @@ impl Gate for LocalGate {
                 if let Err(e) = self.topics.begin() {
                     self.notes
                         .push(format!("server topic counters unreadable: {e}"));
+                }
+                if let Err(e) = self.connections.begin() {
+                    self.notes
+                        .push(format!("server connection counters unreadable: {e}"));
                 }
                 None
             }

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use wsload_control::server_topics;
+use wsload_control::{server_connections, server_topics};
 use wsload_http::scrape;
 use wsload_report::fanout::ServerTopics;
+use wsload_report::server_connections::ReplicaConnections;
 use wsload_spec::{LoadTestSpec, Scenario};
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
@@ -81,6 +82,48 @@ impl TopicCounters {
             }
             std::thread::sleep(wsload_control::settle::POLL);
         }
+    }
+}
+
+/// Every replica's connection counters over each cell (`CellResult.server_connections`), read
+/// where the received counters are: before the first cell, then once each cell is over.
+#[derive(Debug, Default)]
+pub struct ConnectionCounters {
+    /// Every replica's metrics endpoint.
+    urls: Vec<String>,
+    /// The readings when the running cell began; `None` when unread.
+    before: Option<Vec<ReplicaConnections>>,
+}
+
+impl ConnectionCounters {
+    /// At the endpoints of the received counters (`counters`).
+    pub fn of(counters: &[Counter]) -> Self {
+        let mut urls: Vec<String> = counters.iter().map(|c| c.url.clone()).collect();
+        urls.dedup();
+        ConnectionCounters { urls, before: None }
+    }
+
+    /// Reads the counters before the first cell.
+    pub fn begin(&mut self) -> Result<(), ScrapeError> {
+        if !self.urls.is_empty() {
+            self.before = Some(server_connections::read_blocking(
+                &self.urls,
+                SCRAPE_TIMEOUT,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// Each replica's increase during the cell just over; empty without a reading before (or
+    /// servers without these counters).
+    pub fn end(&mut self) -> Result<Vec<ReplicaConnections>, ScrapeError> {
+        let Some(before) = self.before.take() else {
+            return Ok(Vec::new());
+        };
+        let after = server_connections::read_blocking(&self.urls, SCRAPE_TIMEOUT)?;
+        let cell = wsload_report::server_connections::increase(&before, &after);
+        self.before = Some(after);
+        Ok(cell)
     }
 }
 

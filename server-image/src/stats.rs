@@ -9,6 +9,7 @@ use crate::config::Profile;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
+use wsload_contract::server_metrics::{self as metric, closed, rejected};
 use wsload_http::prometheus_client::collector::Collector;
 use wsload_http::prometheus_client::encoding::DescriptorEncoder;
 use wsload_http::{AtomicHistogram, family};
@@ -68,10 +69,10 @@ impl Rejected {
     ];
     fn label(self) -> &'static str {
         match self {
-            Rejected::Capacity => "capacity",
-            Rejected::Draining => "draining",
-            Rejected::HandshakeTimeout => "handshake_timeout",
-            Rejected::HandshakeError => "handshake_error",
+            Rejected::Capacity => rejected::CAPACITY,
+            Rejected::Draining => rejected::DRAINING,
+            Rejected::HandshakeTimeout => rejected::HANDSHAKE_TIMEOUT,
+            Rejected::HandshakeError => rejected::HANDSHAKE_ERROR,
         }
     }
 }
@@ -105,14 +106,14 @@ impl Closed {
     const COUNT: usize = Self::ALL.len();
     pub fn label(self) -> &'static str {
         match self {
-            Closed::Client => "client",
-            Closed::Reset => "reset",
-            Closed::IdleTimeout => "idle_timeout",
-            Closed::MessageTooBig => "message_too_big",
-            Closed::ProtocolError => "protocol_error",
-            Closed::IoError => "io_error",
-            Closed::Shutdown => "shutdown",
-            Closed::AuthFailed => "auth_failed",
+            Closed::Client => closed::CLIENT,
+            Closed::Reset => closed::RESET,
+            Closed::IdleTimeout => closed::IDLE_TIMEOUT,
+            Closed::MessageTooBig => closed::MESSAGE_TOO_BIG,
+            Closed::ProtocolError => closed::PROTOCOL_ERROR,
+            Closed::IoError => closed::IO_ERROR,
+            Closed::Shutdown => closed::SHUTDOWN,
+            Closed::AuthFailed => closed::AUTH_FAILED,
         }
     }
 }
@@ -290,7 +291,7 @@ impl Stats {
         )?;
         family::counters(
             e,
-            "wsload_server_connections_accepted",
+            metric::CONNECTIONS_ACCEPTED,
             "Connections admitted after the WebSocket handshake.",
             self.profiles.iter().map(|p| {
                 (
@@ -301,21 +302,21 @@ impl Stats {
         )?;
         family::counters(
             e,
-            "wsload_server_connections_rejected",
+            metric::CONNECTIONS_REJECTED,
             "Connections refused before admission, by reason.",
             Rejected::ALL
                 .iter()
                 .zip(&self.rejected)
-                .map(|(r, v)| ([("reason", r.label())], v.load(Relaxed))),
+                .map(|(r, v)| ([(metric::REASON, r.label())], v.load(Relaxed))),
         )?;
         family::counters(
             e,
-            "wsload_server_connections_closed",
+            metric::CONNECTIONS_CLOSED,
             "Admitted connections that ended, by reason.",
             self.profiles.iter().flat_map(|p| {
                 Closed::ALL.iter().enumerate().map(move |(i, c)| {
                     let v = self.closed[p.index() * Closed::COUNT + i].load(Relaxed);
-                    ([("profile", p.label()), ("reason", c.label())], v)
+                    ([("profile", p.label()), (metric::REASON, c.label())], v)
                 })
             }),
         )?;

@@ -7,3 +7,4 @@
 pub mod announce;
 pub mod control;
 pub mod env;
+pub mod server_metrics;

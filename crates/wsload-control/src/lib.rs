@@ -11,6 +11,7 @@
 //! - [`assemble`]: the merged result completed with what only the conductor knows.
 //! - [`clock`]: each shard's clock offset against the conductor's, from probes.
 //! - [`server_topics`]: the reference server's topic counters over a fanout cell.
+//! - [`server_connections`]: each replica's connection counters over a cell.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -25,6 +26,7 @@ pub mod clock;
 pub mod endpoint;
 pub mod protocol;
 pub mod sequence;
+pub mod server_connections;
 pub mod server_topics;
 pub mod settle;
 

@@ -17,7 +17,9 @@
 //! ```text
 //! pub fn sum(body: &str, name: &str, labels: &BTreeMap<String, String>) -> f64
 //! pub fn find(body: &str, name: &str, labels: &BTreeMap<String, String>) -> Option<f64>
+//! pub fn by_label(body: &str, name: &str, label: &str) -> BTreeMap<String, f64>
 //! pub fn count(url: &str, body: &str, name: &str, labels: &BTreeMap<String, String>) -> Result<Option<u64>>
+//! pub fn count_by_label(url: &str, body: &str, name: &str, label: &str) -> Result<BTreeMap<String, u64>>
 //! pub async fn fetch(client: &http_client::Client, url: &str, timeout: Duration) -> Result<String>
 //! pub fn fetch_blocking(url: &str, timeout: Duration) -> Result<String>
 //! pub fn buckets(body: &str, name: &str) -> Vec<(f64, f64)>
@@ -80,6 +82,29 @@ pub fn find(body: &str, name: &str, want: &BTreeMap<String, String>) -> Option<f
         None => format!("{name}_total"),
     };
     total(name).or_else(|| total(&alternative))
+}
+
+/// The series of `name` summed by the value of their label `label` (series without it
+/// left out); empty when the endpoint has no such counter. Counter naming as in [`find`].
+pub fn by_label(body: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let samples: Vec<Sample<'_>> = samples(body).collect();
+    let group = |name: &str| -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.name == name) {
+            if let Some((_, v)) = s.labels.iter().find(|(k, _)| *k == label) {
+                *out.entry(v.clone()).or_insert(0.0) += s.value;
+            }
+        }
+        out
+    };
+    let exact = group(name);
+    if !exact.is_empty() {
+        return exact;
+    }
+    match name.strip_suffix("_total") {
+        Some(family) => group(family),
+        None => group(&format!("{name}_total")),
+    }
 }
 
 /// The cumulative buckets of histogram `name` (its `name_bucket` series) summed over every
@@ -248,6 +273,19 @@ pub fn count(
         .transpose()
 }
 
+/// [`by_label`] of a fetched `body`, each sum as a count (`url` names the endpoint in errors).
+pub fn count_by_label(
+    url: &str,
+    body: &str,
+    name: &str,
+    label: &str,
+) -> Result<BTreeMap<String, u64>> {
+    by_label(body, name, label)
+        .into_iter()
+        .map(|(value, sum)| Ok((value, as_count(url, name, sum)?)))
+        .collect()
+}
+
 fn as_count(url: &str, name: &str, value: f64) -> Result<u64> {
     if !value.is_finite() || value < 0.0 {
         return Err(Error::NotACount {
@@ -306,6 +344,26 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn by_label_sums_series_by_one_label_and_reads_the_family_name_too() {
+        let body = "# TYPE x counter
+x_total{profile=\"echo\",reason=\"idle_timeout\"} 3
+x_total{profile=\"sink\",reason=\"idle_timeout\"} 4
+x_total{profile=\"echo\",reason=\"client\"} 5 1700000000000
+x_total{profile=\"echo\"} 100
+y_total{reason=\"client\"} 7
+";
+        let want: BTreeMap<String, f64> = [
+            ("client".to_string(), 5.0),
+            ("idle_timeout".to_string(), 7.0),
+        ]
+        .into();
+        assert_eq!(by_label(body, "x_total", "reason"), want);
+        assert_eq!(by_label(body, "x", "reason"), want);
+        assert!(by_label(body, "z", "reason").is_empty());
+        assert!(by_label(body, "x", "nope").is_empty());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
 pub mod fanout;
+pub mod server;
 
 /// One explained observation about one cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +45,14 @@ pub enum Rule {
     FanoutClockDisagree,
     /// Messages that matched the delivery rule without a sequence number.
     FanoutUnreadable,
+    /// A server replica gave up on upgrades for its handshake timeout.
+    ServerHandshakeTimeout,
+    /// A server replica closed connections it found idle.
+    ServerIdleTimeout,
+    /// A server replica refused connections at its cap.
+    ServerCapacity,
+    /// The replicas admitted very unequal shares.
+    ServerImbalance,
 }
 
 impl std::fmt::Display for Finding {
@@ -79,6 +88,7 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .filter_map(move |rule| rule(c))
                 .chain(failures(c))
                 .chain(fanout::cell(c))
+                .chain(server::cell(c))
         })
         .chain(clock_uncertain(r))
         .chain(fanout::clock_blur(r))

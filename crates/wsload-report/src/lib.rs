@@ -27,6 +27,7 @@ pub mod measure;
 mod merge;
 mod numbers;
 mod result;
+pub mod server_connections;
 mod spec_copy;
 pub mod stored;
 mod table;

@@ -78,6 +78,11 @@ pub struct CellResult {
     /// every replica's increase, summed by the conductor like `server_received`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_topics: Option<crate::fanout::ServerTopics>,
+    /// What each server replica counted of its connections during the cell (wsload-server's
+    /// connection counters, their increase), read by the conductor like `server_received`;
+    /// empty when unread or the server has no such counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_connections: Vec<crate::server_connections::ReplicaConnections>,
     /// When the first and the last shard began the cell, Unix microseconds (0: not recorded).
     /// Cells begin at one instant released to every shard; the spread is the skew.
     #[serde(default, skip_serializing_if = "is_zero")]

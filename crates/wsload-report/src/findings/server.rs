@@ -1,0 +1,259 @@
+//! What the server replicas' own connection counters say of a cell (`server_connections`):
+//! handshakes a replica gave up on, connections it closed as idle or refused at its cap, and
+//! connections spread unevenly over the replicas. Each sets the server's count beside what the
+//! clients saw of the same connections.
+
+use super::{Finding, Rule, finding};
+use crate::measure::{ConnectError, Dropped};
+use crate::numbers::num;
+use crate::result::CellResult;
+use crate::server_connections::ReplicaConnections;
+use wsload_contract::server_metrics::{closed, rejected};
+
+/// Replicas whose busiest admitted more than this many times what the quietest did spread the
+/// load unevenly enough to name.
+pub const IMBALANCE: f64 = 2.0;
+/// Fewer admissions per replica than this are too few to judge a spread by.
+const IMBALANCE_MIN_PER_REPLICA: u64 = 100;
+
+/// Every rule of one cell with replica counters (none without).
+pub fn cell(c: &CellResult) -> Vec<Finding> {
+    let r = &c.server_connections;
+    if r.is_empty() {
+        return Vec::new();
+    }
+    [
+        handshake_timeout(c, r),
+        idle_timeout(c, r),
+        capacity(c, r),
+        imbalance(c, r),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// `N over K replicas (most M at URL)`, for one count per replica.
+fn spread(
+    replicas: &[ReplicaConnections],
+    count: impl Fn(&ReplicaConnections) -> u64,
+) -> (u64, String) {
+    let total: u64 = replicas.iter().map(&count).sum();
+    let with = replicas.iter().filter(|r| count(r) > 0).count();
+    let most = replicas.iter().max_by_key(|r| count(r));
+    let mut text = format!(
+        "{} on {} of {} replicas",
+        num(total as f64),
+        with,
+        replicas.len()
+    );
+    if let (Some(m), true) = (most, with > 1) {
+        text.push_str(&format!(
+            " (most {} at {})",
+            num(count(m) as f64),
+            m.replica
+        ));
+    }
+    (total, text)
+}
+
+/// What the clients counted of the same connections, for the evidence:
+/// `; the clients counted closed_early 76.1K, reset 12`.
+fn clients_saw(c: &CellResult, failed: &[ConnectError], dropped: &[Dropped]) -> String {
+    let counts = &c.measure.counts;
+    let seen: Vec<String> = failed
+        .iter()
+        .map(|k| (k.label(), counts.failed.get(k).copied().unwrap_or(0)))
+        .chain(
+            dropped
+                .iter()
+                .map(|k| (k.label(), counts.dropped.get(k).copied().unwrap_or(0))),
+        )
+        .filter(|(_, n)| *n > 0)
+        .map(|(l, n)| format!("{l} {}", num(n as f64)))
+        .collect();
+    if seen.is_empty() {
+        String::new()
+    } else {
+        format!("; the clients counted {}", seen.join(", "))
+    }
+}
+
+/// Upgrades the server dropped for taking longer than its handshake timeout from the TCP
+/// accept: the server's machine was too busy to answer them in time. The clients see these as
+/// closed before ready (or reset) while opening.
+pub fn handshake_timeout(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
+    let (n, where_) = spread(r, |x| x.rejected_for(rejected::HANDSHAKE_TIMEOUT));
+    (n > 0).then_some(())?;
+    finding(
+        Rule::ServerHandshakeTimeout,
+        c,
+        "the server dropped connections whose upgrade it did not finish within its handshake timeout (wsload-server --handshake-timeout, 10 s by default): the server's CPUs were too busy to answer upgrades in time; give the servers more CPU (replicas on other cores or nodes), open connections more slowly (connect.batchSize, connect.batchInterval), or raise the server's handshake timeout",
+        format!(
+            "{}: {where_}{}",
+            rejected::HANDSHAKE_TIMEOUT,
+            clients_saw(
+                c,
+                &[ConnectError::ClosedEarly, ConnectError::Timeout],
+                &[Dropped::Reset]
+            )
+        ),
+    )
+}
+
+/// Connections the server closed because nothing came from them for its idle timeout: the
+/// clients' keepalive (ping.interval) was longer than it, or late on a busy client.
+pub fn idle_timeout(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
+    let (n, where_) = spread(r, |x| x.closed_for(closed::IDLE_TIMEOUT));
+    (n > 0).then_some(())?;
+    finding(
+        Rule::ServerIdleTimeout,
+        c,
+        "the server closed connections that sent nothing for its idle timeout (wsload-server --idle-timeout, 60 s by default): set ping.interval well under it; if it is already, the load generator was too busy to send its pings on time (its CPU, more shards)",
+        format!(
+            "{}: {where_}{}",
+            closed::IDLE_TIMEOUT,
+            clients_saw(c, &[], &[Dropped::ServerClose, Dropped::Reset])
+        ),
+    )
+}
+
+/// Connections the server refused at its connection cap.
+pub fn capacity(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
+    let (n, where_) = spread(r, |x| x.rejected_for(rejected::CAPACITY));
+    (n > 0).then_some(())?;
+    finding(
+        Rule::ServerCapacity,
+        c,
+        "the server refused connections at its cap (wsload-server --max-connections): raise the cap or add replicas",
+        format!(
+            "{}: {where_}{}",
+            rejected::CAPACITY,
+            clients_saw(c, &[ConnectError::UpgradeRejected], &[Dropped::ServerClose])
+        ),
+    )
+}
+
+/// Replicas admitting very different shares: one SO_REUSEPORT group (or a Service) hashes
+/// connections by their addresses, so few source addresses or ports can load some replicas
+/// far more than others, and the busiest one's limits are met first.
+pub fn imbalance(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
+    if r.len() < 2 {
+        return None;
+    }
+    let min = r.iter().map(|x| x.accepted).min()?;
+    let max = r.iter().map(|x| x.accepted).max()?;
+    let per_replica = r.iter().map(|x| x.accepted).sum::<u64>() / r.len() as u64;
+    if per_replica < IMBALANCE_MIN_PER_REPLICA || (max as f64) <= IMBALANCE * (min.max(1) as f64) {
+        return None;
+    }
+    finding(
+        Rule::ServerImbalance,
+        c,
+        "the server replicas admitted very unequal shares of the connections: the busiest meets its limits first; spread the clients' source addresses or ports wider, or balance with a proxy",
+        format!(
+            "accepted per replica: {} to {} over {} replicas (mean {})",
+            num(min as f64),
+            num(max as f64),
+            r.len(),
+            num(per_replica as f64)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::shard;
+
+    fn replica(
+        name: &str,
+        accepted: u64,
+        rejected: &[(&str, u64)],
+        closed: &[(&str, u64)],
+    ) -> ReplicaConnections {
+        let map = |p: &[(&str, u64)]| p.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        ReplicaConnections {
+            replica: name.into(),
+            accepted,
+            rejected: map(rejected),
+            closed: map(closed),
+        }
+    }
+
+    fn cell_with(r: Vec<ReplicaConnections>) -> CellResult {
+        let mut c = shard(0, 100, 1, 1).cells.remove(0);
+        c.server_connections = r;
+        c
+    }
+
+    #[test]
+    fn a_quiet_server_says_nothing() {
+        let c = cell_with(vec![
+            replica("a", 500, &[], &[("client", 500)]),
+            replica("b", 520, &[], &[]),
+        ]);
+        assert_eq!(cell(&c), []);
+        assert_eq!(cell(&cell_with(Vec::new())), []);
+    }
+
+    #[test]
+    fn handshake_timeouts_are_named_with_the_replicas_and_what_the_clients_saw() {
+        let mut c = cell_with(vec![
+            replica("http://r1/metrics", 500, &[("handshake_timeout", 30)], &[]),
+            replica("http://r2/metrics", 480, &[("handshake_timeout", 70)], &[]),
+            replica("http://r3/metrics", 510, &[], &[]),
+        ]);
+        c.measure
+            .counts
+            .failed
+            .insert(ConnectError::ClosedEarly, 100);
+        let f = cell(&c);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, Rule::ServerHandshakeTimeout);
+        assert_eq!(
+            f[0].evidence,
+            "handshake_timeout: 100 on 2 of 3 replicas (most 70 at http://r2/metrics); the clients counted closed_early 100"
+        );
+        assert!(f[0].cause.contains("--handshake-timeout"), "{}", f[0].cause);
+    }
+
+    #[test]
+    fn idle_closes_and_the_cap_are_each_their_own_finding() {
+        let c = cell_with(vec![replica(
+            "a",
+            400,
+            &[("capacity", 5)],
+            &[("idle_timeout", 9)],
+        )]);
+        let rules: Vec<Rule> = cell(&c).iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [Rule::ServerIdleTimeout, Rule::ServerCapacity]);
+        assert_eq!(
+            idle_timeout(&c, &c.server_connections)
+                .expect("idle")
+                .evidence,
+            "idle_timeout: 9 on 1 of 1 replicas"
+        );
+    }
+
+    #[test]
+    fn an_uneven_spread_is_named_past_twice_the_quietest() {
+        let even = cell_with(vec![
+            replica("a", 1000, &[], &[]),
+            replica("b", 1900, &[], &[]),
+        ]);
+        assert_eq!(imbalance(&even, &even.server_connections), None);
+        let uneven = cell_with(vec![
+            replica("a", 1000, &[], &[]),
+            replica("b", 2100, &[], &[]),
+        ]);
+        let f = imbalance(&uneven, &uneven.server_connections).expect("uneven");
+        assert_eq!(
+            f.evidence,
+            "accepted per replica: 1000 to 2100 over 2 replicas (mean 1550)"
+        );
+        // Too few to judge.
+        let few = cell_with(vec![replica("a", 10, &[], &[]), replica("b", 90, &[], &[])]);
+        assert_eq!(imbalance(&few, &few.server_connections), None);
+    }
+}
