@@ -6,7 +6,8 @@
 //! - foundation: [`clock`], [`message`] (templates), [`script`] (the LoadTest's conversation,
 //!   compiled), [`answer`] (what answers a message sent),
 //!   [`schedule`] (open-loop rates),
-//!   [`terminal`] (stderr around the bar), [`cpu`], [`sysctl`];
+//!   [`terminal`] (stderr around the bar), [`cpu`], [`sysctl`], [`netstat`] (the kernel's
+//!   TCP counters and gauges of this network namespace);
 //! - model, what a cell is and how a spec becomes cells: [`model`], [`plan`], [`capacity`],
 //!   [`options`];
 //! - counters, the live per-worker slots and where the run is: [`counters`];
@@ -40,6 +41,7 @@ pub mod fleet_token;
 pub mod gate;
 pub mod local_server;
 pub mod model;
+pub mod netstat;
 pub mod options;
 pub mod plan;
 pub mod plot;

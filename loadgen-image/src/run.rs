@@ -14,6 +14,7 @@ use crate::gate::{Gate, LocalGate};
 use crate::local_server::LocalServers;
 use crate::measure::ConnectError;
 use crate::model::{Planned, Shard};
+use crate::netstat::{self, Proc};
 use crate::options::{Options, threads};
 use crate::plan;
 use crate::progress::Outline;
@@ -295,15 +296,23 @@ fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult 
         workers,
         dialer,
         sampler,
+        shard,
         ..
     } = prepared;
     let counters = &workers.counters;
     counters.set_phase(&planned.cell.label, planned.target_rate);
     counters.begin_cell(index, &planned.cell.label, planned.total_connections);
     let cpu = CpuClock::start(workers.threads);
+    // The kernel's counters are read next to the cell's first dial and its last close, so
+    // what they grew by is the cell's (and whatever else shares the namespace meanwhile).
+    let proc = Proc::system();
+    let before = proc.snapshot();
+    sampler.kernel_peaks().restart(&before);
     let run = workers.run(&planned.cell, dialer);
+    let after = proc.snapshot();
     let loadgen_cpu = cpu.busy();
     counters.end_cell();
+    let kernel = netstat::figures(&before, &after, &sampler.kernel_peaks().seen(), shard.index);
     let (timeline_step_ms, timeline) = sampler.take_cell_samples();
     let mut cell = CellResult {
         label: planned.cell.label.clone(),
@@ -324,6 +333,7 @@ fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult 
         timeline,
         timeline_step_ms,
         loadgen_cpu,
+        kernel: kernel.into_iter().collect(),
     };
     cell.compute();
     tracing::info!(cell = %cell.label, sent = cell.measure.counts.sent, received = cell.measure.counts.received, connected = cell.measure.counts.connected, "cell done");

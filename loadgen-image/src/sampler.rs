@@ -1,9 +1,11 @@
 //! Timelines read from the counters: each cell's, every [`CELL_STEP`] of its measured phase,
 //! for its result (the report's charts over time); and the run's, once a second, for the
 //! achieved-rate gauge and `--plot`. Both are [`Recorder`]s, the one recorder of
-//! `wsload_report::timeline`; nothing here runs per message.
+//! `wsload_report::timeline`; nothing here runs per message. Each tick also samples the
+//! kernel's levels (TCP memory, orphans, conntrack entries) for their peaks over the cell.
 
 use crate::counters::Counters;
+use crate::netstat::{Peaks, Proc};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -86,6 +88,7 @@ pub struct Sampler {
     last_sent: AtomicU64,
     run: Mutex<Option<Recording<RunStep>>>,
     cell: Mutex<CellTimeline>,
+    kernel: Peaks,
 }
 
 impl Sampler {
@@ -96,7 +99,13 @@ impl Sampler {
             last_sent: AtomicU64::new(0),
             run: Mutex::new(None),
             cell: Mutex::new(CellTimeline::default()),
+            kernel: Peaks::new(Proc::system()),
         }
+    }
+
+    /// The kernel's levels' peaks over the running cell.
+    pub fn kernel_peaks(&self) -> &Peaks {
+        &self.kernel
     }
 
     pub fn counters(&self) -> &Arc<Counters> {
@@ -108,8 +117,10 @@ impl Sampler {
         f64::from_bits(self.achieved.load(Relaxed))
     }
 
-    /// Called once a [`RUN_STEP`]: the achieved-rate gauge and the run's timeline.
+    /// Called once a [`RUN_STEP`]: the achieved-rate gauge, the run's timeline and the
+    /// kernel's peaks.
     pub fn tick(&self, now: Instant) {
+        self.kernel.sample();
         let snap = self.counters.snapshot();
         let before = self.last_sent.swap(snap.sent, Relaxed);
         let rate = snap.sent.saturating_sub(before) as f64 / RUN_STEP.as_secs_f64();

@@ -10,12 +10,13 @@ use std::path::Path;
 /// Lowest first. `lib.rs` and `main.rs` stand above them all.
 const LAYERS: &[(&str, &[&str])] = &[
     // Leaves: wall clocks, wire formats, the compiled conversation and how answers are recognised, rate schedules, stderr around the bar, the CPU
-    // clock, sysctl writes; and the results crate's modules re-exported at the crate root.
+    // clock, sysctl writes, the kernel's network counters; and the results crate's modules
+    // re-exported at the crate root.
     (
         "foundation",
         &[
             "clock", "encoding", "script", "answer", "schedule", "terminal", "cpu", "sysctl",
-            "report", "measure", "hist",
+            "netstat", "report", "measure", "hist",
         ],
     ),
     // What a cell is, and how a spec becomes cells.

@@ -6,7 +6,8 @@ use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult, ShardClock};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
-    FanoutTier, LoadTestStatus, MAX_LISTED, Percentiles, ThresholdResult, TierFigures, Verdict,
+    FanoutTier, LoadTestStatus, MAX_FINDING_BYTES, MAX_FINDINGS, MAX_LISTED, Percentiles,
+    ThresholdResult, TierFigures, Verdict,
 };
 
 /// What the shards' results add up to.
@@ -19,6 +20,9 @@ pub struct Summary {
     pub verdict_message: String,
     pub achieved_rate: Option<String>,
     pub p99: Option<String>,
+    /// The merged result's findings as the report prints them, the first [`MAX_FINDINGS`].
+    pub findings: Vec<String>,
+    pub findings_omitted: u32,
     /// The merged result, gzip-compressed JSON, as stored.
     pub merged: Vec<u8>,
     /// The same as `wsload report --html` writes, gzip-compressed.
@@ -34,6 +38,8 @@ impl Summary {
         st.verdict = self.verdict;
         st.achieved_rate = self.achieved_rate.clone();
         st.p99 = self.p99.clone();
+        st.findings = self.findings.clone();
+        st.findings_omitted = self.findings_omitted;
     }
 }
 
@@ -166,6 +172,7 @@ pub fn summarize(
     let headline = merged.cells.iter().max_by_key(|c| c.connections);
     let achieved_rate = headline.and_then(headline_rate);
     let p99 = headline.and_then(|c| headline_p99(&c.figures));
+    let (findings, findings_omitted) = findings(&merged);
     let report = wsload_report::stored::compress(wsload_report::html(&merged).as_bytes())
         .map_err(SummaryError::Serialize)?;
     let merged = wsload_report::stored::encode(&merged).map_err(SummaryError::Serialize)?;
@@ -178,9 +185,23 @@ pub fn summarize(
         verdict_message,
         achieved_rate,
         p99,
+        findings,
+        findings_omitted,
         merged,
         report,
     })
+}
+
+/// The merged result's findings for status, as the report prints them (the servers' counts
+/// completed first: some findings judge them): the first [`MAX_FINDINGS`], each cut at
+/// [`MAX_FINDING_BYTES`], and how many more there are.
+fn findings(merged: &RunResult) -> (Vec<String>, u32) {
+    let mut all: Vec<String> = wsload_report::findings(merged)
+        .iter()
+        .map(|f| crate::text::truncate(&f.to_string(), MAX_FINDING_BYTES))
+        .collect();
+    let omitted = omit_past(&mut all, MAX_FINDINGS);
+    (all, omitted)
 }
 
 /// Cuts `list` to `max` entries; how many went.
@@ -471,6 +492,59 @@ mod tests {
         );
     }
 
+    /// Status lists the merged result's findings as the report prints them: here the fixture's
+    /// refusals, and the listen overflows the kernel counted in each shard pod's namespace,
+    /// summed over both.
+    #[test]
+    fn status_lists_the_findings_of_the_merged_result() {
+        use wsload_report::fixtures::kernel;
+        let mut a = shard(0, 2000, 1, 1_000_000);
+        a.cells[0].kernel = vec![kernel(0, 4026532001, 3)];
+        let mut b = shard(1, 1000, 1, 1_000_500);
+        b.cells[0].kernel = vec![kernel(1, 4026532002, 4)];
+        let s = echo_of_two("");
+        let sum = summary(&s, merge(&[(0, &a), (1, &b)]).expect("merge"), &[]);
+        let mut st = LoadTestStatus::default();
+        sum.apply(&mut st);
+        assert_eq!(
+            st.findings,
+            [
+                "finding [100]: connections were refused: nothing listening, or the server's accept queue overflowed (refused: 2 of 200 attempts)",
+                "finding [100]: the kernel dropped connections at a full accept queue (ListenOverflows): the server accepted more slowly than connections arrived; raise its listen backlog and net.core.somaxconn, add server replicas, or open connections more slowly (a smaller connect.batchSize, a longer connect.batchInterval) (TcpExtListenOverflows +7, TcpExtListenDrops +7 in 2 namespaces (net:[4026532001] of shard 0, net:[4026532002] of shard 1))",
+            ]
+        );
+        assert_eq!(st.findings_omitted, 0);
+        let json = serde_json::to_value(&st).expect("json");
+        assert_eq!(json["findings"].as_array().map(Vec::len), Some(2));
+        assert!(json.get("findingsOmitted").is_none(), "{json}");
+    }
+
+    /// Past [`MAX_FINDINGS`] the rest are counted; a finding past [`MAX_FINDING_BYTES`] is cut.
+    #[test]
+    fn status_findings_are_capped_in_number_and_length() {
+        let mut r = shard(0, 100, 1, 1_000_000);
+        let one = r.cells[0].clone();
+        r.cells = (0..12)
+            .map(|i| {
+                let mut c = one.clone();
+                c.label = if i == 0 {
+                    "x".repeat(2000)
+                } else {
+                    format!("cell {i}")
+                };
+                c
+            })
+            .collect();
+        let (listed, omitted) = findings(&r);
+        assert_eq!((listed.len(), omitted), (MAX_FINDINGS, 2));
+        assert_eq!(listed[0].len(), MAX_FINDING_BYTES + "...".len());
+        assert!(listed[0].ends_with("xx..."), "{}", listed[0]);
+        assert_eq!(
+            listed[1],
+            "finding [cell 1]: connections were refused: nothing listening, or the server's accept queue overflowed (refused: 1 of 100 attempts)"
+        );
+    }
+
     /// Status at the largest spec the schema admits (5,000 shards, 2,048 cells, 32
     /// thresholds each) stays well below etcd's 1.5 MiB object limit.
     #[test]
@@ -562,6 +636,8 @@ mod tests {
         st.thresholds_omitted = omit_past(&mut checks, MAX_LISTED);
         st.tiers = tiers;
         st.thresholds = checks;
+        st.findings = vec!["x".repeat(MAX_FINDING_BYTES + 3); MAX_FINDINGS];
+        st.findings_omitted = 12_345;
         let bytes = serde_json::to_vec(&st).expect("json").len();
         let shards_only = serde_json::to_vec(&st.shards).expect("json").len();
         eprintln!("largest status: {bytes} bytes, of which shards[] {shards_only}");

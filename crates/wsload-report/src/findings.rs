@@ -7,6 +7,7 @@ use crate::result::{CellResult, RunResult};
 
 pub mod fanout;
 pub mod server;
+pub mod kernel;
 
 /// One explained observation about one cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +54,20 @@ pub enum Rule {
     ServerCapacity,
     /// The replicas admitted very unequal shares.
     ServerImbalance,
+    /// The kernel dropped connections at a full accept queue (ListenOverflows, ListenDrops).
+    KernelListenOverflow,
+    /// The SYN queue overflowed: SYN cookies sent, or SYNs dropped.
+    KernelSynQueue,
+    /// TCP out of memory, or in memory pressure.
+    KernelMemory,
+    /// The connection-tracking table at its limit.
+    KernelConntrack,
+    /// Orphan sockets at tcp_max_orphans.
+    KernelOrphans,
+    /// Connections given up after unanswered retransmissions.
+    KernelTimeout,
+    /// Connections reset, and the resets the namespaces read sent.
+    KernelResets,
 }
 
 impl std::fmt::Display for Finding {
@@ -70,7 +85,8 @@ impl std::fmt::Display for Finding {
 /// than one blurs what it measures; a probe's round trip on a quiet network is well under it.
 pub const CLOCK_UNCERTAINTY_MICROS: u64 = 1_000;
 
-/// Every rule over every cell, in cell order, then the run's shard clocks.
+/// Every rule over every cell, in cell order (the kernel's after the others of the cell),
+/// then the run's shard clocks.
 pub fn findings(r: &RunResult) -> Vec<Finding> {
     let rules: [fn(&CellResult) -> Option<Finding>; 6] = [
         syn_retransmits,
@@ -89,6 +105,7 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .chain(failures(c))
                 .chain(fanout::cell(c))
                 .chain(server::cell(c))
+                .chain(kernel::cell(r, c))
         })
         .chain(clock_uncertain(r))
         .chain(fanout::clock_blur(r))

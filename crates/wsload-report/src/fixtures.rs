@@ -1,6 +1,7 @@
 //! A shard's result with known counts and latencies, for tests here and in the operator
 //! (feature `fixtures`): one source of truth for what a merge must add up to.
 
+use crate::kernel::{KernelFigures, Netns};
 use crate::measure::{ConnectError, Measure};
 use crate::result::{CellResult, Figures, RunResult, ShardInfo};
 use crate::timeline::{Recorder, Totals};
@@ -38,6 +39,7 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
         timeline: Vec::new(),
         timeline_step_ms: crate::timeline::FINEST_STEP_MS,
         loadgen_cpu: None,
+        kernel: Vec::new(),
     };
     cell.compute();
     let mut r = RunResult {
@@ -64,6 +66,35 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
     };
     r.judge();
     r
+}
+
+/// Shard `shard`'s reading of network namespace `inode` over a cell: `overflows` listen
+/// overflows and drops, 100 connections opened, 200 sockets in use of a quiet machine.
+pub fn kernel(shard: u32, inode: u64, overflows: u64) -> KernelFigures {
+    use crate::kernel as k;
+    let increases = [
+        (k::LISTEN_OVERFLOWS, overflows),
+        (k::LISTEN_DROPS, overflows),
+        (k::ACTIVE_OPENS, 100),
+        (k::OUT_RSTS, 0),
+    ];
+    let gauges = [
+        (k::TCP_INUSE, 200),
+        (k::TCP_MEM, 118),
+        (k::TCP_MEM_MIN, 287_898),
+        (k::TCP_MEM_PRESSURE, 383_867),
+        (k::TCP_MEM_MAX, 575_796),
+    ];
+    KernelFigures {
+        netns: Some(Netns {
+            inode,
+            boot: "2f5a3c1e-0000-4000-8000-000000000001".into(),
+        }),
+        shards: vec![shard],
+        summed: Default::default(),
+        increases: increases.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        gauges: gauges.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+    }
 }
 
 /// A whole report to look at: two shards merged, two cells with per-second samples, the spec,

@@ -161,6 +161,7 @@ fn cells(o: &mut String, r: &RunResult) {
         }
         o.push_str("</ul>");
     }
+    kernel(o, r);
     if !r.probes.is_empty() {
         o.push_str("<h3>Connection limit probes</h3>");
         let rows: Vec<Vec<String>> = r
@@ -184,6 +185,35 @@ fn cells(o: &mut String, r: &RunResult) {
         let _ = write!(o, "<p>Note: {}</p>", escape(n));
     }
     o.push_str("</section>");
+}
+
+/// What the kernel counted, a row per namespace per cell.
+fn kernel(o: &mut String, r: &RunResult) {
+    if r.cells.iter().all(|c| c.kernel.is_empty()) {
+        return;
+    }
+    o.push_str("<h3>Kernel</h3><p class=\"muted\">TCP counters that grew over each cell (nstat names) and the sockets, memory and connection tracking at its end, per network namespace the shards ran in.</p>");
+    o.push_str("<table><thead><tr><th>Cell</th><th class=\"l\">Namespace</th><th class=\"l\">Read by</th><th class=\"l\">Counters grown</th><th class=\"l\">At the end</th></tr></thead><tbody>");
+    for c in &r.cells {
+        for e in &c.kernel {
+            let grown = e.grown();
+            let grown = if grown.is_empty() {
+                "none".to_string()
+            } else {
+                grown.join(", ")
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                escape(&c.label),
+                escape(&e.place()),
+                escape(&e.readers()),
+                escape(&grown),
+                escape(&e.gauges_line())
+            );
+        }
+    }
+    o.push_str("</tbody></table>");
 }
 
 /// Round trips where the scenario times them, the handshake otherwise (connection storms).
@@ -592,6 +622,24 @@ mod tests {
             !page.contains("round-trip p99"),
             "a fan-out times no round trip"
         );
+    }
+
+    #[test]
+    fn the_kernel_figures_and_their_finding_are_on_the_page() {
+        let mut r = shard(0, 10, 1, 1);
+        assert!(
+            !html(&r).contains("<h3>Kernel</h3>"),
+            "none read, none shown"
+        );
+        r.cells[0].kernel = vec![crate::fixtures::kernel(0, 4026531840, 3)];
+        let page = html(&r);
+        for part in [
+            "<h3>Kernel</h3>",
+            "<td class=\"l\">net:[4026531840]</td><td class=\"l\">shard 0</td><td class=\"l\">TcpExtListenOverflows +3, TcpExtListenDrops +3, TcpActiveOpens +100</td>",
+            "the kernel dropped connections at a full accept queue (ListenOverflows)",
+        ] {
+            assert!(page.contains(part), "{part} missing");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`html()`]: the whole result as one self-contained HTML page (tables, charts, spec).
 //! - [`timeline`]: samples of a cell over time (100 ms steps), recorded from running totals.
 //! - [`stored`]: a result as the operator stores it (gzip-compressed JSON) and read back.
+//! - [`kernel`]: what the kernel's TCP counters and gauges did over a cell, per namespace.
 //! - [`hist::Hist`]: the latency histogram (exact merge, base64 serialization).
 //! - [`measure`]: counts and histograms of one cell, and the failure reasons.
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
@@ -23,6 +24,7 @@ pub mod findings;
 pub mod fixtures;
 pub mod hist;
 mod html;
+pub mod kernel;
 pub mod measure;
 mod merge;
 mod numbers;

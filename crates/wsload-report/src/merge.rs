@@ -54,6 +54,7 @@ impl RunResult {
                 (Some(x), Some(y)) => Some(x.max(y)),
                 (x, y) => x.or(y),
             };
+            crate::kernel::merge(&mut a.kernel, &b.kernel);
             a.compute();
         }
         for note in &other.notes {
@@ -184,6 +185,48 @@ mod tests {
         // A shard merged twice is refused, not double-counted.
         assert!(merged.merge(&a).is_err());
         assert_eq!(merged.cells[0].measure.counts.sent, 3000);
+    }
+
+    /// Two shards in one namespace (a local run) count it once and say who shared it; a shard
+    /// in another namespace (another pod) adds its own. Through JSON, as the operator gets them.
+    #[test]
+    fn kernel_figures_count_each_namespace_once() {
+        use crate::fixtures::kernel;
+        use crate::kernel::LISTEN_OVERFLOWS;
+        let part = |index: u32, inode: u64, overflows: u64| {
+            let mut r = shard(index, 10, 1, 1);
+            r.shard_count = 3;
+            r.cells[0].kernel = vec![kernel(index, inode, overflows)];
+            let json = serde_json::to_string(&r).expect("ser");
+            serde_json::from_str::<RunResult>(&json).expect("de")
+        };
+        let mut merged = part(1, 4026532001, 7);
+        merged.merge(&part(0, 4026532001, 6)).expect("merge");
+        let k = &merged.cells[0].kernel;
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].shards, [0, 1]);
+        assert_eq!(k[0].increase(LISTEN_OVERFLOWS), 6, "shard 0's reading");
+        merged.merge(&part(2, 4026532002, 5)).expect("merge");
+        let k = &merged.cells[0].kernel;
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[1].shards, [2]);
+        assert_eq!(crate::kernel::summed(k)[LISTEN_OVERFLOWS], 6 + 5);
+        let text = merged.render();
+        assert!(
+            text.contains("kernel [100] net:[4026532001] (shards 0-1): TcpExtListenOverflows +6, TcpExtListenDrops +6, TcpActiveOpens +100; TCP 200 in use, 118 pages of tcp_mem 287898/383867/575796\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("TcpExtListenOverflows +11, TcpExtListenDrops +11 in 2 namespaces (net:[4026532001] of shards 0-1, net:[4026532002] of shard 2))"),
+            "{text}"
+        );
+        // Results written before kernel figures still read, and say nothing of the kernel.
+        let old = shard(0, 10, 1, 1);
+        let json = serde_json::to_string(&old).expect("ser");
+        assert!(!json.contains("\"kernel\""), "{json}");
+        let back: RunResult = serde_json::from_str(&json).expect("de");
+        assert!(back.cells[0].kernel.is_empty());
+        assert!(!back.render().contains("kernel ["));
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub struct CellResult {
     /// and cores it may use, 0..1 (not recorded: `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loadgen_cpu: Option<f64>,
+    /// What the kernel counted over the cell, one entry per network namespace the shards ran
+    /// in (empty in results written before, and where /proc could not be read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel: Vec<crate::kernel::KernelFigures>,
 }
 
 fn is_zero(v: &u64) -> bool {

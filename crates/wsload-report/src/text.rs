@@ -8,6 +8,9 @@ use crate::result::{Check, RunResult};
 use crate::table::cell_table;
 use std::fmt::Write as _;
 
+/// Namespaces a cell lists in the text report (every one is in the JSON and the HTML page).
+pub const KERNEL_LINES: usize = 8;
+
 impl RunResult {
     /// What a check measured, in its threshold's units (`not measured` when nothing was).
     pub fn actual(&self, c: &Check) -> String {
@@ -49,6 +52,47 @@ impl RunResult {
             .collect()
     }
 
+    /// One line per namespace per cell of what the kernel counted: `kernel [100]
+    /// net:[4026531840] (shards 0-3): TcpExtListenOverflows +12, ...; TCP 1002 in use, ...`;
+    /// at most [`KERNEL_LINES`] a cell, then how many more the result holds.
+    pub(crate) fn kernel_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in &self.cells {
+            for e in c.kernel.iter().take(KERNEL_LINES) {
+                let who = if self.shard_count > 1 {
+                    format!(" ({})", e.readers())
+                } else {
+                    String::new()
+                };
+                let grown = e.grown();
+                let grown = if grown.is_empty() {
+                    "no counter grew".to_string()
+                } else {
+                    grown.join(", ")
+                };
+                let gauges = e.gauges_line();
+                let gauges = if gauges.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {gauges}")
+                };
+                out.push(format!(
+                    "kernel [{}] {}{who}: {grown}{gauges}",
+                    c.label,
+                    e.place()
+                ));
+            }
+            if c.kernel.len() > KERNEL_LINES {
+                out.push(format!(
+                    "kernel [{}]: {} more namespaces in the result's JSON",
+                    c.label,
+                    c.kernel.len() - KERNEL_LINES
+                ));
+            }
+        }
+        out
+    }
+
     /// Tables in the style of the seed reports, and the verdict.
     pub fn render(&self) -> String {
         let mut o = String::new();
@@ -70,6 +114,13 @@ impl RunResult {
             o.push('\n');
             for f in &findings {
                 let _ = writeln!(o, "{f}");
+            }
+        }
+        let kernel = self.kernel_lines();
+        if !kernel.is_empty() {
+            o.push('\n');
+            for line in &kernel {
+                let _ = writeln!(o, "{line}");
             }
         }
         let talk: Vec<String> = self.cells.iter().filter_map(conversation_line).collect();

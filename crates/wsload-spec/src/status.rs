@@ -98,6 +98,15 @@ pub struct LoadTestStatus {
     /// times no round trips, its handshake p99 marked as such (`2.00 ms connect`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99: Option<String>,
+    /// What the merged result's findings say: known causes the figures show (a full accept
+    /// queue, connections the server reset, a load generator at its CPU limit...), each with its
+    /// evidence and what to change, as the report prints them. The first [`MAX_FINDINGS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_FINDINGS))]
+    pub findings: Vec<String>,
+    /// Findings past the first [`MAX_FINDINGS`] (the merged result's report lists them all).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub findings_omitted: u32,
     /// Shards whose result is missing (`shardFailure: continue`): figures cover the others.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<u32>,
@@ -110,6 +119,14 @@ pub struct LoadTestStatus {
 pub const MAX_LISTED: usize = 128;
 
 pub const MAX_CELLS: usize = crate::cel::MAX_TIERS * crate::cel::MAX_SIZES;
+
+/// Findings listed in status: enough for the causes of one run, few enough to read at a glance.
+pub const MAX_FINDINGS: usize = 10;
+
+/// The longest finding status holds, in bytes (then cut on a character boundary and marked
+/// `...`): a finding's evidence quotes at most a short example of what the server sent, so
+/// only a pathological one is this long.
+pub const MAX_FINDING_BYTES: usize = 1024;
 
 /// One cell of the run, as the operator conducted it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]

@@ -460,9 +460,11 @@ fn echo() -> Value {
            "thresholds": ["rtt.p99 < 5ms"]})
 }
 
-/// The API server holding shard 0's result, as the operator stored it.
+/// The API server holding shard 0's result, as the operator stored it: its kernel counted 3
+/// listen overflows.
 fn stored_result(api: &MockApi, lt: &LoadTestResource) {
-    let r = wsload_report::fixtures::shard(0, 100, 1, 1_000_000);
+    let mut r = wsload_report::fixtures::shard(0, 100, 1, 1_000_000);
+    r.cells[0].kernel = vec![wsload_report::fixtures::kernel(0, 4026532001, 3)];
     let packed = wsload_report::stored::encode(&r).expect("encode");
     api.config_map(&builders::shard_result_config_map(lt, 0, packed));
 }
@@ -504,6 +506,14 @@ async fn stored_results_are_merged_judged_and_the_merge_stored() {
     assert_eq!(st.results_config_map.as_deref(), Some("t-results"));
     assert_called(&api, "PATCH configmaps/t-results");
     assert_eq!(api.events(), ["Succeeded"]);
+    // What the report would say of the merge, in status.
+    assert_eq!(
+        st.findings,
+        [
+            "finding [100]: connections were refused: nothing listening, or the server's accept queue overflowed (refused: 1 of 100 attempts)",
+            "finding [100]: the kernel dropped connections at a full accept queue (ListenOverflows): the server accepted more slowly than connections arrived; raise its listen backlog and net.core.somaxconn, add server replicas, or open connections more slowly (a smaller connect.batchSize, a longer connect.batchInterval) (TcpExtListenOverflows +3, TcpExtListenDrops +3 in net:[4026532001] (shard 0))",
+        ]
+    );
     // The merge and, beside it, the page `wsload report --html` would write.
     let cm = api.stored_config_map("t-results").expect("stored");
     let data = cm.binary_data.expect("binaryData");

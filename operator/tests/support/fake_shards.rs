@@ -1220,6 +1220,7 @@ fn synth_cell(
         timeline: Vec::new(),
         timeline_step_ms: 100,
         loadgen_cpu: None,
+        kernel: Vec::new(),
     };
     cell.compute();
     cell

@@ -1,0 +1,490 @@
+//! What the kernel's counters say of a cell: accept and SYN queues that overflowed, TCP memory
+//! that ran out, a connection-tracking table or the orphan sockets at their limit, connections
+//! given up after retransmissions, and who sent the resets the clients saw. The increases are
+//! summed over the namespaces the shards ran in (each counted once); a limit is judged in each.
+
+use super::{Finding, Rule, finding};
+use crate::kernel::{self as k, KernelFigures, Limited};
+use crate::measure::{ConnectError, Dropped};
+use crate::numbers::num;
+use crate::result::{CellResult, RunResult};
+
+/// Every kernel rule of one cell (none without kernel figures, none in a quiet cell).
+pub fn cell(r: &RunResult, c: &CellResult) -> Vec<Finding> {
+    if c.kernel.is_empty() {
+        return Vec::new();
+    }
+    [
+        listen_overflow(c),
+        syn_queue(c),
+        tcp_memory(c),
+        at_limit(
+            c,
+            k::CONNTRACK,
+            Rule::KernelConntrack,
+            "the connection-tracking table was full: the kernel drops the packets of new connections (their SYNs go unanswered); raise net.netfilter.nf_conntrack_max, or exempt the test's traffic from tracking (NOTRACK in the raw table)",
+        ),
+        at_limit(
+            c,
+            k::ORPHANS,
+            Rule::KernelOrphans,
+            "orphan sockets (closed by their process, not yet by TCP) reached net.ipv4.tcp_max_orphans: the kernel resets connections as they close; raise net.ipv4.tcp_max_orphans",
+        ),
+        abort_on_timeout(c),
+        resets(r, c),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// `TcpExtListenOverflows +12, TcpExtListenDrops +12` for those of `counters` that grew, and
+/// where: `in net:[4026531840] (shards 0-3)`.
+fn grew(c: &CellResult, counters: &[&str]) -> Option<String> {
+    let grew_in: Vec<&KernelFigures> = c
+        .kernel
+        .iter()
+        .filter(|e| counters.iter().any(|n| e.increase(n) > 0))
+        .collect();
+    if grew_in.is_empty() {
+        return None;
+    }
+    let figures: Vec<String> = counters
+        .iter()
+        .map(|n| (n, grew_in.iter().map(|e| e.increase(n)).sum::<u64>()))
+        .filter(|(_, v)| *v > 0)
+        .map(|(n, v)| format!("{n} +{v}"))
+        .collect();
+    Some(format!("{} {}", figures.join(", "), places(&grew_in)))
+}
+
+/// `in net:[4026531840] (shards 0-3)`, or `in 2 namespaces (net:[4026531840] of shard 0,
+/// net:[4026531841] of shards 1-2)` (the first four).
+fn places(entries: &[&KernelFigures]) -> String {
+    match entries {
+        [one] => format!("in {} ({})", one.place(), one.readers()),
+        many => {
+            let each: Vec<String> = many
+                .iter()
+                .take(4)
+                .map(|e| format!("{} of {}", e.place(), e.readers()))
+                .collect();
+            let more = if many.len() > 4 { ", ..." } else { "" };
+            format!("in {} namespaces ({}{more})", many.len(), each.join(", "))
+        }
+    }
+}
+
+/// Listeners whose accept queue was full: the kernel dropped the SYN or the handshake's last
+/// ACK, and the client retransmits (connects of ~1 s and ~3 s) or gives up.
+pub fn listen_overflow(c: &CellResult) -> Option<Finding> {
+    let evidence = grew(c, &[k::LISTEN_OVERFLOWS, k::LISTEN_DROPS])?;
+    finding(
+        Rule::KernelListenOverflow,
+        c,
+        "the kernel dropped connections at a full accept queue (ListenOverflows): the server accepted more slowly than connections arrived; raise its listen backlog and net.core.somaxconn, add server replicas, or open connections more slowly (a smaller connect.batchSize, a longer connect.batchInterval)",
+        evidence,
+    )
+}
+
+/// SYNs that found the listener's SYN queue full: answered with cookies, or dropped.
+pub fn syn_queue(c: &CellResult) -> Option<Finding> {
+    let evidence = grew(
+        c,
+        &[
+            k::SYNCOOKIES_SENT,
+            k::REQ_Q_FULL_DO_COOKIES,
+            k::REQ_Q_FULL_DROP,
+            k::SYNCOOKIES_FAILED,
+        ],
+    )?;
+    finding(
+        Rule::KernelSynQueue,
+        c,
+        "the SYN queue overflowed: the kernel answered SYNs with cookies (SyncookiesSent) or dropped them (TCPReqQFullDrop); raise net.ipv4.tcp_max_syn_backlog and the server's listen backlog, or open connections more slowly",
+        evidence,
+    )
+}
+
+/// TCP out of memory (connections aborted) or in memory pressure (buffers cut), from the
+/// counters, or from the pages in use against tcp_mem's pressure threshold.
+pub fn tcp_memory(c: &CellResult) -> Option<Finding> {
+    let aborted: u64 = c
+        .kernel
+        .iter()
+        .map(|e| e.increase(k::ABORT_ON_MEMORY))
+        .sum();
+    let counted = grew(c, &[k::ABORT_ON_MEMORY, k::MEMORY_PRESSURES]);
+    let fullest = fullest(c, k::TCP_MEMORY);
+    let pressed = fullest.filter(|(_, (level, limit))| level >= limit);
+    if counted.is_none() && pressed.is_none() {
+        return None;
+    }
+    let mut evidence = counted.unwrap_or_default();
+    if let Some((e, (level, _))) = fullest {
+        let tcp_mem = [k::TCP_MEM_MIN, k::TCP_MEM_PRESSURE, k::TCP_MEM_MAX]
+            .map(|n| e.gauge(n).map_or("-".into(), |v| v.to_string()))
+            .join(" ");
+        if !evidence.is_empty() {
+            evidence.push_str("; ");
+        }
+        evidence.push_str(&format!(
+            "TCP memory peaked at {level} pages against net.ipv4.tcp_mem {tcp_mem} (pages; pressure from the second, the limit at the third)"
+        ));
+    }
+    let cause = if aborted > 0 {
+        "TCP ran out of memory (TCPAbortOnMemory; too many orphan sockets count there too): the kernel reset connections; raise net.ipv4.tcp_mem, or hold fewer connections (or smaller buffers) per machine"
+    } else {
+        "TCP memory went into pressure (TCPMemoryPressures, or the pages in use past tcp_mem's pressure threshold): the kernel shrinks socket buffers and drops data it cannot queue; raise net.ipv4.tcp_mem"
+    };
+    finding(Rule::KernelMemory, c, cause, evidence)
+}
+
+/// The namespace whose `l` came closest to its limit, and how close.
+fn fullest(c: &CellResult, l: Limited) -> Option<(&KernelFigures, (u64, u64))> {
+    c.kernel
+        .iter()
+        .filter_map(|e| Some((e, e.against(l)?)))
+        .max_by(|(_, (a, m)), (_, (b, n))| {
+            (*a as f64 / *m as f64).total_cmp(&(*b as f64 / *n as f64))
+        })
+}
+
+/// A level (the connection-tracking table's entries, the orphan sockets) at or within 1% of
+/// its limit in some namespace: `cause`, with the fullest namespace's figures.
+pub fn at_limit(c: &CellResult, l: Limited, rule: Rule, cause: &str) -> Option<Finding> {
+    let full: Vec<&KernelFigures> = c.kernel.iter().filter(|e| e.at_limit(l)).collect();
+    let (e, (level, limit)) = fullest(c, l).filter(|(e, _)| e.at_limit(l))?;
+    let mut evidence = format!(
+        "{} peaked at {} of {} {limit} in {} ({})",
+        l.level,
+        level,
+        l.limit,
+        e.place(),
+        e.readers()
+    );
+    if full.len() > 1 {
+        evidence.push_str(&format!("; {} namespaces at their limit", full.len()));
+    }
+    finding(rule, c, cause, evidence)
+}
+
+/// Connections the kernel gave up after its retransmissions went unanswered, in a cell whose
+/// connections failed or dropped (elsewhere they are some other program's).
+pub fn abort_on_timeout(c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    if counts.failed_total() + counts.dropped_total() == 0 {
+        return None;
+    }
+    if c.kernel
+        .iter()
+        .all(|e| e.increase(k::ABORT_ON_TIMEOUT) == 0)
+    {
+        return None;
+    }
+    let evidence = grew(
+        c,
+        &[
+            k::ABORT_ON_TIMEOUT,
+            k::TIMEOUTS,
+            k::SYN_RETRANS,
+            k::RETRANS_SEGS,
+        ],
+    )?;
+    finding(
+        Rule::KernelTimeout,
+        c,
+        "the kernel gave up on connections whose retransmissions went unanswered (TCPAbortOnTimeout): the other side stopped answering (an overloaded server, a full queue, packets dropped on the way); look at the server's CPU and queues",
+        evidence,
+    )
+}
+
+/// Beside the connections the cell saw reset (or closed before they were ready), the resets
+/// the namespaces read sent. A shard's own namespace (one pod, one shard, in a cluster) holds
+/// only the load generator: its resets are the client's, and resets seen with none sent there
+/// came from the other side. A namespace the shards share may hold the servers too (a local
+/// run), and then both sides' resets are counted together.
+pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    let reset = counts.dropped.get(&Dropped::Reset).copied().unwrap_or(0);
+    let early = counts
+        .failed
+        .get(&ConnectError::ClosedEarly)
+        .copied()
+        .unwrap_or(0);
+    if reset + early == 0 {
+        return None;
+    }
+    let sent: u64 = c.kernel.iter().map(|e| e.increase(k::OUT_RSTS)).sum();
+    let estab: u64 = c.kernel.iter().map(|e| e.increase(k::ESTAB_RESETS)).sum();
+    let mut seen = Vec::new();
+    if reset > 0 {
+        seen.push(format!(
+            "reset: {} of {} connections",
+            num(reset as f64),
+            num(counts.connected as f64)
+        ));
+    }
+    if early > 0 {
+        seen.push(format!(
+            "closed_early: {} of {} attempts",
+            num(early as f64),
+            num(counts.attempted as f64)
+        ));
+    }
+    let all: Vec<&KernelFigures> = c.kernel.iter().collect();
+    let mut evidence = format!(
+        "{}; {} +{sent}, {} +{estab} {}",
+        seen.join(", "),
+        k::OUT_RSTS,
+        k::ESTAB_RESETS,
+        places(&all)
+    );
+    let aborts = grew(
+        c,
+        &[
+            k::ABORT_ON_DATA,
+            k::ABORT_ON_CLOSE,
+            k::ABORT_ON_MEMORY,
+            k::ABORT_ON_TIMEOUT,
+        ],
+    );
+    if let Some(a) = &aborts {
+        evidence.push_str(&format!("; resets of the kernel's own: {a}"));
+    }
+    // Each shard alone in its namespace, in a run of several: the namespaces hold only the
+    // load generators.
+    let own = r.shard_count > 1 && c.kernel.iter().all(|e| e.shards.len() == e.namespaces());
+    let cause = match (own, sent) {
+        (true, 0) => {
+            "connections were reset, and the load generators' own namespaces sent no TCP reset (TcpOutRsts): the resets came from the other side (the server, or a proxy or NAT on the way); see the server's counters and log"
+        }
+        (true, _) => {
+            "connections were reset, and the load generators' own namespaces sent TCP resets (TcpOutRsts): the client side reset connections (see the kernel's reasons: TCPAbortOnData, a socket closed with data unread; TCPAbortOnMemory; TCPAbortOnTimeout)"
+        }
+        (false, 0) => {
+            "connections were reset, and no TCP reset was sent from the namespace read (TcpOutRsts): the resets came from another machine (the server's, or a proxy on the way), or the connections ended without a closing handshake"
+        }
+        (false, _) => {
+            "connections were reset, and TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them"
+        }
+    };
+    finding(Rule::KernelResets, c, cause, evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::shard;
+    use crate::kernel::Netns;
+    use std::collections::BTreeMap;
+
+    /// The fixture's cell (100 attempted, 99 connected, 1 refused) with shard `shard`'s
+    /// reading: `increases` and `gauges` by name, everything else of the kernel 0.
+    fn read(shard: u32, increases: &[(&str, u64)], gauges: &[(&str, u64)]) -> KernelFigures {
+        let mut inc: BTreeMap<String, u64> =
+            k::COUNTERS.iter().map(|c| (c.to_string(), 0)).collect();
+        inc.extend(increases.iter().map(|(n, v)| (n.to_string(), *v)));
+        KernelFigures {
+            netns: Some(Netns {
+                inode: 4026531840 + u64::from(shard),
+                boot: "boot".into(),
+            }),
+            shards: vec![shard],
+            summed: BTreeMap::new(),
+            increases: inc,
+            gauges: gauges.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        }
+    }
+
+    fn result(kernel: Vec<KernelFigures>) -> RunResult {
+        let mut r = shard(0, 100, 1, 1);
+        r.shard_count = 1;
+        r.cells[0].kernel = kernel;
+        r
+    }
+
+    fn texts(r: &RunResult) -> Vec<String> {
+        cell(r, &r.cells[0])
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// A busy but healthy cell: connections opened and closed, segments retransmitted,
+    /// sockets and memory well under their limits.
+    fn quiet() -> KernelFigures {
+        read(
+            0,
+            &[
+                (k::ACTIVE_OPENS, 100),
+                (k::PASSIVE_OPENS, 100),
+                (k::RETRANS_SEGS, 3),
+                (k::TIMEOUTS, 2),
+            ],
+            &[
+                (k::TCP_INUSE, 200),
+                (k::TCP_ORPHAN, 0),
+                (k::MAX_ORPHANS, 131072),
+                (k::TCP_MEM, 118),
+                (k::TCP_MEM_PEAK, 300),
+                (k::TCP_MEM_MIN, 287898),
+                (k::TCP_MEM_PRESSURE, 383867),
+                (k::TCP_MEM_MAX, 575796),
+                (k::CONNTRACK_COUNT, 250),
+                (k::CONNTRACK_PEAK, 400),
+                (k::CONNTRACK_MAX, 262144),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_quiet_cell_has_no_kernel_finding() {
+        assert!(texts(&result(vec![quiet()])).is_empty());
+        // Nor one without kernel figures.
+        assert!(texts(&result(Vec::new())).is_empty());
+        // Resets seen, and no figures to explain them: nothing to say.
+        let mut r = result(Vec::new());
+        r.cells[0].measure.counts.drop(Dropped::Reset);
+        assert!(texts(&r).is_empty());
+    }
+
+    #[test]
+    fn a_full_accept_queue_names_its_counters_and_the_fix() {
+        let mut f = quiet();
+        f.increases.insert(k::LISTEN_OVERFLOWS.into(), 18);
+        f.increases.insert(k::LISTEN_DROPS.into(), 18);
+        let r = result(vec![f]);
+        assert_eq!(
+            texts(&r),
+            [
+                "finding [100]: the kernel dropped connections at a full accept queue (ListenOverflows): the server accepted more slowly than connections arrived; raise its listen backlog and net.core.somaxconn, add server replicas, or open connections more slowly (a smaller connect.batchSize, a longer connect.batchInterval) (TcpExtListenOverflows +18, TcpExtListenDrops +18 in net:[4026531840] (shard 0))"
+            ]
+        );
+        // The reports list it with the others.
+        assert!(
+            crate::findings::findings(&r)
+                .iter()
+                .any(|f| f.rule == Rule::KernelListenOverflow)
+        );
+    }
+
+    #[test]
+    fn increases_add_over_distinct_namespaces() {
+        let mut a = quiet();
+        a.increases.insert(k::SYNCOOKIES_SENT.into(), 5);
+        let mut b = read(1, &[(k::SYNCOOKIES_SENT, 7), (k::REQ_Q_FULL_DROP, 2)], &[]);
+        b.shards = vec![1, 2];
+        let r = result(vec![a, b]);
+        assert_eq!(
+            texts(&r),
+            [
+                "finding [100]: the SYN queue overflowed: the kernel answered SYNs with cookies (SyncookiesSent) or dropped them (TCPReqQFullDrop); raise net.ipv4.tcp_max_syn_backlog and the server's listen backlog, or open connections more slowly (TcpExtSyncookiesSent +12, TcpExtTCPReqQFullDrop +2 in 2 namespaces (net:[4026531840] of shard 0, net:[4026531841] of shards 1-2))"
+            ]
+        );
+    }
+
+    #[test]
+    fn tcp_memory_out_or_in_pressure_says_which_against_tcp_mem() {
+        let mut f = quiet();
+        f.increases.insert(k::ABORT_ON_MEMORY.into(), 40);
+        f.gauges.insert(k::TCP_MEM_PEAK.into(), 575_800);
+        assert_eq!(
+            texts(&result(vec![f])),
+            [
+                "finding [100]: TCP ran out of memory (TCPAbortOnMemory; too many orphan sockets count there too): the kernel reset connections; raise net.ipv4.tcp_mem, or hold fewer connections (or smaller buffers) per machine (TcpExtTCPAbortOnMemory +40 in net:[4026531840] (shard 0); TCP memory peaked at 575800 pages against net.ipv4.tcp_mem 287898 383867 575796 (pages; pressure from the second, the limit at the third))"
+            ]
+        );
+        // No counter grew, but the pages passed the pressure threshold: pressure.
+        let mut f = quiet();
+        f.gauges.insert(k::TCP_MEM.into(), 383_867);
+        let found = texts(&result(vec![f]));
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].starts_with("finding [100]: TCP memory went into pressure (TCPMemoryPressures, or the pages in use past tcp_mem's pressure threshold): the kernel shrinks socket buffers and drops data it cannot queue; raise net.ipv4.tcp_mem (TCP memory peaked at 383867 pages"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_conntrack_table_or_orphans_at_their_limit_are_named() {
+        let mut f = quiet();
+        f.gauges.insert(k::CONNTRACK_PEAK.into(), 259_600);
+        // 99.03% of the table: within 1% of it.
+        assert_eq!(
+            texts(&result(vec![f.clone()])),
+            [
+                "finding [100]: the connection-tracking table was full: the kernel drops the packets of new connections (their SYNs go unanswered); raise net.netfilter.nf_conntrack_max, or exempt the test's traffic from tracking (NOTRACK in the raw table) (nf_conntrack_count peaked at 259600 of nf_conntrack_max 262144 in net:[4026531840] (shard 0))"
+            ]
+        );
+        f.gauges.insert(k::CONNTRACK_PEAK.into(), 259_000);
+        assert!(texts(&result(vec![f.clone()])).is_empty(), "98.8%");
+        f.gauges.insert(k::TCP_ORPHAN_PEAK.into(), 131_072);
+        assert_eq!(
+            texts(&result(vec![f])),
+            [
+                "finding [100]: orphan sockets (closed by their process, not yet by TCP) reached net.ipv4.tcp_max_orphans: the kernel resets connections as they close; raise net.ipv4.tcp_max_orphans (sockstat.TCP.orphan peaked at 131072 of tcp_max_orphans 131072 in net:[4026531840] (shard 0))"
+            ]
+        );
+    }
+
+    #[test]
+    fn retransmissions_given_up_are_named_only_when_connections_failed() {
+        let mut f = quiet();
+        f.increases.insert(k::ABORT_ON_TIMEOUT.into(), 4);
+        let mut r = result(vec![f]);
+        r.cells[0].measure.counts.failed.clear();
+        assert!(texts(&r).is_empty(), "some other program's connections");
+        r.cells[0].measure.counts.fail(ConnectError::Timeout);
+        assert_eq!(
+            texts(&r),
+            [
+                "finding [100]: the kernel gave up on connections whose retransmissions went unanswered (TCPAbortOnTimeout): the other side stopped answering (an overloaded server, a full queue, packets dropped on the way); look at the server's CPU and queues (TcpExtTCPAbortOnTimeout +4, TcpExtTCPTimeouts +2, TcpRetransSegs +3 in net:[4026531840] (shard 0))"
+            ]
+        );
+    }
+
+    #[test]
+    fn resets_say_which_side_sent_them_when_the_namespaces_tell() {
+        // A cluster: two shards, each in its own namespace, which sent no reset.
+        let cluster = |out_rsts: u64| {
+            let mut r = result(vec![
+                read(0, &[(k::OUT_RSTS, out_rsts), (k::ESTAB_RESETS, 60)], &[]),
+                read(1, &[(k::ESTAB_RESETS, 40)], &[]),
+            ]);
+            r.shard_count = 2;
+            let counts = &mut r.cells[0].measure.counts;
+            counts.failed.clear();
+            counts.connected = 100;
+            for _ in 0..100 {
+                counts.drop(Dropped::Reset);
+            }
+            r
+        };
+        assert_eq!(
+            texts(&cluster(0)),
+            [
+                "finding [100]: connections were reset, and the load generators' own namespaces sent no TCP reset (TcpOutRsts): the resets came from the other side (the server, or a proxy or NAT on the way); see the server's counters and log (reset: 100 of 100 connections; TcpOutRsts +0, TcpEstabResets +100 in 2 namespaces (net:[4026531840] of shard 0, net:[4026531841] of shard 1))"
+            ]
+        );
+        let found = texts(&cluster(100));
+        assert!(
+            found[0].starts_with("finding [100]: connections were reset, and the load generators' own namespaces sent TCP resets (TcpOutRsts): the client side reset connections"),
+            "{found:?}"
+        );
+        // One namespace every shard shared (a local run): both sides' resets together.
+        let mut local = quiet();
+        local.shards = vec![0, 1];
+        local.increases.insert(k::OUT_RSTS.into(), 7);
+        local.increases.insert(k::ABORT_ON_DATA.into(), 7);
+        let mut r = result(vec![local]);
+        r.shard_count = 2;
+        r.cells[0].measure.counts.fail(ConnectError::ClosedEarly);
+        assert_eq!(
+            texts(&r),
+            [
+                "finding [100]: connections were reset, and TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them (closed_early: 1 of 100 attempts; TcpOutRsts +7, TcpEstabResets +0 in net:[4026531840] (shards 0-1); resets of the kernel's own: TcpExtTCPAbortOnData +7 in net:[4026531840] (shards 0-1))"
+            ]
+        );
+    }
+}
