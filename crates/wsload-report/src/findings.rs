@@ -6,8 +6,8 @@ use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
 pub mod fanout;
-pub mod server;
 pub mod kernel;
+pub mod server;
 
 /// One explained observation about one cell.
 #[derive(Debug, Clone, PartialEq)]
