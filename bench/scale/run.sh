@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# usage: bench/scale/run.sh [LOADTEST.yaml]
+# usage: bench/scale/run.sh [N | LOADTEST.yaml]
 #
-# Holds 100,000 WebSocket connections on this machine with `wsload run` (bench/scale/
-# hold-100k.yaml: sustainedHold, 6 shard processes, 6 server replicas on one port) and prints
-# what a reviewer asks of such a claim: connections held, survival, time to open all, ping
-# p50/p99, and the RSS per connection of the clients (the shard processes) and the servers
-# (the replicas), each measured as the increase over the same processes just before the load.
-# The last line is the summary:
+# Holds N WebSocket connections on this machine with `wsload run` (default: bench/scale/
+# hold-100k.yaml: 100,000 connections, sustainedHold, 6 shard processes, 6 server replicas on
+# one port) and prints what a reviewer asks of such a claim: connections held, survival, time
+# to open all, ping p50/p99, and the RSS per connection of the clients (the shard processes)
+# and the servers (the replicas), each measured as the increase over the same processes just
+# before the load. The last line is the summary:
 #   held=N survival=P% open_s=S client_kib_per_conn=C server_kib_per_conn=V
+#
+# With a number N, the LoadTest is hold-100k.yaml at N connections, with as many shards and
+# server replicas as this machine's open-file limit asks for (each process may open `ulimit
+# -Hn` files; a share of 85% of it per process leaves room for the runtime and the sockets a
+# closing connection still holds), and their connect.batchSize sharing hold-100k.yaml's 6,000
+# handshakes in flight, written to the result directory as hold-N.yaml.
 #
 # Environment (all optional):
 #   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
@@ -22,9 +28,32 @@ LOG_NAME=bench-scale
 # shellcheck source=bench/lib.sh
 source "$here/../lib.sh"
 
-spec=${1:-$here/hold-100k.yaml}
+(($# <= 1)) || usage
 out=${WSLOAD_BENCH_OUT:-$repo_root/target/bench-scale}
 mkdir -p "$out"
+spec=${1:-$here/hold-100k.yaml}
+if [[ $spec =~ ^[1-9][0-9]*$ ]]; then
+    n=$spec
+    per_process=$(($(ulimit -Hn) * 85 / 100))
+    procs=$(((n + per_process - 1) / per_process))
+    spec=$out/hold-$n.yaml
+    # connect.batchSize is each shard's: in flight at once are shards x batchSize handshakes.
+    # hold-100k.yaml's 6 x 1,000 is what 2 cores answer within the server's 10 s handshake
+    # timeout; more shards share those 6,000.
+    batch=$(((6000 + procs - 1) / procs))
+    sed -e "s/^  connections: \[100000\]$/  connections: [$n]/" \
+        -e "s/batchSize: 1000,/batchSize: $batch,/" \
+        -e "s/^  shards: 6$/  shards: $procs/" \
+        -e "s/server: {profile: echo, replicas: 6}/server: {profile: echo, replicas: $procs}/" \
+        -e "s/^  name: scale-hold$/  name: scale-hold-$n/" \
+        "$here/hold-100k.yaml" >"$spec"
+    if ! grep -q "connections: \[$n\]" "$spec" || ! grep -q "shards: $procs$" "$spec" ||
+        ! grep -q "replicas: $procs}" "$spec"; then
+        die "bench/scale/hold-100k.yaml no longer has the lines this script rewrites (connections, shards, replicas)"
+    fi
+    log "$n connections: $procs shard processes and $procs server replicas ($per_process connections at most each: ulimit -Hn $(ulimit -Hn)), connect.batchSize $batch; LoadTest $spec"
+fi
+[[ -f $spec ]] || die "no LoadTest file $spec"
 
 if [[ -z ${WSLOAD_BIN:-} || -z ${WSLOAD_SERVER_BIN:-} ]]; then
     step "building wsload and wsload-server (release)" >&2
@@ -79,7 +108,9 @@ want=$(awk '/^  connections:/ { gsub(/[^0-9]/, ""); print; exit }' "$spec")
 # shellcheck disable=SC2317 # called through wait_until
 all_open() { (($(server_connections) >= want)); }
 open_started=$(date +%s.%N)
-if wait_until 300 --pid "$run_pid" all_open; then
+# Twice what ~1,000 connections a second (many processes on 2 cores) takes, 5 minutes at least.
+open_limit=$((want / 500 > 300 ? want / 500 : 300))
+if wait_until "$open_limit" --pid "$run_pid" all_open; then
     log "all $want open after $(awk -v a="$open_started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (seen from the servers)"
 else
     log "not all $want connections opened: $(server_connections) held"

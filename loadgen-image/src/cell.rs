@@ -3,8 +3,8 @@
 //! One OS thread per worker, each with a current-thread runtime (the oha model): a
 //! connection's task never leaves its thread, statistics live in the worker (`Rc<RefCell>`,
 //! no locks, no atomics) and are merged once at the end. Workers connect their part of each
-//! batch, meet at a barrier, and all start the measured phase at one instant. A fanout's
-//! connections are served meanwhile (`fanout::Serving`); the others wait unread.
+//! batch, meet at a barrier, and all start the measured phase at one instant. A fanout's and
+//! a hold's connections are served meanwhile (`fanout::Serving`); the others wait unread.
 
 use crate::clock::{self, CellClock};
 use crate::connection::{self, WorkerState};
@@ -186,13 +186,16 @@ impl Worker<'_> {
             cell.encoding,
             cell.size,
         ));
-        // A fanout's connections are served from their open: see `fanout::Serving`. The
-        // others are left to themselves until the measured phase, as their tasks must stay
-        // small (a hold keeps a hundred thousand).
-        let serving = matches!(cell.behavior, Behavior::Fanout(_)).then(|| {
-            let early = self.state_before_start(&script);
-            Rc::new(fanout::Serving::new(early, cell.behavior.clone()))
-        });
+        // A fanout's and a hold's connections are served from their open (see
+        // `fanout::Serving`): a subscriber must read what is published before the start, and a
+        // held connection must answer the server and keep alive while the rest open (minutes at
+        // hundreds of thousands). The others wait unread until the measured phase: they are
+        // busy from its start.
+        let serving =
+            matches!(cell.behavior, Behavior::Fanout(_) | Behavior::Hold { .. }).then(|| {
+                let early = self.state_before_start(&script);
+                Rc::new(fanout::Serving::new(early, cell.behavior.clone()))
+            });
         let connected = self.connect(start_line, serving.as_ref()).await;
         self.measure(connected, start_line, script, serving).await
     }

@@ -907,6 +907,77 @@ fn hold<'a>(
     }
 }
 
+/// A held connection before the measured phase begins (`begun`), while the cell's other
+/// connections still open: what the server sends is read and answered (a ping's pong, the
+/// conversation's replies) and counted nowhere, and every `every` an unsolicited pong (RFC
+/// 6455 5.5.3: a heartbeat that wants no answer) tells a server that times idle connections
+/// out that this one is alive. Left unread instead, the first connections of a long connect
+/// phase met wsload-server's 60 s idle timeout (300,000 connections took four minutes to
+/// open here) and the server's pings went unanswered. `Err`: the connection ended meanwhile.
+#[allow(clippy::manual_async_fn)] // not an async fn: it would store `begun` twice (see `run`)
+pub(crate) fn keep_until<'a>(
+    ws: &'a mut Ws,
+    early: &'a WorkerState,
+    conn: u64,
+    every: Option<Duration>,
+    begun: impl std::future::Future + 'a,
+) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
+    async move {
+        let mut begun = std::pin::pin!(begun);
+        let first = every.map_or(early.deadline, |e| Instant::now() + e);
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(first));
+        let mut beat_due = false;
+        std::future::poll_fn(|cx| {
+            loop {
+                if begun.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Ok(()));
+                }
+                if let Poll::Ready(item) = ws.poll_next_unpin(cx) {
+                    let msg = account(early, item)?;
+                    if !converse(ws, early, conn, &msg)
+                        && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
+                    {
+                        count_unsolicited(early, Instant::now(), kind, &msg);
+                    }
+                    continue;
+                }
+                if !beat_due && timer.as_mut().poll(cx).is_ready() {
+                    beat_due = true;
+                }
+                if beat_due && let Poll::Ready(ready) = ws.poll_ready_unpin(cx) {
+                    ready.map_err(write_drop)?;
+                    ws.start_send_unpin(Message::Pong(Default::default()))
+                        .map_err(write_drop)?;
+                    beat_due = false;
+                    if let Some(e) = every {
+                        timer.as_mut().reset(Instant::now() + e);
+                    }
+                    continue;
+                }
+                // The pong and any reply out, without waiting on a server that reads slowly.
+                if let Poll::Ready(flushed) = ws.poll_flush_unpin(cx) {
+                    flushed.map_err(write_drop)?;
+                }
+                return Poll::Pending;
+            }
+        })
+        .await
+    }
+}
+
+/// A held connection's measured phase, on a connection served since its open (see
+/// `keep_until`): `hold` with its pinger.
+pub(crate) fn held<'a>(
+    ws: &'a mut Ws,
+    ctx: &'a WorkerState,
+    every: Option<Duration>,
+    ping: PingCfg,
+    message: Arc<Out>,
+    conn: u64,
+) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
+    hold(ws, ctx, every, Pinger::new(ping, message, conn))
+}
+
 /// A hold's "not scheduled" (see `since`).
 const NEVER: u32 = u32::MAX;
 

@@ -14,7 +14,7 @@
 
 use crate::clock;
 use crate::connection::{
-    WorkerState, answer_kind, converse, count_unsolicited, data_len, finish, ms_since, read,
+    self, WorkerState, answer_kind, converse, count_unsolicited, data_len, finish, ms_since, read,
     read_ready, write_reading,
 };
 use crate::dial::{Role, Ws};
@@ -140,9 +140,25 @@ fn task(
     message: Arc<Out>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
-        // cell.rs serves the connections of fanout cells only.
-        let Behavior::Fanout(plan) = &behavior else {
-            return;
+        // cell.rs serves the connections of fanout and hold cells only.
+        let plan = match &behavior {
+            Behavior::Fanout(plan) => plan,
+            Behavior::Hold { every, ping } => {
+                // The stream stays in this task's state, borrowed by each phase in turn: moved
+                // into `connection::run` it would be stored twice (rust-lang/rust#62958).
+                let begun = serving.measured();
+                let early = connection::keep_until(&mut ws, &serving.early, n, *every, begun).await;
+                let ctx = serving.measured().await;
+                let ctx = &*ctx;
+                let began = ms_since(ctx.start);
+                let ended = match early {
+                    Ok(()) => connection::held(&mut ws, ctx, *every, *ping, message, n).await,
+                    Err(why) => Err(why),
+                };
+                Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+                return;
+            }
+            _ => return,
         };
         let mut part = Part::of(plan, n);
         let early = Box::pin(part.serve(&mut ws, &serving, plan)).await;

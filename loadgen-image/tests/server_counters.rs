@@ -158,3 +158,32 @@ fn a_quiet_run_against_the_server_counts_every_connection_and_names_nothing() {
         findings(&r)
     );
 }
+
+/// A hold whose connect phase outlasts the server's idle timeout: its first connections are
+/// served from their open (read, answered, kept alive every ping.interval) while the rest
+/// open, so the server closes none as idle. Before: they sat unread until the measured phase
+/// and the server closed them (at 300,000 connections the connect phase took four minutes).
+#[test]
+fn a_hold_keeps_its_first_connections_alive_while_the_rest_open() {
+    let server = Server::start(&["--idle-timeout", "1s", "--ping-interval", "0"]);
+    let r = run(&spec(
+        "slow-open",
+        &format!(
+            "  target: {{url: {}/}}\n  serverMetrics: {{url: {}}}\n  scenario: sustainedHold\n  connections: [6]\n  connect: {{batchSize: 1, batchInterval: 400ms}}\n  duration: 2s\n  ping: {{interval: 400ms, timeout: 5s}}\n",
+            server.ws, server.metrics
+        ),
+    ));
+    let c = only(&r);
+    // Six batches 400 ms apart: the first connection waited 2 s for the measured phase.
+    assert!(c.connect_secs >= 1.9, "connect phase {} s", c.connect_secs);
+    assert_eq!(c.measure.counts.survived, 6, "{:?}", c.measure.counts);
+    assert_eq!(
+        c.measure.counts.dropped_total(),
+        0,
+        "{:?}",
+        c.measure.counts
+    );
+    let replica = &c.server_connections[0];
+    assert_eq!(replica.accepted, 6, "{replica:?}");
+    assert_eq!(replica.closed_for("idle_timeout"), 0, "{replica:?}");
+}
