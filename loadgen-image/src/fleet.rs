@@ -466,10 +466,10 @@ async fn conduct(
             notes.push(format!("server topic counters unreadable: {e}"));
             None
         }));
-        connections_per_cell.resize(key.index as usize, Vec::new());
+        connections_per_cell.resize(key.index as usize, None);
         connections_per_cell.push(connections.end().unwrap_or_else(|e| {
             notes.push(format!("server connection counters unreadable: {e}"));
-            Vec::new()
+            None
         }));
         crate::eprintln_above!(
             "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",

@@ -110,7 +110,7 @@ impl Gate for LocalGate {
                 cell.server_connections = self.connections.end().unwrap_or_else(|e| {
                     self.notes
                         .push(format!("server connection counters unreadable: {e}"));
-                    Vec::new()
+                    None
                 });
                 if !self.counters.is_empty() || cell.server_topics.is_some() {
                     cell.compute();

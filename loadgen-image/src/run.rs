@@ -326,7 +326,7 @@ fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult 
         measure: run.measure,
         server_received: None,
         server_topics: None,
-        server_connections: Vec::new(),
+        server_connections: None,
         started_first_micros: 0,
         started_last_micros: 0,
         figures: Default::default(),

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use wsload_control::{server_connections, server_topics};
 use wsload_http::scrape;
 use wsload_report::fanout::ServerTopics;
-use wsload_report::server_connections::ReplicaConnections;
+use wsload_report::server_connections::{
+    self as connections, ReplicaConnections, ServerConnections,
+};
 use wsload_spec::{LoadTestSpec, Scenario};
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
@@ -114,16 +116,16 @@ impl ConnectionCounters {
         Ok(())
     }
 
-    /// Each replica's increase during the cell just over; empty without a reading before (or
-    /// servers without these counters).
-    pub fn end(&mut self) -> Result<Vec<ReplicaConnections>, ScrapeError> {
+    /// The replicas' increase during the cell just over, summed; `None` without a reading
+    /// before (or servers without these counters).
+    pub fn end(&mut self) -> Result<Option<ServerConnections>, ScrapeError> {
         let Some(before) = self.before.take() else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let after = server_connections::read_blocking(&self.urls, SCRAPE_TIMEOUT)?;
-        let cell = wsload_report::server_connections::increase(&before, &after);
+        let cell = connections::increase(&before, &after);
         self.before = Some(after);
-        Ok(cell)
+        Ok(connections::summarize(&cell))
     }
 }
 

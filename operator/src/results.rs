@@ -577,6 +577,8 @@ mod tests {
                 server_received: Some(123_456_789),
                 // Only a fanout's cells keep topic counters: one per tier (below).
                 server_topics: None,
+                // Only the first MAX_CONNECTION_CELLS keep connection counters (below).
+                server_connections: None,
                 started_at_millis: Some(1_764_000_000_124),
                 start_skew_millis: Some(12.345),
             })
@@ -589,6 +591,32 @@ mod tests {
                 dropped_slow_consumer: 123_456_789,
                 dropped_closed: 123_456_789,
             });
+        }
+        // Every reason wsload-server counts, at counts of a long run, on the most replicas.
+        let counted = |all: &[&str]| {
+            all.iter()
+                .map(|r| (r.to_string(), 123_456_789_012))
+                .collect()
+        };
+        let connections = wsload_spec::server_connections::ServerConnections {
+            replicas: wsload_spec::cel::MAX_SERVER_REPLICAS,
+            accepted: 123_456_789_012,
+            rejected: counted(&wsload_contract::server_metrics::rejected::ALL),
+            closed: counted(&wsload_contract::server_metrics::closed::ALL),
+            accepted_min: Some(123_456_789),
+            accepted_max: Some(123_456_789),
+            busiest: Some(format!(
+                "{}-server-999",
+                "t".repeat(wsload_spec::cel::MAX_NAME_LEN)
+            )),
+        };
+        st.server_connections_baseline = Some(connections.clone());
+        for c in st
+            .cells
+            .iter_mut()
+            .take(wsload_spec::status::MAX_CONNECTION_CELLS)
+        {
+            c.server_connections = Some(connections.clone());
         }
         let p = P {
             p50: 1.234,

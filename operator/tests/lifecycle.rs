@@ -880,3 +880,52 @@ async fn a_connection_limit_over_two_shards_finds_the_server_cap() {
     op.abort();
     e.kubelet.stop().await;
 }
+
+/// The server replicas' connection counters reach status in a cluster run: a managed server
+/// that closes idle connections after 1 s, against a hold that pings every 30 s. Every
+/// replica's counters are read before the cell and after it; the cell keeps their sums, and
+/// `status.findings` names the server's idle closes beside what the clients saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_connection_counters_and_their_finding_reach_status() {
+    let e = env("lt-conns").await;
+    let op = operator(&e, None);
+    create(
+        &e,
+        "idle",
+        "  target: {server: {replicas: 2, args: [\"--idle-timeout\", \"1s\", \"--ping-interval\", \"0\"]}}
+  scenario: sustainedHold
+  connections: [4]
+  shards: 2
+  duration: 4s
+  ping: {interval: 30s, timeout: 10s}
+",
+    )
+    .await;
+    let st = wait_finished(&e, "idle").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    let baseline = st.server_connections_baseline.as_ref().expect("a baseline");
+    assert_eq!(
+        (baseline.replicas, baseline.accepted),
+        (2, 0),
+        "{baseline:?}"
+    );
+    let c = st.cells[0]
+        .server_connections
+        .as_ref()
+        .expect("the cell's counters");
+    assert_eq!((c.replicas, c.accepted), (2, 4), "{c:?}");
+    assert_eq!(c.closed_for("idle_timeout"), 4, "{c:?}");
+    assert_eq!(
+        c.accepted_min.zip(c.accepted_max).map(|(a, b)| a + b <= 4),
+        Some(true)
+    );
+    assert!(
+        st.findings
+            .iter()
+            .any(|f| f.contains("idle_timeout: 4 over 2 replicas")),
+        "{:?}",
+        st.findings
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}

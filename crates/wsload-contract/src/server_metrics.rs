@@ -21,6 +21,8 @@ pub mod rejected {
     pub const HANDSHAKE_TIMEOUT: &str = "handshake_timeout";
     /// The upgrade request was invalid, or the stream failed during it.
     pub const HANDSHAKE_ERROR: &str = "handshake_error";
+    /// Every reason above: what a reading keeps where it must stay small (a LoadTest status).
+    pub const ALL: [&str; 4] = [CAPACITY, DRAINING, HANDSHAKE_TIMEOUT, HANDSHAKE_ERROR];
 }
 
 /// Why an admitted connection ended.
@@ -36,4 +38,15 @@ pub mod closed {
     pub const IO_ERROR: &str = "io_error";
     pub const SHUTDOWN: &str = "shutdown";
     pub const AUTH_FAILED: &str = "auth_failed";
+    /// Every reason above: what a reading keeps where it must stay small (a LoadTest status).
+    pub const ALL: [&str; 8] = [
+        CLIENT,
+        RESET,
+        IDLE_TIMEOUT,
+        MESSAGE_TOO_BIG,
+        PROTOCOL_ERROR,
+        IO_ERROR,
+        SHUTDOWN,
+        AUTH_FAILED,
+    ];
 }

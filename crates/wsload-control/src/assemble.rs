@@ -6,7 +6,7 @@
 use crate::sequence::Conductor;
 use wsload_report::fanout::ServerTopics;
 use wsload_report::report::RunResult;
-use wsload_report::server_connections::ReplicaConnections;
+use wsload_report::server_connections::ServerConnections;
 
 /// Sets each cell's server topic counters (`topics[i]`: every replica's increase during cell
 /// i, `None` where unread); before [`complete`], which computes the figures from them.
@@ -16,9 +16,9 @@ pub fn topics(result: &mut RunResult, topics: &[Option<ServerTopics>]) {
     }
 }
 
-/// Sets each cell's server connection counters (`per_cell[i]`: every replica's increase during
-/// cell i, empty where unread).
-pub fn connections(result: &mut RunResult, per_cell: &[Vec<ReplicaConnections>]) {
+/// Sets each cell's server connection counters (`per_cell[i]`: the replicas' increase during
+/// cell i, summed; `None` where unread).
+pub fn connections(result: &mut RunResult, per_cell: &[Option<ServerConnections>]) {
     for (cell, c) in result.cells.iter_mut().zip(per_cell) {
         cell.server_connections = c.clone();
     }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 use wsload_contract::server_metrics as metric;
+use wsload_http::http_client::Client;
 use wsload_http::scrape;
 use wsload_report::server_connections::ReplicaConnections;
 
@@ -23,8 +24,22 @@ pub fn parse(url: &str, body: &str) -> Result<Option<ReplicaConnections>, scrape
     }))
 }
 
-/// Every replica's counters at `urls`, those that have them, on the calling thread. A replica
-/// that cannot be scraped fails the reading: a missing one would read as a quiet replica.
+/// Every replica's counters at `urls`, those that have them. A replica that cannot be
+/// scraped fails the reading: a missing one would read as a quiet replica.
+pub async fn read(
+    http: &Client,
+    urls: &[String],
+    timeout: Duration,
+) -> Result<Vec<ReplicaConnections>, scrape::Error> {
+    let mut out = Vec::new();
+    for url in urls {
+        let body = scrape::fetch(http, url, timeout).await?;
+        out.extend(parse(url, &body)?);
+    }
+    Ok(out)
+}
+
+/// [`read`] on the calling thread.
 pub fn read_blocking(
     urls: &[String],
     timeout: Duration,

@@ -32,7 +32,7 @@ pub fn shard(index: u32, sent: u64, rtt_ms: u64, started_at_micros: u64) -> RunR
         measure: m,
         server_received: None,
         server_topics: None,
-        server_connections: Vec::new(),
+        server_connections: None,
         started_first_micros: started_at_micros,
         started_last_micros: started_at_micros,
         figures: Figures::default(),

@@ -38,7 +38,7 @@ impl RunResult {
             // (wsload_control::assemble); a shard's own reading would count the others'.
             a.server_received = None;
             a.server_topics = None;
-            a.server_connections.clear();
+            a.server_connections = None;
             a.started_first_micros = match (a.started_first_micros, b.started_first_micros) {
                 (0, x) | (x, 0) => x,
                 (x, y) => x.min(y),

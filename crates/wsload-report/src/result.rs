@@ -78,11 +78,12 @@ pub struct CellResult {
     /// every replica's increase, summed by the conductor like `server_received`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_topics: Option<crate::fanout::ServerTopics>,
-    /// What each server replica counted of its connections during the cell (wsload-server's
-    /// connection counters, their increase), read by the conductor like `server_received`;
-    /// empty when unread or the server has no such counters.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub server_connections: Vec<crate::server_connections::ReplicaConnections>,
+    /// What the server replicas counted of their connections during the cell (wsload-server's
+    /// connection counters, their increase, summed, with how admissions spread over the
+    /// replicas), read by the conductor like `server_received`; unset when unread or the
+    /// server has no such counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_connections: Option<crate::server_connections::ServerConnections>,
     /// When the first and the last shard began the cell, Unix microseconds (0: not recorded).
     /// Cells begin at one instant released to every shard; the spread is the skew.
     #[serde(default, skip_serializing_if = "is_zero")]

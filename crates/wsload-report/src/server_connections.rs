@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use wsload_spec::server_connections::ServerConnections;
+
 /// One replica's connection counters, or their increase over a cell.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaConnections {
@@ -65,6 +67,33 @@ pub fn increase(
         .collect()
 }
 
+/// The replicas' counts `per_replica` summed, with how the admissions spread over them: what
+/// a cell's result carries. `None` without a replica.
+pub fn summarize(per_replica: &[ReplicaConnections]) -> Option<ServerConnections> {
+    let busiest = per_replica.iter().max_by_key(|r| r.accepted)?;
+    let mut sum = total(per_replica);
+    sum.accepted_min = per_replica.iter().map(|r| r.accepted).min();
+    sum.accepted_max = Some(busiest.accepted);
+    sum.busiest = Some(busiest.replica.clone());
+    Some(sum)
+}
+
+/// The replicas' counts summed, without their spread: what a conductor keeps of a reading.
+pub fn total(per_replica: &[ReplicaConnections]) -> ServerConnections {
+    let one = |r: &ReplicaConnections| ServerConnections {
+        replicas: 1,
+        accepted: r.accepted,
+        rejected: r.rejected.clone(),
+        closed: r.closed.clone(),
+        ..ServerConnections::default()
+    };
+    let mut sum = per_replica
+        .iter()
+        .fold(ServerConnections::default(), |s, r| s.plus(&one(r)));
+    sum.replicas = u32::try_from(per_replica.len()).unwrap_or(u32::MAX);
+    sum
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +146,28 @@ mod tests {
         assert_eq!(
             increase(&before, &after),
             [replica("a", 3, &[], &[("client", 1)])]
+        );
+    }
+
+    #[test]
+    fn a_cell_is_the_replicas_summed_with_the_fewest_and_most_admitted() {
+        let cell = [
+            replica("a", 5, &[("handshake_timeout", 7)], &[("idle_timeout", 3)]),
+            replica("b", 9, &[("handshake_timeout", 1)], &[]),
+            replica("c", 2, &[], &[("idle_timeout", 1)]),
+        ];
+        let s = summarize(&cell).expect("replicas");
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.accepted, 16);
+        assert_eq!(s.rejected_for("handshake_timeout"), 8);
+        assert_eq!(s.closed_for("idle_timeout"), 4);
+        assert_eq!((s.accepted_min, s.accepted_max), (Some(2), Some(9)));
+        assert_eq!(s.busiest.as_deref(), Some("b"));
+        assert_eq!(summarize(&[]), None);
+        let t = total(&cell);
+        assert_eq!(
+            (t.replicas, t.accepted, t.accepted_max, t.busiest),
+            (3, 16, None, None)
         );
     }
 }

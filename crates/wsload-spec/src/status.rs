@@ -61,6 +61,10 @@ pub struct LoadTestStatus {
     /// `serverReceivedBaseline`; each cell's `serverTopics` counts from here on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_topics_baseline: Option<crate::fanout::ServerTopics>,
+    /// wsload-server's connection counters, summed over every replica, read with
+    /// `serverReceivedBaseline`; each cell's `serverConnections` counts from here on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_connections_baseline: Option<crate::server_connections::ServerConnections>,
     /// Every cell released so far, in order: when all shards were told to begin it and, once
     /// every live shard finished it, its outcome summed over them. The next cell is decided
     /// from these (connectionLimit's search replays them), so they are written before any
@@ -120,6 +124,12 @@ pub const MAX_LISTED: usize = 128;
 
 pub const MAX_CELLS: usize = crate::cel::MAX_TIERS * crate::cel::MAX_SIZES;
 
+/// Cells whose server connection counters status keeps, the first ones: what the status bound
+/// leaves room for at the largest spec (5,000 shards, 2,048 cells), each cell's counters with
+/// every reason counted, about 530 bytes. The run's first cells are its smaller tiers; a run
+/// of more cells keeps none for the rest, and their server findings are missing.
+pub const MAX_CONNECTION_CELLS: usize = 24;
+
 /// Findings listed in status: enough for the causes of one run, few enough to read at a glance.
 pub const MAX_FINDINGS: usize = 10;
 
@@ -164,6 +174,12 @@ pub struct CellStatus {
     /// summed, read once every shard finished it; unset when unread (or not wsload-server).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_topics: Option<crate::fanout::ServerTopics>,
+    /// What wsload-server's connection counters grew by during the cell, every replica summed
+    /// (by reason), with the fewest and most one replica admitted, read once every shard
+    /// finished it; unset when unread (not wsload-server, a replica lost), and past the first
+    /// [`MAX_CONNECTION_CELLS`] cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_connections: Option<crate::server_connections::ServerConnections>,
     /// When the first shard actually began it, Unix milliseconds (its own clock).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at_millis: Option<u64>,

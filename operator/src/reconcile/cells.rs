@@ -165,9 +165,11 @@ impl View<'_> {
                 Delivery::Unknown => None,
             };
             let topics = self.cell_topics(&current, &merged).await;
+            let connections = self.cell_connections(&current).await;
             self.record(current.index, &merged, received);
             if let Some(c) = self.st.cells.iter_mut().find(|c| c.index == current.index) {
                 c.server_topics = topics;
+                c.server_connections = connections;
             }
             // The shards hear of the end only once the cell is in status: a shard told to end
             // is never between cells again, so a cell still unrecorded then could not be.

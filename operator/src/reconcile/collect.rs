@@ -4,6 +4,7 @@
 //! test Failed with the reason, keeping whatever was stored.
 
 use super::cells;
+use super::connections;
 use super::fanout;
 use super::reason::{ConditionType, Reason};
 use super::store::{self, StoreError};
@@ -297,9 +298,11 @@ impl View<'_> {
         // recorded, replayed.
         let received = cells::received_per_cell(&self.st.cells);
         let topics = cells::topics_per_cell(&self.st.cells);
+        let connections = connections::per_cell(&self.st.cells);
         let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
         let summary = merging.finish().and_then(|mut merged| {
             wsload_control::assemble::topics(&mut merged, &topics);
+            wsload_control::assemble::connections(&mut merged, &connections);
             results::summarize(&self.lt.spec, merged, &received, &conductor)
         });
         let summary = match summary {

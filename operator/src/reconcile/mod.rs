@@ -8,6 +8,7 @@ mod cells;
 mod clocks;
 mod collect;
 mod conditions;
+mod connections;
 mod fanout;
 mod reason;
 mod running;
@@ -58,6 +59,9 @@ pub struct Context {
     /// Each running test's shard clock probes, per LoadTest uid (clocks.rs). In memory only:
     /// status keeps the estimates, and a restarted operator probes afresh.
     pub clocks: Mutex<HashMap<String, clocks::Clocks>>,
+    /// Each test's server replicas' connection counters as last read, per LoadTest uid
+    /// (connections.rs). In memory only: status keeps their sums.
+    pub connections: connections::Readings,
     /// The resourceVersion of each test's last status write (written.rs).
     pub written: written::Written,
 }
@@ -81,6 +85,7 @@ impl Context {
             http: Client::new(),
             settles: Mutex::new(HashMap::new()),
             clocks: Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
         }
     }
@@ -145,6 +150,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
         ctx.metrics.set_phase(&uid, None);
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
+        connections::forget(&ctx, &uid);
         written::forget(&ctx, &uid);
         return Ok(Action::await_change());
     }
@@ -187,6 +193,7 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
     if st.phase.is_some_and(Phase::is_finished) {
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
+        connections::forget(&ctx, &uid);
         // The last write stays known: a finished test read from a cache that lags must not
         // be taken for a running one. Deleting the test forgets it.
     }

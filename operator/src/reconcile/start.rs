@@ -576,6 +576,7 @@ impl View<'_> {
             Ok(n) => {
                 self.st.server_received_baseline = Some(n);
                 self.st.server_topics_baseline = self.read_topics(&counter).await;
+                self.read_connections_baseline(&counter).await;
                 None
             }
             Err(e) if !self.deadline_passed(start_limit) => {

@@ -1212,7 +1212,7 @@ fn synth_cell(
         measure: m,
         server_received: None,
         server_topics: None,
-        server_connections: Vec::new(),
+        server_connections: None,
         // When it began: set once it has.
         started_first_micros: 0,
         started_last_micros: 0,

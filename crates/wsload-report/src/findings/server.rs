@@ -7,7 +7,7 @@ use super::{Finding, Rule, finding};
 use crate::measure::{ConnectError, Dropped};
 use crate::numbers::num;
 use crate::result::CellResult;
-use crate::server_connections::ReplicaConnections;
+use crate::server_connections::ServerConnections;
 use wsload_contract::server_metrics::{closed, rejected};
 
 /// Replicas whose busiest admitted more than this many times what the quietest did spread the
@@ -18,10 +18,9 @@ const IMBALANCE_MIN_PER_REPLICA: u64 = 100;
 
 /// Every rule of one cell with replica counters (none without).
 pub fn cell(c: &CellResult) -> Vec<Finding> {
-    let r = &c.server_connections;
-    if r.is_empty() {
+    let Some(r) = &c.server_connections else {
         return Vec::new();
-    }
+    };
     [
         handshake_timeout(c, r),
         idle_timeout(c, r),
@@ -33,28 +32,10 @@ pub fn cell(c: &CellResult) -> Vec<Finding> {
     .collect()
 }
 
-/// `N over K replicas (most M at URL)`, for one count per replica.
-fn spread(
-    replicas: &[ReplicaConnections],
-    count: impl Fn(&ReplicaConnections) -> u64,
-) -> (u64, String) {
-    let total: u64 = replicas.iter().map(&count).sum();
-    let with = replicas.iter().filter(|r| count(r) > 0).count();
-    let most = replicas.iter().max_by_key(|r| count(r));
-    let mut text = format!(
-        "{} on {} of {} replicas",
-        num(total as f64),
-        with,
-        replicas.len()
-    );
-    if let (Some(m), true) = (most, with > 1) {
-        text.push_str(&format!(
-            " (most {} at {})",
-            num(count(m) as f64),
-            m.replica
-        ));
-    }
-    (total, text)
+/// `N over K replicas`: a count summed over the replicas read.
+fn over(n: u64, r: &ServerConnections) -> String {
+    let s = if r.replicas == 1 { "" } else { "s" };
+    format!("{} over {} replica{s}", num(n as f64), r.replicas)
 }
 
 /// What the clients counted of the same connections, for the evidence:
@@ -82,16 +63,17 @@ fn clients_saw(c: &CellResult, failed: &[ConnectError], dropped: &[Dropped]) -> 
 /// Upgrades the server dropped for taking longer than its handshake timeout from the TCP
 /// accept: the server's machine was too busy to answer them in time. The clients see these as
 /// closed before ready (or reset) while opening.
-pub fn handshake_timeout(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
-    let (n, where_) = spread(r, |x| x.rejected_for(rejected::HANDSHAKE_TIMEOUT));
+pub fn handshake_timeout(c: &CellResult, r: &ServerConnections) -> Option<Finding> {
+    let n = r.rejected_for(rejected::HANDSHAKE_TIMEOUT);
     (n > 0).then_some(())?;
     finding(
         Rule::ServerHandshakeTimeout,
         c,
         "the server dropped connections whose upgrade it did not finish within its handshake timeout (wsload-server --handshake-timeout, 10 s by default): the server's CPUs were too busy to answer upgrades in time; give the servers more CPU (replicas on other cores or nodes), open connections more slowly (connect.batchSize, connect.batchInterval), or raise the server's handshake timeout",
         format!(
-            "{}: {where_}{}",
+            "{}: {}{}",
             rejected::HANDSHAKE_TIMEOUT,
+            over(n, r),
             clients_saw(
                 c,
                 &[ConnectError::ClosedEarly, ConnectError::Timeout],
@@ -103,32 +85,34 @@ pub fn handshake_timeout(c: &CellResult, r: &[ReplicaConnections]) -> Option<Fin
 
 /// Connections the server closed because nothing came from them for its idle timeout: the
 /// clients' keepalive (ping.interval) was longer than it, or late on a busy client.
-pub fn idle_timeout(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
-    let (n, where_) = spread(r, |x| x.closed_for(closed::IDLE_TIMEOUT));
+pub fn idle_timeout(c: &CellResult, r: &ServerConnections) -> Option<Finding> {
+    let n = r.closed_for(closed::IDLE_TIMEOUT);
     (n > 0).then_some(())?;
     finding(
         Rule::ServerIdleTimeout,
         c,
         "the server closed connections that sent nothing for its idle timeout (wsload-server --idle-timeout, 60 s by default): set ping.interval well under it; if it is already, the load generator was too busy to send its pings on time (its CPU, more shards)",
         format!(
-            "{}: {where_}{}",
+            "{}: {}{}",
             closed::IDLE_TIMEOUT,
+            over(n, r),
             clients_saw(c, &[], &[Dropped::ServerClose, Dropped::Reset])
         ),
     )
 }
 
 /// Connections the server refused at its connection cap.
-pub fn capacity(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
-    let (n, where_) = spread(r, |x| x.rejected_for(rejected::CAPACITY));
+pub fn capacity(c: &CellResult, r: &ServerConnections) -> Option<Finding> {
+    let n = r.rejected_for(rejected::CAPACITY);
     (n > 0).then_some(())?;
     finding(
         Rule::ServerCapacity,
         c,
         "the server refused connections at its cap (wsload-server --max-connections): raise the cap or add replicas",
         format!(
-            "{}: {where_}{}",
+            "{}: {}{}",
             rejected::CAPACITY,
+            over(n, r),
             clients_saw(c, &[ConnectError::UpgradeRejected], &[Dropped::ServerClose])
         ),
     )
@@ -137,25 +121,29 @@ pub fn capacity(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
 /// Replicas admitting very different shares: one SO_REUSEPORT group (or a Service) hashes
 /// connections by their addresses, so few source addresses or ports can load some replicas
 /// far more than others, and the busiest one's limits are met first.
-pub fn imbalance(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
-    if r.len() < 2 {
+pub fn imbalance(c: &CellResult, r: &ServerConnections) -> Option<Finding> {
+    if r.replicas < 2 {
         return None;
     }
-    let min = r.iter().map(|x| x.accepted).min()?;
-    let max = r.iter().map(|x| x.accepted).max()?;
-    let per_replica = r.iter().map(|x| x.accepted).sum::<u64>() / r.len() as u64;
+    let (min, max) = (r.accepted_min?, r.accepted_max?);
+    let per_replica = r.accepted / u64::from(r.replicas);
     if per_replica < IMBALANCE_MIN_PER_REPLICA || (max as f64) <= IMBALANCE * (min.max(1) as f64) {
         return None;
     }
+    let busiest = r
+        .busiest
+        .as_ref()
+        .map(|b| format!("; most at {b}"))
+        .unwrap_or_default();
     finding(
         Rule::ServerImbalance,
         c,
         "the server replicas admitted very unequal shares of the connections: the busiest meets its limits first; spread the clients' source addresses or ports wider, or balance with a proxy",
         format!(
-            "accepted per replica: {} to {} over {} replicas (mean {})",
+            "accepted per replica: {} to {} over {} replicas (mean {}{busiest})",
             num(min as f64),
             num(max as f64),
-            r.len(),
+            r.replicas,
             num(per_replica as f64)
         ),
     )
@@ -165,6 +153,8 @@ pub fn imbalance(c: &CellResult, r: &[ReplicaConnections]) -> Option<Finding> {
 mod tests {
     use super::*;
     use crate::fixtures::shard;
+
+    use crate::server_connections::{ReplicaConnections, summarize};
 
     fn replica(
         name: &str,
@@ -183,8 +173,12 @@ mod tests {
 
     fn cell_with(r: Vec<ReplicaConnections>) -> CellResult {
         let mut c = shard(0, 100, 1, 1).cells.remove(0);
-        c.server_connections = r;
+        c.server_connections = summarize(&r);
         c
+    }
+
+    fn counters(c: &CellResult) -> &ServerConnections {
+        c.server_connections.as_ref().expect("counters")
     }
 
     #[test]
@@ -213,7 +207,7 @@ mod tests {
         assert_eq!(f[0].rule, Rule::ServerHandshakeTimeout);
         assert_eq!(
             f[0].evidence,
-            "handshake_timeout: 100 on 2 of 3 replicas (most 70 at http://r2/metrics); the clients counted closed_early 100"
+            "handshake_timeout: 100 over 3 replicas; the clients counted closed_early 100"
         );
         assert!(f[0].cause.contains("--handshake-timeout"), "{}", f[0].cause);
     }
@@ -229,10 +223,8 @@ mod tests {
         let rules: Vec<Rule> = cell(&c).iter().map(|f| f.rule).collect();
         assert_eq!(rules, [Rule::ServerIdleTimeout, Rule::ServerCapacity]);
         assert_eq!(
-            idle_timeout(&c, &c.server_connections)
-                .expect("idle")
-                .evidence,
-            "idle_timeout: 9 on 1 of 1 replicas"
+            idle_timeout(&c, counters(&c)).expect("idle").evidence,
+            "idle_timeout: 9 over 1 replica"
         );
     }
 
@@ -242,18 +234,30 @@ mod tests {
             replica("a", 1000, &[], &[]),
             replica("b", 1900, &[], &[]),
         ]);
-        assert_eq!(imbalance(&even, &even.server_connections), None);
+        assert_eq!(imbalance(&even, counters(&even)), None);
         let uneven = cell_with(vec![
             replica("a", 1000, &[], &[]),
             replica("b", 2100, &[], &[]),
         ]);
-        let f = imbalance(&uneven, &uneven.server_connections).expect("uneven");
+        let f = imbalance(&uneven, counters(&uneven)).expect("uneven");
         assert_eq!(
             f.evidence,
-            "accepted per replica: 1000 to 2100 over 2 replicas (mean 1550)"
+            "accepted per replica: 1000 to 2100 over 2 replicas (mean 1550; most at b)"
         );
         // Too few to judge.
         let few = cell_with(vec![replica("a", 10, &[], &[]), replica("b", 90, &[], &[])]);
-        assert_eq!(imbalance(&few, &few.server_connections), None);
+        assert_eq!(imbalance(&few, counters(&few)), None);
+    }
+
+    #[test]
+    fn without_each_replicas_reading_the_sums_still_speak_but_the_spread_does_not() {
+        let mut c = cell_with(vec![
+            replica("a", 1000, &[("handshake_timeout", 4)], &[]),
+            replica("b", 3000, &[], &[]),
+        ]);
+        let r = c.server_connections.as_mut().expect("counters");
+        (r.accepted_min, r.accepted_max, r.busiest) = (None, None, None);
+        let rules: Vec<Rule> = cell(&c).iter().map(|f| f.rule).collect();
+        assert_eq!(rules, [Rule::ServerHandshakeTimeout]);
     }
 }
