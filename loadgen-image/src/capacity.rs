@@ -127,60 +127,10 @@ pub fn check(spec: &LoadTestSpec, shard: Shard, limits: Limits) -> Result<()> {
     )))
 }
 
-/// What this machine's kernel will refuse of a local run's largest tier, said before the run:
-/// the connection-tracking table (where conntrack is loaded, every connection through this
-/// network namespace, loopback included, takes an entry; with the table full the kernel drops
-/// new connections' SYNs, and they time out). The limit is the machine's, not the product's:
-/// a raised sysctl or more machines run the test. `read` reads a sysctl in force.
-pub fn kernel_warnings(spec: &LoadTestSpec, read: impl Fn(&str) -> Result<String>) -> Vec<String> {
-    let peak = u64::from(wsload_spec::validate::peak_connections(spec));
-    let number = |key: &str| read(key).ok().and_then(|v| v.trim().parse::<u64>().ok());
-    let mut out = Vec::new();
-    if let Some(max) = number("net.netfilter.nf_conntrack_max") {
-        let used = number("net.netfilter.nf_conntrack_count").unwrap_or(0);
-        if used + peak > max {
-            let enough = (used + peak).saturating_mul(2).next_power_of_two();
-            out.push(format!(
-                "this machine's connection-tracking table holds {max} connections (net.netfilter.nf_conntrack_max, {used} in use) and this run opens up to {peak}: past it the kernel drops new connections, which time out; raise it (sysctl -w net.netfilter.nf_conntrack_max={enough}) or spread the test over more machines"
-            ));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use wsload_spec::fixtures::spec;
-
-    #[test]
-    fn a_tier_past_the_conntrack_table_is_named_with_the_sysctl_and_a_size_that_fits() {
-        let s = spec(
-            "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [1000, 300000]\n  shards: 18\n",
-        );
-        let sysctls = |count: &'static str| {
-            move |key: &str| match key {
-                "net.netfilter.nf_conntrack_max" => Ok("262144".to_string()),
-                "net.netfilter.nf_conntrack_count" => Ok(count.to_string()),
-                _ => Err(Error::Spec(format!("no {key}"))),
-            }
-        };
-        let w = kernel_warnings(&s, sysctls("52"));
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert!(
-            w[0].contains("holds 262144 connections (net.netfilter.nf_conntrack_max, 52 in use)")
-                && w[0].contains("opens up to 300000")
-                && w[0].contains("sysctl -w net.netfilter.nf_conntrack_max=1048576"),
-            "{}",
-            w[0]
-        );
-        // Room enough, or no conntrack at all: nothing to say.
-        let small =
-            spec("  target: {server: {}}\n  scenario: sustainedHold\n  connections: [200000]\n");
-        assert!(kernel_warnings(&small, sysctls("52")).is_empty());
-        assert!(kernel_warnings(&small, sysctls("70000")).len() == 1);
-        assert!(kernel_warnings(&s, |k: &str| Err(Error::Spec(format!("no {k}")))).is_empty());
-    }
 
     #[test]
     fn a_share_above_the_limit_is_refused_with_the_numbers_and_the_fix() {

@@ -262,17 +262,11 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         plot,
         ..Default::default()
     };
-    // This machine's kernel limits the run would meet: said first, and kept in the result.
-    let warnings = wsload::capacity::kernel_warnings(&lt.spec, wsload::sysctl::read);
-    for w in &warnings {
-        eprintln!("wsload: warning: {w}");
-    }
-    let mut result = if lt.spec.shards > 1 {
+    let result = if lt.spec.shards > 1 {
         wsload::fleet::run(&lt, std::path::Path::new(&file), &opts)?
     } else {
         run::run(&lt, &opts)?
     };
-    result.notes.extend(warnings);
     finish(&result, &common.out, &html)
 }
 
