@@ -689,9 +689,12 @@ fn pingpong_is_closed_loop() {
     let n = &c.measure.counts;
     assert!(c.figures.rtt.count > 0);
     // One message in flight: each answer is one round trip, each send one expected answer.
+    // The one a connection has out at the deadline may go unanswered within the grace (a
+    // loaded machine): counted lost, so at most one per connection.
     assert_eq!(c.figures.rtt.count, n.received);
-    assert_eq!(n.sent, n.received);
-    assert_eq!((n.expected, n.lost), (n.sent, 0));
+    assert_eq!(n.expected, n.sent);
+    assert_eq!(n.sent, n.received + n.lost, "{n:?}");
+    assert!(n.lost <= 5, "{n:?}");
     assert_reconciled(c);
 }
 
