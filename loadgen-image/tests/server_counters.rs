@@ -59,6 +59,22 @@ fn addr(ws: &str) -> std::net::SocketAddr {
         .expect("a socket address")
 }
 
+/// The one finding of `rule` in `r`.
+fn the_finding(r: &wsload::report::RunResult, rule: Rule) -> wsload_report::Finding {
+    let mut f: Vec<_> = findings(r).into_iter().filter(|f| f.rule == rule).collect();
+    assert_eq!(f.len(), 1, "{rule:?} in {:?}", findings(r));
+    f.remove(0)
+}
+
+/// The cell's server counters, which a run against wsload-server always has.
+fn counters(
+    c: &wsload::report::CellResult,
+) -> &wsload_report::server_connections::ServerConnections {
+    c.server_connections
+        .as_ref()
+        .expect("the server's counters")
+}
+
 #[test]
 fn upgrades_held_past_the_servers_handshake_timeout_are_named_by_the_servers_count() {
     let server = Server::start(&[
@@ -84,21 +100,13 @@ fn upgrades_held_past_the_servers_handshake_timeout_are_named_by_the_servers_cou
         "{:?}",
         c.measure.counts
     );
-    let replica = c
-        .server_connections
-        .as_ref()
-        .expect("the server's counters");
+    let replica = counters(c);
     assert_eq!(replica.replicas, 1, "{replica:?}");
     assert_eq!(replica.busiest.as_deref(), Some(server.metrics.as_str()));
     assert_eq!(replica.accepted, 0);
     assert_eq!(replica.rejected_for("handshake_timeout"), 5, "{replica:?}");
-    let f: Vec<_> = findings(&r)
-        .into_iter()
-        .filter(|f| f.rule == Rule::ServerHandshakeTimeout)
-        .collect();
-    assert_eq!(f.len(), 1, "{:?}", findings(&r));
     assert_eq!(
-        f[0].evidence,
+        the_finding(&r, Rule::ServerHandshakeTimeout).evidence,
         "handshake_timeout: 5 over 1 replica; the clients counted closed_early 5"
     );
     assert!(r.render().contains("--handshake-timeout"), "{}", r.render());
@@ -121,19 +129,11 @@ fn connections_the_server_closed_as_idle_are_named_by_the_servers_count() {
         "{:?}",
         c.measure.counts
     );
-    let replica = c
-        .server_connections
-        .as_ref()
-        .expect("the server's counters");
+    let replica = counters(c);
     assert_eq!(replica.accepted, 2, "{replica:?}");
     assert_eq!(replica.closed_for("idle_timeout"), 2, "{replica:?}");
-    let f: Vec<_> = findings(&r)
-        .into_iter()
-        .filter(|f| f.rule == Rule::ServerIdleTimeout)
-        .collect();
-    assert_eq!(f.len(), 1, "{:?}", findings(&r));
     assert_eq!(
-        f[0].evidence,
+        the_finding(&r, Rule::ServerIdleTimeout).evidence,
         "idle_timeout: 2 over 1 replica; the clients counted server_close 2"
     );
 }
@@ -149,10 +149,7 @@ fn a_quiet_run_against_the_server_counts_every_connection_and_names_nothing() {
         ),
     ));
     let c = only(&r);
-    let replica = c
-        .server_connections
-        .as_ref()
-        .expect("the server's counters");
+    let replica = counters(c);
     assert_eq!(replica.accepted, 20, "{replica:?}");
     assert!(replica.rejected.is_empty(), "{replica:?}");
     let server_rules = [
@@ -192,10 +189,7 @@ fn a_hold_keeps_its_first_connections_alive_while_the_rest_open() {
         "{:?}",
         c.measure.counts
     );
-    let replica = c
-        .server_connections
-        .as_ref()
-        .expect("the server's counters");
+    let replica = counters(c);
     assert_eq!(replica.accepted, 6, "{replica:?}");
     assert_eq!(replica.closed_for("idle_timeout"), 0, "{replica:?}");
 }

@@ -4,6 +4,7 @@
 use crate::kernel::{KernelFigures, Netns};
 use crate::measure::{ConnectError, Measure};
 use crate::result::{CellResult, Figures, RunResult, ShardInfo};
+use crate::server_connections::ReplicaConnections;
 use crate::timeline::{Recorder, Totals};
 use std::time::Duration;
 use wsload_spec::Scenario;
@@ -209,4 +210,21 @@ pub fn fanout() -> RunResult {
     c.compute();
     r.judge();
     r
+}
+
+/// One server replica's connection counters: `accepted`, and `(reason, count)` pairs of the
+/// refused and the closed.
+pub fn replica(
+    name: &str,
+    accepted: u64,
+    rejected: &[(&str, u64)],
+    closed: &[(&str, u64)],
+) -> ReplicaConnections {
+    let map = |p: &[(&str, u64)]| p.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    ReplicaConnections {
+        replica: name.into(),
+        accepted,
+        rejected: map(rejected),
+        closed: map(closed),
+    }
 }

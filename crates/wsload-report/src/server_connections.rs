@@ -97,21 +97,7 @@ pub fn total(per_replica: &[ReplicaConnections]) -> ServerConnections {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn replica(
-        name: &str,
-        accepted: u64,
-        rejected: &[(&str, u64)],
-        closed: &[(&str, u64)],
-    ) -> ReplicaConnections {
-        let map = |p: &[(&str, u64)]| p.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        ReplicaConnections {
-            replica: name.into(),
-            accepted,
-            rejected: map(rejected),
-            closed: map(closed),
-        }
-    }
+    use crate::fixtures::replica;
 
     #[test]
     fn the_increase_is_per_replica_and_reason_and_drops_what_did_not_grow() {

@@ -152,24 +152,8 @@ pub fn imbalance(c: &CellResult, r: &ServerConnections) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::shard;
-
+    use crate::fixtures::{replica, shard};
     use crate::server_connections::{ReplicaConnections, summarize};
-
-    fn replica(
-        name: &str,
-        accepted: u64,
-        rejected: &[(&str, u64)],
-        closed: &[(&str, u64)],
-    ) -> ReplicaConnections {
-        let map = |p: &[(&str, u64)]| p.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        ReplicaConnections {
-            replica: name.into(),
-            accepted,
-            rejected: map(rejected),
-            closed: map(closed),
-        }
-    }
 
     fn cell_with(r: Vec<ReplicaConnections>) -> CellResult {
         let mut c = shard(0, 100, 1, 1).cells.remove(0);
