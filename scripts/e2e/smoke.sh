@@ -192,8 +192,10 @@ token_kept() {
 		kubectl -n "$TEST_NS" get loadtest "$name" -o json
 		kubectl -n "$TEST_NS" get events -o json --field-selector "involvedObject.name=$name"
 		kubectl -n "$NS" logs -l app.kubernetes.io/instance="$RELEASE",app.kubernetes.io/component=operator --tail=-1
+		# Once the test has ended its pods are being deleted: one listed may be gone a moment
+		# later, and what is gone holds no token.
 		for pod in $(kubectl -n "$TEST_NS" get pods -l "wsload.dev/loadtest=$name" -o name); do
-			kubectl -n "$TEST_NS" get "$pod" -o json
+			kubectl -n "$TEST_NS" get "$pod" -o json 2>/dev/null || true
 			kubectl -n "$TEST_NS" logs "$pod" 2>/dev/null || true
 		done
 	} >"$OUT/$name.seen.txt" 2>&1
