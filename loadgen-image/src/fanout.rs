@@ -99,6 +99,13 @@ impl Serving {
     /// in its own task until its end.
     pub fn open(self: &Rc<Self>, ws: Ws, n: u64, vars: &[bytes::Bytes]) {
         let message = self.early.script.message_for(vars, &self.common);
+        // A held connection's task is its own future: inside `task` it would be as large as a
+        // fanout subscriber's state, for every one of a hundred thousand.
+        if let Behavior::Hold { every, ping } = self.behavior {
+            let fut = held(ws, n, self.clone(), every, ping, message);
+            self.tasks.borrow_mut().spawn_local(fut);
+            return;
+        }
         let fut = task(ws, n, self.clone(), self.behavior.clone(), message);
         self.tasks.borrow_mut().spawn_local(fut);
     }
@@ -140,25 +147,9 @@ fn task(
     message: Arc<Out>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
-        // cell.rs serves the connections of fanout and hold cells only.
-        let plan = match &behavior {
-            Behavior::Fanout(plan) => plan,
-            Behavior::Hold { every, ping } => {
-                // The stream stays in this task's state, borrowed by each phase in turn: moved
-                // into `connection::run` it would be stored twice (rust-lang/rust#62958).
-                let begun = serving.measured();
-                let early = connection::keep_until(&mut ws, &serving.early, n, *every, begun).await;
-                let ctx = serving.measured().await;
-                let ctx = &*ctx;
-                let began = ms_since(ctx.start);
-                let ended = match early {
-                    Ok(()) => connection::held(&mut ws, ctx, *every, *ping, message, n).await,
-                    Err(why) => Err(why),
-                };
-                Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
-                return;
-            }
-            _ => return,
+        // Serving::open gives a hold's connections `held`.
+        let Behavior::Fanout(plan) = &behavior else {
+            return;
         };
         let mut part = Part::of(plan, n);
         let early = Box::pin(part.serve(&mut ws, &serving, plan)).await;
@@ -171,6 +162,33 @@ fn task(
         };
         part.settle(ctx, plan, ended);
         Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+    }
+}
+
+/// A held connection from its open: kept alive while the rest open (`connection::keep_until`),
+/// then its measured hold and its close. The stream stays in this task's state, borrowed by
+/// each phase in turn: moved into `connection::run` it would be stored twice
+/// (rust-lang/rust#62958). Not an `async fn`, for the same reason.
+#[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
+fn held(
+    mut ws: Ws,
+    n: u64,
+    serving: Rc<Serving>,
+    every: Option<Duration>,
+    ping: crate::model::PingCfg,
+    message: Arc<Out>,
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        let begun = serving.measured();
+        let early = connection::keep_until(&mut ws, &serving.early, n, every, begun).await;
+        let ctx = serving.measured().await;
+        let ctx = &*ctx;
+        let began = ms_since(ctx.start);
+        let ended = match early {
+            Ok(()) => connection::held(&mut ws, ctx, every, ping, message, n).await,
+            Err(why) => Err(why),
+        };
+        Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;
     }
 }
 
