@@ -4,7 +4,9 @@
 
 use crate::auth::Token;
 use crate::clock::{self, Sample};
-use crate::protocol::{self, CellKey, CellOrder, ClockReading, Release, StartRequest, State};
+use crate::protocol::{
+    self, CellKey, CellOrder, ClockReading, MeasureOrder, Release, StartRequest, State,
+};
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 use wsload_http::http_client::{Client, Response};
@@ -110,6 +112,17 @@ impl ShardClient {
             offset_micros: release.offset_micros,
         })?;
         self.post(protocol::CELL, body).await
+    }
+
+    /// Every shard opened its share of cell `cell`: measure from `release.start_at` (Unix ms,
+    /// its clock). Retrying with the same body is safe.
+    pub async fn measure(&self, release: Release, cell: u32) -> Result<State> {
+        let body = json(&MeasureOrder {
+            cell,
+            start_at: release.start_at,
+            conductor_at: release.conductor_at,
+        })?;
+        self.post(protocol::MEASURE, body).await
     }
 
     /// No more cells: the shard builds its result.

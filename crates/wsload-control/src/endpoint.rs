@@ -4,7 +4,7 @@
 //! token.
 
 use crate::auth::{self, Token};
-use crate::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
+use crate::protocol::{self, CellOrder, ClockReading, MeasureOrder, Phase, StartRequest, State};
 use wsload_http::{Reply, Request};
 
 /// What a shard does for each control request; the answers are the shard's (202, 409, ...).
@@ -17,6 +17,11 @@ pub trait ShardEndpoint {
     fn start(&self, body: &[u8]) -> Reply;
     /// `POST /control/cell` with its body.
     fn cell(&self, body: &[u8]) -> Reply;
+    /// `POST /control/measure` with its body. A shard that never says it is `connected` is
+    /// never sent one: by default it refuses it (409).
+    fn measure(&self, _body: &[u8]) -> Reply {
+        json(409, &self.state())
+    }
     /// `POST /control/end`.
     fn end(&self) -> Reply;
     /// `GET /control/result`.
@@ -63,6 +68,7 @@ pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply>
         protocol::STATE if get => json(200, &shard.state()),
         protocol::START if post => shard.start(request.body),
         protocol::CELL if post => shard.cell(request.body),
+        protocol::MEASURE if post => shard.measure(request.body),
         protocol::END if post => shard.end(),
         protocol::RESULT if get => shard.result(),
         protocol::FINISH if post => json(200, &shard.state()),
@@ -70,7 +76,7 @@ pub fn route(shard: &impl ShardEndpoint, request: &Request<'_>) -> Option<Reply>
         protocol::STATE | protocol::RESULT | protocol::CLOCK => {
             Reply::text(405, format!("{}: only GET\n", request.path))
         }
-        protocol::START | protocol::CELL | protocol::END | protocol::FINISH => {
+        protocol::START | protocol::CELL | protocol::MEASURE | protocol::END | protocol::FINISH => {
             Reply::text(405, format!("{}: only POST\n", request.path))
         }
         _ => return None,
@@ -149,6 +155,33 @@ pub fn admit_cell(
     if last == Some(request) {
         Admit::Again
     } else if state.state != Phase::Between || ended || request.cell.index != state.cells_done {
+        Admit::Conflict
+    } else {
+        Admit::Accept
+    }
+}
+
+/// The body of `POST /control/measure`, or the 400 saying what it must be.
+pub fn parse_measure(body: &[u8]) -> Result<MeasureOrder, Reply> {
+    serde_json::from_slice(body).map_err(|e| {
+        Reply::text(
+            400,
+            format!("body must be {{\"cell\": <index>, \"startAt\": <unix ms>}}: {e}\n"),
+        )
+    })
+}
+
+/// A measure order: to a shard `connected` on that cell; the same order again (even once the
+/// shard measures or finished the cell) is a retry. `last` is the order taken for the cell the
+/// shard connected last.
+pub fn admit_measure(last: Option<&MeasureOrder>, state: &State, request: &MeasureOrder) -> Admit {
+    let connected_on = state.connected.as_ref().map(|c| c.index);
+    if last == Some(request) {
+        Admit::Again
+    } else if state.state != Phase::Connected
+        || connected_on != Some(request.cell)
+        || last.is_some_and(|l| l.cell == request.cell)
+    {
         Admit::Conflict
     } else {
         Admit::Accept
@@ -245,6 +278,54 @@ mod tests {
         assert_eq!(parse_start(b"{}").expect_err("no startAt").status, 400);
         assert_eq!(
             parse_cell(b"{\"startAt\": 1}").expect_err("no cell").status,
+            400
+        );
+    }
+
+    #[test]
+    fn a_measure_order_goes_to_a_shard_connected_on_its_cell_once() {
+        let go = MeasureOrder {
+            cell: 2,
+            start_at: 9,
+            conductor_at: None,
+        };
+        let connected = |index: u32| State {
+            state: Phase::Connected,
+            cells_done: 2,
+            connected: Some(crate::protocol::ConnectSummary {
+                index,
+                opened: 5,
+                failed: 0,
+                measure_at: None,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(admit_measure(None, &connected(2), &go), Admit::Accept);
+        // Not yet connected on that cell, or on another.
+        assert_eq!(admit_measure(None, &connected(1), &go), Admit::Conflict);
+        let running = State {
+            state: Phase::Running,
+            ..connected(2)
+        };
+        assert_eq!(admit_measure(None, &running, &go), Admit::Conflict);
+        // A retry, even once the shard measures: the same answer, nothing done twice.
+        assert_eq!(admit_measure(Some(&go), &running, &go), Admit::Again);
+        // Another instant for the cell already ordered.
+        let later = MeasureOrder { start_at: 10, ..go };
+        assert_eq!(
+            admit_measure(Some(&go), &connected(2), &later),
+            Admit::Conflict
+        );
+        assert_eq!(
+            parse_measure(b"{\"cell\": 2}")
+                .expect_err("no startAt")
+                .status,
+            400
+        );
+        assert_eq!(
+            parse_measure(b"{\"cell\": 2, \"startAt\": 9, \"offsetMicros\": 1}")
+                .expect_err("unknown field")
+                .status,
             400
         );
     }

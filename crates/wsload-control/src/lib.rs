@@ -6,7 +6,8 @@
 //! - [`client`]: the conductor's side of it over HTTP.
 //! - [`sequence`]: which cell runs next: the planned cells in order, or connectionLimit's
 //!   search, judged on the probe merged over every shard.
-//! - [`barrier`]: whether every live shard has finished a cell, and the merged outcome.
+//! - [`barrier`]: whether every live shard has opened its share of a cell (to measure from
+//!   one instant), or finished the cell, and the merged outcome.
 //! - [`settle`]: when the server's received counter has taken in what the shards sent.
 //! - [`assemble`]: the merged result completed with what only the conductor knows.
 //! - [`clock`]: each shard's clock offset against the conductor's, from probes.
@@ -31,7 +32,9 @@ pub mod server_topics;
 pub mod settle;
 
 pub use auth::Token;
-pub use protocol::{CellKey, CellOrder, CellSummary, Phase, StartRequest, State};
+pub use protocol::{
+    CellKey, CellOrder, CellSummary, ConnectSummary, MeasureOrder, Phase, StartRequest, State,
+};
 pub use sequence::Conductor;
 
 #[derive(Debug, thiserror::Error)]

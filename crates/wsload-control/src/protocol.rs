@@ -5,14 +5,20 @@
 //! GET  /control         -> State
 //! POST /control/start   StartRequest  {"startAt": unix_ms, "cell"?: CellKey}   -> 202 State
 //! POST /control/cell    CellOrder     {"startAt": unix_ms, "cell": CellKey}    -> 202 State
+//! POST /control/measure MeasureOrder  {"cell": index, "startAt": unix_ms}  -> 202 State
 //! POST /control/end     {}            -> 202 State (the shard builds its result)
 //! GET  /control/result  -> 200 RunResult JSON, or 409 State while there is none
 //! POST /control/finish  {}            -> 200 State (the result is stored: exit)
 //! GET  /control/clock   -> 200 ClockReading {"unixMicros": u64}
 //! ```
 //!
-//! After each cell the shard is `between`, with the cell's [`CellSummary`], until the
-//! conductor orders the next cell or the end. Every POST is idempotent for the same body, so
+//! A shard of several that holds or drives its connections (every cell but a fanout's, whose
+//! shards begin at an instant computed alike on each: see the load generator's cell.rs) is
+//! `connected` once its share of the cell is open, with its [`ConnectSummary`], and measures
+//! from the instant the conductor names once every live shard is connected
+//! (`POST /control/measure`): "N connections at once" then holds over all shards, however
+//! long each took to open its share. After each cell the shard is `between`, with the cell's
+//! [`CellSummary`], until the conductor orders the next cell or the end. Every POST is idempotent for the same body, so
 //! a conductor may retry after a lost answer; a different body is a 409 with the state.
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +27,7 @@ use wsload_spec::Format;
 pub const STATE: &str = "/control";
 pub const START: &str = "/control/start";
 pub const CELL: &str = "/control/cell";
+pub const MEASURE: &str = "/control/measure";
 pub const END: &str = "/control/end";
 pub const RESULT: &str = "/control/result";
 pub const FINISH: &str = "/control/finish";
@@ -36,6 +43,8 @@ pub enum Phase {
     Armed,
     /// Running a cell.
     Running,
+    /// Opened its share of the running cell; waits for the instant every shard measures from.
+    Connected,
     /// Finished a cell; waits for the next cell or the end.
     Between,
     /// Measured; the result is ready.
@@ -49,7 +58,7 @@ impl Phase {
     pub fn live(self) -> bool {
         matches!(
             self,
-            Phase::Waiting | Phase::Armed | Phase::Running | Phase::Between
+            Phase::Waiting | Phase::Armed | Phase::Running | Phase::Connected | Phase::Between
         )
     }
 }
@@ -84,6 +93,22 @@ pub struct CellSummary {
     pub finished_at_micros: u64,
 }
 
+/// What a shard says once its share of a cell is open (`connected`), and when it was told to
+/// measure from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectSummary {
+    /// The cell's position in the run.
+    pub index: u32,
+    pub opened: u64,
+    /// Connections that could not open.
+    pub failed: u64,
+    /// The measured phase's instant as ordered (Unix ms, this shard's clock); absent while the
+    /// shard waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_at: Option<u64>,
+}
+
 /// What `GET /control` answers (and every other control request, beside its status).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -103,6 +128,10 @@ pub struct State {
     /// The last cell finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_cell: Option<CellSummary>,
+    /// The last cell whose share this shard opened, when it waits (or waited) for the other
+    /// shards before measuring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected: Option<ConnectSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Anything else the conductor should know: a start time already past when it arrived.
@@ -157,6 +186,18 @@ pub struct CellOrder {
     pub conductor_at: Option<u64>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub offset_micros: i64,
+}
+
+/// `POST /control/measure`: every live shard opened its share of cell `cell`; measure from
+/// `start_at` (Unix ms, on the shard's clock; `conductor_at` the same instant on the
+/// conductor's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MeasureOrder {
+    pub cell: u32,
+    pub start_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conductor_at: Option<u64>,
 }
 
 fn is_zero(v: &i64) -> bool {
