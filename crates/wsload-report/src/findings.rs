@@ -66,7 +66,8 @@ pub enum Rule {
     KernelOrphans,
     /// Connections given up after unanswered retransmissions.
     KernelTimeout,
-    /// Connections reset, and the resets the namespaces read sent.
+    /// Connections reset that the servers' counters leave unexplained, and the resets the
+    /// namespaces read sent.
     KernelResets,
 }
 

@@ -8,6 +8,7 @@ use crate::kernel::{self as k, KernelFigures, Limited};
 use crate::measure::{ConnectError, Dropped};
 use crate::numbers::num;
 use crate::result::{CellResult, RunResult};
+use wsload_contract::server_metrics::{closed, rejected};
 
 /// Every kernel rule of one cell (none without kernel figures, none in a quiet cell).
 pub fn cell(r: &RunResult, c: &CellResult) -> Vec<Finding> {
@@ -199,11 +200,60 @@ pub fn abort_on_timeout(c: &CellResult) -> Option<Finding> {
     )
 }
 
-/// Beside the connections the cell saw reset (or closed before they were ready), the resets
-/// the namespaces read sent. A shard's own namespace (one pod, one shard, in a cluster) holds
-/// only the load generator: its resets are the client's, and resets seen with none sent there
-/// came from the other side. A namespace the shards share may hold the servers too (a local
-/// run), and then both sides' resets are counted together.
+/// Kernel resets sent per connection that failed or dropped beyond which the resets are mostly
+/// something else. A connection reset as a failure sends one, and a few more answer segments
+/// still in flight; a connection that succeeded and was closed with data unread (the end of a
+/// hold, a server dropping a socket) sends one too, so a large run's namespace counts one for
+/// nearly every connection it closed.
+pub const RESETS_PER_FAILURE: u64 = 10;
+
+/// Of the cell's `closed_early` failures and `reset` drops, how many the servers' own counters
+/// account for (the server findings name them): upgrades a replica gave up on for its handshake
+/// timeout or refused at its cap end before the client is ready, those the clients did not
+/// count as `timeout` first; connections a replica closed as idle end after it, those the
+/// clients did not count as `server_close`. What is left is what only the kernel can speak to.
+fn by_servers(c: &CellResult, early: u64, reset: u64) -> (u64, u64) {
+    let Some(s) = &c.server_connections else {
+        return (0, 0);
+    };
+    let counts = &c.measure.counts;
+    let timed_out = counts
+        .failed
+        .get(&ConnectError::Timeout)
+        .copied()
+        .unwrap_or(0);
+    let closes_seen = counts
+        .dropped
+        .get(&Dropped::ServerClose)
+        .copied()
+        .unwrap_or(0);
+    let before_ready = (s.rejected_for(rejected::HANDSHAKE_TIMEOUT)
+        + s.rejected_for(rejected::CAPACITY))
+    .saturating_sub(timed_out);
+    let idle = s
+        .closed_for(closed::IDLE_TIMEOUT)
+        .saturating_sub(closes_seen);
+    (early.min(before_ready), reset.min(idle))
+}
+
+/// `closed_early: 27 of 300.0K attempts` (`, 20 of them the servers'` when the servers ended some).
+fn seen(label: &str, n: u64, of: u64, what: &str, servers: u64) -> String {
+    let mut s = format!("{label}: {} of {} {what}", num(n as f64), num(of as f64));
+    if servers > 0 {
+        s.push_str(&format!(", {} of them the servers'", num(servers as f64)));
+    }
+    s
+}
+
+/// Beside the connections the cell saw reset (or closed before they were ready, where a reset
+/// while opening is counted), the resets the namespaces read sent. Only the failures the
+/// servers' own counters leave unexplained call for it: a replica's handshake timeout or idle
+/// close is its own finding, and the resets it caused say nothing more. A shard's own namespace
+/// (one pod, one shard, in a cluster) holds only the load generator: its resets are the
+/// client's, and resets seen with none sent there came from the other side. A namespace the
+/// shards share may hold the servers too (a local run), and then both sides' resets are counted
+/// together. Resets far more than the connections that failed are mostly connections' normal
+/// ends, and say so rather than which side reset the failed ones.
 pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
     let counts = &c.measure.counts;
     let reset = counts.dropped.get(&Dropped::Reset).copied().unwrap_or(0);
@@ -212,30 +262,45 @@ pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
         .get(&ConnectError::ClosedEarly)
         .copied()
         .unwrap_or(0);
-    if reset + early == 0 {
+    let (early_by_servers, reset_by_servers) = by_servers(c, early, reset);
+    if reset + early == early_by_servers + reset_by_servers {
         return None;
     }
     let sent: u64 = c.kernel.iter().map(|e| e.increase(k::OUT_RSTS)).sum();
     let estab: u64 = c.kernel.iter().map(|e| e.increase(k::ESTAB_RESETS)).sum();
-    let mut seen = Vec::new();
+    let failed = counts.failed_total() + counts.dropped_total();
+    let far_more = sent > RESETS_PER_FAILURE * failed;
+    let mut seen_here = Vec::new();
     if reset > 0 {
-        seen.push(format!(
-            "reset: {} of {} connections",
-            num(reset as f64),
-            num(counts.connected as f64)
+        seen_here.push(seen(
+            Dropped::Reset.label(),
+            reset,
+            counts.connected,
+            "connections",
+            reset_by_servers,
         ));
     }
     if early > 0 {
-        seen.push(format!(
-            "closed_early: {} of {} attempts",
-            num(early as f64),
-            num(counts.attempted as f64)
+        seen_here.push(seen(
+            ConnectError::ClosedEarly.label(),
+            early,
+            counts.attempted,
+            "attempts",
+            early_by_servers,
         ));
     }
+    let against = if far_more {
+        format!(
+            " against {} connections failed or dropped",
+            num(failed as f64)
+        )
+    } else {
+        String::new()
+    };
     let all: Vec<&KernelFigures> = c.kernel.iter().collect();
     let mut evidence = format!(
-        "{}; {} +{sent}, {} +{estab} {}",
-        seen.join(", "),
+        "{}; {} +{sent}{against}, {} +{estab} {}",
+        seen_here.join(", "),
         k::OUT_RSTS,
         k::ESTAB_RESETS,
         places(&all)
@@ -252,24 +317,42 @@ pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
     if let Some(a) = &aborts {
         evidence.push_str(&format!("; resets of the kernel's own: {a}"));
     }
+    // No reset drop left, only `closed_early`: a close before ready, a reset while opening or
+    // a close frame alike.
+    let what = if reset > reset_by_servers {
+        "connections were reset"
+    } else {
+        "connections were reset or closed before they were ready"
+    };
     // Each shard alone in its namespace, in a run of several: the namespaces hold only the
     // load generators.
     let own = r.shard_count > 1 && c.kernel.iter().all(|e| e.shards.len() == e.namespaces());
-    let cause = match (own, sent) {
-        (true, 0) => {
-            "connections were reset, and the load generators' own namespaces sent no TCP reset (TcpOutRsts): the resets came from the other side (the server, or a proxy or NAT on the way); see the server's counters and log"
+    let side = match (own, sent, far_more) {
+        (true, _, true) => {
+            "the load generators' own namespaces sent far more TCP resets (TcpOutRsts) than connections failed or dropped: most are the ends of connections that succeeded (a socket closed with data unread ends with a reset: TCPAbortOnData), so they do not say which side reset the failed ones; see the server's counters and log"
         }
-        (true, _) => {
-            "connections were reset, and the load generators' own namespaces sent TCP resets (TcpOutRsts): the client side reset connections (see the kernel's reasons: TCPAbortOnData, a socket closed with data unread; TCPAbortOnMemory; TCPAbortOnTimeout)"
+        (false, _, true) => {
+            "the namespace the load generator ran in sent far more TCP resets (TcpOutRsts) than connections failed or dropped: they count the ends of connections that succeeded (a socket closed with data unread ends with a reset: TCPAbortOnData), the server's too in a local run, so they do not say which side reset the failed ones: run the shards in their own namespaces (a cluster) to tell"
         }
-        (false, 0) => {
-            "connections were reset, and no TCP reset was sent from the namespace read (TcpOutRsts): the resets came from another machine (the server's, or a proxy on the way), or the connections ended without a closing handshake"
+        (true, 0, false) => {
+            "the load generators' own namespaces sent no TCP reset (TcpOutRsts): the resets came from the other side (the server, or a proxy or NAT on the way); see the server's counters and log"
         }
-        (false, _) => {
-            "connections were reset, and TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them"
+        (true, _, false) => {
+            "the load generators' own namespaces sent TCP resets (TcpOutRsts): the client side reset connections (see the kernel's reasons: TCPAbortOnData, a socket closed with data unread; TCPAbortOnMemory; TCPAbortOnTimeout)"
+        }
+        (false, 0, false) => {
+            "no TCP reset was sent from the namespace read (TcpOutRsts): the resets came from another machine (the server's, or a proxy on the way), or the connections ended without a closing handshake"
+        }
+        (false, _, false) => {
+            "TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them"
         }
     };
-    finding(Rule::KernelResets, c, cause, evidence)
+    finding(
+        Rule::KernelResets,
+        c,
+        &format!("{what}, and {side}"),
+        evidence,
+    )
 }
 
 #[cfg(test)]
@@ -483,8 +566,146 @@ mod tests {
         assert_eq!(
             texts(&r),
             [
-                "finding [100]: connections were reset, and TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them (closed_early: 1 of 100 attempts; TcpOutRsts +7, TcpEstabResets +0 in net:[4026531840] (shards 0-1); resets of the kernel's own: TcpExtTCPAbortOnData +7 in net:[4026531840] (shards 0-1))"
+                "finding [100]: connections were reset or closed before they were ready, and TCP resets were sent from the namespace the load generator ran in (TcpOutRsts); it may hold the server too (a local run), where both sides' resets are counted together: run the shards in their own namespaces (a cluster) to tell which side sent them (closed_early: 1 of 100 attempts; TcpOutRsts +7, TcpEstabResets +0 in net:[4026531840] (shards 0-1); resets of the kernel's own: TcpExtTCPAbortOnData +7 in net:[4026531840] (shards 0-1))"
             ]
         );
+    }
+
+    /// The 300,000-connection local run: every shard and replica in one namespace, 27 upgrades
+    /// the servers gave up on (the clients' closed_early 27), and the TCP resets of 50,000
+    /// holds closed with data unread at their end. `handshake_timeout` is the upgrades the
+    /// replicas counted as given up (0: no replica counters at all).
+    fn local_300k(handshake_timeout: u64) -> RunResult {
+        let mut f = read(
+            0,
+            &[
+                (k::OUT_RSTS, 50_512),
+                (k::ABORT_ON_DATA, 50_480),
+                (k::ESTAB_RESETS, 31),
+            ],
+            &[],
+        );
+        f.shards = (0..18).collect();
+        let mut r = result(vec![f]);
+        r.shard_count = 18;
+        let c = &mut r.cells[0];
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        (counts.attempted, counts.connected) = (300_000, 299_973);
+        counts.failed.insert(ConnectError::ClosedEarly, 27);
+        if handshake_timeout > 0 {
+            c.server_connections = crate::server_connections::summarize(&[
+                crate::fixtures::replica("r1", 150_000, &[], &[]),
+                crate::fixtures::replica(
+                    "r2",
+                    149_973,
+                    &[("handshake_timeout", handshake_timeout)],
+                    &[],
+                ),
+            ]);
+        }
+        r
+    }
+
+    #[test]
+    fn failures_the_servers_explain_get_no_reset_finding_however_many_resets_were_sent() {
+        let r = local_300k(27);
+        assert!(texts(&r).is_empty(), "{:?}", texts(&r));
+        // The servers' finding says what happened to the 27; the failure is listed once.
+        let rules: Vec<Rule> = crate::findings::findings(&r)
+            .iter()
+            .map(|f| f.rule)
+            .collect();
+        assert_eq!(rules, [Rule::Failure, Rule::ServerHandshakeTimeout]);
+    }
+
+    #[test]
+    fn resets_far_more_than_the_failures_are_called_the_connections_ends() {
+        // Without the servers' counters nothing explains the 27: the resets are set beside
+        // them, and called what they mostly are.
+        assert_eq!(
+            texts(&local_300k(0)),
+            [
+                "finding [100]: connections were reset or closed before they were ready, and the namespace the load generator ran in sent far more TCP resets (TcpOutRsts) than connections failed or dropped: they count the ends of connections that succeeded (a socket closed with data unread ends with a reset: TCPAbortOnData), the server's too in a local run, so they do not say which side reset the failed ones: run the shards in their own namespaces (a cluster) to tell (closed_early: 27 of 300.0K attempts; TcpOutRsts +50512 against 27 connections failed or dropped, TcpEstabResets +31 in net:[4026531840] (shards 0-17); resets of the kernel's own: TcpExtTCPAbortOnData +50480 in net:[4026531840] (shards 0-17))"
+            ]
+        );
+        // The servers explain 20 of them: the other 7 still call for the kernel's figures.
+        let found = texts(&local_300k(20));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("(closed_early: 27 of 300.0K attempts, 20 of them the servers'; TcpOutRsts +50512 against 27 connections failed or dropped,"),
+            "{found:?}"
+        );
+        // In the shards' own namespaces the resets are the client's, and still mostly ends.
+        let mut r = local_300k(0);
+        let mut other = read(1, &[(k::OUT_RSTS, 10)], &[]);
+        other.shards = vec![1];
+        r.cells[0].kernel[0].shards = vec![0];
+        r.cells[0].kernel.push(other);
+        r.shard_count = 2;
+        let found = texts(&r);
+        assert!(
+            found[0].starts_with("finding [100]: connections were reset or closed before they were ready, and the load generators' own namespaces sent far more TCP resets (TcpOutRsts) than connections failed or dropped: most are the ends of connections that succeeded"),
+            "{found:?}"
+        );
+        assert!(
+            found[0].contains("TcpOutRsts +50522 against 27"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn resets_the_servers_did_not_cause_keep_their_finding() {
+        // Every connection reset, the shards' own namespaces sent none, and the servers
+        // closed none as idle nor refused any: the other side reset them.
+        let mut r = result(vec![
+            read(0, &[(k::ESTAB_RESETS, 60)], &[]),
+            read(1, &[(k::ESTAB_RESETS, 40)], &[]),
+        ]);
+        r.shard_count = 2;
+        let c = &mut r.cells[0];
+        c.server_connections =
+            crate::server_connections::summarize(&[crate::fixtures::replica("r", 100, &[], &[])]);
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        counts.connected = 100;
+        for _ in 0..100 {
+            counts.drop(Dropped::Reset);
+        }
+        let other_side = "finding [100]: connections were reset, and the load generators' own namespaces sent no TCP reset (TcpOutRsts): the resets came from the other side (the server, or a proxy or NAT on the way); see the server's counters and log (reset: 100 of 100 connections; TcpOutRsts +0, TcpEstabResets +100 in 2 namespaces (net:[4026531840] of shard 0, net:[4026531841] of shard 1))";
+        assert_eq!(texts(&r), [other_side]);
+        // Idle closes the clients saw as the server's close explain no reset.
+        let c = &mut r.cells[0];
+        c.server_connections = crate::server_connections::summarize(&[crate::fixtures::replica(
+            "r",
+            100,
+            &[],
+            &[("idle_timeout", 30)],
+        )]);
+        c.measure.counts.dropped.insert(Dropped::ServerClose, 30);
+        assert_eq!(texts(&r), [other_side]);
+        // Idle closes the clients did not see as closes may be some of the resets: those are
+        // said to be the servers', and the rest still blamed on the other side.
+        r.cells[0]
+            .measure
+            .counts
+            .dropped
+            .remove(&Dropped::ServerClose);
+        assert_eq!(
+            texts(&r),
+            [other_side.replace(
+                "(reset: 100 of 100 connections;",
+                "(reset: 100 of 100 connections, 30 of them the servers';"
+            )]
+        );
+        // Idle closes the clients saw as resets are the server's finding, not the kernel's.
+        r.cells[0].server_connections =
+            crate::server_connections::summarize(&[crate::fixtures::replica(
+                "r",
+                100,
+                &[],
+                &[("idle_timeout", 100)],
+            )]);
+        assert!(texts(&r).is_empty(), "{:?}", texts(&r));
     }
 }
