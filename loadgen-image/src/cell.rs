@@ -13,6 +13,7 @@ use crate::dial::{Dialer, Role, Ws};
 use crate::fanout;
 use crate::measure::Measure;
 use crate::model::{Behavior, Cell};
+use crate::rendezvous::Meeting;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
@@ -48,6 +49,10 @@ struct StartLine {
     /// phase begins at when they must begin together (see [`common_start`]).
     armed: OnceLock<(CellClock, Option<Instant>)>,
     connect_start: Instant,
+    /// The other shards of the test, when the measured phase waits for them; and the instant
+    /// the conductor named (`None` inside: at once).
+    meeting: Option<Meeting>,
+    met: OnceLock<Option<Instant>>,
 }
 
 /// When shards must begin a cell's measured phase together, the instant on the conductor's
@@ -70,14 +75,19 @@ fn common_start(cell: &Cell, armed: &CellClock) -> Option<u64> {
 }
 
 impl Workers {
-    /// Runs `cell` on the workers, each on its own thread, and merges their figures.
-    pub fn run(&self, cell: &Cell, dialer: &Arc<Dialer>) -> CellOutcome {
+    /// Runs `cell` on the workers, each on its own thread, and merges their figures. With a
+    /// `meeting`, the measured phase begins when the conductor says every shard's share is
+    /// open (a fanout's shards keep their common instant instead: [`common_start`]).
+    pub fn run(&self, cell: &Cell, dialer: &Arc<Dialer>, meeting: Option<Meeting>) -> CellOutcome {
         let count = self.threads.clamp(1, cell.connections.max(1) as usize);
+        let meeting = meeting.filter(|_| !matches!(cell.behavior, Behavior::Fanout(_)));
         let start_line = Arc::new(StartLine {
             barrier: Barrier::new(count),
             start: OnceLock::new(),
             armed: OnceLock::new(),
             connect_start: Instant::now() + Duration::from_millis(5),
+            meeting,
+            met: OnceLock::new(),
         });
         let outs: Vec<WorkerOut> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..count)
@@ -343,7 +353,19 @@ impl Worker<'_> {
         serving: Option<Rc<fanout::Serving>>,
     ) -> WorkerOut {
         let cell = self.cell;
-        start_line.barrier.wait().await;
+        let leader = start_line.barrier.wait().await.is_leader();
+        if let Some(meeting) = &start_line.meeting {
+            // One worker speaks for the shard; the others wait at the barrier, serving their
+            // connections meanwhile, as all of them do while the conductor's word is awaited.
+            if leader {
+                let (now, base) = (self.counters.snapshot(), self.counters.course_base());
+                let at = meeting
+                    .wait(now.opened - base.opened, now.failed - base.failed)
+                    .await;
+                let _ = start_line.met.set(at);
+            }
+            start_line.barrier.wait().await;
+        }
         let (armed, wake) = *start_line.armed.get_or_init(|| {
             let armed = clock::take_cell();
             match common_start(cell, &armed) {
@@ -364,7 +386,7 @@ impl Worker<'_> {
                         Some(Instant::now() + wait),
                     )
                 }
-                None => (armed, None),
+                None => (armed, start_line.met.get().copied().flatten()),
             }
         });
         if let Some(at) = wake {

@@ -4,7 +4,9 @@
 //!
 //! The shard loads its spec and gets ready (target resolved, dialer built), then waits on its
 //! endpoint for `POST /control/start {"startAt": unix_ms}`. A worker thread sleeps until that
-//! wall-clock instant and runs the first cell; after each cell it is `between` until the
+//! wall-clock instant and runs the first cell. A shard of several says when its share of a
+//! cell is open (`connected`) and measures from the instant the conductor then names
+//! (`POST /control/measure`, crate::rendezvous). After each cell it is `between` until the
 //! conductor orders the next (`POST /control/cell`, all shards at one instant) or the end
 //! (`POST /control/end`). It then stores the result, and the main thread waits for
 //! `POST /control/finish` (the conductor has the result) or `--linger`, whichever comes first.
@@ -15,14 +17,18 @@ use crate::background::spawn_background;
 use crate::exposition::LiveMetrics;
 use crate::gate::{self, Gate};
 use crate::options::Options;
+use crate::rendezvous::{Go, Meeting, Rendezvous};
 use crate::report::{CellResult, RunResult};
 use crate::run::{self, Instruments};
 use crate::{Error, Result};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
-use wsload_control::protocol::{CellOrder, ClockReading, Phase, StartRequest, State};
+use wsload_control::protocol::{
+    CellOrder, ClockReading, ConnectSummary, MeasureOrder, Phase, StartRequest, State,
+};
 use wsload_control::{CellKey, Conductor, Token};
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
@@ -65,6 +71,8 @@ struct Inner {
     /// alike, anything else is a conflict.
     started: Option<StartRequest>,
     last_order: Option<CellOrder>,
+    /// The measure order taken for the cell this shard said it connected last.
+    measure_order: Option<MeasureOrder>,
     ended_cells: bool,
     order: Option<Order>,
     /// The RunResult JSON, once done or failed after starting.
@@ -84,6 +92,8 @@ pub struct Control {
     token: Token,
     /// Reads the live counters at each scrape.
     registry: Registry,
+    /// The conductor's word to the workers waiting for the other shards (crate::rendezvous).
+    go: watch::Sender<Go>,
 }
 
 use crate::clock::{self, unix_ms};
@@ -95,6 +105,7 @@ impl Control {
             changed: Condvar::new(),
             token,
             registry: exposition.registry(),
+            go: watch::Sender::new(Go::Wait),
         }
     }
 
@@ -175,6 +186,37 @@ impl Control {
         reply
     }
 
+    /// `POST /control/measure`: every shard's share of the cell this one waits on is open.
+    pub fn measure(&self, body: &[u8]) -> Reply {
+        let request = match endpoint::parse_measure(body) {
+            Ok(r) => r,
+            Err(reply) => return reply,
+        };
+        let mut inner = self.lock();
+        let admit = endpoint::admit_measure(inner.measure_order.as_ref(), &inner.state, &request);
+        if let Some(reply) = admit.settled(&inner.state) {
+            return reply;
+        }
+        let now = unix_ms();
+        inner.state.state = Phase::Running;
+        if let Some(c) = &mut inner.state.connected {
+            c.measure_at = Some(request.start_at);
+        }
+        if request.start_at < now {
+            inner.state.note = Some(format!(
+                "measure startAt {} was {} ms in the past when it arrived: measuring now",
+                request.start_at,
+                now - request.start_at
+            ));
+        }
+        inner.measure_order = Some(request);
+        self.go.send_replace(Go::At {
+            cell: request.cell,
+            unix_ms: request.start_at,
+        });
+        json(202, &inner.state)
+    }
+
     /// `POST /control/end`: no more cells.
     pub fn end(&self) -> Reply {
         let mut inner = self.lock();
@@ -253,7 +295,12 @@ impl Control {
 
     /// SIGTERM: end the session now.
     pub fn terminate(&self) {
-        self.update(|i| i.terminated = true);
+        // Sent under the lock, as every word is, so that a shard saying it is connected at the
+        // same moment cannot put `Wait` after it.
+        self.update(|i| {
+            i.terminated = true;
+            self.go.send_replace(Go::Stop);
+        });
     }
 }
 
@@ -273,7 +320,10 @@ impl Exposition for Control {
 
     fn answered(&self, request: &Request<'_>) {
         if endpoint::is_finish(self, request) {
-            self.update(|i| i.finish = true);
+            self.update(|i| {
+                i.finish = true;
+                self.go.send_replace(Go::Stop);
+            });
         }
     }
 }
@@ -293,6 +343,10 @@ impl ShardEndpoint for Control {
 
     fn cell(&self, body: &[u8]) -> Reply {
         Control::cell(self, body)
+    }
+
+    fn measure(&self, body: &[u8]) -> Reply {
+        Control::measure(self, body)
     }
 
     fn end(&self) -> Reply {
@@ -347,7 +401,7 @@ fn run_session(
     lt: &LoadTest,
     opts: &Options,
     instruments: &Instruments,
-    control: &Control,
+    control: &Arc<Control>,
     report: impl FnOnce(&RunResult),
 ) {
     let prepared = match run::prepare(lt, opts, instruments) {
@@ -369,6 +423,8 @@ fn run_session(
         first: Conductor::first(&lt.spec),
         index: 0,
         stopped: false,
+        // A lone shard has nobody to wait for.
+        rendezvous: (lt.spec.shards > 1).then(|| control.clone() as Arc<dyn Rendezvous>),
     };
     let (mut result, error) = run::measure(lt, opts, &prepared, &mut gate);
     if gate.stopped {
@@ -416,9 +472,38 @@ struct ControlGate<'a> {
     index: u32,
     /// The session ended before the conductor ended the cells.
     stopped: bool,
+    rendezvous: Option<Arc<dyn Rendezvous>>,
+}
+
+impl Rendezvous for Control {
+    fn connected(&self, index: u32, opened: u64, failed: u64) -> watch::Receiver<Go> {
+        let mut inner = self.lock();
+        inner.state.state = Phase::Connected;
+        inner.state.connected = Some(ConnectSummary {
+            index,
+            opened,
+            failed,
+            measure_at: None,
+        });
+        inner.measure_order = None;
+        let ending = inner.finish || inner.terminated;
+        self.go
+            .send_replace(if ending { Go::Stop } else { Go::Wait });
+        let word = self.go.subscribe();
+        drop(inner);
+        self.changed.notify_all();
+        word
+    }
 }
 
 impl Gate for ControlGate<'_> {
+    fn meeting(&self, index: u32) -> Option<Meeting> {
+        Some(Meeting {
+            index,
+            rendezvous: self.rendezvous.clone()?,
+        })
+    }
+
     fn next(&mut self, done: Option<&mut CellResult>) -> Option<CellKey> {
         if let Some(cell) = done {
             let summary = gate::summary(self.index, cell);

@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use wsload_contract::announce;
 use wsload_contract::env as var;
-use wsload_control::barrier::{self, Barrier};
+use wsload_control::barrier::{self, Barrier, Connect};
 use wsload_control::client::ShardClient;
 use wsload_control::clock::{self, Estimator};
 use wsload_control::settle::{self, Settle};
@@ -535,6 +535,9 @@ async fn await_cell(
     key: &CellKey,
     notes: &mut Vec<String>,
 ) -> Option<barrier::Merged> {
+    // The instant every shard measures from, once all have opened their share: chosen once,
+    // sent again to any shard that has not taken it.
+    let mut measure_at: Option<u64> = None;
     loop {
         reap(shards, &key.label, notes);
         probe_clocks_due(shards).await;
@@ -562,15 +565,31 @@ async fn await_cell(
             continue;
         }
         // On this process's clock: the skew is how far apart the shards really began.
-        let known: Vec<State> = answers
+        let (positions, known): (Vec<usize>, Vec<State>) = answers
             .iter()
             .filter(|(i, _)| shards[*i].lost.is_none())
             .filter_map(|(i, s)| {
                 let clock = shards[*i].clock.estimate();
-                Some(clock::on_conductor_clock(s.as_ref()?, clock.as_ref()))
+                Some((*i, clock::on_conductor_clock(s.as_ref()?, clock.as_ref())))
             })
-            .collect();
+            .unzip();
         let known: Vec<&State> = known.iter().collect();
+        if let Connect::Passed(c) = barrier::connected(key.index, &known) {
+            if !c.waiting.is_empty() {
+                let at = *measure_at.get_or_insert_with(|| {
+                    let at = start_instant();
+                    crate::eprintln_above!(
+                        "wsload: cell {}: every shard opened its share ({} connections, {} failed): measuring from {at} (Unix ms)",
+                        key.label,
+                        c.opened,
+                        c.failed,
+                    );
+                    at
+                });
+                let waiting: Vec<usize> = c.waiting.iter().map(|&p| positions[p]).collect();
+                measure(shards, &waiting, at, key).await;
+            }
+        }
         match barrier::evaluate(key.index, &known) {
             Barrier::Waiting => tokio::time::sleep(POLL).await,
             Barrier::Passed(m) => return Some(m),
@@ -603,6 +622,21 @@ async fn settle_counters(
             }
         }
         tokio::time::sleep(settle::POLL).await;
+    }
+}
+
+/// Tells the shards at `waiting` to measure `key`'s cell from `at` (Unix ms, this process's
+/// clock). One that does not hear is asked again at the next poll.
+async fn measure(shards: &[ShardProc], waiting: &[usize], at: u64, key: &CellKey) {
+    let answers = join_all(waiting.iter().map(|&i| {
+        let s = &shards[i];
+        s.client.measure(s.release_at(at), key.index)
+    }))
+    .await;
+    for (&i, a) in waiting.iter().zip(answers) {
+        if let Err(e) = a {
+            tracing::warn!(shard = shards[i].index, cell = %key.label, error = %e, "the measure order was not delivered; asking again");
+        }
     }
 }
 

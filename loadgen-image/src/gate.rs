@@ -5,6 +5,7 @@
 //! `--start-at`, which never judges delivery.
 
 use crate::clock::{sleep_until_unix_ms, unix_micros};
+use crate::rendezvous::Meeting;
 use crate::report::{CellResult, RunResult};
 use crate::server_metrics::{ConnectionCounters, Counter, TopicCounters};
 use std::time::Instant;
@@ -16,6 +17,12 @@ pub trait Gate {
     /// The next cell once `done` (the cell just run, to complete with what the gate knows) is
     /// over; `None` at the end. Returns at the instant the cell is to begin.
     fn next(&mut self, done: Option<&mut CellResult>) -> Option<CellKey>;
+
+    /// Whom cell `index`'s measured phase waits for once this shard's share is open (the
+    /// other shards, through the conductor); `None`: nobody, it begins at once.
+    fn meeting(&self, _index: u32) -> Option<Meeting> {
+        None
+    }
 
     /// What the gate knows of the whole run, once the last cell ran.
     fn conclude(&mut self, _result: &mut RunResult) {}

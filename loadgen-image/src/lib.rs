@@ -13,7 +13,8 @@
 //! - counters, the live per-worker slots and where the run is: [`counters`];
 //! - execution: [`dial`] and [`tls`] (connecting, over the `wsload-ws` client),
 //!   [`stall`] (writes to a server that does not read), [`connection`] (one connection's
-//!   behavior), [`cell`] (the workers of a cell),
+//!   behavior), [`rendezvous`] (a shard's measured phase waiting for the other shards),
+//!   [`cell`] (the workers of a cell),
 //!   [`sampler`] (timelines from the counters), [`server_metrics`], [`autobahn_client`];
 //! - presentation of the counters: [`progress`] (the bar), [`fleet_bar`] (the shards'),
 //!   [`exposition`] (Prometheus), [`plot`];
@@ -46,6 +47,7 @@ pub mod options;
 pub mod plan;
 pub mod plot;
 pub mod progress;
+pub mod rendezvous;
 pub mod run;
 pub mod sampler;
 pub mod schedule;

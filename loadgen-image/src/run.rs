@@ -18,6 +18,7 @@ use crate::netstat::{self, Proc};
 use crate::options::{Options, threads};
 use crate::plan;
 use crate::progress::Outline;
+use crate::rendezvous::Meeting;
 use crate::report::{CellResult, RunResult, ShardInfo};
 use crate::sampler::Sampler;
 use crate::server_metrics::Counter;
@@ -139,7 +140,8 @@ impl Prepared {
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
             let planned = plan::keyed(&lt.spec, self.shard, &key);
             let started = unix_micros();
-            let mut cell = run_cell(self, &planned, result.cells.len());
+            let meeting = gate.meeting(key.index);
+            let mut cell = run_cell(self, &planned, result.cells.len(), meeting);
             cell.started_first_micros = started;
             cell.started_last_micros = started;
             result.cells.push(cell);
@@ -291,7 +293,12 @@ fn write_plot(lt: &LoadTest, sampler: &Sampler, path: &std::path::Path, result: 
 }
 
 /// Runs one planned cell on `workers` and computes its figures.
-fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult {
+fn run_cell(
+    prepared: &Prepared,
+    planned: &Planned,
+    index: usize,
+    meeting: Option<Meeting>,
+) -> CellResult {
     let Prepared {
         workers,
         dialer,
@@ -308,7 +315,7 @@ fn run_cell(prepared: &Prepared, planned: &Planned, index: usize) -> CellResult 
     let proc = Proc::system();
     let before = proc.snapshot();
     sampler.kernel_peaks().restart(&before);
-    let run = workers.run(&planned.cell, dialer);
+    let run = workers.run(&planned.cell, dialer, meeting);
     let after = proc.snapshot();
     let loadgen_cpu = cpu.busy();
     counters.end_cell();

@@ -161,8 +161,50 @@ impl Shard {
                 Instant::now() < deadline,
                 "cell {index} never ended: {state:?}"
             );
+            assert!(
+                state.state != Phase::Running
+                    || state
+                        .connected
+                        .as_ref()
+                        .is_none_or(|c| c.index != index || c.measure_at.is_some()),
+                "{state:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Polls `/control` until the shard opened its share of cell `index` and waits to be told
+    /// when to measure.
+    fn await_connected(&self, index: u32) -> State {
+        let deadline = Instant::now() + WATCHDOG;
+        loop {
+            let state = self.state();
+            if state.state == Phase::Connected {
+                let c = state.connected.as_ref().expect("a connect summary");
+                assert_eq!((c.index, c.measure_at), (index, None), "{state:?}");
+                return state;
+            }
+            assert!(
+                matches!(state.state, Phase::Armed | Phase::Running),
+                "{state:?}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "cell {index} never connected: {state:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn measure(&self, index: u32, at: u64) -> (u16, State) {
+        let r = self.post(
+            "/control/measure",
+            &format!("{{\"cell\": {index}, \"startAt\": {at}}}"),
+        );
+        (
+            r.status,
+            serde_json::from_str(&r.body).expect("a control state"),
+        )
     }
 
     /// Polls `/control/result` until it answers 200, within the watchdog.
@@ -219,6 +261,21 @@ impl Drop for Shard {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// As the conductor does: once every shard opened its share of cell `index`, tells all to
+/// measure from one instant.
+fn measure_together(shards: &[Shard], index: u32) {
+    for s in shards {
+        s.await_connected(index);
+    }
+    let at = unix_ms() + 200;
+    for s in shards {
+        let (status, state) = s.measure(index, at);
+        assert_eq!(status, 202, "{state:?}");
+        assert_eq!(state.state, Phase::Running);
+        assert_eq!(state.connected.and_then(|c| c.measure_at), Some(at));
     }
 }
 
@@ -339,6 +396,8 @@ fn shards_start_together_hand_over_results_and_exit_when_finished() {
         assert_eq!(state.start_at, Some(start_at));
     }
 
+    // Each shard of two waits, its share open, until told when to measure.
+    measure_together(&shards, 0);
     // After its cell, each shard waits for the conductor: no result until the end.
     let mut attempted = Vec::new();
     for s in &shards {
@@ -442,6 +501,7 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
     let at = unix_ms() + 300;
     assert_eq!(shards[0].start_at(at).0, 202);
     assert_eq!(shards[1].start_at(at + 400).0, 202);
+    measure_together(&shards, 0);
     for s in &shards {
         s.await_between(0);
     }
@@ -454,6 +514,7 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
         let r = s.post("/control/cell", &order);
         assert_eq!(r.status, 202, "{}", r.body);
     }
+    measure_together(&shards, 1);
     for s in &shards {
         s.await_between(1);
         assert_eq!(s.post("/control/end", "{}").status, 202);
@@ -671,5 +732,90 @@ fn the_soft_open_file_limit_is_raised_and_a_share_above_the_hard_one_refused() {
         "spec.shards: 3 or more",
     ] {
         assert!(log.contains(part), "{part:?} not in {log}");
+    }
+}
+
+/// A shard of several holds its share open and measures nothing until the conductor says
+/// every shard's is open: N connections are then held at once, however long each shard took.
+/// The order is taken once, for the cell the shard waits on; a retry is answered alike.
+#[test]
+fn a_shard_of_several_measures_only_once_told_every_share_is_open() {
+    let server = Server::start(&[]);
+    let doc = loadtest(
+        "rendezvous",
+        &format!(
+            "  target: {{url: {}/}}\n  serverMetrics: {{url: {}}}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 1s\n  ping: {{interval: 200ms, timeout: 1s}}\n  shards: 2\n",
+            server.ws, server.metrics
+        ),
+    );
+    let shards: Vec<Shard> = (0..2)
+        .map(|i| {
+            let index = i.to_string();
+            Shard::start(
+                &["--index", &index, "--count", "2"],
+                &[(var::LOADTEST, doc.as_str())],
+                None,
+            )
+        })
+        .collect();
+    for s in &shards {
+        s.await_ready();
+    }
+    // Shard 1 is released 1.5 s after shard 0: shard 0 waits for it, its share held open.
+    let at = unix_ms() + 200;
+    assert_eq!(shards[0].start_at(at).0, 202);
+    let waiting = shards[0].await_connected(0);
+    assert_eq!(
+        waiting.connected.map(|c| (c.opened, c.failed)),
+        Some((10, 0))
+    );
+    // Not a conductor's word yet: an order for another cell is refused, and so is one to a
+    // shard still connecting.
+    assert_eq!(shards[0].measure(1, unix_ms()).0, 409);
+    assert_eq!(shards[1].start_at(unix_ms() + 1_500).0, 202);
+    assert_eq!(shards[1].measure(0, unix_ms()).0, 409);
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(
+        shards[0].state().state,
+        Phase::Connected,
+        "shard 0 went on alone"
+    );
+    assert_eq!(
+        server.metric("wsload_server_connections_active", &[]),
+        10,
+        "shard 0's share is held while it waits"
+    );
+    shards[1].await_connected(0);
+    assert_eq!(server.metric("wsload_server_connections_active", &[]), 20);
+    let at = unix_ms() + 300;
+    for s in &shards {
+        assert_eq!(s.measure(0, at).0, 202);
+        // A retry is answered alike; another instant for the same cell is a conflict.
+        assert_eq!(s.measure(0, at).0, 202);
+        let (status, state) = s.measure(0, at + 1);
+        assert_eq!(status, 409);
+        assert_eq!(state.connected.and_then(|c| c.measure_at), Some(at));
+    }
+    let mut ended = Vec::new();
+    for s in &shards {
+        let state = s.await_between(0);
+        let cell = state.last_cell.expect("the cell's summary");
+        assert_eq!((cell.connected, cell.failed), (10, 0));
+        ended.push(cell.finished_at_micros);
+        assert_eq!(s.post("/control/end", "{}").status, 202);
+    }
+    // Both held from the same instant for the same 1 s: neither ended before it was over.
+    for end in ended {
+        assert!(end >= (at + 1_000) * 1000, "a shard ended its hold early");
+    }
+    let mut parts = shards.iter().map(|s| s.await_result().0);
+    let mut merged = parts.next().expect("shard 0");
+    for p in parts {
+        merged.merge(&p).expect("the shards merge");
+    }
+    let c = &merged.cells[0].measure.counts;
+    assert_eq!((c.connected, c.dropped_total(), c.lost), (20, 0, 0));
+    for s in &shards {
+        assert_eq!(s.post("/control/finish", "{}").status, 200);
     }
 }

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "stall",
             "connection",
             "fanout",
+            "rendezvous",
             "cell",
             "sampler",
             "server_metrics",
