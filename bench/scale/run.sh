@@ -12,14 +12,17 @@
 # With a number N, the LoadTest is hold-100k.yaml at N connections, with as many shards and
 # server replicas as this machine's open-file limit asks for (each process may open `ulimit
 # -Hn` files; a share of 85% of it per process leaves room for the runtime and the sockets a
-# closing connection still holds), and their connect.batchSize sharing hold-100k.yaml's 6,000
-# handshakes in flight, written to the result directory as hold-N.yaml.
+# closing connection still holds), and their connect.batchSize sharing 2,000 handshakes in
+# flight, written to the result directory as hold-N.yaml.
 #
 # Environment (all optional):
 #   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
 #   WSLOAD_BENCH_OUT               result directory (default: target/bench-scale)
 # RSS is read once every connection is open and a full ping round has passed, so that the
-# figure is the connections' live memory, not what the handshakes left behind.
+# figure is the connections' live memory, not what the handshakes left behind. The CPU time
+# the clients and the servers spent opening (user + system, from the release until every
+# shard opened its share, keep-alives of the connections already open included) is given per
+# connection opened, in CPU-microseconds.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,10 +40,11 @@ if [[ $spec =~ ^[1-9][0-9]*$ ]]; then
     per_process=$(($(ulimit -Hn) * 85 / 100))
     procs=$(((n + per_process - 1) / per_process))
     spec=$out/hold-$n.yaml
-    # connect.batchSize is each shard's: in flight at once are shards x batchSize handshakes.
-    # hold-100k.yaml's 6 x 1,000 is what 2 cores answer within the server's 10 s handshake
-    # timeout; more shards share those 6,000.
-    batch=$(((6000 + procs - 1) / procs))
+    # connect.batchSize is each shard's: in flight at once are shards x batchSize handshakes,
+    # and each waits in flight / open rate (Little's law). With dozens of processes 2 cores
+    # open ~1,000 a second: 2,000 in flight keep a handshake ~2 s from the server's 10 s
+    # timeout (hold-100k.yaml's 6 x 1,000 at 18 processes left 27 of 300,000 past it).
+    batch=$(((2000 + procs - 1) / procs))
     sed -e "s/^  connections: \[100000\]$/  connections: [$n]/" \
         -e "s/batchSize: 1000,/batchSize: $batch,/" \
         -e "s/^  shards: 6$/  shards: $procs/" \
@@ -67,6 +71,15 @@ log "open-file limit per process: $(ulimit -Sn) soft, $(ulimit -Hn) hard; epheme
 
 # The processes of the run: its shards and its server replicas, children of `wsload run`.
 children() { pgrep -P "$run_pid" -f "$1" || true; }
+# User + system CPU time of processes "$@", in clock ticks.
+sum_ticks() {
+    local pid total=0 t
+    for pid in "$@"; do
+        t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true)
+        total=$((total + ${t:-0}))
+    done
+    echo "$total"
+}
 sum_rss() {
     local pid total=0 kib
     for pid in "$@"; do
@@ -98,9 +111,13 @@ started_pids+=("$run_pid")
 wait_until 120 --pid "$run_pid" grep -q 'released at' "$stderr_log" ||
     die "the run did not start: $(tail -5 "$stderr_log")"
 mapfile -t shard_pids < <(children 'wsload shard')
+# shards: 1 runs the test in `wsload run`'s own process.
+((${#shard_pids[@]} > 0)) || shard_pids=("$run_pid")
 mapfile -t server_pids < <(children wsload-server)
 client_base=$(sum_rss "${shard_pids[@]}")
 server_base=$(sum_rss "${server_pids[@]}")
+client_ticks=$(sum_ticks "${shard_pids[@]}")
+server_ticks=$(sum_ticks "${server_pids[@]}")
 mapfile -t metrics_urls < <(managed_metrics_urls "$stderr_log")
 log "${#shard_pids[@]} shards (RSS ${client_base} KiB), ${#server_pids[@]} server replicas (RSS ${server_base} KiB)"
 
@@ -108,10 +125,10 @@ want=$(awk '/^  connections:/ { gsub(/[^0-9]/, ""); print; exit }' "$spec")
 open_started=$SECONDS
 # Twice what ~1,000 connections a second (many processes on 2 cores) takes, 5 minutes at least.
 open_limit=$((want / 500 > 300 ? want / 500 : 300))
-# The servers' count every 5 s, and the processes' RSS when it is highest: a shard measures
-# from the end of its own connect phase, so with many shards the first may finish (and close)
-# before the last has opened all its connections, and the servers never hold all at once.
-peak=0 client_held=0 server_held=0
+# The servers' count every second, and the processes' RSS when it is highest, until every
+# connection is open, or every shard opened its share (the conductor says so: some failed),
+# after which the shards hold them all for the hold's duration from one instant.
+peak=0 client_held=0 server_held=0 opened_all=
 while kill -0 "$run_pid" 2>/dev/null && ((SECONDS - open_started < open_limit)); do
     now=$(server_connections)
     if ((now > peak)); then
@@ -119,11 +136,17 @@ while kill -0 "$run_pid" 2>/dev/null && ((SECONDS - open_started < open_limit));
         client_held=$(sum_rss "${shard_pids[@]}")
         server_held=$(sum_rss "${server_pids[@]}")
     fi
-    ((now < want)) || break
-    sleep 5
+    if ((now >= want)) || grep -q 'every shard opened its share' "$stderr_log"; then
+        opened_all=1
+        break
+    fi
+    sleep 1
 done
-if ((peak >= want)); then
-    log "all $want open after ${peak_s} s (seen from the servers)"
+if [[ -n $opened_all ]]; then
+    open_s=$((SECONDS - open_started))
+    client_cpu=$(($(sum_ticks "${shard_pids[@]}") - client_ticks))
+    server_cpu=$(($(sum_ticks "${server_pids[@]}") - server_ticks))
+    log "all open after ${open_s} s (the servers held $now): CPU spent opening ${client_cpu} ticks in the clients, ${server_cpu} in the servers"
     # A full ping round on every connection, then the memory the held connections take.
     ping_every=$(sed -n 's/.*interval: *\([0-9]*\)s.*/\1/p' "$spec" | head -1)
     sleep "$((${ping_every:-10} + 2))"
@@ -142,9 +165,10 @@ forget_pid "$run_pid"
 [[ -s $result ]] || die "no result (exit $rc): $(tail -5 "$stderr_log")"
 cat "$out/report.md" >&2
 
-python3 - "$result" "$client_base" "$client_held" "$server_base" "$server_held" "$held_now" <<'PY'
+python3 - "$result" "$client_base" "$client_held" "$server_base" "$server_held" "$held_now" \
+    "${client_cpu:--1}" "${server_cpu:--1}" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
-path, cb, ch, sb, sh, held_now = sys.argv[1], *map(int, sys.argv[2:])
+path, cb, ch, sb, sh, held_now, ccpu, scpu, tck = sys.argv[1], *map(int, sys.argv[2:])
 r = json.load(open(path))
 c = r["cells"][0]
 counts = c["counts"]
@@ -156,6 +180,10 @@ print(f"connections held: {survived} of {connected} opened (servers held {held_n
 print(f"time to open all: {c['connectSecs']:.1f} s", file=sys.stderr)
 print(f"ping p50 {f['rtt']['p50']*1000:.2f} ms, p99 {f['rtt']['p99']*1000:.2f} ms", file=sys.stderr)
 print(f"client RSS per connection {per(cb, ch):.2f} KiB ({ch - cb} KiB over {held_now}); server {per(sb, sh):.2f} KiB ({sh - sb} KiB)", file=sys.stderr)
-print(f"held={survived} survival={f['survival']*100:.2f}% open_s={c['connectSecs']:.1f} client_kib_per_conn={per(cb, ch):.2f} server_kib_per_conn={per(sb, sh):.2f}")
+cpu_us = lambda ticks: ticks * 1e6 / tck / max(connected, 1)
+if ccpu >= 0:
+    print(f"CPU per connection opened: clients {cpu_us(ccpu):.0f} us, servers {cpu_us(scpu):.0f} us", file=sys.stderr)
+cpu = f" client_cpu_us_per_conn={cpu_us(ccpu):.0f} server_cpu_us_per_conn={cpu_us(scpu):.0f}" if ccpu >= 0 else ""
+print(f"held={survived} survival={f['survival']*100:.2f}% open_s={c['connectSecs']:.1f} client_kib_per_conn={per(cb, ch):.2f} server_kib_per_conn={per(sb, sh):.2f}{cpu}")
 PY
 exit "$rc"
