@@ -18,6 +18,7 @@
 # Environment (all optional):
 #   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
 #   WSLOAD_BENCH_OUT               result directory (default: target/bench-scale)
+#   WSLOAD_BENCH_PING_S            with N: seconds between a connection's pings (default 10)
 # RSS is read once every connection is open and a full ping round has passed, so that the
 # figure is the connections' live memory, not what the handshakes left behind. The CPU time
 # the clients and the servers spent opening (user + system, from the release until every
@@ -45,15 +46,22 @@ if [[ $spec =~ ^[1-9][0-9]*$ ]]; then
     # open ~1,000 a second: 2,000 in flight keep a handshake ~2 s from the server's 10 s
     # timeout (hold-100k.yaml's 6 x 1,000 at 18 processes left 27 of 300,000 past it).
     batch=$(((2000 + procs - 1) / procs))
+    # A ping every 10 s per connection, as hold-100k.yaml, unless WSLOAD_BENCH_PING_S says
+    # otherwise: at 300,000 that is 30,000 round trips a second, more than 2 cores answer
+    # beside everything else (pings queue: p50 4 s); below the server's 60 s idle timeout.
+    ping_s=${WSLOAD_BENCH_PING_S:-10}
+    [[ $ping_s =~ ^[1-9][0-9]*$ ]] && ((ping_s < 60)) ||
+        die "WSLOAD_BENCH_PING_S must be whole seconds under the server's 60 s idle timeout"
     sed -e "s/^  connections: \[100000\]$/  connections: [$n]/" \
         -e "s/batchSize: 1000,/batchSize: $batch,/" \
+        -e "s/ping: {interval: 10s, timeout: 10s}/ping: {interval: ${ping_s}s, timeout: 10s}/" \
         -e "s/^  shards: 6$/  shards: $procs/" \
         -e "s/server: {profile: echo, replicas: 6}/server: {profile: echo, replicas: $procs}/" \
         -e "s/^  name: scale-hold$/  name: scale-hold-$n/" \
         "$here/hold-100k.yaml" >"$spec"
     if ! grep -q "connections: \[$n\]" "$spec" || ! grep -q "shards: $procs$" "$spec" ||
-        ! grep -q "replicas: $procs}" "$spec"; then
-        die "bench/scale/hold-100k.yaml no longer has the lines this script rewrites (connections, shards, replicas)"
+        ! grep -q "replicas: $procs}" "$spec" || ! grep -q "interval: ${ping_s}s" "$spec"; then
+        die "bench/scale/hold-100k.yaml no longer has the lines this script rewrites (connections, shards, replicas, ping)"
     fi
     log "$n connections: $procs shard processes and $procs server replicas ($per_process connections at most each: ulimit -Hn $(ulimit -Hn)), connect.batchSize $batch; LoadTest $spec"
 fi
