@@ -1,10 +1,10 @@
-//! The test conducted cell by cell. Every cell is a barrier, twice: its measured phase begins
-//! at one instant once every live shard opened its share (measure.rs); once every live shard
-//! finished cell k (each `between`, its summary in `GET /control`), the servers' received counter,
-//! summed over every replica, settles; the cell's outcome is recorded in `status.cells`; the
-//! conductor decides cell k+1 (or the end) from the recorded outcomes, and every shard is told
-//! to begin it at one instant. So "N connections at once" did happen, and a cell's delivery is
-//! every replica's count against every shard's sends over exactly that cell.
+//! The test conducted cell by cell. Every cell is a barrier, twice: its measured phase begins at
+//! one instant once every live shard opened its share (measure.rs); once every live shard finished
+//! cell k (each `between`, its summary in `GET /control`), the servers' received counter, summed
+//! over every replica, settles; the cell's outcome is recorded in `status.cells`; the conductor
+//! decides cell k+1 (or the end) from the recorded outcomes, and every shard is told to begin it at
+//! one instant. So "N connections at once" did happen, and a cell's delivery is every replica's
+//! count against every shard's sends over exactly that cell.
 //!
 //! Restart-safe by construction: a cell is recorded in status (with its start instant) before
 //! any shard hears of it, and the next reconcile orders it to every shard that has not got it
