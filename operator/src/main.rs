@@ -55,8 +55,9 @@ enum Command {
         /// How often a running test is looked at when nothing changes.
         #[arg(long, env = var::OPERATOR_POLL, default_value = "2s", value_parser = humantime::parse_duration)]
         poll: Duration,
-        /// From deciding a test's next cell to its start instant (every shard hears of it
-        /// first, so all begin it together).
+        /// From deciding a test's next cell to its start instant, and from seeing every shard
+        /// connected to the instant they measure from (every shard hears of it first, so all
+        /// begin together).
         #[arg(long, env = var::OPERATOR_CELL_DELAY, default_value = "1s", value_parser = humantime::parse_duration)]
         cell_delay: Duration,
         /// Limit on one control request to a shard (state, release, cell, end, finish): a

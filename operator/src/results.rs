@@ -569,6 +569,9 @@ mod tests {
                 label: format!("100000 conns x 1 MiB msgpack-deflate {i}"),
                 connections: 100_000,
                 start_at_millis: 1_764_000_000_123,
+                // Only the first MAX_MEASURE_CELLS keep their measure instant once done.
+                measure_at_millis: (i < wsload_spec::status::MAX_MEASURE_CELLS)
+                    .then_some(1_764_000_060_123),
                 done: true,
                 shards: 5000,
                 attempted: 100_000,

@@ -25,9 +25,32 @@ pub fn truncate(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// `n` with its thousands separated by commas (`299,973`): counts of connections in a
+/// message are read at a glance.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(299_973), "299,973");
+        assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
+    }
 
     #[test]
     fn long_lists_say_how_many_are_left_out() {

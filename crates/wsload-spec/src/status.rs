@@ -130,6 +130,11 @@ pub const MAX_CELLS: usize = crate::cel::MAX_TIERS * crate::cel::MAX_SIZES;
 /// of more cells keeps none for the rest, and their server findings are missing.
 pub const MAX_CONNECTION_CELLS: usize = 24;
 
+/// Done cells whose measure instant status keeps, the first ones: the instant is needed only
+/// while its cell runs (the running cell keeps its own, whatever its index), and 2,048 cells of
+/// it would take 67 KB of the status bound. A run's first cells are its smaller tiers.
+pub const MAX_MEASURE_CELLS: usize = 24;
+
 /// Findings listed in status: enough for the causes of one run, few enough to read at a glance.
 pub const MAX_FINDINGS: usize = 10;
 
@@ -150,6 +155,13 @@ pub struct CellStatus {
     pub connections: u32,
     /// The instant every shard was told to begin it, Unix milliseconds.
     pub start_at_millis: u64,
+    /// The instant every shard was told to begin measuring it, Unix milliseconds (the
+    /// operator's clock): chosen once every live shard had opened its share, recorded before
+    /// any shard hears of it, so an operator restarted meanwhile tells the rest the same one.
+    /// Unset for a cell whose shards do not wait (a fanout's, a lone shard's), and once done
+    /// past the first [`MAX_MEASURE_CELLS`] cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measure_at_millis: Option<u64>,
     /// Every live shard finished it, and the fields below are its outcome.
     pub done: bool,
     /// Shards released into it; once done, those that finished it. Fewer finished than were

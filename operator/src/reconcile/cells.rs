@@ -1,9 +1,10 @@
-//! The test conducted cell by cell. Every cell is a barrier: once every live shard finished
-//! cell k (each `between`, its summary in `GET /control`), the servers' received counter,
-//! summed over every replica, settles; the cell's outcome is recorded in `status.cells`; the
-//! conductor decides cell k+1 (or the end) from the recorded outcomes, and every shard is told
-//! to begin it at one instant. So "N connections at once" did happen, and a cell's delivery is
-//! every replica's count against every shard's sends over exactly that cell.
+//! The test conducted cell by cell. Every cell is a barrier, twice: its measured phase begins at
+//! one instant once every live shard opened its share (measure.rs); once every live shard finished
+//! cell k (each `between`, its summary in `GET /control`), the servers' received counter, summed
+//! over every replica, settles; the cell's outcome is recorded in `status.cells`; the conductor
+//! decides cell k+1 (or the end) from the recorded outcomes, and every shard is told to begin it at
+//! one instant. So "N connections at once" did happen, and a cell's delivery is every replica's
+//! count against every shard's sends over exactly that cell.
 //!
 //! Restart-safe by construction: a cell is recorded in status (with its start instant) before
 //! any shard hears of it, and the next reconcile orders it to every shard that has not got it
@@ -27,10 +28,11 @@ use wsload_control::server_topics;
 use wsload_control::settle::{self, Settle};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::fanout::ServerTopics;
-use wsload_spec::status::CellStatus;
+use wsload_spec::status::{CellStatus, MAX_MEASURE_CELLS};
 
-/// How soon to look again once some shards finished the cell: the others are close behind.
-const SOON: Duration = Duration::from_millis(200);
+/// How soon to look again once some shards finished the cell (or opened their share of it):
+/// the others are close behind.
+pub(super) const SOON: Duration = Duration::from_millis(200);
 
 /// What the servers' counter says a finished cell delivered.
 enum Delivery {
@@ -134,6 +136,7 @@ impl View<'_> {
             if !all_answered {
                 return None;
             }
+            let rendezvous = self.rendezvous(&current, states).await;
             let live: Vec<&State> = states.values().collect();
             let merged = match barrier::evaluate(current.index, &live) {
                 Barrier::Passed(m) => m,
@@ -144,6 +147,10 @@ impl View<'_> {
                         .values()
                         .filter(|s| finished(s, current.index))
                         .count();
+                    if let Some(r) = rendezvous.filter(|_| done == 0) {
+                        self.st.message = Some(r.message);
+                        return r.soon;
+                    }
                     self.st.message = Some(format!(
                         "cell {} ({}): {done}/{} shards finished it",
                         current.index,
@@ -199,7 +206,10 @@ impl View<'_> {
     }
 
     /// The live shards that answered, by index, with their pod IPs.
-    fn addresses<'s>(&self, indexes: impl Iterator<Item = &'s u32>) -> Vec<(u32, String)> {
+    pub(super) fn addresses<'s>(
+        &self,
+        indexes: impl Iterator<Item = &'s u32>,
+    ) -> Vec<(u32, String)> {
         indexes
             .filter_map(|i| Some((*i, self.world.shards.get(i).and_then(pods::ip)?)))
             .collect()
@@ -382,6 +392,10 @@ impl View<'_> {
         // much that was.
         let received = received.filter(|_| finished >= c.shards);
         c.done = true;
+        if usize::try_from(index).unwrap_or(usize::MAX) >= MAX_MEASURE_CELLS {
+            // Needed only while the cell ran (measure.rs): status stays bounded.
+            c.measure_at_millis = None;
+        }
         c.shards = finished;
         c.attempted = o.attempted;
         c.failed = o.failed;
@@ -396,7 +410,7 @@ impl View<'_> {
     }
 }
 
-fn unix_millis(view: &View<'_>) -> u64 {
+pub(super) fn unix_millis(view: &View<'_>) -> u64 {
     u64::try_from(view.now.as_millisecond()).unwrap_or(0)
 }
 

@@ -10,6 +10,7 @@ mod collect;
 mod conditions;
 mod connections;
 mod fanout;
+mod measure;
 mod reason;
 mod running;
 mod start;
@@ -101,8 +102,9 @@ pub struct Config {
     pub result_timeout: Duration,
     /// How often a running test is looked at even when nothing changes.
     pub poll: Duration,
-    /// From deciding a cell (after the first) to its start: every shard hears of it before
-    /// the instant, so all begin together.
+    /// From deciding a cell (after the first) to its start, and from every shard connected
+    /// to the cell's measure instant: every shard hears of it before the instant, so all
+    /// begin together.
     pub cell_delay: Duration,
     pub defaults: crate::defaults::Defaults,
     /// Read each namespace's Pod Security level before a test creates anything (admission.rs).

@@ -155,7 +155,10 @@ impl View<'_> {
                 );
                 None
             }
-            ShardPhase::Armed | ShardPhase::Running | ShardPhase::Between => Some(cs),
+            ShardPhase::Armed
+            | ShardPhase::Running
+            | ShardPhase::Connected
+            | ShardPhase::Between => Some(cs),
         }
     }
 

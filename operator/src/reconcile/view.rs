@@ -71,10 +71,11 @@ impl View<'_> {
             + self.lt.spec.run.start_delay.get();
         if d.run.is_none() {
             // Between cells: noticing the barrier, the server counter settling, the next
-            // release's delay. A deadline the spec sets is taken as given.
+            // release's delay; within a cell, noticing every shard connected and the measure
+            // instant's lead. A deadline the spec sets is taken as given.
             let cells = wsload_control::sequence::planned(&self.lt.spec).len();
-            let between =
-                self.ctx.config.cell_delay + self.ctx.config.poll + wsload_control::settle::QUIET;
+            let between = (self.ctx.config.cell_delay + self.ctx.config.poll) * 2
+                + wsload_control::settle::QUIET;
             run += between * u32::try_from(cells).unwrap_or(u32::MAX);
         }
         PhaseLimits {

@@ -21,12 +21,17 @@
 //! per cell its share of the connections, ping counts, and histograms filled with log-normal
 //! samples (a 5-tier pingLatency shard's result is tens of KB of JSON, as a real one is), so
 //! that merging all shards and judging thresholds behaves as with real shards.
-//! [`Behaviour`] makes a shard hang (accept connections, never answer) or pad its result.
-//! Every control request is recorded ([`ShardRecord`]) for assertions on timing.
+//! [`Behaviour`] makes a shard hang (accept connections, never answer), pad its result, take
+//! long to connect, run its clock off the host's, or not take measure orders for a while.
+//! With [`FleetOpts::rendezvous`] the shards of several wait for one another as real ones do:
+//! once its cell's instant came and its connect delay passed, a shard is `connected` on the
+//! cell and measures (runs for the cell duration) only from the instant `POST /control/measure`
+//! names. Every control request is recorded ([`ShardRecord`]) for assertions on timing.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -39,18 +44,20 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use wsload_contract::env as var;
 use wsload_control::endpoint::{self, ShardEndpoint, json};
-use wsload_control::protocol::{self, CellOrder, ClockReading, Phase, StartRequest, State};
+use wsload_control::protocol::{
+    self, CellOrder, ClockReading, ConnectSummary, MeasureOrder, Phase, StartRequest, State,
+};
 use wsload_control::{CellKey, CellSummary, Conductor, Token};
 use wsload_http::prometheus_client::metrics::gauge::Gauge;
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
 use wsload_report::{CellResult, Hist, Measure, Part, RunResult, ShardInfo};
-use wsload_spec::LoadTest;
 use wsload_spec::shares::count_share;
+use wsload_spec::{LoadTest, Scenario};
 
 use super::cluster::scratch_dir;
 use super::kubelet::next_ip;
@@ -76,6 +83,15 @@ pub struct Behaviour {
     /// histograms, which no threshold judges. Histograms merge by value, so N padded shards
     /// merge into about one padded result, not N (at most ~1.3 MiB can be added).
     pub padding_bytes: usize,
+    /// With [`FleetOpts::rendezvous`]: how long it takes to open its share of each cell,
+    /// from the cell's instant, before it says it is `connected`.
+    pub connect_delay: Duration,
+    /// Its wall clock minus the host's, ms: what `GET /control/clock` reads, the clock it
+    /// waits for its instants by and stamps its cells with (a node whose clock is off).
+    pub clock_offset_ms: i64,
+    /// While this holds true, `POST /control/measure` is answered 503 and not acted on (as
+    /// if the answer were lost); recorded all the same.
+    pub hold_measure: Option<Arc<AtomicBool>>,
 }
 
 /// How a [`FakeFleet`] runs its shards.
@@ -87,6 +103,10 @@ pub struct FleetOpts {
     pub behaviours: BTreeMap<u32, Behaviour>,
     /// Most API requests (bindings, status patches, deletions) in flight at once (default 24).
     pub api_concurrency: usize,
+    /// Shards of several (of a test other than a fanout) say they are `connected` on each
+    /// cell and wait for `POST /control/measure`, as real ones do. Off by default: each
+    /// measures from its cell's instant, and the operator has nothing to tell it.
+    pub rendezvous: bool,
 }
 
 impl Default for FleetOpts {
@@ -95,6 +115,7 @@ impl Default for FleetOpts {
             cell_duration: Duration::from_secs(1),
             behaviours: BTreeMap::new(),
             api_concurrency: 24,
+            rendezvous: false,
         }
     }
 }
@@ -105,8 +126,10 @@ pub struct Arrival {
     /// Wall clock when it arrived, Unix microseconds.
     pub unix_micros: u64,
     pub at: Instant,
-    /// The `startAt` it carried (Unix ms).
+    /// The `startAt` it carried (Unix ms, the shard's clock).
     pub start_at: u64,
+    /// The `conductorAt` it carried: the same instant on the conductor's clock.
+    pub conductor_at: Option<u64>,
     /// The cell it named (`start` without one: `None`).
     pub cell: Option<u32>,
     /// What the shard answered (0: a hanging shard never does).
@@ -127,6 +150,10 @@ pub struct ShardRecord {
     /// Every `POST /control/start` and `POST /control/cell`, retries included, in order.
     pub starts: Vec<Arrival>,
     pub cells: Vec<Arrival>,
+    /// Every `POST /control/measure`, retries and held ones included, in order.
+    pub measures: Vec<Arrival>,
+    /// When it said it was `connected` on each cell, by cell index.
+    pub connected_at: BTreeMap<u32, Instant>,
     /// Cells it ran to the end.
     pub cells_run: u32,
     /// `POST /control/end` accepted; the result built (`done`); `POST /control/finish` answered.
@@ -183,10 +210,6 @@ pub fn unix_micros() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
-}
-
-fn unix_ms() -> u64 {
-    unix_micros() / 1000
 }
 
 fn now() -> Time {
@@ -435,6 +458,9 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
         shared.log(format!("pod {name}: no address to serve on; left Pending"));
         return;
     };
+    let fanout = lt
+        .as_ref()
+        .is_ok_and(|lt| lt.spec.scenario == Scenario::Fanout);
     let mut state = State::default();
     if let Err(e) = &lt {
         // As a real shard whose spec does not load: failed, not ready.
@@ -457,10 +483,13 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
         behaviour: behaviour.clone(),
         token,
         cell_duration: shared.opts.cell_duration,
+        rendezvous: shared.opts.rendezvous && count > 1 && !fanout,
+        measure_orders: watch::channel(None).0,
         inner: Mutex::new(Inner {
             state,
             started: None,
             last_order: None,
+            last_measure: None,
             ended_cells: false,
             cells: Vec::new(),
             result: None,
@@ -476,6 +505,8 @@ async fn adopt(shared: Arc<FleetState>, pod: Pod) {
                 ready_at: None,
                 starts: Vec::new(),
                 cells: Vec::new(),
+                measures: Vec::new(),
+                connected_at: BTreeMap::new(),
                 cells_run: 0,
                 ended: false,
                 done: false,
@@ -611,6 +642,10 @@ struct FakeShard {
     /// The test's control token, required of every control request.
     token: Token,
     cell_duration: Duration,
+    /// Waits for the measure order of each cell ([`FleetOpts::rendezvous`]).
+    rendezvous: bool,
+    /// The last measure order taken, for the cell waiting for it.
+    measure_orders: watch::Sender<Option<MeasureOrder>>,
     inner: Mutex<Inner>,
     server: Mutex<Option<JoinHandle<()>>>,
 }
@@ -621,6 +656,8 @@ struct Inner {
     /// alike, anything else is a conflict (as the real shard).
     started: Option<StartRequest>,
     last_order: Option<CellOrder>,
+    /// The measure order taken for the cell it connected last (endpoint::admit_measure).
+    last_measure: Option<MeasureOrder>,
     ended_cells: bool,
     cells: Vec<CellResult>,
     result: Option<Arc<str>>,
@@ -649,14 +686,21 @@ impl FakeShard {
             unix_micros: unix_micros(),
             at: Instant::now(),
             start_at,
+            conductor_at: None,
             cell,
             status,
         }
     }
 
+    /// Its wall clock, Unix microseconds: the host's moved by its offset.
+    fn clock_micros(&self) -> u64 {
+        let offset = self.behaviour.clock_offset_ms.saturating_mul(1000);
+        unix_micros().saturating_add_signed(offset)
+    }
+
     /// Arms the next cell at `start_at`, saying so when the instant has passed.
-    fn arm(inner: &mut Inner, start_at: u64) {
-        inner.state.arm(start_at, unix_ms());
+    fn arm(&self, inner: &mut Inner, start_at: u64) {
+        inner.state.arm(start_at, self.clock_micros() / 1000);
     }
 
     /// `POST /control/start`.
@@ -672,7 +716,7 @@ impl FakeShard {
         let reply = match admit.settled(&inner.state) {
             Some(reply) => reply,
             None => {
-                Self::arm(&mut inner, request.start_at);
+                self.arm(&mut inner, request.start_at);
                 inner.started = Some(request.clone());
                 let first = request
                     .cell
@@ -713,7 +757,7 @@ impl FakeShard {
         let reply = match admit.settled(&inner.state) {
             Some(reply) => reply,
             None => {
-                Self::arm(&mut inner, request.start_at);
+                self.arm(&mut inner, request.start_at);
                 inner.last_order = Some(request.clone());
                 tokio::spawn(
                     self.clone()
@@ -724,6 +768,42 @@ impl FakeShard {
         };
         arrival.status = reply.status;
         inner.record.cells.push(arrival);
+        reply
+    }
+
+    /// `POST /control/measure`: to a shard `connected` on the cell, as the real one admits it.
+    fn measure(&self, body: &[u8]) -> Reply {
+        let request = match endpoint::parse_measure(body) {
+            Ok(r) => r,
+            Err(reply) => return reply,
+        };
+        let mut inner = self.lock();
+        let mut arrival = Self::arrival(request.start_at, Some(request.cell), 0);
+        arrival.conductor_at = request.conductor_at;
+        let held = self
+            .behaviour
+            .hold_measure
+            .as_ref()
+            .is_some_and(|h| h.load(Ordering::SeqCst));
+        let admit = endpoint::admit_measure(inner.last_measure.as_ref(), &inner.state, &request);
+        let reply = if held {
+            Reply::text(503, "measure orders held by the test\n".to_string())
+        } else {
+            match admit.settled(&inner.state) {
+                Some(reply) => reply,
+                None => {
+                    inner.last_measure = Some(request);
+                    inner.state.state = Phase::Running;
+                    if let Some(c) = inner.state.connected.as_mut() {
+                        c.measure_at = Some(request.start_at);
+                    }
+                    self.measure_orders.send_replace(Some(request));
+                    json(202, &inner.state)
+                }
+            }
+        };
+        arrival.status = reply.status;
+        inner.record.measures.push(arrival);
         reply
     }
 
@@ -793,6 +873,13 @@ impl FakeShard {
                     inner.record.cells.push(a);
                 }
             }
+            ("POST", protocol::MEASURE) => {
+                if let Ok(r) = serde_json::from_slice::<MeasureOrder>(body) {
+                    let mut a = Self::arrival(r.start_at, Some(r.cell), 0);
+                    a.conductor_at = r.conductor_at;
+                    inner.record.measures.push(a);
+                }
+            }
             _ => {}
         }
     }
@@ -814,8 +901,8 @@ impl FakeShard {
 
     /// Runs one cell: its measurements are made up while it is armed (a few at a time over
     /// the fleet, so that no burst of work competes with the start instant), then it waits
-    /// for its instant, "runs" for the cell duration, and is `between` with the cell's
-    /// summary.
+    /// for its instant, (with [`FleetOpts::rendezvous`]) connects and waits for the measure
+    /// instant, "runs" for the cell duration, and is `between` with the cell's summary.
     async fn run_cell(self: Arc<Self>, start_at: u64, key: CellKey) {
         let Some(lt) = self.lt.clone() else {
             return;
@@ -830,17 +917,24 @@ impl FakeShard {
             tokio::task::spawn_blocking(move || synth_cell(&lt, &cell_key, index, count, duration))
                 .await
         });
-        let wait = start_at.saturating_mul(1000).saturating_sub(unix_micros());
-        tokio::time::sleep(Duration::from_micros(wait)).await;
-        let started = unix_micros();
+        self.sleep_until(start_at).await;
+        let began = self.clock_micros();
         {
             let mut inner = self.lock();
             if inner.finished || inner.gone {
                 return;
             }
             inner.state.state = Phase::Running;
-            inner.state.started_at_micros.get_or_insert(started);
+            inner.state.started_at_micros.get_or_insert(began);
         }
+        let started = if self.rendezvous {
+            match self.connect_and_wait(&key).await {
+                Some(at) => at,
+                None => return,
+            }
+        } else {
+            began
+        };
         tokio::time::sleep(self.cell_duration).await;
         let Ok(Ok(mut cell)) = build.await else {
             return;
@@ -855,7 +949,7 @@ impl FakeShard {
             failed: c.failed_total() + c.dropped_total(),
             sent_with_warmup: c.sent_with_warmup,
             started_at_micros: started,
-            finished_at_micros: unix_micros(),
+            finished_at_micros: self.clock_micros(),
         };
         let mut inner = self.lock();
         if inner.finished || inner.gone {
@@ -867,6 +961,44 @@ impl FakeShard {
         inner.state.last_cell = Some(summary);
         inner.state.start_at = None;
         inner.record.cells_run += 1;
+    }
+
+    /// Until its clock reads `at` (Unix ms).
+    async fn sleep_until(&self, at: u64) {
+        let wait = at.saturating_mul(1000).saturating_sub(self.clock_micros());
+        tokio::time::sleep(Duration::from_micros(wait)).await;
+    }
+
+    /// Opens its share of cell `key` (its connect delay), says it is `connected` and waits for
+    /// the measure order; then for the instant it names. That instant on its clock, in µs;
+    /// `None` once the process would be gone.
+    async fn connect_and_wait(&self, key: &CellKey) -> Option<u64> {
+        tokio::time::sleep(self.behaviour.connect_delay).await;
+        // Subscribed before it says it is connected: no order can come in between unseen.
+        let mut orders = self.measure_orders.subscribe();
+        {
+            let mut inner = self.lock();
+            if inner.finished || inner.gone {
+                return None;
+            }
+            inner.state.state = Phase::Connected;
+            inner.state.connected = Some(ConnectSummary {
+                index: key.index,
+                opened: u64::from(count_share(key.connections, self.index, self.count.max(1))),
+                failed: 0,
+                measure_at: None,
+            });
+            inner.record.connected_at.insert(key.index, Instant::now());
+        }
+        let order = {
+            let taken = orders
+                .wait_for(|o| o.is_some_and(|o| o.cell == key.index))
+                .await
+                .ok()?;
+            (*taken)?
+        };
+        self.sleep_until(order.start_at).await;
+        Some(self.clock_micros())
     }
 
     /// After the last cell: the result, as the real shard builds it, then `done`.
@@ -888,7 +1020,7 @@ impl FakeShard {
         let _slot = fleet.work_slots.acquire().await;
         let this = self.clone();
         let built = tokio::task::spawn_blocking(move || {
-            let finished = unix_micros();
+            let finished = this.clock_micros();
             let result = this.build_result(&lt, cells, note, started, finished);
             (serde_json::to_string(&result), finished, result)
         })
@@ -1081,6 +1213,10 @@ impl ShardEndpoint for Endpoint {
         self.0.cell(body)
     }
 
+    fn measure(&self, body: &[u8]) -> Reply {
+        self.0.measure(body)
+    }
+
     fn end(&self) -> Reply {
         self.0.end()
     }
@@ -1092,7 +1228,7 @@ impl ShardEndpoint for Endpoint {
     /// The host's clock, which every made-up instant of these shards is read from.
     fn clock(&self) -> ClockReading {
         ClockReading {
-            unix_micros: unix_micros(),
+            unix_micros: self.0.clock_micros(),
         }
     }
 }

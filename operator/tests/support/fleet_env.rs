@@ -19,6 +19,7 @@ pub struct FleetEnv {
     pub lts: Api<LoadTestResource>,
     pub config_maps: Api<ConfigMap>,
     pub fleet: FakeFleet,
+    config: Config,
     operator: tokio::task::JoinHandle<()>,
 }
 
@@ -26,6 +27,11 @@ impl Drop for FleetEnv {
     fn drop(&mut self) {
         self.operator.abort();
     }
+}
+
+fn operator(client: &kube::Client, ns: &str, config: &Config) -> tokio::task::JoinHandle<()> {
+    let addr = "127.0.0.1:0".parse().expect("addr");
+    super::run_operator(client.clone(), ns, None, addr, config.clone())
 }
 
 impl FleetEnv {
@@ -46,8 +52,7 @@ impl FleetEnv {
             poll,
             ..Config::default()
         };
-        let addr = "127.0.0.1:0".parse().expect("addr");
-        let operator = super::run_operator(client.clone(), &ns, None, addr, config);
+        let operator = operator(&client, &ns, &config);
         FleetEnv {
             cluster,
             lts: Api::namespaced(client.clone(), &ns),
@@ -55,8 +60,22 @@ impl FleetEnv {
             client,
             ns,
             fleet,
+            config,
             operator,
         }
+    }
+
+    /// Stops the operator: once this returns, it sends nothing more (its requests in flight
+    /// are dropped with it).
+    pub async fn stop_operator(&mut self) {
+        self.operator.abort();
+        let _ = (&mut self.operator).await;
+    }
+
+    /// A new operator process, as a restarted one: nothing in memory, only what status holds.
+    pub fn start_operator(&mut self) {
+        self.operator.abort();
+        self.operator = operator(&self.client, &self.ns, &self.config);
     }
 
     /// Creates the LoadTest `name` with `spec`, validated first.
