@@ -116,7 +116,11 @@ started_pids+=("$run_pid")
 
 # Before the load: the processes ready and idle (the release line is printed as the shards
 # are told the start instant, 250 ms ahead of it).
-wait_until 120 --pid "$run_pid" grep -q 'released at' "$stderr_log" ||
+# With shards: 1 the test runs in `wsload run` itself, which says nothing before its load but
+# that its server is up: the load follows at once, so the base is read a little into it.
+started='released at'
+(($(awk '/^  shards:/ { print $2; exit }' "$spec") > 1)) || started='^managed wsload-server on'
+wait_until 120 --pid "$run_pid" grep -qE "$started" "$stderr_log" ||
     die "the run did not start: $(tail -5 "$stderr_log")"
 mapfile -t shard_pids < <(children 'wsload shard')
 # shards: 1 runs the test in `wsload run`'s own process.
@@ -157,7 +161,11 @@ if [[ -n $opened_all ]]; then
     log "all open after ${open_s} s (the servers held $now): CPU spent opening ${client_cpu} ticks in the clients, ${server_cpu} in the servers"
     # A full ping round on every connection, then the memory the held connections take.
     ping_every=$(sed -n 's/.*interval: *\([0-9]*\)s.*/\1/p' "$spec" | head -1)
-    sleep "$((${ping_every:-10} + 2))"
+    # Within the first half of the hold, though: the connections close at its end.
+    hold_s=$(sed -n 's/^  duration: *\([0-9]*\)s$/\1/p' "$spec" | head -1)
+    round=$((${ping_every:-10} + 2))
+    half=$((${hold_s:-60} / 2))
+    sleep "$((round < half ? round : half))"
     client_held=$(sum_rss "${shard_pids[@]}")
     server_held=$(sum_rss "${server_pids[@]}")
     held_now=$(server_connections)
