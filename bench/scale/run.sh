@@ -50,8 +50,9 @@ if [[ $spec =~ ^[1-9][0-9]*$ ]]; then
     # otherwise: at 300,000 that is 30,000 round trips a second, more than 2 cores answer
     # beside everything else (pings queue: p50 4 s); below the server's 60 s idle timeout.
     ping_s=${WSLOAD_BENCH_PING_S:-10}
-    [[ $ping_s =~ ^[1-9][0-9]*$ ]] && ((ping_s < 60)) ||
+    if ! [[ $ping_s =~ ^[1-9][0-9]*$ ]] || ((ping_s >= 60)); then
         die "WSLOAD_BENCH_PING_S must be whole seconds under the server's 60 s idle timeout"
+    fi
     sed -e "s/^  connections: \[100000\]$/  connections: [$n]/" \
         -e "s/batchSize: 1000,/batchSize: $batch,/" \
         -e "s/ping: {interval: 10s, timeout: 10s}/ping: {interval: ${ping_s}s, timeout: 10s}/" \
