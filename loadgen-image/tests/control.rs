@@ -264,6 +264,24 @@ impl Drop for Shard {
     }
 }
 
+/// Shards 0 and 1 of `doc` (given in the environment, as in a pod), ready to be started.
+fn two_ready_shards(doc: &str) -> Vec<Shard> {
+    let shards: Vec<Shard> = (0..2)
+        .map(|i| {
+            let index = i.to_string();
+            Shard::start(
+                &["--index", &index, "--count", "2"],
+                &[(var::LOADTEST, doc)],
+                None,
+            )
+        })
+        .collect();
+    for s in &shards {
+        s.await_ready();
+    }
+    shards
+}
+
 /// As the conductor does: once every shard opened its share of cell `index`, tells all to
 /// measure from one instant.
 fn measure_together(shards: &[Shard], index: u32) {
@@ -484,19 +502,7 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
             server.ws
         ),
     );
-    let shards: Vec<Shard> = (0..2)
-        .map(|i| {
-            let index = i.to_string();
-            Shard::start(
-                &["--index", &index, "--count", "2"],
-                &[(var::LOADTEST, doc.as_str())],
-                None,
-            )
-        })
-        .collect();
-    for s in &shards {
-        s.await_ready();
-    }
+    let shards = two_ready_shards(&doc);
     // Shard 1 is released 400 ms after shard 0 (a slow node, a late POST) for cell 0...
     let at = unix_ms() + 300;
     assert_eq!(shards[0].start_at(at).0, 202);
@@ -748,19 +754,7 @@ fn a_shard_of_several_measures_only_once_told_every_share_is_open() {
             server.ws, server.metrics
         ),
     );
-    let shards: Vec<Shard> = (0..2)
-        .map(|i| {
-            let index = i.to_string();
-            Shard::start(
-                &["--index", &index, "--count", "2"],
-                &[(var::LOADTEST, doc.as_str())],
-                None,
-            )
-        })
-        .collect();
-    for s in &shards {
-        s.await_ready();
-    }
+    let shards = two_ready_shards(&doc);
     // Shard 1 is released 1.5 s after shard 0: shard 0 waits for it, its share held open.
     let at = unix_ms() + 200;
     assert_eq!(shards[0].start_at(at).0, 202);

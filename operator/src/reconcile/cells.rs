@@ -22,7 +22,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use wsload_control::Conductor;
 use wsload_control::barrier::{self, Barrier, Merged};
-use wsload_control::protocol::Release;
 use wsload_control::protocol::{CellKey, CellSummary, Phase as ShardPhase, State};
 use wsload_control::server_topics;
 use wsload_control::settle::{self, Settle};
@@ -229,10 +228,7 @@ impl View<'_> {
             .map(|(i, _)| i);
         let targets = self.addresses(waiting);
         // Each shard its instant on its own clock: all begin at the cell's on the operator's.
-        let at: BTreeMap<u32, Release> = targets
-            .iter()
-            .map(|(i, _)| (*i, self.release_at(*i, cell.start_at_millis)))
-            .collect();
+        let releases = self.releases(&targets, cell.start_at_millis);
         let answers = fanout::each_indexed(
             &self.ctx.http,
             &self.token(),
@@ -240,11 +236,8 @@ impl View<'_> {
             self.ctx.config.control_timeout,
             |i, c| {
                 let key = key.clone();
-                let start_at = at.get(&i).copied().unwrap_or(Release {
-                    start_at: cell.start_at_millis,
-                    ..Release::default()
-                });
-                async move { c.cell(start_at, key).await }
+                let release = releases.of(i);
+                async move { c.cell(release, key).await }
             },
         )
         .await;

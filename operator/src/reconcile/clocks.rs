@@ -100,8 +100,40 @@ impl View<'_> {
         clock::release(at, self.shard(index).and_then(|s| s.clock.as_ref()))
     }
 
+    /// Each of `targets` (shard index, address) its release at `at` (Unix ms, the operator's
+    /// clock), on its own clock, read before the requests go out.
+    pub(super) fn releases(&self, targets: &[(u32, String)], at: u64) -> Releases {
+        Releases {
+            at,
+            each: targets
+                .iter()
+                .map(|(i, _)| (*i, self.release_at(*i, at)))
+                .collect(),
+        }
+    }
+
     /// Shard `index`'s `state` with the instants it stamped on the operator's clock.
     pub(super) fn on_operator_clock(&self, index: u32, state: &State) -> State {
         clock::on_conductor_clock(state, self.shard(index).and_then(|s| s.clock.as_ref()))
+    }
+}
+
+/// The releases of one order, by shard index.
+pub(super) struct Releases {
+    at: u64,
+    each: BTreeMap<u32, wsload_control::protocol::Release>,
+}
+
+impl Releases {
+    /// Shard `index`'s release; one not among the targets gets the instant as it is.
+    pub(super) fn of(&self, index: u32) -> wsload_control::protocol::Release {
+        self.each
+            .get(&index)
+            .copied()
+            .unwrap_or(wsload_control::protocol::Release {
+                start_at: self.at,
+                conductor_at: Some(self.at),
+                offset_micros: 0,
+            })
     }
 }

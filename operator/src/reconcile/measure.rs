@@ -15,7 +15,7 @@ use crate::text::grouped;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wsload_control::barrier::{self, Connect, Connected};
-use wsload_control::protocol::{Release, State};
+use wsload_control::protocol::State;
 use wsload_spec::status::CellStatus;
 
 /// Where a cell's shards are with opening their shares, while none has finished the cell.
@@ -113,21 +113,14 @@ impl View<'_> {
             return;
         }
         tracing::info!(loadtest = %self.test(), cell, measure_at = at, shards = targets.len(), "telling the waiting shards when to measure");
-        let release: BTreeMap<u32, Release> = targets
-            .iter()
-            .map(|(i, _)| (*i, self.release_at(*i, at)))
-            .collect();
+        let releases = self.releases(&targets, at);
         let answers = fanout::each_indexed(
             &self.ctx.http,
             &self.token(),
             &targets,
             self.ctx.config.control_timeout,
             |i, c| {
-                let release = release.get(&i).copied().unwrap_or(Release {
-                    start_at: at,
-                    conductor_at: Some(at),
-                    ..Release::default()
-                });
+                let release = releases.of(i);
                 async move { c.measure(release, cell).await }
             },
         )
