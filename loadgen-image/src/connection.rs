@@ -841,12 +841,15 @@ fn hold<'a>(
         // Every connection's first ping a share of the interval in (its number's among the
         // process's connections): begun at one instant, 300,000 held connections pinging
         // together put a 300,000-ping burst before the server every interval (p99 22 s).
-        let connections = u64::from(ctx.connections.max(1));
-        let phase = (pinger.conn % connections) as f64 / connections as f64;
-        let mut next_ping = since(
-            ctx,
-            every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
-        );
+        // (In a block: nothing of it outlives the computation in the task's state.)
+        let mut next_ping = {
+            let connections = u64::from(ctx.connections.max(1));
+            let phase = (pinger.conn % connections) as f64 / connections as f64;
+            since(
+                ctx,
+                every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
+            )
+        };
         let mut next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
         let mut timer = std::pin::pin!(tokio::time::sleep_until(at(ctx, next_ping.min(next_beat))));
         loop {
