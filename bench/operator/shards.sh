@@ -9,7 +9,8 @@
 #
 # stdout holds one line per N and nothing else; the build, the operator's progress and the
 # simulation's detail go to stderr:
-#   shards=N phase=P release_ms=R skew_ms=S collect_s=C results_bytes=B reconciles=K
+#   shards=N phase=P release_ms=R skew_ms=S collect_s=C results_bytes=B reconciles=K \
+#     status_bytes=T sim_mib=M apiserver_mib=A etcd_mib=E
 # Exits non-zero when an N does not end Succeeded with every shard Collected (its line is
 # printed all the same, and the control plane's logs are kept: the path is on stderr).
 #

@@ -3,7 +3,7 @@
 //! 5-tier pingLatency LoadTest to its end. One line per N on stdout:
 //!
 //! ```text
-//! shards=N phase=P release_ms=R skew_ms=S collect_s=C results_bytes=B reconciles=K
+//! shards=N phase=P release_ms=R skew_ms=S collect_s=C results_bytes=B reconciles=K status_bytes=T sim_mib=M apiserver_mib=A etcd_mib=E
 //! ```
 //!
 //! - `release_ms`: from the release decision (`status.startAtMillis` minus the spec's
@@ -12,7 +12,11 @@
 //! - `collect_s`: from first seeing phase Collecting to seeing the test finished;
 //! - `results_bytes`: every ConfigMap labelled `wsload.dev/loadtest=<test>`, data and
 //!   binaryData, summed;
-//! - `reconciles`: `wsload_operator_reconciles_total` from the operator's `/metrics` at the end.
+//! - `reconciles`: `wsload_operator_reconciles_total` from the operator's `/metrics` at the end;
+//! - `status_bytes`: the finished LoadTest as the API server returns it, JSON;
+//! - `sim_mib`, `apiserver_mib`, `etcd_mib`: the peak resident memory (`VmHWM`) during this N of
+//!   this process (the operator and the fleet), the kube-apiserver and etcd, each peak reset
+//!   before the N (`/proc/PID/clear_refs`), so that each N has its own.
 //!
 //! Details go to stderr. Exits non-zero unless every N ends Succeeded with every shard
 //! Collected. A test without the libtest harness (`harness = false`): its arguments are the
@@ -123,9 +127,49 @@ fn free_port() -> std::net::SocketAddr {
     l.local_addr().expect("addr")
 }
 
+/// The processes whose memory a run reports: this one, and the control plane's two, by the pid
+/// files `scripts/k8s/control-plane.sh` keeps in its directory.
+fn measured_pids(cluster: &support::Cluster) -> [(&'static str, Option<String>); 3] {
+    let pid_of = |name: &str| {
+        std::fs::read_to_string(cluster.dir.join(format!("{name}.pid")))
+            .ok()
+            .map(|p| p.trim().to_string())
+    };
+    [
+        ("sim", Some("self".to_string())),
+        ("apiserver", pid_of("kube-apiserver")),
+        ("etcd", pid_of("etcd")),
+    ]
+}
+
+/// Starts a new peak: `VmHWM` becomes the current resident size (proc(5), `clear_refs` 5).
+fn reset_peak(pid: &str) {
+    if let Err(e) = std::fs::write(format!("/proc/{pid}/clear_refs"), "5") {
+        eprintln!("reset the peak memory of {pid}: {e}");
+    }
+}
+
+/// `VmHWM` of `pid`, MiB.
+fn peak_mib(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
 async fn simulate(n: u32) -> Outcome {
     let cluster = support::shared().await;
     cluster.apply_crds().await;
+    let measured = measured_pids(cluster);
+    for pid in measured.iter().filter_map(|(_, pid)| pid.as_deref()) {
+        reset_peak(pid);
+    }
     let ns = cluster.namespace(&format!("sim-{n}")).await;
     let client = cluster.client().await;
     let fleet = FakeFleet::start(client.clone(), &ns, FleetOpts::default()).await;
@@ -152,10 +196,14 @@ async fn simulate(n: u32) -> Outcome {
     let timeout = Duration::from_secs(180 + u64::from(n) * 6 / 10);
     let mut seen: BTreeMap<&'static str, Instant> = BTreeMap::new();
     let mut last = LoadTestStatus::default();
+    let mut status_bytes = None;
     let mut timed_out = false;
     loop {
         match lts.get_opt(TEST).await {
-            Ok(Some(lt)) => last = lt.status.unwrap_or_default(),
+            Ok(Some(lt)) => {
+                status_bytes = serde_json::to_vec(&lt).ok().map(|j| j.len());
+                last = lt.status.unwrap_or_default();
+            }
             Ok(None) => {}
             Err(e) => eprintln!("shards={n}: get LoadTest: {e}"),
         }
@@ -229,6 +277,16 @@ async fn simulate(n: u32) -> Outcome {
     let reconciles = scrape_reconciles(metrics).await;
     operator.abort();
     fleet.stop();
+    let peaks: Vec<String> = measured
+        .iter()
+        .map(|(name, pid)| {
+            let mib = pid.as_deref().and_then(peak_mib);
+            format!(
+                "{name}_mib={}",
+                mib.map_or("-".into(), |m| format!("{m:.0}"))
+            )
+        })
+        .collect();
 
     // Detail for a reader of stderr.
     let ready = records.iter().filter(|r| r.ready_at.is_some()).count();
@@ -286,11 +344,13 @@ async fn simulate(n: u32) -> Outcome {
     let fmt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     let line = format!(
-        "shards={n} phase={phase} release_ms={} skew_ms={} collect_s={} results_bytes={results_bytes} reconciles={}",
+        "shards={n} phase={phase} release_ms={} skew_ms={} collect_s={} results_bytes={results_bytes} reconciles={} status_bytes={} {}",
         fmt(release_ms, 1),
         fmt(skew_ms, 1),
         fmt(collect_s, 1),
         reconciles.map_or("-".to_string(), |r| r.to_string()),
+        status_bytes.map_or("-".to_string(), |b| b.to_string()),
+        peaks.join(" "),
     );
     let not_collected: Vec<String> = last
         .shards

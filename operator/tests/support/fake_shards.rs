@@ -650,6 +650,47 @@ struct FakeShard {
     server: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// One cell a shard ran, kept as it will be served: its JSON (a few KB) and when it began.
+/// Decoded, a `CellResult` holds seven histograms spanning 1 us to 1 h, ~190 KB each whatever
+/// they count: N shards keeping every cell decoded held N x cells x 1.3 MB, 33 GB for 5,000
+/// shards of 5 cells (issue 27), where real shards hold one each.
+struct RanCell {
+    /// The cell without its start instants, which are known only once it began.
+    json: Box<str>,
+    started_micros: u64,
+}
+
+/// A cell made up ahead of its instant, encoded, with the counts its summary reports.
+struct MadeCell {
+    json: Box<str>,
+    attempted: u64,
+    connected: u64,
+    failed: u64,
+    sent_with_warmup: u64,
+}
+
+impl MadeCell {
+    fn encode(cell: &CellResult) -> serde_json::Result<MadeCell> {
+        let c = &cell.measure.counts;
+        Ok(MadeCell {
+            json: serde_json::to_string(cell)?.into_boxed_str(),
+            attempted: c.attempted,
+            connected: c.connected,
+            failed: c.failed_total() + c.dropped_total(),
+            sent_with_warmup: c.sent_with_warmup,
+        })
+    }
+}
+
+impl RanCell {
+    fn decode(&self) -> serde_json::Result<CellResult> {
+        let mut cell: CellResult = serde_json::from_str(&self.json)?;
+        cell.started_first_micros = self.started_micros;
+        cell.started_last_micros = self.started_micros;
+        Ok(cell)
+    }
+}
+
 struct Inner {
     state: State,
     /// The start request and the last cell order accepted: a retry of either is answered
@@ -659,7 +700,8 @@ struct Inner {
     /// The measure order taken for the cell it connected last (endpoint::admit_measure).
     last_measure: Option<MeasureOrder>,
     ended_cells: bool,
-    cells: Vec<CellResult>,
+    /// The cells run so far, encoded until the result is built (then taken).
+    cells: Vec<RanCell>,
     result: Option<Arc<str>>,
     /// `POST /control/finish` answered: the process would have exited.
     finished: bool,
@@ -912,10 +954,13 @@ impl FakeShard {
         };
         let (index, count, duration) = (self.index, self.count, self.cell_duration);
         let cell_key = key.clone();
+        // Encoded as soon as made: N shards hold a made cell each until their instant.
         let build = tokio::spawn(async move {
             let _slot = fleet.work_slots.acquire().await;
-            tokio::task::spawn_blocking(move || synth_cell(&lt, &cell_key, index, count, duration))
-                .await
+            tokio::task::spawn_blocking(move || {
+                MadeCell::encode(&synth_cell(&lt, &cell_key, index, count, duration))
+            })
+            .await
         });
         self.sleep_until(start_at).await;
         let began = self.clock_micros();
@@ -936,18 +981,22 @@ impl FakeShard {
             began
         };
         tokio::time::sleep(self.cell_duration).await;
-        let Ok(Ok(mut cell)) = build.await else {
-            return;
+        let made = match build.await {
+            Ok(Ok(Ok(made))) => made,
+            Ok(Ok(Err(e))) => {
+                let mut inner = self.lock();
+                inner.state.state = Phase::Failed;
+                inner.state.error = Some(format!("cannot encode cell {}: {e}", key.index));
+                return;
+            }
+            _ => return,
         };
-        cell.started_first_micros = started;
-        cell.started_last_micros = started;
-        let c = &cell.measure.counts;
         let summary = CellSummary {
             index: key.index,
-            attempted: c.attempted,
-            connected: c.connected,
-            failed: c.failed_total() + c.dropped_total(),
-            sent_with_warmup: c.sent_with_warmup,
+            attempted: made.attempted,
+            connected: made.connected,
+            failed: made.failed,
+            sent_with_warmup: made.sent_with_warmup,
             started_at_micros: started,
             finished_at_micros: self.clock_micros(),
         };
@@ -955,7 +1004,10 @@ impl FakeShard {
         if inner.finished || inner.gone {
             return;
         }
-        inner.cells.push(cell);
+        inner.cells.push(RanCell {
+            json: made.json,
+            started_micros: started,
+        });
         inner.state.state = Phase::Between;
         inner.state.cells_done = key.index + 1;
         inner.state.last_cell = Some(summary);
@@ -1004,9 +1056,9 @@ impl FakeShard {
     /// After the last cell: the result, as the real shard builds it, then `done`.
     async fn conclude(self: Arc<Self>) {
         let (cells, note, started) = {
-            let inner = self.lock();
+            let mut inner = self.lock();
             (
-                inner.cells.clone(),
+                std::mem::take(&mut inner.cells),
                 inner.state.note.clone(),
                 inner.state.started_at_micros,
             )
@@ -1021,19 +1073,20 @@ impl FakeShard {
         let this = self.clone();
         let built = tokio::task::spawn_blocking(move || {
             let finished = this.clock_micros();
-            let result = this.build_result(&lt, cells, note, started, finished);
-            (serde_json::to_string(&result), finished, result)
+            let result = this.build_result(&lt, &cells, note, started, finished)?;
+            let json = serde_json::to_string(&result)?;
+            let started = result.shard_info.first().map(|i| i.started_at_micros);
+            Ok::<_, serde_json::Error>((json, started, finished))
         })
         .await;
-        let Ok((json, finished, result)) = built else {
+        let Ok(built) = built else {
             return;
         };
         let mut inner = self.lock();
-        let started = result.shard_info.first().map(|i| i.started_at_micros);
-        inner.state.started_at_micros = started.or(inner.state.started_at_micros);
-        inner.state.finished_at_micros = Some(finished);
-        match json {
-            Ok(json) => {
+        match built {
+            Ok((json, started, finished)) => {
+                inner.state.started_at_micros = started.or(inner.state.started_at_micros);
+                inner.state.finished_at_micros = Some(finished);
                 inner.record.result_bytes = json.len();
                 inner.record.done = true;
                 inner.result = Some(Arc::from(json));
@@ -1041,7 +1094,7 @@ impl FakeShard {
             }
             Err(e) => {
                 inner.state.state = Phase::Failed;
-                inner.state.error = Some(format!("cannot serialize the result: {e}"));
+                inner.state.error = Some(format!("cannot build the result: {e}"));
             }
         }
     }
@@ -1049,12 +1102,16 @@ impl FakeShard {
     fn build_result(
         &self,
         lt: &LoadTest,
-        mut cells: Vec<CellResult>,
+        cells: &[RanCell],
         note: Option<String>,
         started: Option<u64>,
         finished: u64,
-    ) -> RunResult {
+    ) -> serde_json::Result<RunResult> {
         let spec = &lt.spec;
+        let mut cells = cells
+            .iter()
+            .map(RanCell::decode)
+            .collect::<serde_json::Result<Vec<_>>>()?;
         if self.behaviour.padding_bytes > 0 {
             let mut rng = Rng::new(&self.test, self.index, u32::MAX);
             pad(&mut cells, self.behaviour.padding_bytes, &mut rng);
@@ -1079,7 +1136,7 @@ impl FakeShard {
             clock: None,
         });
         result.judge();
-        result
+        Ok(result)
     }
 
     /// Patches the pod's status; false (and logged) when the API refused.
