@@ -844,7 +844,8 @@ fn hold<'a>(
         // (In a block: nothing of it outlives the computation in the task's state.)
         let mut next_ping = {
             let connections = u64::from(ctx.connections.max(1));
-            let phase = (pinger.conn % connections) as f64 / connections as f64;
+            // In (0, 1]: a lone connection pings one interval in, as every one used to.
+            let phase = (pinger.conn % connections + 1) as f64 / connections as f64;
             since(
                 ctx,
                 every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
