@@ -77,8 +77,12 @@ pub struct Scratch {
 
 impl WorkerState {
     /// Where a figure observed at `now` goes: warm-up figures are discarded.
+    /// Where what happened at `now` (a send, or an answer credited to its send) counts: the
+    /// measured window, or nowhere it counts (warm-up; past a timed cell's deadline, where a
+    /// message sent at the deadline would otherwise count as sent while its answer, credited
+    /// to the same instant, did not, and neither as lost).
     fn bin(&self, now: Instant) -> &RefCell<Measure> {
-        if now >= self.measure_from {
+        if now >= self.measure_from && !(self.timed && now >= self.deadline) {
             &self.stats
         } else {
             &self.discard
@@ -93,19 +97,11 @@ impl WorkerState {
         self.stats.borrow_mut().counts.sent_with_warmup += n;
         self.slot.sent(n, bytes);
     }
-    /// Where what was read at `now` and answered nothing goes: past a timed cell's deadline,
-    /// nowhere it counts.
-    fn bin_read(&self, now: Instant) -> &RefCell<Measure> {
-        if self.timed && now >= self.deadline {
-            &self.discard
-        } else {
-            self.bin(now)
-        }
-    }
+
     /// Answers received, credited to `at`: when what they answer was sent, or when a
     /// counting read took them.
     fn received(&self, at: Instant, n: u64, bytes: u64) {
-        let mut m = self.bin_read(at).borrow_mut();
+        let mut m = self.bin(at).borrow_mut();
         m.counts.received += n;
         m.counts.bytes_received += bytes;
         self.slot.received(n, bytes);
@@ -113,7 +109,7 @@ impl WorkerState {
     /// Frames that answered nothing sent.
     fn unsolicited(&self, now: Instant, kind: FrameKind, frames: u64, bytes: u64) {
         if frames > 0 {
-            self.bin_read(now)
+            self.bin(now)
                 .borrow_mut()
                 .counts
                 .unsolicited(kind, frames, bytes);
@@ -122,7 +118,7 @@ impl WorkerState {
     /// Server messages that matched the conversation's `push`.
     fn pushed(&self, now: Instant, frames: u64, bytes: u64) {
         if frames > 0 {
-            let mut m = self.bin_read(now).borrow_mut();
+            let mut m = self.bin(now).borrow_mut();
             m.counts.pushes.frames += frames;
             m.counts.pushes.bytes += bytes;
         }
@@ -131,7 +127,7 @@ impl WorkerState {
         self.stats.borrow_mut().counts.replies += n;
     }
     fn mismatched(&self, now: Instant) {
-        self.bin_read(now).borrow_mut().counts.mismatched += 1;
+        self.bin(now).borrow_mut().counts.mismatched += 1;
     }
     fn rtt(&self, now: Instant, corrected: Duration, raw: Duration) {
         let mut m = self.bin(now).borrow_mut();
