@@ -17,9 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use std::collections::BTreeMap;
 use std::time::Duration;
-use wsload_control::protocol::Release;
 use wsload_control::server_topics;
 use wsload_spec::fanout::ServerTopics;
 use wsload_spec::status::{Phase, ShardState};
@@ -442,20 +440,14 @@ impl View<'_> {
             .cloned()
             .collect();
         // Each shard its instant on its own clock: all begin at `start_ms` on the operator's.
-        let at: BTreeMap<u32, Release> = unreleased
-            .iter()
-            .map(|(i, _)| (*i, self.release_at(*i, start_ms)))
-            .collect();
+        let releases = self.releases(&unreleased, start_ms);
         let answers = fanout::each_indexed(
             &self.ctx.http,
             &self.token(),
             &unreleased,
             self.ctx.config.control_timeout,
             |i, c| {
-                let at = at.get(&i).copied().unwrap_or(Release {
-                    start_at: start_ms,
-                    ..Release::default()
-                });
+                let at = releases.of(i);
                 // No cell named: every shard runs the spec's first cell, the one recorded
                 // above.
                 async move { c.start(at, None).await }
