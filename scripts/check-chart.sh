@@ -510,8 +510,10 @@ live_run() {
 	if [[ "$values" == namespaced ]]; then
 		expect_can no "list loadtests -A" "create pods -n default" "list pods -n $NS"
 	else
-		expect_can yes "watch loadtests -A" "watch pods -A" "get namespaces/$WATCH_NS"
-		expect_can no "list namespaces" "patch namespaces/$WATCH_NS"
+		expect_can yes "watch loadtests -A" "watch pods -A" "get namespaces/$WATCH_NS" \
+			"get customresourcedefinitions/loadtests.wsload.dev"
+		expect_can no "list namespaces" "patch namespaces/$WATCH_NS" "list customresourcedefinitions" \
+			"get customresourcedefinitions/other.example.com" "patch customresourcedefinitions/loadtests.wsload.dev"
 	fi
 	printf 'ServiceAccount %s: Secrets created only, never read; nothing beyond its rules; its rules granted\n' "$SA"
 	prometheus_rbac

@@ -3,7 +3,9 @@
 //! scripts/check-generated.sh and tests/crd_golden.rs fail when it is stale).
 
 use crate::{Error, Result};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceDefinitionVersion,
+};
 use kube::CustomResourceExt;
 use serde_json::Value;
 use wsload_spec::LoadTestResource;
@@ -40,5 +42,134 @@ fn sorted(v: Value) -> Value {
         }
         Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
         other => other,
+    }
+}
+
+/// The CRD's name, as the API server knows it.
+pub const NAME: &str = "loadtests.wsload.dev";
+
+/// The fields of this operator's schema that `installed` lacks, as paths (`status.cells[].
+/// measureAtMillis`), sorted. The API server prunes whatever its CRD's schema does not name, so
+/// each is a field this operator would write (or a user set) and lose: an older CRD left in
+/// place by `helm upgrade`, which never upgrades a chart's CRDs. A version this operator
+/// serves that `installed` lacks is reported by its name.
+pub fn missing_fields(installed: &CustomResourceDefinition) -> Vec<String> {
+    let mut missing = Vec::new();
+    for ours in &definition().spec.versions {
+        let theirs = installed.spec.versions.iter().find(|v| v.name == ours.name);
+        match (schema(Some(ours)), schema(theirs)) {
+            (Some(ours), Some(theirs)) => compare(&ours, &theirs, "", &mut missing),
+            (Some(_), None) => missing.push(format!("version {}", ours.name)),
+            (None, _) => {}
+        }
+    }
+    missing.sort();
+    missing
+}
+
+fn schema(v: Option<&CustomResourceDefinitionVersion>) -> Option<Value> {
+    v.and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+}
+
+/// Adds to `missing` each property `ours` names under `path` that `theirs` does not keep.
+fn compare(ours: &Value, theirs: &Value, path: &str, missing: &mut Vec<String>) {
+    // Under x-kubernetes-preserve-unknown-fields the API server keeps whatever it is given.
+    if theirs["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true) {
+        return;
+    }
+    if let Some(props) = ours["properties"].as_object() {
+        for (name, sub) in props {
+            let at = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            match theirs["properties"].get(name) {
+                Some(t) => compare(sub, t, &at, missing),
+                None => missing.push(at),
+            }
+        }
+    }
+    if ours["items"].is_object() {
+        compare(
+            &ours["items"],
+            &theirs["items"],
+            &format!("{path}[]"),
+            missing,
+        );
+    }
+    if ours["additionalProperties"].is_object() {
+        compare(
+            &ours["additionalProperties"],
+            &theirs["additionalProperties"],
+            &format!("{path}.*"),
+            missing,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{definition, missing_fields};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use serde_json::{Value, json};
+
+    /// This operator's CRD with `edit` applied to its first version's schema.
+    fn installed(edit: impl FnOnce(&mut Value)) -> CustomResourceDefinition {
+        let mut crd = serde_json::to_value(definition()).expect("serialize");
+        edit(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+        serde_json::from_value(crd).expect("still a CRD")
+    }
+
+    fn remove(schema: &mut Value, path: &[&str], name: &str) {
+        let mut at = schema;
+        for step in path {
+            at = &mut at[*step];
+        }
+        let removed = at["properties"]
+            .as_object_mut()
+            .and_then(|p| p.remove(name));
+        assert!(removed.is_some(), "the schema has no {path:?}.{name}");
+    }
+
+    #[test]
+    fn the_crd_this_operator_generates_lacks_nothing() {
+        assert_eq!(missing_fields(&definition()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_crd_without_a_field_of_this_operator_names_it_by_its_path() {
+        let old = installed(|s| {
+            let cells = ["properties", "status", "properties", "cells", "items"];
+            remove(s, &cells, "measureAtMillis");
+            remove(s, &["properties", "spec"], "fanout");
+        });
+        assert_eq!(
+            missing_fields(&old),
+            ["spec.fanout", "status.cells[].measureAtMillis"]
+        );
+    }
+
+    #[test]
+    fn a_crd_that_keeps_unknown_fields_lacks_nothing_under_them() {
+        let open = installed(|s| {
+            s["properties"]["status"] =
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        });
+        assert_eq!(missing_fields(&open), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_crd_without_this_operators_version_names_the_version() {
+        let mut crd = serde_json::to_value(definition()).expect("serialize");
+        let name = crd["spec"]["versions"][0]["name"].clone();
+        crd["spec"]["versions"][0]["name"] = json!("v1alpha0");
+        let old: CustomResourceDefinition = serde_json::from_value(crd).expect("a CRD");
+        assert_eq!(
+            missing_fields(&old),
+            [format!("version {}", name.as_str().expect("a name"))]
+        );
     }
 }

@@ -170,6 +170,8 @@ struct Server {
     loadtest: Value,
     /// Labels of the namespace [`NS`] (its Pod Security level).
     namespace_labels: BTreeMap<String, String>,
+    /// The LoadTest CRD as installed, when not this operator's own.
+    crd: Option<Value>,
 }
 
 /// The mocked API server of one scenario.
@@ -186,6 +188,12 @@ impl MockApi {
         self.server()
             .namespace_labels
             .insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// The installed LoadTest CRD is `crd` instead of this operator's own.
+    pub fn installed_crd(&self, crd: Value) -> &Self {
+        self.server().crd = Some(crd);
         self
     }
 
@@ -255,6 +263,23 @@ impl MockApi {
                 json!({"apiVersion": "v1", "kind": "Namespace",
                        "metadata": {"name": name, "labels": server.namespace_labels}}),
             ),
+            // The installed CRD: this operator's own unless a test installs another.
+            (
+                "GET",
+                [
+                    "",
+                    "apis",
+                    "apiextensions.k8s.io",
+                    "v1",
+                    "customresourcedefinitions",
+                    _,
+                ],
+            ) => {
+                let crd = server.crd.clone().unwrap_or_else(|| {
+                    serde_json::to_value(crate::crd::definition()).expect("json")
+                });
+                (200, crd)
+            }
             ("GET", ["configmaps", name]) => match server.config_maps.get(*name) {
                 Some(cm) => (200, cm.clone()),
                 None => (404, failure(404, "NotFound", "not found")),

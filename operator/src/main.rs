@@ -195,7 +195,7 @@ fn main() -> ExitCode {
             };
             let identity =
                 identity.unwrap_or_else(|| format!("wsload-operator-{}", std::process::id()));
-            let read_pod_security = watch_namespace.is_none();
+            let read_cluster_objects = watch_namespace.is_none();
             let opts = Options {
                 metrics_listen,
                 namespace: watch_namespace,
@@ -206,7 +206,7 @@ fn main() -> ExitCode {
                     control_timeout,
                     result_timeout,
                     defaults,
-                    read_pod_security,
+                    read_cluster_objects,
                 },
                 control_key,
             };

@@ -559,7 +559,13 @@ mod tests {
             shards: crate::shard_entries::pending(&s),
             ..Default::default()
         };
+        for i in 0..wsload_spec::cel::MAX_SHARDS {
+            // Every shard failed with a long reason of its own: the reasons' budget holds.
+            let why = format!("shard {i}: {}", "x".repeat(1000));
+            crate::shard_entries::set(&mut st.shards, i, ShardState::Failed, Some(why));
+        }
         for e in &mut st.shards {
+            // The longest state's name, for the largest entry.
             e.state = ShardState::Collected;
             e.started_at_micros = Some(1_764_000_000_123_456);
             // A node's clock a day off, probed over a slow round trip.

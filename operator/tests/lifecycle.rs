@@ -29,8 +29,11 @@ struct Env {
 }
 
 async fn env(prefix: &str) -> Env {
+    env_on(support::shared().await, prefix).await
+}
+
+async fn env_on(cluster: &'static Cluster, prefix: &str) -> Env {
     support::test_logs();
-    let cluster = support::shared().await;
     cluster.apply_crds().await;
     let ns = cluster.namespace(prefix).await;
     let client = cluster.client().await;
@@ -928,4 +931,72 @@ async fn the_servers_connection_counters_and_their_finding_reach_status() {
     );
     op.abort();
     e.kubelet.stop().await;
+}
+
+/// The LoadTest CRD's schema, changed by `edit` and written back (the API server serves the
+/// change at once to a GET, which is what the operator reads).
+async fn edit_crd(client: &kube::Client, edit: impl FnOnce(&mut serde_json::Value)) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = serde_json::to_value(crds.get("loadtests.wsload.dev").await.expect("get CRD"))
+        .expect("serialize");
+    edit(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).expect("still a CRD");
+    crds.replace("loadtests.wsload.dev", &PostParams::default(), &crd)
+        .await
+        .expect("replace CRD");
+}
+
+/// A CRD left over from an older chart (`helm upgrade` never upgrades crds/): the API server
+/// would drop `measureAtMillis` from every status write and the test would stall at its first
+/// measure barrier. The test fails before anything is created, naming the field and the fix;
+/// once the current CRD is applied, the next test runs without restarting the operator. Its
+/// own control plane: the CRD is cluster-wide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missing_field() {
+    let e = env_on(support::cluster::private("crd-old").await, "lt-crd-old").await;
+    let mut removed = serde_json::Value::Null;
+    edit_crd(&e.client, |s| {
+        removed = s["properties"]["status"]["properties"]["cells"]["items"]["properties"]
+            .as_object_mut()
+            .and_then(|p| p.remove("measureAtMillis"))
+            .expect("the CRD has status.cells[].measureAtMillis");
+    })
+    .await;
+    let op = operator(&e, None);
+    let spec = "  target: {server: {}}\n  scenario: throughput\n  connections: [10]\n";
+    create(&e, "old", spec).await;
+    let st = wait_finished(&e, "old").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("CrdOutdated"));
+    let msg = st.message.unwrap_or_default();
+    for part in [
+        "loadtests.wsload.dev",
+        "lacks status.cells[].measureAtMillis,",
+        "kubectl apply --server-side -f charts/wsload/crds/",
+        "nothing was created",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    let pods = e.pods.list(&ListParams::default()).await.expect("list");
+    assert!(pods.items.is_empty(), "a refused test creates nothing");
+
+    edit_crd(&e.client, |s| {
+        s["properties"]["status"]["properties"]["cells"]["items"]["properties"]["measureAtMillis"] =
+            removed;
+    })
+    .await;
+    create(&e, "current", spec).await;
+    // Admission writes the first phase: Pending when admitted, Failed when refused.
+    let lt = wait_for(&e.lts, "current", "a phase", LONG, |lt| phase(lt).is_some())
+        .await
+        .expect("LoadTest exists");
+    let st = lt.status.expect("status");
+    assert_eq!(st.phase, Some(Phase::Pending), "{:?}", st.message);
+    op.abort();
+    e.kubelet.stop().await;
+    let cluster = e.cluster;
+    tokio::task::spawn_blocking(|| cluster.down())
+        .await
+        .expect("down");
 }

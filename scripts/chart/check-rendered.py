@@ -302,6 +302,11 @@ def main():
     if case != "namespaced":
         # A namespace's Pod Security level, read before a test creates anything.
         want.add(("", "namespaces", "get"))
+        # The installed LoadTest CRD, and no other.
+        want.add(("apiextensions.k8s.io", "customresourcedefinitions", "get"))
+        crd_rules = [r for r in rules if "customresourcedefinitions" in r["resources"]]
+        check([r.get("resourceNames") for r in crd_rules] == [["loadtests.wsload.dev"]],
+              f"{case}: the CRD rule must name loadtests.wsload.dev only: {crd_rules}")
     check(got == want, f"{case}: operator rules differ from the least-privilege set: extra {sorted(got - want)}, missing {sorted(want - got)}")
 
     # --- install-wide defaults --------------------------------------------------------------

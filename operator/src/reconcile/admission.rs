@@ -2,6 +2,12 @@
 //! test needs. A refused test fails at once with `PodSecurityRefused`, saying what the level
 //! refuses and what to ask for instead; otherwise the API server would refuse each pod and the
 //! test would wait out its start deadline for pods that never appear.
+//!
+//! And whether the installed CRD keeps every field this operator writes. One left over from an
+//! older chart (`helm upgrade` never upgrades CRDs) has the API server silently drop the new
+//! ones: the measure instant of a cell, once dropped, is chosen anew on every reconcile and
+//! never sent, so the test would stall until its deadline. Such a test fails at once with
+//! `CrdOutdated`, naming the fields and the command that fixes it.
 
 use super::reason::Reason;
 use super::view::View;
@@ -9,6 +15,7 @@ use crate::Result;
 use crate::builders;
 use crate::pod_security::{self, LABEL_ENFORCE, Level, Violation};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -18,7 +25,7 @@ use wsload_spec::status::Phase;
 impl View<'_> {
     /// `true` when the namespace refuses the test, which is then Failed with nothing created.
     pub(super) async fn refused_by_pod_security(&mut self) -> Result<bool> {
-        if !self.ctx.config.read_pod_security {
+        if !self.ctx.config.read_cluster_objects {
             return Ok(false);
         }
         let ns = self.lt.namespace().unwrap_or_default();
@@ -28,10 +35,61 @@ impl View<'_> {
         let Some(message) = refusal(self.lt, &ns, level) else {
             return Ok(false);
         };
-        self.mark_failed(Reason::PodSecurityRefused, message.clone());
+        self.refuse(Reason::PodSecurityRefused, message);
+        Ok(true)
+    }
+
+    /// `true` when the installed CRD lacks fields this operator writes; the test is then
+    /// Failed with nothing created. Read at each admission, so that applying the new CRD
+    /// fixes the next test without restarting the operator.
+    pub(super) async fn refused_by_outdated_crd(&mut self) -> Result<bool> {
+        if !self.ctx.config.read_cluster_objects {
+            return Ok(false);
+        }
+        let Some(installed) = installed_crd(&self.ctx.client).await? else {
+            return Ok(false);
+        };
+        let missing = crate::crd::missing_fields(&installed);
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        let message = format!(
+            "the installed LoadTest CRD ({}) is older than this operator: it lacks {}, which \
+             the API server would drop from what the operator records; apply this version's \
+             CRD, then create the test again: kubectl apply --server-side -f \
+             charts/wsload/crds/ (helm upgrade never upgrades a chart's CRDs); nothing was \
+             created",
+            crate::crd::NAME,
+            crate::text::listed(&missing, 10)
+        );
+        tracing::error!(loadtest = %self.test(), missing = missing.len(), "{message}");
+        self.refuse(Reason::CrdOutdated, message);
+        Ok(true)
+    }
+
+    fn refuse(&mut self, reason: Reason, message: String) {
+        self.mark_failed(reason, message.clone());
         self.enter(Phase::Failed, message);
         self.st.completion_time = Some(Time(self.now));
-        Ok(true)
+    }
+}
+
+/// The LoadTest CRD as the API server serves it; `None` when the operator may not read it
+/// (RBAC that predates the rule): the check is then skipped.
+async fn installed_crd(client: &kube::Client) -> Result<Option<CustomResourceDefinition>> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match api.get(crate::crd::NAME).await {
+        Ok(crd) => Ok(Some(crd)),
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+            tracing::warn!(
+                code = e.code,
+                "cannot read the CRD {} (RBAC: get customresourcedefinitions); an older CRD \
+                 would drop fields this operator writes unnoticed",
+                crate::crd::NAME
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -107,10 +107,10 @@ pub struct Config {
     /// begin together.
     pub cell_delay: Duration,
     pub defaults: crate::defaults::Defaults,
-    /// Read each namespace's Pod Security level before a test creates anything (admission.rs).
-    /// Off for a namespaced install, whose Role cannot grant `get` on namespaces: it would
-    /// only be refused.
-    pub read_pod_security: bool,
+    /// Read cluster-scoped objects before a test creates anything (admission.rs): the
+    /// namespace's Pod Security level and the installed CRD. Off for a namespaced install,
+    /// whose Role cannot grant `get` on either: it would only be refused.
+    pub read_cluster_objects: bool,
 }
 
 impl Default for Config {
@@ -121,7 +121,7 @@ impl Default for Config {
             poll: Duration::from_secs(2),
             cell_delay: Duration::from_secs(1),
             defaults: crate::defaults::Defaults::default(),
-            read_pod_security: true,
+            read_cluster_objects: true,
         }
     }
 }

@@ -53,6 +53,9 @@ pub(super) enum Reason {
     ResultsUnreadable,
     /// The namespace's Pod Security level refuses a pod the test needs; nothing was created.
     PodSecurityRefused,
+    /// The installed CRD lacks fields this operator writes (an older one left in place by
+    /// `helm upgrade`); nothing was created.
+    CrdOutdated,
     /// `Failed` is `False`: nothing went wrong (yet).
     NoFailure,
     /// `ServerReady`: every replica's pod is ready.
@@ -86,6 +89,7 @@ impl Reason {
             Reason::ResultStoreFailed => "ResultStoreFailed",
             Reason::ResultsUnreadable => "ResultsUnreadable",
             Reason::PodSecurityRefused => "PodSecurityRefused",
+            Reason::CrdOutdated => "CrdOutdated",
             Reason::NoFailure => "NoFailure",
             Reason::PodReady => "PodReady",
             Reason::AllReady => "AllReady",
@@ -100,7 +104,7 @@ impl Reason {
 mod tests {
     use super::*;
 
-    const FAILURES: [Reason; 15] = [
+    const FAILURES: [Reason; 16] = [
         Reason::InvalidSpec,
         Reason::ServerNotReady,
         Reason::ServerFailed,
@@ -116,6 +120,7 @@ mod tests {
         Reason::ResultStoreFailed,
         Reason::ResultsUnreadable,
         Reason::PodSecurityRefused,
+        Reason::CrdOutdated,
     ];
 
     const CONDITIONS: [ConditionType; 6] = [
@@ -182,6 +187,7 @@ mod tests {
                 "ResultStoreFailed",
                 "ResultsUnreadable",
                 "PodSecurityRefused",
+                "CrdOutdated",
             ]
         );
         let others = [

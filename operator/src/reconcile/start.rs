@@ -62,7 +62,7 @@ impl View<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
-        if self.refused_by_pod_security().await? {
+        if self.refused_by_outdated_crd().await? || self.refused_by_pod_security().await? {
             return Ok(Action::await_change());
         }
         self.st.shards = shard_entries::pending(spec);

@@ -117,6 +117,37 @@ async fn a_spec_only_the_operator_can_judge_fails_before_anything_runs() {
 }
 
 #[tokio::test]
+async fn a_crd_older_than_the_operator_fails_the_test_up_front() {
+    let api = MockApi::default();
+    let mut crd = serde_json::to_value(crate::crd::definition()).expect("json");
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["properties"]
+        .as_object_mut()
+        .and_then(|p| p.remove("fanout"))
+        .expect("spec.fanout");
+    api.installed_crd(crd);
+    let st = reconciled(&api, loadtest("t", managed(), None), vec![]).await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("CrdOutdated"));
+    let message = st.message.unwrap_or_default();
+    assert!(message.contains("it lacks spec.fanout, which"), "{message}");
+    assert_eq!(api.events(), ["Failed"]);
+    assert_no_pod_calls(&api);
+}
+
+#[tokio::test]
+async fn an_operator_that_may_not_read_the_crd_admits_the_test() {
+    let api = MockApi::default();
+    api.refuse("/apis/apiextensions.k8s.io/", 403);
+    let st = reconciled(&api, loadtest("t", external(1), None), vec![]).await;
+    assert_eq!(st.phase, Some(Phase::Pending));
+    assert_called(
+        &api,
+        "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/loadtests.wsload.dev",
+    );
+}
+
+#[tokio::test]
 async fn a_namespace_whose_pod_security_refuses_the_tuning_container_fails_the_test_up_front() {
     let api = MockApi::default();
     api.namespace_label(crate::pod_security::LABEL_ENFORCE, "baseline");

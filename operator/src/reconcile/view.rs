@@ -86,10 +86,7 @@ impl View<'_> {
     }
 
     pub(super) fn set_shard(&mut self, index: u32, state: ShardState, reason: Option<String>) {
-        if let Some(s) = self.st.shards.iter_mut().find(|s| s.index == index) {
-            s.state = state;
-            s.reason = reason;
-        }
+        crate::shard_entries::set(&mut self.st.shards, index, state, reason);
     }
 
     pub(super) fn shard(&self, index: u32) -> Option<&ShardStatus> {
