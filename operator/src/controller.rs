@@ -93,7 +93,11 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<()> {
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {
             match res {
-                Ok((obj, _)) => tracing::debug!(loadtest = %obj.name, "reconciled"),
+                Ok((obj, _)) => tracing::debug!(
+                    namespace = obj.namespace.as_deref().unwrap_or_default(),
+                    loadtest = %obj.name,
+                    "reconciled"
+                ),
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         });

@@ -62,7 +62,7 @@ impl View<'_> {
             crate::crd::NAME,
             crate::text::listed(&missing, 10)
         );
-        tracing::error!(loadtest = %self.test(), missing = missing.len(), "{message}");
+        tracing::error!(missing = missing.len(), "{message}");
         self.refuse(Reason::CrdOutdated, message);
         Ok(true)
     }

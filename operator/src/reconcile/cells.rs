@@ -187,7 +187,7 @@ impl View<'_> {
             Some(key) => {
                 let delay = u64::try_from(self.ctx.config.cell_delay.as_millis()).unwrap_or(0);
                 let start_at = unix_millis(self) + delay;
-                tracing::info!(loadtest = %self.test(), cell = key.index, label = %key.label, start_at, "releasing the next cell");
+                tracing::info!(cell = key.index, label = %key.label, start_at, "releasing the next cell");
                 self.st.message = Some(format!(
                     "cell {} ({}) starts at {start_at} (Unix ms)",
                     key.index, key.label
@@ -219,7 +219,10 @@ impl View<'_> {
     async fn order_cell(&mut self, states: &BTreeMap<u32, State>, cell: &CellStatus) {
         let replay = replay(&self.lt.spec, &self.st.cells);
         let Some(key) = replay.next.filter(|k| k.index == cell.index) else {
-            tracing::warn!(loadtest = %self.test(), cell = cell.index, "the recorded cell is not the conductor's: not ordered");
+            tracing::warn!(
+                cell = cell.index,
+                "the recorded cell is not the conductor's: not ordered"
+            );
             return;
         };
         let waiting = states
@@ -243,7 +246,7 @@ impl View<'_> {
         .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
-                tracing::warn!(loadtest = %self.test(), shard = i, cell = cell.index, error = %e, "cell order not delivered; retrying");
+                tracing::warn!(shard = i, cell = cell.index, error = %e, "cell order not delivered; retrying");
             }
         }
     }
@@ -272,7 +275,7 @@ impl View<'_> {
         .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
-                tracing::warn!(loadtest = %self.test(), shard = i, error = %e, "end not delivered; retrying");
+                tracing::warn!(shard = i, error = %e, "end not delivered; retrying");
             }
         }
     }
@@ -317,14 +320,14 @@ impl View<'_> {
         }
         if let Some(why) = self.server_lost() {
             // A lost replica's count is gone with it: no sum can be right.
-            tracing::warn!(loadtest = %self.test(), cell = cell.index, reason = %why, "delivery unknown");
+            tracing::warn!(cell = cell.index, reason = %why, "delivery unknown");
             return Delivery::Unknown;
         }
         let counter = match ServerCounter::of(&self.lt.spec, &self.world.servers) {
             Ok(Some(c)) => c,
             Ok(None) => return Delivery::Unknown,
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), cell = cell.index, error = %e, "delivery unknown");
+                tracing::warn!(cell = cell.index, error = %e, "delivery unknown");
                 return Delivery::Unknown;
             }
         };
@@ -333,7 +336,10 @@ impl View<'_> {
         // later reading can make a difference exact, so waiting would only hold every later
         // cell until the run deadline.
         let Some(before) = self.counter_before(cell.index) else {
-            tracing::warn!(loadtest = %self.test(), cell = cell.index, "no server counter before the cell: delivery unknown");
+            tracing::warn!(
+                cell = cell.index,
+                "no server counter before the cell: delivery unknown"
+            );
             return Delivery::Unknown;
         };
         let reading = counter
@@ -357,7 +363,7 @@ impl View<'_> {
                 .observe(r, now)
                 .map_or(Delivery::Settling, Delivery::Received),
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), cell = cell.index, error = %e, "server counter unreadable");
+                tracing::warn!(cell = cell.index, error = %e, "server counter unreadable");
                 // Unreadable for as long as the counter may take to settle: keep what was read.
                 if now.duration_since(s.since) >= settle::MAX {
                     s.settle
@@ -375,7 +381,6 @@ impl View<'_> {
     }
 
     fn record(&mut self, index: u32, merged: &Merged, received: Option<u64>) {
-        let test = self.test();
         let Some(c) = self.st.cells.iter_mut().find(|c| c.index == index) else {
             return;
         };
@@ -397,7 +402,7 @@ impl View<'_> {
         c.started_at_millis = Some(o.started_at_micros / 1000);
         c.start_skew_millis = Some(merged.start_spread_micros as f64 / 1000.0);
         tracing::info!(
-            loadtest = %test, cell = index, label = %c.label, sent = c.sent,
+            cell = index, label = %c.label, sent = c.sent,
             received = ?received, skew_ms = ?c.start_skew_millis, "cell done"
         );
     }

@@ -58,7 +58,7 @@ impl View<'_> {
                 match answer {
                     Ok(sample) => test.estimators.entry(i).or_default().add(sample),
                     Err(e) => {
-                        tracing::debug!(loadtest = %self.test(), shard = i, error = %e, "clock probe failed");
+                        tracing::debug!(shard = i, error = %e, "clock probe failed");
                         targets.retain(|(t, _)| *t != i);
                     }
                 }

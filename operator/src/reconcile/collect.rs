@@ -144,7 +144,7 @@ impl View<'_> {
         for (i, outcome) in fanout::bounded(calls).await {
             match outcome {
                 Collected::Stored(bytes) => {
-                    tracing::debug!(loadtest = %self.test(), shard = i, bytes, "result stored");
+                    tracing::debug!(shard = i, bytes, "result stored");
                     self.set_shard(i, ShardState::Collected, None);
                 }
                 Collected::NotYet => waiting.push(format!("shard {i}: no result yet")),
@@ -162,7 +162,7 @@ impl View<'_> {
                     // and goes on collecting the others' results.
                     let reason = not_stored(&e);
                     let why = format!("shard {i}'s result cannot be stored: {e}");
-                    tracing::warn!(loadtest = %self.test(), shard = i, error = %e, "result not stored");
+                    tracing::warn!(shard = i, error = %e, "result not stored");
                     self.set_shard(i, ShardState::Failed, Some(why.clone()));
                     if !self.st.missing_shards.contains(&i) {
                         self.st.missing_shards.push(i);
@@ -391,7 +391,7 @@ impl View<'_> {
             let ttl = SignedDuration::try_from(ttl.get()).unwrap_or(SignedDuration::MAX);
             let left = ttl - self.now.duration_since(done.0);
             if left <= SignedDuration::ZERO {
-                tracing::info!(loadtest = %self.test(), "ttlAfterFinished passed; deleting the LoadTest");
+                tracing::info!("ttlAfterFinished passed; deleting the LoadTest");
                 self.apis
                     .lts
                     .delete(&self.test(), &DeleteParams::background())

@@ -106,7 +106,7 @@ impl View<'_> {
 
     pub(super) fn shard_failed(&mut self, index: u32, state: ShardState, why: String) {
         let pod = names::shard(&self.test(), index);
-        tracing::warn!(loadtest = %self.test(), shard = index, reason = %why, "shard lost");
+        tracing::warn!(shard = index, reason = %why, "shard lost");
         self.set_shard(index, state, Some(why.clone()));
         if !self.st.missing_shards.contains(&index) {
             self.st.missing_shards.push(index);

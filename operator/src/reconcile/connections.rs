@@ -73,7 +73,7 @@ impl View<'_> {
             Ok(r) if r.len() == counter.urls.len() => r,
             Ok(_) => return None,
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), error = %e, "server connection counters unreadable");
+                tracing::warn!(error = %e, "server connection counters unreadable");
                 return None;
             }
         };

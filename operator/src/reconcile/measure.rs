@@ -94,7 +94,7 @@ impl View<'_> {
         let lead = u64::try_from(self.ctx.config.cell_delay.as_millis()).unwrap_or(0);
         let at = unix_millis(self) + lead;
         tracing::info!(
-            loadtest = %self.test(), cell = cell.index, label = %cell.label,
+            cell = cell.index, label = %cell.label,
             waiting = connected.waiting.len(), opened = connected.opened,
             failed = connected.failed, measure_at = at,
             "every live shard opened its share of the cell: measuring from one instant"
@@ -112,7 +112,12 @@ impl View<'_> {
         if targets.is_empty() {
             return;
         }
-        tracing::info!(loadtest = %self.test(), cell, measure_at = at, shards = targets.len(), "telling the waiting shards when to measure");
+        tracing::info!(
+            cell,
+            measure_at = at,
+            shards = targets.len(),
+            "telling the waiting shards when to measure"
+        );
         let releases = self.releases(&targets, at);
         let answers = fanout::each_indexed(
             &self.ctx.http,
@@ -127,7 +132,7 @@ impl View<'_> {
         .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
-                tracing::warn!(loadtest = %self.test(), shard = i, cell, error = %e, "measure order not delivered; retrying");
+                tracing::warn!(shard = i, cell, error = %e, "measure order not delivered; retrying");
             }
         }
     }

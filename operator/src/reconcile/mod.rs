@@ -36,6 +36,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 use wsload_http::http_client::Client;
 use wsload_spec::LoadTestResource;
 use wsload_spec::status::{LoadTestStatus, Phase};
@@ -143,6 +144,17 @@ struct Apis {
 }
 
 pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
+    // Every line a reconcile logs names its test with its namespace: one operator conducts
+    // tests of the same name in several namespaces.
+    let span = tracing::info_span!(
+        "reconcile",
+        namespace = %lt.namespace().unwrap_or_default(),
+        loadtest = %lt.name_any()
+    );
+    reconcile_test(lt, ctx).instrument(span).await
+}
+
+async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
     let ns = lt
         .namespace()
@@ -204,7 +216,12 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
 
 pub fn error_policy(lt: Arc<LoadTestResource>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err.metric_label());
-    tracing::warn!(loadtest = %lt.name_any(), error = %err, "reconcile failed; retrying");
+    tracing::warn!(
+        namespace = %lt.namespace().unwrap_or_default(),
+        loadtest = %lt.name_any(),
+        error = %err,
+        "reconcile failed; retrying"
+    );
     Action::requeue(Duration::from_secs(3))
 }
 
@@ -260,7 +277,7 @@ async fn announce(ctx: &Context, lt: &LoadTestResource, st: &LoadTestStatus) {
         .message
         .clone()
         .unwrap_or_else(|| format!("phase {phase}"));
-    tracing::info!(loadtest = %lt.name_any(), phase, message = %note, "phase changed");
+    tracing::info!(phase, message = %note, "phase changed");
     let event = Event {
         type_: if failed {
             EventType::Warning

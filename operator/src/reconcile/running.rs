@@ -115,7 +115,7 @@ impl View<'_> {
                 }
                 Err(e) => {
                     all_answered = false;
-                    tracing::debug!(loadtest = %self.test(), shard = i, error = %e, "shard state unknown");
+                    tracing::debug!(shard = i, error = %e, "shard state unknown");
                 }
             }
         }

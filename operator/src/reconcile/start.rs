@@ -540,7 +540,7 @@ impl View<'_> {
         {
             Ok(t) => t,
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), error = %e, "server topic counters unreadable");
+                tracing::warn!(error = %e, "server topic counters unreadable");
                 None
             }
         }
@@ -557,7 +557,7 @@ impl View<'_> {
             Ok(Some(c)) => c,
             Ok(None) => return None,
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), error = %e, "no server counter: delivery will be unknown");
+                tracing::warn!(error = %e, "no server counter: delivery will be unknown");
                 return None;
             }
         };
@@ -576,7 +576,7 @@ impl View<'_> {
                 Some(Duration::from_millis(500))
             }
             Err(e) => {
-                tracing::warn!(loadtest = %self.test(), error = %e, "server counter unreadable: delivery will be unknown");
+                tracing::warn!(error = %e, "server counter unreadable: delivery will be unknown");
                 None
             }
         }

@@ -147,7 +147,6 @@ pub async fn merged(
         Some(report)
     } else {
         tracing::warn!(
-            loadtest = %kube::ResourceExt::name_any(lt),
             bytes = report.len(),
             "the HTML report does not fit beside the merged result; left out"
         );

@@ -79,10 +79,7 @@ pub(super) async fn fresh(
             restore: false,
         });
     }
-    tracing::warn!(
-        loadtest = %read.name_any(),
-        "status changed by another writer; writing back this operator's own"
-    );
+    tracing::warn!("status changed by another writer; writing back this operator's own");
     read.status = known.status;
     Ok(Fresh {
         lt: Arc::new(read),
