@@ -90,6 +90,11 @@ pub struct Ws {
     /// Bytes handed to the transport since the connection opened, wrapping: whether writes
     /// progress (32 bits keep the struct within two cache lines).
     written: u32,
+    /// Bytes of this side's own messages queued since `wr` was last empty (saturating). What
+    /// else is queued is replies, and only those count against the pending-write limit: a
+    /// message of our own larger than the limit, still unwritten, is no sign of a server that
+    /// sends and never reads.
+    own_queued: u32,
     /// What the server may make this connection hold.
     limits: Limits,
 }
@@ -116,6 +121,7 @@ impl Ws {
             reply_pending: false,
             ended: false,
             written: 0,
+            own_queued: 0,
             limits,
         }
     }
@@ -222,7 +228,22 @@ impl Ws {
 
     /// Queues a data message's frame: text if `text`, else binary.
     pub fn queue_data(&mut self, text: bool, payload: &[u8]) {
-        self.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload);
+        self.own(|ws| ws.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload));
+    }
+
+    /// Queues what `queue` queues as this side's own.
+    fn own<T>(&mut self, queue: impl FnOnce(&mut Self) -> T) -> T {
+        let before = self.wr.len();
+        let out = queue(self);
+        let added = u32::try_from(self.wr.len() - before).unwrap_or(u32::MAX);
+        self.own_queued = self.own_queued.saturating_add(added);
+        out
+    }
+
+    /// Queued bytes that are replies (pongs, close replies, automatic replies): at least
+    /// this many are unwritten.
+    fn replies_queued(&self) -> usize {
+        self.queued().saturating_sub(self.own_queued as usize)
     }
 
     /// Queues a data message's frame, compressed (RSV1 set) when permessage-deflate is agreed.
@@ -243,7 +264,7 @@ impl Ws {
         if self.close_sent {
             return;
         }
-        self.queue_data(text, payload);
+        self.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload);
         self.reply_pending = true;
     }
 
@@ -259,6 +280,7 @@ impl Ws {
         }
         self.wr.clear();
         self.wr_pos = 0;
+        self.own_queued = 0;
         self.give_back_write();
         Poll::Ready(Ok(()))
     }
@@ -529,7 +551,7 @@ impl Ws {
         if self.reply_pending {
             match self.poll_flush_all(cx) {
                 Poll::Ready(r) => r?,
-                Poll::Pending if self.queued() > self.limits.max_pending_write as usize => {
+                Poll::Pending if self.replies_queued() > self.limits.max_pending_write as usize => {
                     return Err(WsError::WriteBufferFull(Box::new(Message::Pong(
                         Bytes::new(),
                     ))));
@@ -744,7 +766,7 @@ impl Sink<Message> for Ws {
     }
 
     fn start_send(self: Pin<&mut Self>, msg: Message) -> Result<(), WsError> {
-        self.get_mut().queue(msg)
+        self.get_mut().own(|ws| ws.queue(msg))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {

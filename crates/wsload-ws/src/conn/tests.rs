@@ -40,6 +40,11 @@ pub(super) async fn client_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
             s.read_exact(&mut l).await.expect("len");
             usize::from(u16::from_be_bytes(l))
         }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l).await.expect("len");
+            usize::try_from(u64::from_be_bytes(l)).expect("a length")
+        }
         n => usize::from(n),
     };
     let mut key = [0u8; 4];
@@ -456,6 +461,42 @@ async fn an_endless_fragmented_message_stops_at_the_message_limit() {
     );
     drop(ws);
     writer.abort();
+}
+
+/// A message of our own larger than the pending-write limit, unwritten while the server is
+/// slow to read, is no pile of replies: a ping then gets its pong queued behind it, and the
+/// connection goes on.
+#[tokio::test]
+async fn our_own_message_over_the_pending_write_limit_is_not_taken_for_unread_replies() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = limited_pair(small_limits()).await;
+    // More than the loopback socket's buffers take while the server reads nothing.
+    let big = vec![5u8; 32 << 20];
+    ws.queue_data(false, &big);
+    s.write_all(&server_frame(0x89, b"hi"))
+        .await
+        .expect("write");
+    match ws.next().await {
+        Some(Ok(Message::Ping(p))) => assert_eq!(&p[..], b"hi"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        ws.queued() > 64 * 1024,
+        "the message is still queued: {}",
+        ws.queued()
+    );
+    // The server reads now: our message, then the pong.
+    let reader = tokio::spawn(async move {
+        let (b0, p) = client_frame(&mut s).await;
+        let (b1, q) = client_frame(&mut s).await;
+        (b0, p.len(), b1, q)
+    });
+    futures_util::future::poll_fn(|cx| ws.poll_flush_all(cx))
+        .await
+        .expect("flush");
+    let (b0, len, b1, pong) = reader.await.expect("reader");
+    assert_eq!((b0, len), (0x82, 32 << 20));
+    assert_eq!((b1, &pong[..]), (0x8a, &b"hi"[..]));
 }
 
 /// A server that floods pings and reads nothing: the pongs queue until the pending-write
