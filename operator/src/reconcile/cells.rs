@@ -12,7 +12,6 @@
 //! outcomes. Only the settling readings live in memory, and a restarted operator settles anew.
 
 use super::Context;
-use super::fanout;
 use super::view::View;
 use crate::pods;
 use crate::server_counter::ServerCounter;
@@ -232,18 +231,13 @@ impl View<'_> {
         let targets = self.addresses(waiting);
         // Each shard its instant on its own clock: all begin at the cell's on the operator's.
         let releases = self.releases(&targets, cell.start_at_millis);
-        let answers = fanout::each_indexed(
-            &self.ctx.http,
-            &self.token(),
-            &targets,
-            self.ctx.config.control_timeout,
-            |i, c| {
+        let answers = self
+            .order_shards(&targets, |i, c| {
                 let key = key.clone();
                 let release = releases.of(i);
                 async move { c.cell(release, key).await }
-            },
-        )
-        .await;
+            })
+            .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
                 tracing::warn!(shard = i, cell = cell.index, error = %e, "cell order not delivered; retrying");
@@ -265,14 +259,9 @@ impl View<'_> {
             "all {} cells done; shards building their results",
             self.st.cells.len()
         ));
-        let answers = fanout::each(
-            &self.ctx.http,
-            &self.token(),
-            &targets,
-            self.ctx.config.control_timeout,
-            |c| async move { c.end().await },
-        )
-        .await;
+        let answers = self
+            .order_shards(&targets, |_, c| async move { c.end().await })
+            .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
                 tracing::warn!(shard = i, error = %e, "end not delivered; retrying");

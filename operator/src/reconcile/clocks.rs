@@ -6,7 +6,6 @@
 //! probes afresh.
 
 use super::Context;
-use super::fanout;
 use super::view::View;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
@@ -44,14 +43,9 @@ impl View<'_> {
             if targets.is_empty() {
                 break;
             }
-            let answers = fanout::each(
-                &self.ctx.http,
-                &self.token(),
-                &targets,
-                self.ctx.config.control_timeout,
-                |c| async move { c.clock().await },
-            )
-            .await;
+            let answers = self
+                .order_shards(&targets, |_, c| async move { c.clock().await })
+                .await;
             let mut clocks = lock(&self.ctx.clocks);
             let test = clocks.entry(uid.clone()).or_default();
             for (i, answer) in answers {

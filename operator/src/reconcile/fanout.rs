@@ -1,6 +1,7 @@
 //! One request to many shards at once: a test of hundreds of shards must not wait out one
 //! slow shard's timeout after another within a reconcile.
 
+use super::view::View;
 use crate::names::SHARD_PORT;
 use futures_util::StreamExt;
 use std::future::Future;
@@ -13,25 +14,10 @@ use wsload_http::http_client::Client;
 const CONCURRENCY: usize = 32;
 
 /// Calls `call` on every shard of `targets` (index, pod IP) through `http`, with the test's
-/// `token`, at most [`CONCURRENCY`] at a time; the answers by shard index, in no particular
-/// order.
-pub(super) async fn each<T, F, Fut>(
-    http: &Client,
-    token: &Token,
-    targets: &[(u32, String)],
-    timeout: Duration,
-    call: F,
-) -> Vec<(u32, T)>
-where
-    F: Fn(ShardClient) -> Fut,
-    Fut: Future<Output = T>,
-{
-    each_indexed(http, token, targets, timeout, |_, c| call(c)).await
-}
-
-/// [`each`] with `call` told which shard it calls: for a request whose body differs by shard
-/// (each one's release instant on its own clock).
-pub(super) async fn each_indexed<T, F, Fut>(
+/// `token`, at most [`CONCURRENCY`] at a time, `call` told which shard it calls (a request
+/// whose body differs by shard: each one's release instant on its own clock); the answers by
+/// shard index, in no particular order.
+async fn each_indexed<T, F, Fut>(
     http: &Client,
     token: &Token,
     targets: &[(u32, String)],
@@ -57,6 +43,23 @@ where
         })
         .collect();
     bounded(calls).await
+}
+
+impl View<'_> {
+    /// [`each_indexed`] over `targets` with this test's token, each call limited by the
+    /// control timeout: every control order but the results' fetch.
+    pub(super) async fn order_shards<T, F, Fut>(
+        &self,
+        targets: &[(u32, String)],
+        call: F,
+    ) -> Vec<(u32, T)>
+    where
+        F: Fn(u32, ShardClient) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let timeout = self.ctx.config.control_timeout;
+        each_indexed(&self.ctx.http, &self.token(), targets, timeout, call).await
+    }
 }
 
 /// Runs `calls`, at most [`CONCURRENCY`] at a time; their outputs in completion order.

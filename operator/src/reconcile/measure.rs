@@ -9,7 +9,6 @@
 //! the end of its own connect phase, and the first shards closed before the last had opened.
 
 use super::cells::{SOON, unix_millis};
-use super::fanout;
 use super::view::View;
 use crate::text::grouped;
 use std::collections::BTreeMap;
@@ -119,17 +118,12 @@ impl View<'_> {
             "telling the waiting shards when to measure"
         );
         let releases = self.releases(&targets, at);
-        let answers = fanout::each_indexed(
-            &self.ctx.http,
-            &self.token(),
-            &targets,
-            self.ctx.config.control_timeout,
-            |i, c| {
+        let answers = self
+            .order_shards(&targets, |i, c| {
                 let release = releases.of(i);
                 async move { c.measure(release, cell).await }
-            },
-        )
-        .await;
+            })
+            .await;
         for (i, answer) in answers {
             if let Err(e) = answer {
                 tracing::warn!(shard = i, cell, error = %e, "measure order not delivered; retrying");

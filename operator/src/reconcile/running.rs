@@ -1,7 +1,6 @@
 //! While the load runs: every shard's pod and control state watched, losses handled by the
 //! test's policy, start skew measured, the run deadline kept.
 
-use super::fanout;
 use super::reason::Reason;
 use super::view::{View, humantime};
 use crate::Result;
@@ -96,14 +95,9 @@ impl View<'_> {
     async fn poll_shards(&mut self, targets: &[(u32, String)]) -> (BTreeMap<u32, State>, bool) {
         // Every live shard asked at once: the barrier needs all of them, and hundreds of
         // shards one after another would take longer than a cell.
-        let answers = fanout::each(
-            &self.ctx.http,
-            &self.token(),
-            targets,
-            self.ctx.config.control_timeout,
-            |c| async move { c.state().await },
-        )
-        .await;
+        let answers = self
+            .order_shards(targets, |_, c| async move { c.state().await })
+            .await;
         let mut states = BTreeMap::new();
         let mut all_answered = targets.len() == self.count_live();
         for (i, answer) in answers {

@@ -441,19 +441,14 @@ impl View<'_> {
             .collect();
         // Each shard its instant on its own clock: all begin at `start_ms` on the operator's.
         let releases = self.releases(&unreleased, start_ms);
-        let answers = fanout::each_indexed(
-            &self.ctx.http,
-            &self.token(),
-            &unreleased,
-            self.ctx.config.control_timeout,
-            |i, c| {
+        let answers = self
+            .order_shards(&unreleased, |i, c| {
                 let at = releases.of(i);
                 // No cell named: every shard runs the spec's first cell, the one recorded
                 // above.
                 async move { c.start(at, None).await }
-            },
-        )
-        .await;
+            })
+            .await;
         let mut refused = Vec::new();
         for (i, answer) in answers {
             match answer {
