@@ -30,6 +30,9 @@ pub struct CellOutcome {
     pub measured_secs: f64,
     /// Spread of the workers' start instants (microseconds): the in-process start skew.
     pub start_skew_us: u64,
+    /// When the measured phase (warm-up first) began, Unix µs on this process's clock; `None`
+    /// when it never did (nothing connected).
+    pub measured_from_micros: Option<u64>,
 }
 
 /// The worker threads a cell runs on, and the live counters they feed (a slot each).
@@ -42,9 +45,9 @@ pub struct Workers {
 /// measured phase and the one instant it starts at.
 struct StartLine {
     barrier: Barrier,
-    /// The instant, the cell's clock (clock::take_cell, once per cell) and the instant on
-    /// the conductor's clock.
-    start: OnceLock<(Instant, CellClock, u64)>,
+    /// The instant, the cell's clock (clock::take_cell, once per cell), the instant on
+    /// the conductor's clock and on this process's (Unix µs).
+    start: OnceLock<(Instant, CellClock, u64, u64)>,
     /// The cell's clock as the conductor armed it, and the instant every shard's measured
     /// phase begins at when they must begin together (see [`common_start`]).
     armed: OnceLock<(CellClock, Option<Instant>)>,
@@ -121,7 +124,9 @@ impl Workers {
                 .map(|j| j.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                 .collect()
         });
-        merge(&outs)
+        let mut outcome = merge(&outs);
+        outcome.measured_from_micros = start_line.start.get().map(|s| s.3);
+        outcome
     }
 }
 
@@ -162,6 +167,7 @@ fn merge(outs: &[WorkerOut]) -> CellOutcome {
         connect_secs,
         measured_secs,
         start_skew_us: skew,
+        measured_from_micros: None,
     }
 }
 
@@ -392,11 +398,11 @@ impl Worker<'_> {
         if let Some(at) = wake {
             tokio::time::sleep_until(at).await;
         }
-        let (start, cell_clock, start_on_conductor_us) = *start_line.start.get_or_init(|| {
+        let (start, cell_clock, start_on_conductor_us, _) = *start_line.start.get_or_init(|| {
             let now = Instant::now();
             let on_conductor = clock::conductor_micros();
             self.counters.measuring(now.into_std(), cell.warmup);
-            (now, armed, on_conductor)
+            (now, armed, on_conductor, clock::unix_micros())
         });
         let started = Instant::now();
         let measure_from = start + cell.warmup;

@@ -134,20 +134,34 @@ impl Prepared {
     }
 
     /// Runs every cell `gate` orders into `result`, so that if one panics the cells before it
-    /// are kept.
-    pub fn run_cells(&self, lt: &LoadTest, result: &mut RunResult, gate: &mut dyn Gate) {
+    /// are kept. Returns when the first cell began (Unix µs): when the load began.
+    pub fn run_cells(
+        &self,
+        lt: &LoadTest,
+        result: &mut RunResult,
+        gate: &mut dyn Gate,
+    ) -> Option<u64> {
         let mut done: Option<usize> = None;
+        let mut began = None;
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
             let planned = plan::keyed(&lt.spec, self.shard, &key);
             let started = unix_micros();
+            began.get_or_insert(started);
             let meeting = gate.meeting(key.index);
             let mut cell = run_cell(self, &planned, result.cells.len(), meeting);
-            cell.started_first_micros = started;
-            cell.started_last_micros = started;
+            // A cell's start is its measured phase's: what the shards' skew is read from. The
+            // shards open their shares at their own pace and meet before measuring, so their
+            // releases' spread says nothing of the figures. A cell that never measured keeps
+            // its release.
+            if cell.started_first_micros == 0 {
+                cell.started_first_micros = started;
+                cell.started_last_micros = started;
+            }
             result.cells.push(cell);
             done = Some(result.cells.len() - 1);
         }
         gate.conclude(result);
+        began
     }
 
     /// What the reader must know of the cells, and the verdict.
@@ -210,12 +224,14 @@ pub fn measure(
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         prepared.run_cells(lt, &mut result, gate)
     }));
-    let error = ran.err().map(|p| panic_message(&*p));
     // The gate may have waited for the start: the load began with the first cell.
-    let started = result
-        .cells
-        .first()
-        .map_or_else(unix_micros, |c| c.started_first_micros);
+    let (began, error) = match ran {
+        Ok(began) => (began, None),
+        Err(p) => (None, Some(panic_message(&*p))),
+    };
+    let started = began
+        .or_else(|| result.cells.first().map(|c| c.started_first_micros))
+        .unwrap_or_else(unix_micros);
     result.started_at_unix_ms = started / 1000;
     if let Some(shard) = opts.shard {
         result.shard_info.push(ShardInfo {
@@ -334,8 +350,8 @@ fn run_cell(
         server_received: None,
         server_topics: None,
         server_connections: None,
-        started_first_micros: 0,
-        started_last_micros: 0,
+        started_first_micros: run.measured_from_micros.unwrap_or(0),
+        started_last_micros: run.measured_from_micros.unwrap_or(0),
         figures: Default::default(),
         timeline,
         timeline_step_ms,

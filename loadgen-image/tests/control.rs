@@ -285,11 +285,18 @@ fn two_ready_shards(doc: &str) -> Vec<Shard> {
 /// As the conductor does: once every shard opened its share of cell `index`, tells all to
 /// measure from one instant.
 fn measure_together(shards: &[Shard], index: u32) {
+    measure_apart(shards, index, &[]);
+}
+
+/// [`measure_together`], shard i told to measure `late_ms[i]` ms after the others (0 past
+/// the list's end).
+fn measure_apart(shards: &[Shard], index: u32, late_ms: &[u64]) {
     for s in shards {
         s.await_connected(index);
     }
-    let at = unix_ms() + 200;
-    for s in shards {
+    let common = unix_ms() + 200;
+    for (i, s) in shards.iter().enumerate() {
+        let at = common + late_ms.get(i).copied().unwrap_or(0);
         let (status, state) = s.measure(index, at);
         assert_eq!(status, 202, "{state:?}");
         assert_eq!(state.state, Phase::Running);
@@ -492,8 +499,11 @@ fn shards_start_together_hand_over_results_and_exit_when_finished() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A cell's skew is how far apart the shards began measuring it: a shard released late but
+/// measuring with the others adds none (it opened its share before the measure instant), and a
+/// shard told to measure late shows by as much.
 #[test]
-fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
+fn a_late_release_is_absorbed_by_the_measure_instant_and_a_late_measure_shows_in_the_skew() {
     let server = Server::start(&[]);
     let doc = loadtest(
         "cells",
@@ -503,7 +513,8 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
         ),
     );
     let shards = two_ready_shards(&doc);
-    // Shard 1 is released 400 ms after shard 0 (a slow node, a late POST) for cell 0...
+    // Shard 1 is released 400 ms after shard 0 (a slow node, a late POST) for cell 0, and
+    // both measure from one instant...
     let at = unix_ms() + 300;
     assert_eq!(shards[0].start_at(at).0, 202);
     assert_eq!(shards[1].start_at(at + 400).0, 202);
@@ -511,7 +522,8 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
     for s in &shards {
         s.await_between(0);
     }
-    // ...and both together for cell 1, which the conductor names.
+    // ...then both are released together for cell 1, which the conductor names, and shard 1
+    // is told to measure 400 ms after shard 0.
     let at = unix_ms() + 300;
     let order = format!(
         "{{\"startAt\": {at}, \"cell\": {{\"index\": 1, \"label\": \"6\", \"connections\": 6, \"size\": 64, \"format\": \"json\"}}}}"
@@ -520,7 +532,7 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
         let r = s.post("/control/cell", &order);
         assert_eq!(r.status, 202, "{}", r.body);
     }
-    measure_together(&shards, 1);
+    measure_apart(&shards, 1, &[0, 400]);
     for s in &shards {
         s.await_between(1);
         assert_eq!(s.post("/control/end", "{}").status, 202);
@@ -536,9 +548,9 @@ fn cells_are_released_together_and_a_late_shard_shows_in_that_cells_skew() {
         .map(|c| c.shard_skew_ms().expect("a skew per cell"))
         .collect();
     eprintln!("per-cell skew {skew:?} ms");
+    assert!(skew[0] < 100.0, "{skew:?}");
     // Instants are whole milliseconds and each start lands a fraction of one after its own.
-    assert!((390.0..600.0).contains(&skew[0]), "{skew:?}");
-    assert!(skew[1] < 100.0, "{skew:?}");
+    assert!((390.0..600.0).contains(&skew[1]), "{skew:?}");
     assert_eq!(merged.cells[1].measure.counts.connected, 6);
     assert!(merged.render().contains("start skew per cell"));
     for s in &shards {

@@ -467,7 +467,7 @@ fn shards(o: &mut String, r: &RunResult) {
         })
         .collect();
     if r.shard_count > 1 && !skews.is_empty() {
-        o.push_str("<h3>Start skew per cell</h3><p>Shards begin each cell at one released instant; the skew is how far apart they actually began.</p>");
+        o.push_str("<h3>Start skew per cell</h3><p>Shards begin measuring each cell at one instant, named once every shard has opened its share (a fanout cell at an instant computed from its release); the skew is how far apart their measured phases actually began.</p>");
         table(o, &["Cell", "Skew"], &skews);
     }
     let clocks = r.clock_lines();

@@ -153,7 +153,7 @@ impl RunResult {
         if self.shard_count > 1 && self.cells.iter().any(|c| c.shard_skew_ms().is_some()) {
             let _ = writeln!(
                 o,
-                "\nShards began each cell together (released per cell); start skew per cell:"
+                "\nShards began measuring each cell together; start skew per cell (how far apart their measured phases began):"
             );
             let skews: Vec<String> = self
                 .cells

@@ -4,8 +4,8 @@
 //! readings of them, one per step (100 ms), into [`Sample`]s of what happened in each step.
 //! A burst of pings measured for half a second still gets a few points; a cell longer than
 //! [`MAX_SAMPLES`] steps is coarsened when it ends ([`STEPS_MS`]) so a result stays small.
-//! Shards begin a cell at one released instant, so their samples of the same step add up
-//! ([`merge`]).
+//! Shards begin a cell's measured phase at one instant (named once every shard has opened its
+//! share, or a fanout's computed one), so their samples of the same step add up ([`merge`]).
 //!
 //! It is the load generator's one recorder: a result's cells keep only the counts, while the
 //! run's plot (`wsload run --plot`) records each second with an [`Extra`] of its own (the
