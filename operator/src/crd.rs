@@ -49,9 +49,10 @@ fn sorted(v: Value) -> Value {
 pub const NAME: &str = "loadtests.wsload.dev";
 
 /// The fields of this operator's schema that `installed` lacks, as paths (`status.cells[].
-/// measureAtMillis`), sorted. The API server prunes whatever its CRD's schema does not name, so
-/// each is a field this operator would write (or a user set) and lose: an older CRD left in
-/// place by `helm upgrade`, which never upgrades a chart's CRDs. A version this operator
+/// measureAtMillis`), sorted. The API server refuses a server-side apply of a field its CRD's
+/// schema does not declare (and prunes one written otherwise), so each is a field this
+/// operator could not record: an older CRD left in place by `helm upgrade`, which never
+/// upgrades a chart's CRDs. A version this operator
 /// serves that `installed` lacks is reported by its name.
 pub fn missing_fields(installed: &CustomResourceDefinition) -> Vec<String> {
     let mut missing = Vec::new();
@@ -110,9 +111,40 @@ fn compare(ours: &Value, theirs: &Value, path: &str, missing: &mut Vec<String>) 
     }
 }
 
+/// The field a server-side apply was refused for because the CRD's schema does not declare
+/// it, from the API server's message (`... .status.cells[0].measureAtMillis: field not
+/// declared in schema`), as a path (`status.cells[].measureAtMillis`). An apply is never
+/// pruned silently: the API server refuses it whole, so a status write of a field an older CRD
+/// lacks fails every time, and the test would stall until its deadline.
+pub fn undeclared_field(message: &str) -> Option<String> {
+    let (before, _) = message.split_once(": field not declared in schema")?;
+    let raw = before.rsplit(' ').next()?.trim_start_matches('.');
+    if raw.is_empty() {
+        return None;
+    }
+    // Indexes say which item; the schema has one for all.
+    let mut path = String::with_capacity(raw.len());
+    let mut in_index = false;
+    for c in raw.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                path.push('[');
+            }
+            ']' => {
+                in_index = false;
+                path.push(']');
+            }
+            _ if in_index => {}
+            _ => path.push(c),
+        }
+    }
+    Some(path)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{definition, missing_fields};
+    use super::{definition, missing_fields, undeclared_field};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use serde_json::{Value, json};
 
@@ -132,6 +164,19 @@ mod tests {
             .as_object_mut()
             .and_then(|p| p.remove(name));
         assert!(removed.is_some(), "the schema has no {path:?}.{name}");
+    }
+
+    #[test]
+    fn the_field_an_apply_was_refused_for_is_read_from_the_api_servers_message() {
+        // As kube-apiserver v1.33 words it (operator/tests/lifecycle.rs meets it for real).
+        let message = "failed to create typed patch object (/; wsload.dev/v1alpha1, \
+                       Kind=LoadTest): .status.cells[0].measureAtMillis: field not declared in \
+                       schema";
+        assert_eq!(
+            undeclared_field(message).as_deref(),
+            Some("status.cells[].measureAtMillis")
+        );
+        assert_eq!(undeclared_field("the object has been modified"), None);
     }
 
     #[test]

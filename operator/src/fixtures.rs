@@ -172,6 +172,9 @@ struct Server {
     namespace_labels: BTreeMap<String, String>,
     /// The LoadTest CRD as installed, when not this operator's own.
     crd: Option<Value>,
+    /// Status fields (top-level) a status write is refused for, as an API server whose CRD
+    /// does not declare them refuses a server-side apply.
+    undeclared: Vec<String>,
 }
 
 /// The mocked API server of one scenario.
@@ -194,6 +197,13 @@ impl MockApi {
     /// The installed LoadTest CRD is `crd` instead of this operator's own.
     pub fn installed_crd(&self, crd: Value) -> &Self {
         self.server().crd = Some(crd);
+        self
+    }
+
+    /// Status writes carrying `field` (top-level in status) are refused, as an API server
+    /// whose CRD predates the field refuses them.
+    pub fn undeclared_status(&self, field: &str) -> &Self {
+        self.server().undeclared.push(field.to_string());
         self
     }
 
@@ -289,8 +299,16 @@ impl MockApi {
                 (200, body.clone())
             }
             ("PATCH", ["loadtests", _, "status"]) => {
+                let status = body.get("status").cloned().unwrap_or(Value::Null);
+                if let Some(f) = server.undeclared.iter().find(|f| status.get(f).is_some()) {
+                    let message = format!(
+                        "failed to create typed patch object (/; wsload.dev/v1alpha1, \
+                         Kind=LoadTest): .status.{f}: field not declared in schema"
+                    );
+                    return (500, failure(500, "InternalError", &message));
+                }
                 let mut lt = server.loadtest.clone();
-                lt["status"] = body.get("status").cloned().unwrap_or(Value::Null);
+                lt["status"] = status;
                 (200, lt)
             }
             ("POST", ["events"]) => (201, body.clone()),

@@ -58,10 +58,22 @@ fn operator_at(
     leader: Option<LeaderConfig>,
     metrics_listen: std::net::SocketAddr,
 ) -> tokio::task::JoinHandle<()> {
-    let config = Config {
+    operator_with(e, leader, metrics_listen, test_config())
+}
+
+fn test_config() -> Config {
+    Config {
         poll: Duration::from_millis(300),
         ..Config::default()
-    };
+    }
+}
+
+fn operator_with(
+    e: &Env,
+    leader: Option<LeaderConfig>,
+    metrics_listen: std::net::SocketAddr,
+    config: Config,
+) -> tokio::task::JoinHandle<()> {
     support::run_operator(e.client.clone(), &e.ns, leader, metrics_listen, config)
 }
 
@@ -948,10 +960,11 @@ async fn edit_crd(client: &kube::Client, edit: impl FnOnce(&mut serde_json::Valu
 }
 
 /// A CRD left over from an older chart (`helm upgrade` never upgrades crds/): the API server
-/// would drop `measureAtMillis` from every status write and the test would stall at its first
-/// measure barrier. The test fails before anything is created, naming the field and the fix;
-/// once the current CRD is applied, the next test runs without restarting the operator. Its
-/// own control plane: the CRD is cluster-wide.
+/// refuses every status write carrying `measureAtMillis`, and the test would stall at its
+/// first measure barrier. The test fails before anything is created, naming the field and the
+/// fix; an operator that may not read the CRD stops the test at the first refused write; once
+/// the current CRD is applied, the next test runs without restarting the operator. Its own
+/// control plane: the CRD is cluster-wide.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missing_field() {
     let e = env_on(support::cluster::private("crd-old").await, "lt-crd-old").await;
@@ -972,7 +985,7 @@ async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missin
     let msg = st.message.unwrap_or_default();
     for part in [
         "loadtests.wsload.dev",
-        "lacks status.cells[].measureAtMillis,",
+        "lacks status.cells[].measureAtMillis, so",
         "kubectl apply --server-side -f charts/wsload/crds/",
         "nothing was created",
     ] {
@@ -980,7 +993,32 @@ async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missin
     }
     let pods = e.pods.list(&ListParams::default()).await.expect("list");
     assert!(pods.items.is_empty(), "a refused test creates nothing");
+    op.abort();
 
+    // An operator that may not read CRDs (a namespaced install) learns it from its first
+    // status write the API server did not keep whole: the two shards' measure instant. The
+    // test stops there rather than waiting out its deadline.
+    let blind = Config {
+        read_cluster_objects: false,
+        ..test_config()
+    };
+    let op = operator_with(&e, None, "127.0.0.1:0".parse().expect("addr"), blind);
+    let two = "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [6]\n  duration: 2s\n  shards: 2\n";
+    create(&e, "blind", two).await;
+    let st = wait_finished(&e, "blind").await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("CrdOutdated"));
+    let msg = st.message.unwrap_or_default();
+    for part in [
+        "lacks status.cells[].measureAtMillis, so",
+        "kubectl apply --server-side -f charts/wsload/crds/",
+        "the test is stopped",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    op.abort();
+
+    let op = operator(&e, None);
     edit_crd(&e.client, |s| {
         s["properties"]["status"]["properties"]["cells"]["items"]["properties"]["measureAtMillis"] =
             removed;

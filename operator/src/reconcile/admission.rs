@@ -3,11 +3,12 @@
 //! refuses and what to ask for instead; otherwise the API server would refuse each pod and the
 //! test would wait out its start deadline for pods that never appear.
 //!
-//! And whether the installed CRD keeps every field this operator writes. One left over from an
-//! older chart (`helm upgrade` never upgrades CRDs) has the API server silently drop the new
-//! ones: the measure instant of a cell, once dropped, is chosen anew on every reconcile and
-//! never sent, so the test would stall until its deadline. Such a test fails at once with
-//! `CrdOutdated`, naming the fields and the command that fixes it.
+//! And whether the installed CRD declares every field this operator writes. One left over from
+//! an older chart (`helm upgrade` never upgrades CRDs) has the API server refuse every status
+//! write that carries a newer field ("field not declared in schema"): the first cell's measure
+//! instant could never be recorded, and the test would stall until its deadline. Such a test
+//! fails at once with `CrdOutdated`, naming the fields and the command that fixes it. Where
+//! the CRD cannot be read, the first refused write stops the test the same way (mod.rs).
 
 use super::reason::Reason;
 use super::view::View;
@@ -53,15 +54,7 @@ impl View<'_> {
         if missing.is_empty() {
             return Ok(false);
         }
-        let message = format!(
-            "the installed LoadTest CRD ({}) is older than this operator: it lacks {}, which \
-             the API server would drop from what the operator records; apply this version's \
-             CRD, then create the test again: kubectl apply --server-side -f \
-             charts/wsload/crds/ (helm upgrade never upgrades a chart's CRDs); nothing was \
-             created",
-            crate::crd::NAME,
-            crate::text::listed(&missing, 10)
-        );
+        let message = outdated_crd(&missing, "nothing was created");
         tracing::error!(missing = missing.len(), "{message}");
         self.refuse(Reason::CrdOutdated, message);
         Ok(true)
@@ -74,6 +67,19 @@ impl View<'_> {
     }
 }
 
+/// What a test that an outdated CRD stops is told: the fields it lacks, the fix, and `what`
+/// became of the test.
+pub(super) fn outdated_crd(missing: &[String], what: &str) -> String {
+    format!(
+        "the installed LoadTest CRD ({}) is older than this operator: it lacks {}, so the API \
+         server refuses the operator's records of it; apply this version's CRD, then \
+         create the test again: kubectl apply --server-side -f charts/wsload/crds/ (helm \
+         upgrade never upgrades a chart's CRDs); {what}",
+        crate::crd::NAME,
+        crate::text::listed(missing, 10)
+    )
+}
+
 /// The LoadTest CRD as the API server serves it; `None` when the operator may not read it
 /// (RBAC that predates the rule): the check is then skipped.
 async fn installed_crd(client: &kube::Client) -> Result<Option<CustomResourceDefinition>> {
@@ -84,7 +90,7 @@ async fn installed_crd(client: &kube::Client) -> Result<Option<CustomResourceDef
             tracing::warn!(
                 code = e.code,
                 "cannot read the CRD {} (RBAC: get customresourcedefinitions); an older CRD \
-                 would drop fields this operator writes unnoticed",
+                 will show only when a status write is refused",
                 crate::crd::NAME
             );
             Ok(None)

@@ -190,11 +190,36 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
         st: &mut st,
         now: Timestamp::now(),
     };
-    let action = view.run().await;
+    let mut action = view.run().await;
     // Whatever the step managed before an error is still written: results already collected
     // and shards already released must not be forgotten.
     if st != old || restore {
-        let mut stored = write_status(&apis.lts, &lt, &st).await?;
+        let mut stored = match write_status(&apis.lts, &lt, &st).await {
+            Err(e) => {
+                // Refused for a field the installed CRD does not declare: an older CRD (one
+                // admission could not read). It would be refused at every reconcile, so the
+                // test stops, its last accepted status carrying the failure.
+                let field =
+                    outdated_field(&e).filter(|_| !old.phase.is_some_and(Phase::is_finished));
+                let Some(field) = field else {
+                    return Err(e);
+                };
+                tracing::error!(field, "status refused: the CRD does not declare a field");
+                st = old.clone();
+                let mut view = View {
+                    ctx: &ctx,
+                    lt: &effective,
+                    apis: &apis,
+                    world: &world,
+                    st: &mut st,
+                    now: Timestamp::now(),
+                };
+                let message = admission::outdated_crd(&[field], "the test is stopped");
+                action = view.fail(reason::Reason::CrdOutdated, message).await;
+                write_status(&apis.lts, &lt, &st).await?
+            }
+            Ok(stored) => stored,
+        };
         if restore {
             stored = written::clear_foreign(&apis.lts, &st, stored).await?;
         }
@@ -248,6 +273,14 @@ fn observe(pods: &PodCache, lt: &LoadTestResource) -> World {
         }
     }
     world
+}
+
+/// The field a status write was refused for, when the CRD does not declare it.
+fn outdated_field(e: &Error) -> Option<String> {
+    match e {
+        Error::Kube(kube::Error::Api(status)) => crate::crd::undeclared_field(&status.message),
+        _ => None,
+    }
 }
 
 async fn write_status(

@@ -130,8 +130,29 @@ async fn a_crd_older_than_the_operator_fails_the_test_up_front() {
     assert_eq!(st.phase, Some(Phase::Failed));
     assert_eq!(reason(&st), Some("CrdOutdated"));
     let message = st.message.unwrap_or_default();
-    assert!(message.contains("it lacks spec.fanout, which"), "{message}");
+    assert!(message.contains("it lacks spec.fanout, so"), "{message}");
     assert_eq!(api.events(), ["Failed"]);
+    assert_no_pod_calls(&api);
+}
+
+#[tokio::test]
+async fn a_status_write_refused_for_an_undeclared_field_stops_the_test() {
+    // The CRD cannot be read (a namespaced install); the refused write tells instead.
+    let api = MockApi::default();
+    api.refuse("/apis/apiextensions.k8s.io/", 403);
+    api.undeclared_status("shards");
+    let lt = loadtest("t", external(2), None);
+    reconcile_once(&api, lt, vec![]).await.expect("reconcile");
+    let st = written(&api);
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(reason(&st), Some("CrdOutdated"));
+    assert!(
+        st.shards.is_empty(),
+        "the last accepted status, with the failure"
+    );
+    let message = st.message.unwrap_or_default();
+    assert!(message.contains("it lacks status.shards, so"), "{message}");
+    assert!(message.ends_with("the test is stopped"), "{message}");
     assert_no_pod_calls(&api);
 }
 
