@@ -959,6 +959,23 @@ async fn edit_crd(client: &kube::Client, edit: impl FnOnce(&mut serde_json::Valu
         .expect("replace CRD");
 }
 
+/// Waits for test `name` to end Failed/CrdOutdated for the missing `measureAtMillis`, its
+/// message naming the CRD, the field, the fix and what became of the test (`ending`).
+async fn stopped_by_the_crd(e: &Env, name: &str, ending: &str) {
+    let st = wait_finished(e, name).await;
+    assert_eq!(st.phase, Some(Phase::Failed));
+    assert_eq!(st.reason.as_deref(), Some("CrdOutdated"));
+    let msg = st.message.unwrap_or_default();
+    for part in [
+        "loadtests.wsload.dev",
+        "lacks status.cells[].measureAtMillis, so",
+        "kubectl apply --server-side -f charts/wsload/crds/",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    assert!(msg.ends_with(ending), "{msg}");
+}
+
 /// A CRD left over from an older chart (`helm upgrade` never upgrades crds/): the API server
 /// refuses every status write carrying `measureAtMillis`, and the test would stall at its
 /// first measure barrier. The test fails before anything is created, naming the field and the
@@ -979,18 +996,7 @@ async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missin
     let op = operator(&e, None);
     let spec = "  target: {server: {}}\n  scenario: throughput\n  connections: [10]\n";
     create(&e, "old", spec).await;
-    let st = wait_finished(&e, "old").await;
-    assert_eq!(st.phase, Some(Phase::Failed));
-    assert_eq!(st.reason.as_deref(), Some("CrdOutdated"));
-    let msg = st.message.unwrap_or_default();
-    for part in [
-        "loadtests.wsload.dev",
-        "lacks status.cells[].measureAtMillis, so",
-        "kubectl apply --server-side -f charts/wsload/crds/",
-        "nothing was created",
-    ] {
-        assert!(msg.contains(part), "{part:?} not in {msg}");
-    }
+    stopped_by_the_crd(&e, "old", "nothing was created").await;
     let pods = e.pods.list(&ListParams::default()).await.expect("list");
     assert!(pods.items.is_empty(), "a refused test creates nothing");
     op.abort();
@@ -1005,17 +1011,7 @@ async fn a_crd_older_than_the_operator_fails_the_test_up_front_naming_the_missin
     let op = operator_with(&e, None, "127.0.0.1:0".parse().expect("addr"), blind);
     let two = "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [6]\n  duration: 2s\n  shards: 2\n";
     create(&e, "blind", two).await;
-    let st = wait_finished(&e, "blind").await;
-    assert_eq!(st.phase, Some(Phase::Failed));
-    assert_eq!(st.reason.as_deref(), Some("CrdOutdated"));
-    let msg = st.message.unwrap_or_default();
-    for part in [
-        "lacks status.cells[].measureAtMillis, so",
-        "kubectl apply --server-side -f charts/wsload/crds/",
-        "the test is stopped",
-    ] {
-        assert!(msg.contains(part), "{part:?} not in {msg}");
-    }
+    stopped_by_the_crd(&e, "blind", "the test is stopped").await;
     op.abort();
 
     let op = operator(&e, None);

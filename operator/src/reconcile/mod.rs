@@ -27,7 +27,6 @@ use crate::names::{self, MANAGER};
 use crate::pod_cache::PodCache;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -182,15 +181,9 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
     let effective = ctx.config.defaults.apply(&lt);
     let old = lt.status.clone().unwrap_or_default();
     let mut st = old.clone();
-    let mut view = View {
-        ctx: &ctx,
-        lt: &effective,
-        apis: &apis,
-        world: &world,
-        st: &mut st,
-        now: Timestamp::now(),
-    };
-    let mut action = view.run().await;
+    let mut action = View::now(&ctx, &effective, &apis, &world, &mut st)
+        .run()
+        .await;
     // Whatever the step managed before an error is still written: results already collected
     // and shards already released must not be forgotten.
     if st != old || restore {
@@ -206,16 +199,10 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
                 };
                 tracing::error!(field, "status refused: the CRD does not declare a field");
                 st = old.clone();
-                let mut view = View {
-                    ctx: &ctx,
-                    lt: &effective,
-                    apis: &apis,
-                    world: &world,
-                    st: &mut st,
-                    now: Timestamp::now(),
-                };
                 let message = admission::outdated_crd(&[field], "the test is stopped");
-                action = view.fail(reason::Reason::CrdOutdated, message).await;
+                action = View::now(&ctx, &effective, &apis, &world, &mut st)
+                    .fail(reason::Reason::CrdOutdated, message)
+                    .await;
                 write_status(&apis.lts, &lt, &st).await?
             }
             Ok(stored) => stored,

@@ -31,6 +31,26 @@ pub(super) struct View<'a> {
     pub(super) now: Timestamp,
 }
 
+impl<'a> View<'a> {
+    /// A step, on `st`, of the test as the API server and the cache hold it at this instant.
+    pub(super) fn now(
+        ctx: &'a Context,
+        lt: &'a LoadTestResource,
+        apis: &'a Apis,
+        world: &'a World,
+        st: &'a mut LoadTestStatus,
+    ) -> View<'a> {
+        View {
+            ctx,
+            lt,
+            apis,
+            world,
+            st,
+            now: Timestamp::now(),
+        }
+    }
+}
+
 impl View<'_> {
     pub(super) async fn run(&mut self) -> Result<Action> {
         match self.st.phase {
