@@ -3,11 +3,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use wsload::control::{self, Exit};
+use wsload::conduct::control::{self, Exit};
+use wsload::conduct::run;
 use wsload::model::Shard;
-use wsload::options::Options;
+use wsload::model::options::Options;
 use wsload::report::RunResult;
-use wsload::run;
 use wsload::{Error, Result};
 use wsload_contract::env as var;
 use wsload_control::Token;
@@ -185,15 +185,9 @@ fn loadtest_from_env() -> Result<LoadTest> {
         Ok(text) if !text.trim().is_empty() => {
             Ok(LoadTest::from_yaml(&text, &format!("${LOADTEST_ENV}"))?)
         }
-        Ok(_) => Err(Error::Spec(format!(
-            "${LOADTEST_ENV} is empty: name a LoadTest file or put the LoadTest's YAML in it"
-        ))),
-        Err(std::env::VarError::NotPresent) => Err(Error::Spec(format!(
-            "no LoadTest: name a file or set ${LOADTEST_ENV} to the LoadTest's YAML"
-        ))),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err(Error::Spec(format!("${LOADTEST_ENV} is not UTF-8")))
-        }
+        Ok(_) => Err(Error::EmptyLoadTestEnv),
+        Err(std::env::VarError::NotPresent) => Err(Error::NoLoadTest),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::LoadTestEnvNotUtf8),
     }
 }
 
@@ -251,7 +245,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         html,
     } = args;
     if plot.is_some() {
-        wsload::plot::ensure_available()?;
+        wsload::observe::plot::ensure_available()?;
     }
     let lt = LoadTest::from_file(&file)?;
     let opts = Options {
@@ -292,17 +286,13 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
             .map_err(|e| Error::io("prctl(PR_SET_PDEATHSIG)", e))?;
         if parent.to_str() != Some(std::os::unix::process::parent_id().to_string().as_str()) {
-            return Err(Error::Machine(format!(
-                "{}={}: that process, which started this shard, has ended",
-                var::EXIT_WITH_PARENT,
-                parent.to_string_lossy()
-            )));
+            return Err(Error::ParentGone {
+                parent: parent.to_string_lossy().into_owned(),
+            });
         }
     }
     if count == 0 || index >= count {
-        return Err(Error::Spec(format!(
-            "--index {index} --count {count}: the index must be below the count"
-        )));
+        return Err(Error::ShardIndex { index, count });
     }
     // Read before anything else, so that a shard nobody could conduct stops at once.
     let token = if await_start {
@@ -311,15 +301,18 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
         None
     };
     // Before anything is stamped: the whole run reads one (possibly shifted) clock.
-    wsload::clock::shift_from_env(index)?;
+    wsload::machine::clock::shift_from_env(index)?;
     let lt = match &file {
         Some(file) => LoadTest::from_file(file)?,
         None => loadtest_from_env()?,
     };
     // A shard pod's image has no shell to look with: this line in its log says which limits
     // and sysctls it runs under (`wsload run` keeps its own shards' lines to itself).
-    let kernel =
-        wsload::capacity::kernel(&lt.spec, wsload::capacity::raise(), wsload::sysctl::read);
+    let kernel = wsload::conduct::capacity::kernel(
+        &lt.spec,
+        wsload::conduct::capacity::raise(),
+        wsload::machine::sysctl::read,
+    );
     eprintln!("{}", kernel.print());
     // A shard is a pod: Prometheus scrapes it while it runs.
     let listen = common.metrics_listen.unwrap_or(DEFAULT_SHARD_METRICS);
@@ -342,12 +335,7 @@ fn shard(args: ShardArgs) -> Result<ExitCode> {
 
 /// The control token a shard under control requires of every control request.
 fn control_token(file: Option<&std::path::Path>) -> Result<Token> {
-    let file = file.ok_or_else(|| {
-        Error::Spec(format!(
-            "--await-start needs the test's control token: set {} (or --control-token-file) to the file holding it",
-            var::CONTROL_TOKEN_FILE
-        ))
-    })?;
+    let file = file.ok_or(Error::NoControlToken)?;
     Token::read(file).map_err(|e| Error::invalid(var::CONTROL_TOKEN_FILE, e))
 }
 
@@ -377,7 +365,7 @@ fn shard_under_control(
             Exit::Lingered { failed: true } => ExitCode::from(3),
             // 128 + SIGTERM, as a shell reports a process the signal ended.
             Exit::Terminated { done: false } => ExitCode::from(143),
-            Exit::Fatal(e) => return Err(e),
+            Exit::Fatal(e) => return Err(e.into()),
         },
     )
 }
@@ -394,8 +382,7 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
                 .map_err(|e| Error::invalid(p.display().to_string(), e))?,
         }
     }
-    let merged =
-        merged.ok_or_else(|| Error::Spec("merge: name at least one result file".into()))?;
+    let merged = merged.ok_or(Error::NothingToMerge)?;
     finish(&merged, &args.out, &args.html)
 }
 
@@ -419,7 +406,7 @@ fn report(args: ReportArgs) -> Result<ExitCode> {
 fn validate(args: ValidateArgs) -> Result<ExitCode> {
     let file = args.file;
     let lt = LoadTest::from_file(&file)?;
-    let cells = wsload::plan::cells(&lt.spec, Shard::WHOLE);
+    let cells = wsload_control::sequence::planned(&lt.spec);
     println!(
         "{file}: valid LoadTest {:?}, scenario {}, {} cell(s): {}",
         lt.name(),
@@ -427,13 +414,14 @@ fn validate(args: ValidateArgs) -> Result<ExitCode> {
         cells.len(),
         cells
             .iter()
-            .map(|c| c.cell.label.as_str())
+            .map(|c| c.label.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     );
     // Valid anywhere, but `wsload run` here would refuse it: say so now (a cluster runs it).
     if lt.spec.shards > 1
-        && let Err(e) = wsload::fleet::machine_runs(lt.spec.shards, None, wsload::capacity::raise())
+        && let Err(e) =
+            wsload::fleet::machine_runs(lt.spec.shards, None, wsload::conduct::capacity::raise())
     {
         eprintln!("note: for `wsload run` on this machine: {e}");
     }
@@ -441,13 +429,13 @@ fn validate(args: ValidateArgs) -> Result<ExitCode> {
 }
 
 fn autobahn_client(args: AutobahnClientArgs) -> Result<ExitCode> {
-    let run = wsload::autobahn_client::run(&args.url, &args.agent, &args.cases)?;
+    let run = wsload::connect::autobahn::run(&args.url, &args.agent, &args.cases)?;
     tracing::info!("{run} cases run");
     Ok(ExitCode::SUCCESS)
 }
 
 fn sysctl(args: SysctlArgs) -> Result<ExitCode> {
-    wsload::sysctl::set_all(&args.settings)?;
+    wsload::machine::sysctl::set_all(&args.settings)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -459,7 +447,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(wsload::terminal::Stderr)
+        .with_writer(wsload::observe::terminal::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match main_result(Cli::parse()) {

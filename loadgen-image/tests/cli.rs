@@ -679,7 +679,7 @@ fn run_plot_is_a_png_of_the_run() {
     let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
     assert_eq!(
         (be(16), be(20)),
-        (wsload::plot::WIDTH, wsload::plot::HEIGHT),
+        (wsload::observe::plot::WIDTH, wsload::observe::plot::HEIGHT),
         "IHDR width x height"
     );
     assert!(

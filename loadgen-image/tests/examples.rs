@@ -1,7 +1,8 @@
-//! Every file in examples/ is a valid LoadTest that plans into cells: users copy these.
+//! Every file in examples/ is a valid LoadTest that plans into cells, its conversation
+//! compiled: users copy these.
 
 use wsload::model::Shard;
-use wsload::plan;
+use wsload::model::plan::Plan;
 use wsload_spec::{LoadTest, Scenario};
 
 #[test]
@@ -20,7 +21,10 @@ fn every_example_is_valid_and_plans() {
             text.trim_start().starts_with('#'),
             "{name}: say in a comment what it reproduces and what to expect"
         );
-        let cells = plan::cells(&lt.spec, Shard::WHOLE);
+        // Planned as a run plans it: its conversation compiled, its cells made.
+        let cells = Plan::new(&lt.spec, Shard::WHOLE)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .cells();
         if lt.spec.scenario != Scenario::ConnectionLimit {
             assert!(!cells.is_empty(), "{name}: plans no cell");
         }

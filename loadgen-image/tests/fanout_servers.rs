@@ -6,10 +6,10 @@ use common::*;
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
-use wsload::gate::{Gate, LocalGate};
-use wsload::local_server::LocalServers;
+use wsload::conduct::gate::{Gate, LocalGate};
+use wsload::conduct::local_server::LocalServers;
+use wsload::conduct::server_metrics::Counter;
 use wsload::report::CellResult;
-use wsload::server_metrics::Counter;
 use wsload_report::fanout::ServerTopics;
 
 const PUBLISHED_TICKER: &str = "wsload_server_topic_published_total";

@@ -1,5 +1,5 @@
 //! Every scenario on real loopback sockets against the real `wsload-server`, through the
-//! library (`wsload::run::run`), asserting the figures wsload reports and reconciling them
+//! library (`wsload::conduct::run::run`), asserting the figures wsload reports and reconciling them
 //! with what the server itself counted. Speeds are never compared with constants: only
 //! counts, ratios and orderings.
 

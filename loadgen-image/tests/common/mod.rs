@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use wsload::options::Options;
+use wsload::conduct::run;
+use wsload::model::options::Options;
 use wsload::report::{CellResult, RunResult};
-use wsload::run;
 use wsload_contract::announce;
 use wsload_contract::env as var;
 use wsload_spec::LoadTest;
@@ -111,7 +111,7 @@ impl Server {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let counter = wsload::server_metrics::Counter {
+        let counter = wsload::conduct::server_metrics::Counter {
             url: self.metrics.clone(),
             name: name.to_string(),
             labels: want,

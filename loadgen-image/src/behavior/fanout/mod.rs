@@ -1,0 +1,178 @@
+//! The fanout scenario's connections: subscribers that count and time what their topics
+//! deliver, and wsload's publishers, one per topic, on an open-loop schedule.
+//!
+//! Only what was published in the measured window counts. Every process decides it alike from
+//! the publish instant a message carries, on the conductor's clock: a publisher stamps each
+//! message with its intended instant there (its clock's offset taken out), and the window is
+//! the cell's start on that clock plus the warm-up, for the cell's duration. A publisher counts
+//! the window's publishes of its topic; a subscriber counts what it received of them; the
+//! conductor multiplies each topic's publishes by its subscribers (`wsload_report::fanout`).
+//!
+//! A fanout's connections are read from their open ([`Serving`]): what a subscriber receives
+//! before the measured phase is counted outside the window, like what was published before
+//! it and arrives later.
+
+//!
+//! [`subscriber`] and [`publisher`] are the two parts a connection plays; [`window`] is the
+//! measured window they count by, and the worker's tallies they add to.
+
+pub mod publisher;
+pub mod subscriber;
+pub mod window;
+
+use super::end::finish;
+use super::read::{read, read_ready};
+use super::serving::Serving;
+use super::worker::{WorkerState, ms_since};
+use crate::connect::{Role, Ws};
+use crate::conversation::Out;
+use crate::measure::{Dropped, Measure};
+use crate::model::{Behavior, Cell, FanoutPlan};
+use publisher::Publisher;
+use std::rc::Rc;
+use std::sync::Arc;
+use subscriber::Subscriber;
+use tokio_tungstenite::tungstenite::Message;
+use window::Window;
+use wsload_report::fanout::Fanout;
+
+/// The number and part of the cell's `i`-th connection of this process: its subscribers
+/// first, then its publishers.
+pub fn role(plan: &FanoutPlan, cell: &Cell, i: u32) -> (u64, Role) {
+    let name = |t: u32| bytes::Bytes::from(plan.spec.topic_name(t));
+    match i.checked_sub(cell.connections) {
+        None => {
+            let n = cell.first + u64::from(i);
+            (
+                n,
+                Role::Subscriber(plan.spec.topics_of(n).map(name).collect()),
+            )
+        }
+        Some(p) => {
+            let topic = plan.publishing[p as usize];
+            (plan.publisher_conn(topic), Role::Publisher(name(topic)))
+        }
+    }
+}
+
+/// Counts a publisher connection that opened, or failed to.
+pub fn publisher_opened(m: &mut Measure, ok: bool) {
+    let f = m.counts.fanout.get_or_insert_with(Fanout::default);
+    if ok {
+        f.publishers += 1;
+    } else {
+        f.publishers_failed += 1;
+    }
+}
+
+/// Connection `n`'s task in a fanout cell: served from its open until the measured phase
+/// begins, its measured phase ([`Part::run`]), then its close, counted as `connection::run`
+/// counts the others'.
+#[allow(clippy::manual_async_fn)] // as connection::run: the arguments are stored once
+pub(super) fn task(
+    mut ws: Ws,
+    n: u64,
+    serving: Rc<Serving>,
+    behavior: Behavior,
+    message: Arc<Out>,
+) -> impl std::future::Future<Output = ()> {
+    async move {
+        // Serving::open gives a hold's connections `held`.
+        let Behavior::Fanout(plan) = &behavior else {
+            return;
+        };
+        let mut part = Part::of(plan, n);
+        let early = Box::pin(part.serve(&mut ws, &serving, plan)).await;
+        let ctx = serving.measured().await;
+        let ctx = &*ctx;
+        let began = ms_since(ctx.start);
+        let ended = match early {
+            Ok(()) => Box::pin(part.run(&mut ws, ctx, plan, &message)).await,
+            Err(why) => Err(why),
+        };
+        part.settle(ctx, plan, ended);
+        Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+    }
+}
+
+/// A connection's part in the fanout.
+enum Part {
+    Subscriber(Subscriber),
+    Publisher(Publisher),
+}
+
+impl Part {
+    fn of(plan: &FanoutPlan, n: u64) -> Part {
+        if n < u64::from(plan.subscribers) {
+            Part::Subscriber(Subscriber::new(plan, n))
+        } else {
+            Part::Publisher(Publisher::new(plan, n))
+        }
+    }
+
+    /// Reads until the measured phase begins, answering what the conversation answers (a
+    /// heartbeat); a subscriber's deliveries then are outside the window, as those published
+    /// before it that arrive later are. `Err` when the connection ended meanwhile.
+    async fn serve(
+        &mut self,
+        ws: &mut Ws,
+        serving: &Serving,
+        plan: &FanoutPlan,
+    ) -> Result<(), Dropped> {
+        let ctx = &serving.early;
+        let begun = serving.begun.notified();
+        tokio::pin!(begun);
+        loop {
+            if serving.measured.get().is_some() {
+                return Ok(());
+            }
+            tokio::select! {
+                biased;
+                _ = &mut begun => {}
+                r = read(ws, ctx) => {
+                    self.before_start(ws, ctx, plan, &r?);
+                    while serving.measured.get().is_none()
+                        && let Some(r) = read_ready(ws, ctx)
+                    {
+                        self.before_start(ws, ctx, plan, &r?);
+                    }
+                }
+            }
+        }
+    }
+
+    fn before_start(&mut self, ws: &mut Ws, ctx: &WorkerState, plan: &FanoutPlan, msg: &Message) {
+        match self {
+            Part::Subscriber(sub) => sub.take(ws, ctx, plan, &Window::NONE, msg),
+            Part::Publisher(p) => p.heard(ws, ctx, msg),
+        }
+    }
+
+    /// The measured phase: a subscriber's or a publisher's.
+    async fn run(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        message: &Out,
+    ) -> Result<(), Dropped> {
+        let window = Window::of(ctx);
+        match self {
+            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window).await,
+            Part::Publisher(p) => p.publish(ws, ctx, plan, &window, message).await,
+        }
+    }
+
+    /// Adds what the connection counted to its worker's figures.
+    fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan, ended: Result<(), Dropped>) {
+        match self {
+            Part::Subscriber(sub) => sub.settle(ctx, plan),
+            Part::Publisher(p) => {
+                if ended.is_err() {
+                    publisher_opened(&mut ctx.stats.borrow_mut(), false);
+                }
+                p.settle(ctx, plan);
+            }
+        }
+    }
+}

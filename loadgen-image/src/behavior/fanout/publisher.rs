@@ -1,0 +1,120 @@
+//! A fanout's publisher (wsload's, one per topic): publishes on the topic's open-loop
+//! schedule, each message stamped with its number and intended instant on the conductor's
+//! clock, and counts the window's publishes.
+
+use super::window::{Window, micros, tally};
+use crate::behavior::read::{answer_kind, converse, count_unsolicited, read, read_ready};
+use crate::behavior::worker::{WorkerState, data_len};
+use crate::behavior::write::write_reading;
+use crate::connect::Ws;
+use crate::conversation::{Fill, Out, SendTime};
+use crate::measure::Dropped;
+use crate::model::FanoutPlan;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A publisher of one topic: its sequence numbers and the window's publishes.
+pub(super) struct Publisher {
+    topic: u32,
+    conn: u64,
+    seq: u64,
+    in_window: u64,
+}
+
+impl Publisher {
+    /// Connection `n`, the publisher of the topic its number says (numbered after every
+    /// subscriber).
+    pub(super) fn new(plan: &FanoutPlan, n: u64) -> Publisher {
+        Publisher {
+            topic: u32::try_from(n - u64::from(plan.subscribers)).unwrap_or(u32::MAX),
+            conn: n,
+            seq: 0,
+            in_window: 0,
+        }
+    }
+
+    /// Publishes on the topic's schedule until the window's end: each message carries the
+    /// topic's next number and its intended instant on the conductor's clock. Late messages
+    /// go out at once, stamped with the instant they were due (coordinated omission).
+    pub(super) async fn publish(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+        message: &Out,
+    ) -> Result<(), Dropped> {
+        let schedule = plan
+            .schedule
+            .for_connection(u64::from(self.topic), plan.spec.topics);
+        let origin = ctx.start;
+        let mut due = schedule.first(origin);
+        let conn = self.conn;
+        let mut on_read = |ws: &mut Ws, m: &Message| heard(ws, ctx, conn, m);
+        loop {
+            let now = Instant::now();
+            if now >= ctx.deadline {
+                return Ok(());
+            }
+            let mut burst = 0u32;
+            while let Some(t) = due
+                && t <= now
+                && burst < 1024
+            {
+                self.seq += 1;
+                let at = ctx.start_on_conductor_us + micros(t.saturating_duration_since(origin));
+                let fill = Fill {
+                    conn,
+                    seq: self.seq,
+                    size: ctx.size,
+                };
+                let msg = message.message_at(
+                    &mut ctx.scratch.arena.borrow_mut(),
+                    &fill,
+                    &SendTime::from_micros(at),
+                );
+                let len = data_len(&msg).unwrap_or(0);
+                write_reading(ws, ctx, Some(msg), false, &mut on_read).await?;
+                ctx.sent(t, 1, len);
+                if window.holds(at) {
+                    self.in_window += 1;
+                }
+                burst += 1;
+                due = schedule.next(origin, t, ctx.deadline);
+            }
+            if burst > 0 {
+                write_reading(ws, ctx, None, true, &mut on_read).await?;
+            }
+            let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                r = read(ws, ctx) => {
+                    on_read(ws, &r?);
+                    while Instant::now() < wake
+                        && let Some(r) = read_ready(ws, ctx)
+                    {
+                        on_read(ws, &r?);
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the server sent a publisher, before the start or in its measured phase.
+    pub(super) fn heard(&self, ws: &mut Ws, ctx: &WorkerState, m: &Message) {
+        heard(ws, ctx, self.conn, m);
+    }
+
+    pub(super) fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
+        let mut m = ctx.stats.borrow_mut();
+        if let Some(t) = tally(&mut m, plan).topics.get_mut(self.topic as usize) {
+            t.published += self.in_window;
+        }
+    }
+}
+/// A publisher's read: the conversation's (a heartbeat answered) or unsolicited.
+pub(super) fn heard(ws: &mut Ws, ctx: &WorkerState, conn: u64, m: &Message) {
+    if !converse(ws, ctx, conn, m) && matches!(m, Message::Text(_) | Message::Binary(_)) {
+        count_unsolicited(ctx, Instant::now(), answer_kind(m), m);
+    }
+}

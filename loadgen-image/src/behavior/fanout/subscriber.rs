@@ -1,0 +1,191 @@
+//! A fanout's subscriber: counts and times what its topics deliver in the measured window,
+//! by the sequence number and publish instant each delivery carries.
+
+use super::window::{Window, tally};
+use crate::behavior::read::{answer_kind, converse, count_unsolicited, read, read_ready};
+use crate::behavior::worker::WorkerState;
+use crate::connect::Ws;
+use crate::conversation::Delivery;
+use crate::machine::clock;
+use crate::measure::Dropped;
+use crate::model::FanoutPlan;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use wsload_report::fanout::{Sequence, SubscriberTally, keep_slowest};
+use wsload_spec::json_path::Memo;
+
+/// One of a subscriber's topics, as it received it.
+struct Stream {
+    topic: u32,
+    seq: Sequence,
+    /// The lowest and highest number of the window received (0: none).
+    first: u64,
+    last: u64,
+    max_latency_us: u64,
+}
+
+/// What a subscriber counts in its task; added to its worker's figures once, at its end.
+pub(super) struct Subscriber {
+    conn: u64,
+    streams: Vec<Stream>,
+    outside: u64,
+    unreadable: u64,
+    before_publish: u64,
+    /// Where the delivery rule found the sequence number and the instant last time.
+    memo: [Memo; 2],
+}
+
+impl Subscriber {
+    pub(super) fn new(plan: &FanoutPlan, conn: u64) -> Subscriber {
+        Subscriber {
+            conn,
+            streams: plan
+                .spec
+                .topics_of(conn)
+                .map(|topic| Stream {
+                    topic,
+                    seq: Sequence::default(),
+                    first: 0,
+                    last: 0,
+                    max_latency_us: 0,
+                })
+                .collect(),
+            outside: 0,
+            unreadable: 0,
+            before_publish: 0,
+            memo: Default::default(),
+        }
+    }
+
+    /// Reads until the window's end plus the drain, whatever the server sends.
+    pub(super) async fn receive(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+    ) -> Result<(), Dropped> {
+        let until = ctx.deadline + plan.drain;
+        loop {
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            let msg = match tokio::time::timeout_at(until, read(ws, ctx)).await {
+                Err(_) => return Ok(()),
+                Ok(r) => r?,
+            };
+            self.take(ws, ctx, plan, window, &msg);
+            // What else is buffered, without a timer per message.
+            while Instant::now() < until
+                && let Some(r) = read_ready(ws, ctx)
+            {
+                self.take(ws, ctx, plan, window, &r?);
+            }
+        }
+    }
+
+    /// One server message: a delivery counted and timed, or the conversation's (a reply, a
+    /// push), or unsolicited.
+    pub(super) fn take(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+        msg: &Message,
+    ) {
+        let (text, data) = match msg {
+            Message::Text(t) => (true, t.as_bytes()),
+            Message::Binary(b) => (false, &b[..]),
+            _ => return,
+        };
+        let Some(rule) = ctx.script.delivery() else {
+            return;
+        };
+        let d = match rule.read(text, data, &mut self.memo) {
+            Delivery::Yes(d) => d,
+            Delivery::Unreadable => {
+                self.unreadable += 1;
+                return;
+            }
+            Delivery::No => {
+                if !converse(ws, ctx, self.conn, msg) {
+                    count_unsolicited(ctx, Instant::now(), answer_kind(msg), msg);
+                }
+                return;
+            }
+        };
+        let received_us = clock::conductor_micros();
+        let counted = match d.published_us {
+            Some(at) => window.holds(at),
+            // Untimed deliveries count by when they arrive.
+            None => {
+                let now = Instant::now();
+                now >= ctx.measure_from && now < ctx.deadline
+            }
+        };
+        if !counted {
+            self.outside += 1;
+            return;
+        }
+        let stream = match (self.streams.len(), d.topic) {
+            (1, _) => self.streams.first_mut(),
+            (_, Some(name)) => plan
+                .spec
+                .topic_index(name)
+                .and_then(|t| self.streams.iter_mut().find(|s| s.topic == t)),
+            (_, None) => None,
+        };
+        let Some(stream) = stream else {
+            self.unreadable += 1;
+            return;
+        };
+        stream.seq.record(d.seq);
+        stream.first = if stream.first == 0 {
+            d.seq
+        } else {
+            stream.first.min(d.seq)
+        };
+        stream.last = stream.last.max(d.seq);
+        let len = data.len() as u64;
+        let mut m = ctx.stats.borrow_mut();
+        m.counts.received += 1;
+        m.counts.bytes_received += len;
+        ctx.slot.received(1, len);
+        if let Some(at) = d.published_us {
+            if received_us < at {
+                self.before_publish += 1;
+            }
+            let latency_us = received_us.saturating_sub(at);
+            stream.max_latency_us = stream.max_latency_us.max(latency_us);
+            let latency = Duration::from_micros(latency_us);
+            m.hists.fanout.record(latency);
+            ctx.slot.rtt(latency);
+        }
+    }
+
+    /// Adds what this subscriber counted to its worker's figures.
+    pub(super) fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
+        let mut m = ctx.stats.borrow_mut();
+        let f = tally(&mut m, plan);
+        f.outside += self.outside;
+        f.unreadable += self.unreadable;
+        f.before_publish += self.before_publish;
+        for s in &self.streams {
+            if let Some(t) = f.topics.get_mut(s.topic as usize) {
+                t.add_subscriber(&s.seq, s.first, s.last);
+            }
+            f.slowest.push(SubscriberTally {
+                conn: self.conn,
+                topic: s.topic,
+                delivered: s.seq.counts().delivered,
+                max_latency_us: s.max_latency_us,
+            });
+        }
+        // Kept short as subscribers end: a worker may hold a hundred thousand.
+        if f.slowest.len() > 4 * wsload_report::fanout::SLOWEST {
+            keep_slowest(&mut f.slowest);
+        }
+    }
+}

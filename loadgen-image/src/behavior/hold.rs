@@ -1,0 +1,220 @@
+//! Holding a connection (sustainedHold, connectionLimit's probes): open until the deadline,
+//! pinging every interval and sending the conversation's heartbeat, everything else read and
+//! answered. The state of every held connection: kept small (see `hold`). A held connection
+//! is served from its open ([`held`], [`keep_until`]), not only from the measured phase.
+
+use super::end::finish;
+use super::pinger::{Pinger, answer_due, poll_answer, send_ping, settle_ping};
+use super::read::{account, converse, count_unsolicited};
+use super::serving::Serving;
+use super::worker::{WorkerState, ms_since};
+use super::write::{write, write_drop};
+use crate::connect::Ws;
+use crate::conversation::answer::{self, Answer};
+use crate::conversation::{Fill, Out};
+use crate::measure::Dropped;
+use crate::model::PingCfg;
+use futures_util::{SinkExt, StreamExt};
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Stays open until the deadline, reading (data counted) and pinging every `every`.
+///
+/// Written as two polled loops around one timer (the next ping, then the answer's timeout)
+/// rather than a `select!` and a ping future: this is the state of every held connection's
+/// task, ~330 bytes inline instead of a 680-byte box, and a ping round allocates nothing.
+/// Not an `async fn`, for the reason `run` gives.
+#[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
+pub(super) fn hold<'a>(
+    ws: &'a mut Ws,
+    ctx: &'a WorkerState,
+    every: Option<Duration>,
+    mut pinger: Pinger,
+) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
+    async move {
+        // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
+        // due first. Both are kept as milliseconds from the phase's start: this is the state
+        // of every held connection, and an `Instant` is 16 bytes.
+        let every_beat = ctx.script.heartbeat().map(|b| b.0);
+        let now = Instant::now();
+        // Every connection's first ping a share of the interval in (its number's among the
+        // process's connections): begun at one instant, 300,000 held connections pinging
+        // together put a 300,000-ping burst before the server every interval (p99 22 s).
+        // (In a block: nothing of it outlives the computation in the task's state.)
+        let mut next_ping = {
+            let connections = u64::from(ctx.connections.max(1));
+            // In (0, 1]: a lone connection pings one interval in, as every one used to.
+            let phase = (pinger.conn() % connections + 1) as f64 / connections as f64;
+            since(
+                ctx,
+                every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
+            )
+        };
+        let mut next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(at(ctx, next_ping.min(next_beat))));
+        loop {
+            // Idle: whatever arrives answers nothing (no ping is out), until the timer fires;
+            // a socket that is never empty must not postpone it, so the clock is read after
+            // every frame (a vDSO read, no syscall).
+            std::future::poll_fn(|cx| {
+                loop {
+                    match ws.poll_next_unpin(cx) {
+                        Poll::Ready(item) => {
+                            let msg = account(ctx, item)?;
+                            let now = Instant::now();
+                            if !converse(ws, ctx, pinger.conn(), &msg)
+                                && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
+                            {
+                                count_unsolicited(ctx, now, kind, &msg);
+                            }
+                            if now >= timer.deadline() {
+                                return Poll::Ready(Ok::<(), Dropped>(()));
+                            }
+                        }
+                        Poll::Pending => {
+                            std::task::ready!(timer.as_mut().poll(cx));
+                            return Poll::Ready(Ok::<(), Dropped>(()));
+                        }
+                    }
+                }
+            })
+            .await?;
+            let now = Instant::now();
+            if now >= ctx.deadline {
+                return Ok(());
+            }
+            if now >= at(ctx, next_beat)
+                && let Some((e, out)) = ctx.script.heartbeat()
+            {
+                next_beat = since(ctx, now + e);
+                let fill = Fill {
+                    conn: pinger.conn(),
+                    seq: 0,
+                    size: ctx.size,
+                };
+                let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
+                write(ws, msg, true).await?;
+            }
+            if every.is_some() && now >= at(ctx, next_ping) {
+                let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
+                if pinger.awaits(ctx) {
+                    timer
+                        .as_mut()
+                        .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
+                    let reply = std::future::poll_fn(|cx| {
+                        poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
+                    })
+                    .await;
+                    settle_ping(ctx, sent_at, reply)?;
+                }
+                let due = every.map_or(ctx.deadline, |e| (Instant::now() + e).min(ctx.deadline));
+                next_ping = since(ctx, due);
+            }
+            timer.as_mut().reset(at(ctx, next_ping.min(next_beat)));
+        }
+    }
+}
+
+/// A held connection before the measured phase begins (`begun`), while the cell's other
+/// connections still open: what the server sends is read and answered (a ping's pong, the
+/// conversation's replies) and counted nowhere, and every `every` an unsolicited pong (RFC
+/// 6455 5.5.3: a heartbeat that wants no answer) tells a server that times idle connections
+/// out that this one is alive. Left unread instead, the first connections of a long connect
+/// phase met wsload-server's 60 s idle timeout (300,000 connections took four minutes to
+/// open here) and the server's pings went unanswered. `Err`: the connection ended meanwhile.
+#[allow(clippy::manual_async_fn)] // not an async fn: it would store `begun` twice (see `run`)
+pub(super) fn keep_until<'a>(
+    ws: &'a mut Ws,
+    early: &'a WorkerState,
+    conn: u64,
+    every: Option<Duration>,
+    begun: impl std::future::Future + 'a,
+) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
+    async move {
+        let mut begun = std::pin::pin!(begun);
+        let first = every.map_or(early.deadline, |e| Instant::now() + e);
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(first));
+        let mut beat_due = false;
+        std::future::poll_fn(|cx| {
+            loop {
+                if begun.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Ok(()));
+                }
+                if let Poll::Ready(item) = ws.poll_next_unpin(cx) {
+                    let msg = account(early, item)?;
+                    if !converse(ws, early, conn, &msg)
+                        && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
+                    {
+                        count_unsolicited(early, Instant::now(), kind, &msg);
+                    }
+                    continue;
+                }
+                if !beat_due && timer.as_mut().poll(cx).is_ready() {
+                    beat_due = true;
+                }
+                if beat_due && let Poll::Ready(ready) = ws.poll_ready_unpin(cx) {
+                    ready.map_err(write_drop)?;
+                    ws.start_send_unpin(Message::Pong(Default::default()))
+                        .map_err(write_drop)?;
+                    beat_due = false;
+                    if let Some(e) = every {
+                        timer.as_mut().reset(Instant::now() + e);
+                    }
+                    continue;
+                }
+                // The pong and any reply out, without waiting on a server that reads slowly.
+                if let Poll::Ready(flushed) = ws.poll_flush_unpin(cx) {
+                    flushed.map_err(write_drop)?;
+                }
+                return Poll::Pending;
+            }
+        })
+        .await
+    }
+}
+
+/// A hold's "not scheduled" (see `since`).
+const NEVER: u32 = u32::MAX;
+
+/// An instant of a held connection's schedule, as milliseconds from the phase's start
+/// (rounded up, so it is never early); 49 days at most.
+fn since(ctx: &WorkerState, t: Instant) -> u32 {
+    let d = t.saturating_duration_since(ctx.start);
+    u32::try_from(d.as_micros().div_ceil(1000)).unwrap_or(NEVER - 1)
+}
+
+/// The instant `ms` milliseconds after the phase's start (`NEVER`: far past any deadline).
+fn at(ctx: &WorkerState, ms: u32) -> Instant {
+    ctx.start + Duration::from_millis(u64::from(ms))
+}
+/// A held connection from its open: kept alive while the rest open ([`keep_until`]), then
+/// its measured hold and its close. The stream stays in this task's state, borrowed by each
+/// phase in turn: moved into `behavior::run` it would be stored twice (rust-lang/rust#62958).
+/// Not an `async fn`, for the same reason.
+#[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
+pub(super) fn held(
+    mut ws: Ws,
+    n: u64,
+    serving: Rc<Serving>,
+    every: Option<Duration>,
+    ping: PingCfg,
+    message: Arc<Out>,
+) -> impl Future<Output = ()> {
+    async move {
+        let begun = serving.measured();
+        let early = keep_until(&mut ws, &serving.early, n, every, begun).await;
+        let ctx = serving.measured().await;
+        let ctx = &*ctx;
+        let began = ms_since(ctx.start);
+        let ended = match early {
+            Ok(()) => hold(&mut ws, ctx, every, Pinger::new(ping, message, n)).await,
+            Err(why) => Err(why),
+        };
+        Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;
+    }
+}

@@ -1,0 +1,30 @@
+//! pingLatency: `count` pings one after another, `interval` apart; a lost ping is counted and
+//! the next one goes out.
+
+use super::pinger::{Pinger, ping_once};
+use super::worker::WorkerState;
+use crate::connect::Ws;
+use crate::measure::Dropped;
+use std::time::Duration;
+
+pub(super) async fn pings(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    count: u32,
+    interval: Duration,
+    mut pinger: Pinger,
+) -> Result<(), Dropped> {
+    for i in 0..count {
+        if i > 0 && !interval.is_zero() {
+            tokio::time::sleep(interval).await;
+        }
+        match ping_once(ws, ctx, &mut pinger).await {
+            // A lost ping is counted and the next one goes out: the connection is still open.
+            Err(Dropped::PingTimeout) => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! pingpong (the echo perftest's closed loop): one message in flight until the deadline.
+
+use super::pinger::{Pinger, ping_once};
+use super::worker::WorkerState;
+use crate::connect::Ws;
+use crate::measure::Dropped;
+use tokio::time::Instant;
+
+pub(super) async fn pingpong(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    mut pinger: Pinger,
+) -> Result<(), Dropped> {
+    while Instant::now() < ctx.deadline {
+        match ping_once(ws, ctx, &mut pinger).await {
+            Err(Dropped::PingTimeout) => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}

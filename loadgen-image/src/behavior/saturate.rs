@@ -1,0 +1,285 @@
+//! The counting loop (throughput, payloadMatrix, formatComparison): bursts of the measured
+//! message written straight into the worker's write buffer, at most a window of them
+//! unanswered when the server answers, answers counted per read without building messages.
+
+use super::read::{account, count_unsolicited, drop_of};
+use super::sender::Sender;
+use super::stall::Stall;
+use super::worker::WorkerState;
+use super::write::stalled;
+use crate::connect::Ws;
+use crate::conversation::{Fill, Incoming, Recognised};
+use crate::measure::{Dropped, FrameKind, FrameTally};
+use std::task::Poll;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_ws::Recv;
+
+/// What a counting loop has queued and had answered. An answer is recognised by the answer
+/// rule, by the `${seq}` it carries (one of those queued) or in order, and never more of them
+/// are counted than were queued: answers beyond that answer nothing.
+struct Echoes {
+    /// Whether the server answers at all (a window is kept): if not, every frame is
+    /// unsolicited.
+    awaited: bool,
+    queued: u64,
+    echoed: u64,
+    /// Whether the messages go as text frames (else binary): what answers are counted as.
+    text: bool,
+}
+
+/// What the conversation took out of one counting read: replies due and pushes, and how
+/// much of the unsolicited tallies they are.
+#[derive(Default)]
+struct Taken {
+    replies: Vec<usize>,
+    pushes: FrameTally,
+    text: FrameTally,
+    binary: FrameTally,
+}
+
+impl Taken {
+    fn add(&mut self, text: bool, len: usize) {
+        let t = if text {
+            &mut self.text
+        } else {
+            &mut self.binary
+        };
+        t.frames += 1;
+        t.bytes += len as u64;
+    }
+}
+
+/// Whether the frame is an answer in a counting read.
+fn counted_answer(
+    ctx: &WorkerState,
+    echoes: (bool, u64),
+    taken: &mut Taken,
+    text: bool,
+    data: &[u8],
+) -> bool {
+    let (awaited, queued) = echoes;
+    let script = &*ctx.script;
+    match script.incoming(text, data) {
+        Incoming::Reply(i) => {
+            taken.replies.push(i);
+            taken.add(text, data.len());
+            return false;
+        }
+        Incoming::Push => {
+            taken.pushes.frames += 1;
+            taken.pushes.bytes += data.len() as u64;
+            taken.add(text, data.len());
+            return false;
+        }
+        Incoming::Other => {}
+    }
+    awaited
+        && match script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut()) {
+            Recognised::Id(id) => (1..=queued).contains(&id),
+            Recognised::Next => true,
+            Recognised::No => false,
+        }
+}
+
+/// Reads what is there (waiting for at least something), every frame checked in place by the
+/// answer rule; answers as one count, with one clock read for the lot. `Ok(n)`: `n` answers;
+/// a close or an error ends the connection.
+fn poll_echoes(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    echoes: &mut Echoes,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Result<u32, Dropped>> {
+    let awaited = echoes.awaited;
+    let mut taken = Taken::default();
+    let state = (awaited, echoes.queued);
+    let mut is_echo = |text: bool, data: &[u8]| counted_answer(ctx, state, &mut taken, text, data);
+    let polled = std::task::ready!(ws.poll_recv(cx, &mut is_echo));
+    converse_counted(ws, ctx, &taken);
+    Poll::Ready(match polled {
+        Some(Ok(Recv::Data {
+            expected,
+            mut text,
+            mut binary,
+        })) => {
+            let now = Instant::now();
+            text.frames = text.frames.saturating_sub(taken.text.frames);
+            text.bytes = text.bytes.saturating_sub(taken.text.bytes);
+            binary.frames = binary.frames.saturating_sub(taken.binary.frames);
+            binary.bytes = binary.bytes.saturating_sub(taken.binary.bytes);
+            let got = if awaited {
+                expected.frames.min(echoes.queued - echoes.echoed)
+            } else {
+                0
+            };
+            echoes.echoed += got;
+            // Answers need not be as long as what they answer.
+            let len = expected.bytes / expected.frames.max(1);
+            ctx.received(now, got, got * len);
+            let extra = expected.frames - got;
+            let kind = if echoes.text {
+                FrameKind::Text
+            } else {
+                FrameKind::Binary
+            };
+            ctx.unsolicited(now, kind, extra, extra * len);
+            ctx.unsolicited(now, FrameKind::Text, text.frames, text.bytes);
+            ctx.unsolicited(now, FrameKind::Binary, binary.frames, binary.bytes);
+            Ok(got as u32)
+        }
+        // A ping is answered already.
+        Some(Ok(Recv::Other(Message::Ping(_)))) => Ok(0),
+        // No ping was sent: a pong answers nothing.
+        Some(Ok(Recv::Other(pong @ Message::Pong(_)))) => {
+            count_unsolicited(ctx, Instant::now(), FrameKind::Pong, &pong);
+            Ok(0)
+        }
+        Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
+        Some(Err(e)) => Err(drop_of(ctx, &e)),
+        None => Err(Dropped::Reset),
+    })
+}
+
+/// The replies and pushes a counting read took: replies queued (the next read pushes them
+/// out), pushes counted.
+fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
+    if taken.pushes.frames > 0 {
+        ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
+    }
+    let script = &*ctx.script;
+    for &i in &taken.replies {
+        let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &Fill::default());
+        if let Some((text, answer)) = answer {
+            ws.queue_reply(text, &answer);
+            ctx.replied(1);
+        }
+    }
+}
+
+/// Writes what is queued (all of it if `all`, else until below the soft limit), reading
+/// echoes whenever the write has to wait (see `write_reading`), until the deadline at most.
+async fn write_out_counting(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    all: bool,
+    echoes: &mut Echoes,
+) -> Result<(), Dropped> {
+    let mut stall = Stall::default();
+    std::future::poll_fn(|cx| {
+        loop {
+            let step = if all {
+                ws.poll_flush_all(cx)
+            } else {
+                ws.poll_room(cx)
+            };
+            match step {
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(if matches!(e, WsError::Io(_)) {
+                        Dropped::Reset
+                    } else {
+                        Dropped::Error
+                    }));
+                }
+                Poll::Pending => match poll_echoes(ws, ctx, echoes, cx) {
+                    // A server that sends without end must not keep the write waiting past
+                    // the deadline; what is queued goes out before the close.
+                    Poll::Ready(Ok(_)) if Instant::now() >= ctx.deadline => {
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Err(why)) => return Poll::Ready(Err(why)),
+                    Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
+                },
+            }
+        }
+    })
+    .await
+}
+
+/// Waits for echoes until `deadline`: `Ok(None)` at the deadline.
+async fn echoes_until(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    echoes: &mut Echoes,
+    deadline: Instant,
+) -> Result<Option<u32>, Dropped> {
+    match tokio::time::timeout_at(
+        deadline,
+        std::future::poll_fn(|cx| poll_echoes(ws, ctx, echoes, cx)),
+    )
+    .await
+    {
+        Err(_) => Ok(None),
+        Ok(r) => r.map(Some),
+    }
+}
+
+/// The counting loop: bursts of frames written straight from the template into the worker's
+/// shared write buffer, echoes counted per read without building messages.
+pub(super) async fn saturate(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    window: Option<u32>,
+    per_message: bool,
+    mut sender: Sender,
+) -> Result<(), Dropped> {
+    let mut in_flight: u32 = 0;
+    let mut echoes = Echoes {
+        awaited: window.is_some(),
+        queued: 0,
+        echoed: 0,
+        text: sender.text(),
+    };
+    // Without echoes, bursts are sized to fill the write buffer without waiting on it.
+    let burst = window.unwrap_or(64);
+    loop {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            break;
+        }
+        let n = burst.saturating_sub(in_flight);
+        // Echoes read while a write waits count against the window.
+        let echoed_before = echoes.echoed;
+        let mut bytes = 0u64;
+        sender.burst();
+        let written = async {
+            for _ in 0..n {
+                if per_message || ws.over_soft_limit() {
+                    write_out_counting(ws, ctx, per_message, &mut echoes).await?;
+                }
+                bytes += sender.queue(ws, ctx);
+                echoes.queued += 1;
+            }
+            write_out_counting(ws, ctx, true, &mut echoes).await
+        }
+        .await;
+        written?;
+        ctx.sent(now, u64::from(n), bytes);
+        if window.is_some() {
+            let echoed = (echoes.echoed - echoed_before) as u32;
+            in_flight = (in_flight + n).saturating_sub(echoed);
+            if in_flight > 0 {
+                // At least one echo, and whatever else one read brings.
+                match echoes_until(ws, ctx, &mut echoes, ctx.deadline).await? {
+                    None => break,
+                    Some(got) => in_flight = in_flight.saturating_sub(got),
+                }
+            }
+        }
+        // Then whatever else is there already (without echoes: what the server sends, and a
+        // close): the next burst is the larger for it, and a burst's write is what wakes the
+        // server. Not past the deadline: a server that always has more must not hold it.
+        while Instant::now() < ctx.deadline
+            && let Poll::Ready(r) =
+                std::future::poll_fn(|cx| Poll::Ready(poll_echoes(ws, ctx, &mut echoes, cx))).await
+        {
+            let got = r?;
+            if window.is_some() {
+                in_flight = in_flight.saturating_sub(got);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! Writes that wait for a server that does not read: a connection whose writes make no
+//! progress for `spec.writeTimeout` ends as `server_not_reading`, with what its socket still
+//! held as the evidence.
+//!
+//! Watched only while a write waits (the socket's buffer is full), so a write that goes
+//! through at once costs nothing; the timer is allocated the first time one waits.
+
+use crate::connect::Ws;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+use wsload_ws::Io;
+
+/// One connection's write watch: empty until a write first waits.
+#[derive(Default)]
+pub struct Stall(Option<Box<Watch>>);
+
+struct Watch {
+    timer: Pin<Box<Sleep>>,
+    /// `Ws::write_progress` when progress was last seen, and when.
+    mark: u32,
+    since: Instant,
+}
+
+impl Stall {
+    /// Called when a write step of `ws` is pending: `Ready` once nothing has been written for
+    /// `limit` while nothing sent to us waited unread (a server blocked writing to a client
+    /// that does not read, as in a blast against an echo server, is not the server's fault).
+    pub fn poll_stalled(&mut self, ws: &mut Ws, limit: Duration, cx: &mut Context<'_>) -> Poll<()> {
+        let written = ws.write_progress();
+        let w = self.0.get_or_insert_with(|| {
+            let now = Instant::now();
+            Box::new(Watch {
+                timer: Box::pin(tokio::time::sleep_until(now + limit)),
+                mark: written,
+                since: now,
+            })
+        });
+        if written != w.mark {
+            w.mark = written;
+            w.since = Instant::now();
+        }
+        loop {
+            ready!(w.timer.as_mut().poll(cx));
+            let now = Instant::now();
+            let due = w.since + limit;
+            if now < due {
+                w.timer.as_mut().reset(due);
+                continue;
+            }
+            if ws.has_unread(cx) {
+                w.since = now;
+                continue;
+            }
+            return Poll::Ready(());
+        }
+    }
+}
+
+/// What a stalled connection's evidence says: how long nothing was written, what wsload
+/// still had queued, and what the kernel still held unacknowledged in its send queue.
+pub fn evidence(ws: &Ws, limit: Duration) -> String {
+    let tcp = match ws.get_ref() {
+        Io::Plain(s) => s,
+        Io::Tls(s) => s.get_ref().0,
+    };
+    let unacked = tcp
+        .local_addr()
+        .ok()
+        .zip(tcp.peer_addr().ok())
+        .and_then(|(l, p)| send_queue(l, p));
+    let kernel = unacked.map_or_else(String::new, |n| {
+        format!(", {n} bytes unacknowledged in the socket's send queue")
+    });
+    format!(
+        "no write progress for {limit:?}: {} bytes waiting to be written{kernel}",
+        ws.queued()
+    )
+}
+
+/// The send queue (bytes not yet acknowledged by the peer) of the TCP socket `local` →
+/// `peer`, from `/proc/net/tcp` or `/proc/net/tcp6` (Linux); `None` where it cannot be read.
+/// A whole table read: only for the first stalled connection of a worker.
+pub fn send_queue(local: SocketAddr, peer: SocketAddr) -> Option<u64> {
+    let table = match local {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table).ok()?;
+    let (l, p) = (proc_addr(local), proc_addr(peer));
+    text.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl, local_address, rem_address, st, tx_queue:rx_queue
+        (f.len() > 4 && f[1].eq_ignore_ascii_case(&l) && f[2].eq_ignore_ascii_case(&p))
+            .then(|| f[4].split_once(':'))
+            .flatten()
+            .and_then(|(tx, _)| u64::from_str_radix(tx, 16).ok())
+    })
+}
+
+/// An address as `/proc/net/tcp*` writes it: the address's 32-bit words each in the host's
+/// byte order, in hex, then the port.
+fn proc_addr(a: SocketAddr) -> String {
+    let words: Vec<u32> = match a {
+        SocketAddr::V4(v4) => vec![u32::from_ne_bytes(v4.ip().octets())],
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .octets()
+            .chunks(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    };
+    let mut s: String = words.iter().map(|w| format!("{w:08X}")).collect();
+    s.push_str(&format!(":{:04X}", a.port()));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_read_as_the_kernel_writes_them() {
+        if cfg!(target_endian = "little") {
+            assert_eq!(
+                proc_addr("127.0.0.1:8080".parse().expect("addr")),
+                "0100007F:1F90"
+            );
+            assert_eq!(
+                proc_addr("[::1]:443".parse().expect("addr")),
+                "00000000000000000000000001000000:01BB"
+            );
+        }
+    }
+
+    /// Bytes the peer never reads stay in our send queue, and the table says how many.
+    #[tokio::test]
+    async fn the_send_queue_of_a_socket_is_read() {
+        use tokio::io::AsyncWriteExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let (c, s) = tokio::join!(
+            tokio::net::TcpStream::connect(l.local_addr().expect("addr")),
+            l.accept()
+        );
+        let mut c = c.expect("connect");
+        let _server = s.expect("accept");
+        let (local, peer) = (c.local_addr().expect("local"), c.peer_addr().expect("peer"));
+        assert_eq!(send_queue(local, peer), Some(0));
+        // Far more than the peer's receive buffer takes: some stays unacknowledged.
+        let chunk = vec![0u8; 1 << 20];
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            loop {
+                c.write_all(&chunk).await.expect("write");
+            }
+        })
+        .await;
+        assert!(send_queue(local, peer).is_some_and(|n| n > 0));
+    }
+}

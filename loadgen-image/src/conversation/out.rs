@@ -1,0 +1,510 @@
+//! A template ready to send ([`Out`]): literal bytes in one buffer, the pieces in order, the
+//! cell's encoding; and the per-message values it is filled with ([`Fill`], [`SendTime`]).
+
+use super::encoding::Encoding;
+use super::error::ScriptError;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::ops::{DerefMut, Range};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use wsload_spec::conversation::Payload;
+use wsload_spec::decimal::parse_u64;
+use wsload_spec::template::{PAD_BYTE, Part, Template, uuid_text};
+
+/// Messages cut from one arena block (see `message.rs`).
+const ARENA_MESSAGES: usize = 16;
+const ARENA_MAX: usize = 64 * 1024;
+
+/// How many digits `n` has in decimal.
+pub(super) fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// `${sendTime}` as written: microseconds since the Unix epoch, in decimal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendTime {
+    us: u64,
+    digits: [u8; 20],
+    len: u8,
+}
+
+/// Compared once per message made (see [`Prebuilt`]): the digits follow from the number, and
+/// the length tells the default (no digits) from zero.
+impl PartialEq for SendTime {
+    fn eq(&self, other: &SendTime) -> bool {
+        self.us == other.us && self.len == other.len
+    }
+}
+
+impl Eq for SendTime {}
+
+impl SendTime {
+    /// The shard's wall clock (`clock::unix_micros`, which the clock test hook shifts), as
+    /// the conductor's clock offsets are measured against.
+    pub fn now() -> SendTime {
+        SendTime::from_micros(crate::machine::clock::unix_micros())
+    }
+
+    /// `us` microseconds since the Unix epoch, written as `${sendTime}` writes them.
+    pub fn from_micros(us: u64) -> SendTime {
+        let mut b = itoa::Buffer::new();
+        let text = b.format(us).as_bytes();
+        let mut digits = [0u8; 20];
+        digits[..text.len()].copy_from_slice(text);
+        SendTime {
+            us,
+            digits,
+            len: text.len() as u8,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[..usize::from(self.len)]
+    }
+}
+
+/// The per-message values of a template.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fill {
+    pub conn: u64,
+    pub seq: u64,
+    /// What `${pad}` fills to.
+    pub size: usize,
+}
+
+/// One piece of a compiled template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Piece {
+    Lit(Range<usize>),
+    Conn,
+    Seq,
+    SendTime,
+    Random,
+    Hex(usize),
+    Uuid,
+    Pad,
+    Var(usize),
+}
+
+/// A number a message carries whose digits change from one message to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Number {
+    Conn,
+    Seq,
+    SendTime,
+}
+
+/// A template ready to send: literal bytes in one buffer, the pieces in order.
+#[derive(Debug, Clone)]
+pub struct Out {
+    pub(super) text: bool,
+    pub(super) literal: Bytes,
+    pub(super) pieces: Box<[Piece]>,
+    /// How it goes on the wire.
+    pub(super) encoding: Encoding,
+    /// The message, encoded, when every message is the same at the cell's size (literal
+    /// bytes and a pad): made once.
+    pub(super) constant: Option<Bytes>,
+    /// What the pad's length is computed from, once per template rather than per message.
+    pub(super) shape: Shape,
+}
+
+/// A template's length, as far as it is known before a message is made: the fixed bytes,
+/// and how many of each number whose width varies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Shape {
+    fixed: usize,
+    conns: usize,
+    seqs: usize,
+    times: usize,
+    pad: bool,
+    random: bool,
+    /// It draws random parts (`${random}`, `${hex}`, `${uuid}`): no message is the last
+    /// one with its numbers written over.
+    drawn: bool,
+}
+
+impl Shape {
+    fn of(pieces: &[Piece]) -> Shape {
+        let mut s = Shape::default();
+        for p in pieces {
+            match p {
+                Piece::Lit(r) => s.fixed += r.len(),
+                Piece::Conn => s.conns += 1,
+                Piece::Seq => s.seqs += 1,
+                Piece::SendTime => s.times += 1,
+                Piece::Random => s.random = true,
+                Piece::Hex(n) => {
+                    s.fixed += *n;
+                    s.drawn = true;
+                }
+                Piece::Uuid => {
+                    s.fixed += 36;
+                    s.drawn = true;
+                }
+                Piece::Pad => s.pad = true,
+                Piece::Var(_) => {}
+            }
+        }
+        s.drawn |= s.random;
+        s
+    }
+}
+
+impl Out {
+    pub(super) fn compile(field: &str, p: &Payload, vars: &[String]) -> Result<Out, ScriptError> {
+        let (text, source) = payload(field, p)?;
+        let names: Vec<&str> = vars.iter().map(String::as_str).collect();
+        let t = Template::parse(source, &names).map_err(|source| ScriptError::Template {
+            field: field.to_string(),
+            source,
+        })?;
+        Ok(Out::of(text, &t, vars))
+    }
+
+    fn of(text: bool, t: &Template, vars: &[String]) -> Out {
+        let mut literal = Vec::new();
+        let pieces = t
+            .parts()
+            .iter()
+            .map(|p| match p {
+                Part::Literal(r) => {
+                    let start = literal.len();
+                    literal.extend_from_slice(t.literal(r));
+                    Piece::Lit(start..literal.len())
+                }
+                Part::Conn => Piece::Conn,
+                Part::Seq => Piece::Seq,
+                Part::SendTime => Piece::SendTime,
+                Part::Random => Piece::Random,
+                Part::Hex(n) => Piece::Hex(*n),
+                Part::Uuid => Piece::Uuid,
+                Part::Pad => Piece::Pad,
+                Part::Var(name) => Piece::Var(vars.iter().position(|v| **v == **name).unwrap_or(0)),
+            })
+            .collect();
+        Out::new(text, literal.into(), pieces)
+    }
+
+    fn new(text: bool, literal: Bytes, pieces: Box<[Piece]>) -> Out {
+        Out {
+            text,
+            literal,
+            shape: Shape::of(&pieces),
+            pieces,
+            encoding: Encoding::AsWritten,
+            constant: None,
+        }
+    }
+
+    /// Whether it goes as a text frame (else binary).
+    pub fn is_text(&self) -> bool {
+        self.encoding.text(self.text)
+    }
+
+    /// Sets how it goes on the wire, and makes it once if every message at `size` is alike.
+    pub(super) fn encode_as(&mut self, encoding: Encoding, size: usize) {
+        self.encoding = encoding;
+        self.constant = None;
+        let alike = self
+            .pieces
+            .iter()
+            .all(|p| matches!(p, Piece::Lit(_) | Piece::Pad));
+        if alike {
+            let mut rendered = Vec::new();
+            self.write_at(
+                &mut rendered,
+                &Fill {
+                    size,
+                    ..Fill::default()
+                },
+                &SendTime::default(),
+            );
+            self.constant = Some(if encoding.transforms() {
+                encoding.encode(&rendered).into()
+            } else {
+                rendered.into()
+            });
+        }
+    }
+
+    /// The message every message is, when they are all alike (see [`Out::encode_as`]).
+    pub fn constant(&self) -> Option<&Bytes> {
+        self.constant.as_ref()
+    }
+
+    /// Whether a message is made, then encoded (MsgPack, zlib): not patched in place.
+    pub fn transforms(&self) -> bool {
+        self.encoding.transforms()
+    }
+
+    /// Whether it splices captured variables (see [`Out::resolve`]).
+    pub fn uses_vars(&self) -> bool {
+        self.pieces.iter().any(|p| matches!(p, Piece::Var(_)))
+    }
+
+    /// Whether every message is the same bytes (then they are shared, not copied).
+    fn is_fixed(&self) -> bool {
+        self.pieces.iter().all(|p| matches!(p, Piece::Lit(_)))
+    }
+
+    /// The same template with the connection's captured values spliced into its literal
+    /// bytes, once.
+    pub fn resolve(&self, vars: &[Bytes]) -> Out {
+        let mut literal = Vec::new();
+        let mut pieces: Vec<Piece> = Vec::with_capacity(self.pieces.len());
+        for p in self.pieces.iter() {
+            let bytes = match p {
+                Piece::Lit(r) => &self.literal[r.clone()],
+                Piece::Var(i) => vars.get(*i).map_or(&[][..], |v| &v[..]),
+                other => {
+                    pieces.push(other.clone());
+                    continue;
+                }
+            };
+            let start = literal.len();
+            literal.extend_from_slice(bytes);
+            // Adjacent literals are one copy per message.
+            match pieces.last_mut() {
+                Some(Piece::Lit(prev)) if prev.end == start => prev.end = literal.len(),
+                _ => pieces.push(Piece::Lit(start..literal.len())),
+            }
+        }
+        let mut out = Out::new(self.text, literal.into(), pieces.into());
+        out.encoding = self.encoding;
+        out.constant = self.constant.clone();
+        out
+    }
+
+    /// One message's bytes, written into `arena` (or shared, when fixed).
+    pub fn bytes(&self, arena: &mut BytesMut, fill: &Fill) -> Bytes {
+        let time = if self.has_time() && self.constant.is_none() {
+            SendTime::now()
+        } else {
+            SendTime::default()
+        };
+        self.bytes_at(arena, fill, &time)
+    }
+
+    /// [`Out::bytes`] with `${sendTime}` given (a publish's intended instant).
+    pub fn bytes_at(&self, arena: &mut BytesMut, fill: &Fill, time: &SendTime) -> Bytes {
+        if let Some(c) = &self.constant {
+            return c.clone();
+        }
+        if self.encoding.transforms() {
+            let mut rendered = Vec::with_capacity(self.literal.len() + 64 + fill.size);
+            self.write_at(&mut rendered, fill, time);
+            return self.encoding.encode(&rendered).into();
+        }
+        if self.is_fixed() {
+            return self.literal.clone();
+        }
+        let want = self.literal.len() + 64 + fill.size;
+        if arena.capacity() - arena.len() < want {
+            arena.reserve((want * ARENA_MESSAGES).min(ARENA_MAX).max(want));
+        }
+        self.write_at(arena, fill, time);
+        arena.split().freeze()
+    }
+
+    /// Appends one message to `buf`: the literal bytes, the placeholders' values written in
+    /// place, and the pad (inserted once the rest is known). `${sendTime}` is now.
+    pub fn write<B>(&self, buf: &mut B, fill: &Fill)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let time = if self.has_time() {
+            SendTime::now()
+        } else {
+            SendTime::default()
+        };
+        self.write_at(buf, fill, &time);
+    }
+
+    /// How long `${pad}` is in the message for `fill`, known before it is written (the
+    /// numbers' digits counted); `None` without a pad, or with a `${random}` (known once drawn).
+    fn pad_len(&self, fill: &Fill, time: &SendTime) -> Option<usize> {
+        let s = &self.shape;
+        if !s.pad || s.random {
+            return None;
+        }
+        let len = s.fixed
+            + s.conns * decimal_len(fill.conn)
+            + s.seqs * decimal_len(fill.seq)
+            + s.times * time.as_bytes().len();
+        Some(fill.size.saturating_sub(len))
+    }
+
+    /// Whether a message can be made from the last by writing its numbers over (see
+    /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them.
+    pub(super) fn patchable(&self) -> bool {
+        !self.shape.drawn
+    }
+
+    /// Whether `data`, a text (`text`) or binary frame, is a message of this template sent
+    /// back unchanged: every literal byte equal, each placeholder of its shape (digits, hex,
+    /// a UUID, the pad's filler; a captured value up to the next literal). `Some(seq)` with
+    /// the `${seq}` it carries (`None` inside when the template has none), `None` if it is
+    /// not one.
+    pub fn echoed_seq(&self, text: bool, data: &[u8]) -> Option<Option<u64>> {
+        if text != self.is_text() {
+            return None;
+        }
+        let mut at = 0;
+        let mut seq = None;
+        let run = |from: usize, ok: fn(&u8) -> bool| {
+            from + data[from..].iter().take_while(|b| ok(b)).count()
+        };
+        for (i, p) in self.pieces.iter().enumerate() {
+            let end = match p {
+                Piece::Lit(r) => {
+                    let lit = &self.literal[r.clone()];
+                    data.get(at..)?.starts_with(lit).then_some(at + lit.len())?
+                }
+                Piece::Conn | Piece::Seq | Piece::SendTime | Piece::Random => {
+                    let end = run(at, u8::is_ascii_digit);
+                    if end == at || end - at > 20 {
+                        return None;
+                    }
+                    if *p == Piece::Seq {
+                        seq = Some(parse_u64(&data[at..end])?);
+                    }
+                    end
+                }
+                Piece::Hex(n) => {
+                    let end = at + n;
+                    data.get(at..end)?
+                        .iter()
+                        .all(u8::is_ascii_hexdigit)
+                        .then_some(end)?
+                }
+                Piece::Uuid => {
+                    let end = at + 36;
+                    data.get(at..end)?
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || *b == b'-')
+                        .then_some(end)?
+                }
+                Piece::Pad => run(at, |b| *b == PAD_BYTE),
+                Piece::Var(_) => match self.pieces.get(i + 1) {
+                    Some(Piece::Lit(r)) => {
+                        let next = &self.literal[r.clone()];
+                        at + data
+                            .get(at..)?
+                            .windows(next.len())
+                            .position(|w| w == next)?
+                    }
+                    _ => data.len(),
+                },
+            };
+            at = end;
+        }
+        (at == data.len()).then_some(seq)
+    }
+
+    /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
+    pub fn has_time(&self) -> bool {
+        self.shape.times > 0
+    }
+
+    /// [`Out::write`] with `${sendTime}` given: a burst of messages made together shares one
+    /// clock read and one formatting of it.
+    pub fn write_at<B>(&self, buf: &mut B, fill: &Fill, time: &SendTime)
+    where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        self.write_recording(buf, fill, time, &mut |_, _| {});
+    }
+
+    /// [`Out::write_at`], telling `at` where each number went (its piece and offset).
+    pub(super) fn write_recording<B>(
+        &self,
+        buf: &mut B,
+        fill: &Fill,
+        time: &SendTime,
+        at: &mut dyn FnMut(Number, usize),
+    ) where
+        B: BufMut + DerefMut<Target = [u8]>,
+    {
+        let start = buf.len();
+        let pad = self.pad_len(fill, time);
+        let mut pad_at = None;
+        let mut digits = itoa::Buffer::new();
+        for p in self.pieces.iter() {
+            match p {
+                Piece::Lit(r) => buf.put_slice(&self.literal[r.clone()]),
+                Piece::Conn => {
+                    at(Number::Conn, buf.len() - start);
+                    buf.put_slice(digits.format(fill.conn).as_bytes());
+                }
+                Piece::Seq => {
+                    at(Number::Seq, buf.len() - start);
+                    buf.put_slice(digits.format(fill.seq).as_bytes());
+                }
+                Piece::SendTime => {
+                    at(Number::SendTime, buf.len() - start);
+                    buf.put_slice(time.as_bytes());
+                }
+                Piece::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
+                Piece::Hex(n) => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    let mut left = *n;
+                    while left > 0 {
+                        let r: u64 = rand::random();
+                        for k in 0..left.min(16) {
+                            buf.put_u8(HEX[((r >> (4 * k)) & 0xF) as usize]);
+                        }
+                        left = left.saturating_sub(16);
+                    }
+                }
+                Piece::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
+                Piece::Pad => match pad {
+                    Some(n) => buf.put_bytes(PAD_BYTE, n),
+                    None => pad_at = Some(buf.len()),
+                },
+                Piece::Var(_) => {}
+            }
+        }
+        // A `${random}` is as long as its digits: the pad goes in once the rest is written.
+        if let Some(at) = pad_at {
+            let fill_len = fill.size.saturating_sub(buf.len() - start);
+            if fill_len > 0 {
+                buf.put_bytes(PAD_BYTE, fill_len);
+                buf[at..].rotate_right(fill_len);
+            }
+        }
+    }
+
+    /// One message, as a frame of the template's kind.
+    pub fn message(&self, arena: &mut BytesMut, fill: &Fill) -> Message {
+        self.frame(self.bytes(arena, fill))
+    }
+
+    /// [`Out::message`] with `${sendTime}` given (a publish's intended instant).
+    pub fn message_at(&self, arena: &mut BytesMut, fill: &Fill, time: &SendTime) -> Message {
+        self.frame(self.bytes_at(arena, fill, time))
+    }
+
+    fn frame(&self, bytes: Bytes) -> Message {
+        if self.is_text() {
+            // Literals are a template's UTF-8 and captures come from text frames or are made
+            // valid when captured; a binary capture that is not text sends as binary.
+            match std::str::from_utf8(&bytes) {
+                Ok(_) => Message::Text(Utf8Bytes::try_from(bytes).unwrap_or_default()),
+                Err(_) => Message::Binary(bytes),
+            }
+        } else {
+            Message::Binary(bytes)
+        }
+    }
+}
+
+/// Whether a payload is text or binary, and its template; exactly one must be set.
+pub(super) fn payload<'a>(field: &str, p: &'a Payload) -> Result<(bool, &'a str), ScriptError> {
+    match (&p.text, &p.binary) {
+        (Some(t), None) => Ok((true, t)),
+        (None, Some(b)) => Ok((false, b)),
+        _ => Err(ScriptError::Payload {
+            field: field.to_string(),
+        }),
+    }
+}
