@@ -11,10 +11,13 @@
 //! context takeover both ways, owns no compression state at all.
 
 use crate::error::HandshakeError;
-use crate::handshake::excerpt;
+use crate::excerpt::excerpt;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use std::cell::RefCell;
 use std::fmt;
+
+// Named here before the errors came together in `error`: callers keep the path.
+pub use crate::error::InflateError;
 
 /// The extension's token in `Sec-WebSocket-Extensions`.
 pub const EXTENSION: &str = "permessage-deflate";
@@ -201,13 +204,6 @@ fn window_bits(name: &str, v: &str) -> Result<u8, String> {
         _ => Err(format!("{name}={v:?}, not 8-15")),
     }
 }
-
-/// A compressed message that does not inflate, with zlib's reason. It travels as an
-/// `InvalidData` I/O error (tungstenite's error has no variant for it); [`crate::failure_code`]
-/// gives it 1007, as for a message whose payload is not what its type says.
-#[derive(Debug, thiserror::Error)]
-#[error("permessage-deflate: a message that does not inflate")]
-pub struct InflateError(#[source] pub flate2::DecompressError);
 
 /// What inflating a message can end in.
 #[derive(Debug)]

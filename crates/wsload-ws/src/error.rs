@@ -1,7 +1,7 @@
-//! The client's errors: the handshake's own, and what a failure tells the peer. Failures after
-//! the handshake are tungstenite's `Error`, as they were when tokio-tungstenite was the client.
+//! The client's errors: the handshake's own, a compressed message that does not inflate, and
+//! what a failure tells the peer. Failures after the handshake are tungstenite's `Error`, as
+//! they were when tokio-tungstenite was the client.
 
-use crate::deflate::InflateError;
 use std::io;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
@@ -30,6 +30,13 @@ pub enum HandshakeError {
     #[error("upgrade: {0}")]
     Invalid(String),
 }
+
+/// A compressed message that does not inflate, with zlib's reason. It travels as an
+/// `InvalidData` I/O error (tungstenite's error has no variant for it); [`failure_code`]
+/// gives it 1007, as for a message whose payload is not what its type says.
+#[derive(Debug, thiserror::Error)]
+#[error("permessage-deflate: a message that does not inflate")]
+pub struct InflateError(#[source] pub flate2::DecompressError);
 
 pub(crate) fn invalid_utf8() -> WsError {
     WsError::Utf8("invalid UTF-8 in a text message".into())

@@ -6,12 +6,11 @@ use crate::deflate::{self, DeflateOffer, DeflateParams};
 use crate::error::HandshakeError;
 use bytes::{Buf, BytesMut};
 
+// Defined here before they had a module of their own: callers keep the path.
+pub use crate::excerpt::{MAX_EXCERPT, excerpt};
+
 /// The largest HTTP response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-
-/// The longest excerpt of the response kept as evidence (a body's first line, a header's
-/// value), in characters.
-pub const MAX_EXCERPT: usize = 200;
 
 /// What the handshake checks in a response, kept as the server sent it so that a failure can
 /// say what was wrong.
@@ -129,15 +128,6 @@ fn required(
         ))),
         Some(_) => Ok(()),
     }
-}
-
-/// `text` cut to [`MAX_EXCERPT`] characters.
-pub fn excerpt(text: &str) -> String {
-    let mut out: String = text.chars().take(MAX_EXCERPT).collect();
-    if text.chars().nth(MAX_EXCERPT).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 /// The first non-empty line of what arrived of a body, as text, bounded.

@@ -42,6 +42,7 @@
 mod conn;
 pub mod deflate;
 mod error;
+mod excerpt;
 pub mod frame;
 pub mod handshake;
 mod io;
