@@ -10,11 +10,14 @@
 //! each message), not the connection's: a connection that only holds, or that negotiated no
 //! context takeover both ways, owns no compression state at all.
 
-use crate::error::HandshakeError;
-use crate::handshake::excerpt;
+use crate::error::{DeflateParam, ExtensionFault, HandshakeError, InvalidUpgrade, ParamFault};
+use crate::excerpt::excerpt;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use std::cell::RefCell;
 use std::fmt;
+
+// Named here before the errors came together in `error`: callers keep the path.
+pub use crate::error::InflateError;
 
 /// The extension's token in `Sec-WebSocket-Extensions`.
 pub const EXTENSION: &str = "permessage-deflate";
@@ -106,26 +109,32 @@ pub fn negotiate(
     let Some(header) = header else {
         return Ok(None);
     };
-    let invalid = |why: &str| {
-        HandshakeError::Invalid(format!(
-            "Sec-WebSocket-Extensions: {:?} ({why})",
-            excerpt(header)
-        ))
-    };
-    let Some(offer) = offer else {
-        return Err(invalid("none requested"));
-    };
+    accepted(offer, header).map_err(|fault| {
+        InvalidUpgrade::Extensions {
+            header: excerpt(header),
+            fault,
+        }
+        .into()
+    })
+}
+
+/// What a `Sec-WebSocket-Extensions` header that came accepts, or what is wrong with it.
+fn accepted(
+    offer: Option<&DeflateOffer>,
+    header: &str,
+) -> Result<Option<DeflateParams>, ExtensionFault> {
+    let offer = offer.ok_or(ExtensionFault::NotRequested)?;
     let mut agreed = None;
     for ext in header.split(',').map(str::trim) {
         let mut parts = ext.split(';').map(str::trim);
         let name = parts.next().unwrap_or_default();
         if !name.eq_ignore_ascii_case(EXTENSION) {
-            return Err(invalid(&format!("{name:?} not offered")));
+            return Err(ExtensionFault::NotOffered { name: name.into() });
         }
         if agreed.is_some() {
-            return Err(invalid("permessage-deflate twice"));
+            return Err(ExtensionFault::Twice);
         }
-        agreed = Some(params(offer, parts).map_err(|why| invalid(&why))?);
+        agreed = Some(params(offer, parts)?);
     }
     Ok(agreed)
 }
@@ -134,59 +143,63 @@ pub fn negotiate(
 fn params<'a>(
     offer: &DeflateOffer,
     parts: impl Iterator<Item = &'a str>,
-) -> Result<DeflateParams, String> {
+) -> Result<DeflateParams, ParamFault> {
     let mut p = DeflateParams {
         server_max_window_bits: MAX_BITS,
         client_max_window_bits: offer.client_max_window_bits.unwrap_or(MAX_BITS),
         server_no_context_takeover: false,
         client_no_context_takeover: offer.client_no_context_takeover,
     };
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: Vec<DeflateParam> = Vec::new();
     let mut server_bits = None;
     for part in parts.filter(|p| !p.is_empty()) {
         let (name, value) = match part.split_once('=') {
             Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
             None => (part, None),
         };
-        if seen.contains(&name) {
-            return Err(format!("{name} twice"));
+        let param =
+            DeflateParam::named(name).ok_or_else(|| ParamFault::Unknown { name: name.into() })?;
+        if seen.contains(&param) {
+            return Err(ParamFault::Repeated(param));
         }
-        seen.push(name);
-        match (name, value) {
-            ("server_no_context_takeover", None) => p.server_no_context_takeover = true,
-            ("client_no_context_takeover", None) => p.client_no_context_takeover = true,
-            ("server_max_window_bits", Some(v)) => {
-                let bits = window_bits(name, v)?;
+        seen.push(param);
+        match (param, value) {
+            (DeflateParam::ServerNoContextTakeover, None) => p.server_no_context_takeover = true,
+            (DeflateParam::ClientNoContextTakeover, None) => p.client_no_context_takeover = true,
+            (DeflateParam::ServerMaxWindowBits, Some(v)) => {
+                let bits = window_bits(param, v)?;
                 if let Some(asked) = offer.server_max_window_bits
                     && bits > asked
                 {
-                    return Err(format!("{name}={bits}, larger than the {asked} asked for"));
+                    return Err(ParamFault::ServerWindowTooLarge { bits, asked });
                 }
                 server_bits = Some(bits);
             }
-            ("client_max_window_bits", Some(v)) => {
-                let bits = window_bits(name, v)?;
+            (DeflateParam::ClientMaxWindowBits, Some(v)) => {
+                let bits = window_bits(param, v)?;
                 if bits > p.client_max_window_bits {
-                    return Err(format!(
-                        "{name}={bits}, larger than the {} offered",
-                        p.client_max_window_bits
-                    ));
+                    return Err(ParamFault::ClientWindowTooLarge {
+                        bits,
+                        offered: p.client_max_window_bits,
+                    });
                 }
                 p.client_max_window_bits = bits;
             }
-            ("server_no_context_takeover" | "client_no_context_takeover", Some(_)) => {
-                return Err(format!("{name} takes no value"));
+            (
+                DeflateParam::ServerNoContextTakeover | DeflateParam::ClientNoContextTakeover,
+                Some(_),
+            ) => {
+                return Err(ParamFault::Valued(param));
             }
-            ("server_max_window_bits" | "client_max_window_bits", None) => {
-                return Err(format!("{name} without a value"));
+            (DeflateParam::ServerMaxWindowBits | DeflateParam::ClientMaxWindowBits, None) => {
+                return Err(ParamFault::NoValue(param));
             }
-            _ => return Err(format!("unknown parameter {name:?}")),
         }
     }
     // A server that accepts a limit on its window says which (RFC 7692 7.1.2.1).
     match (offer.server_max_window_bits, server_bits) {
         (Some(asked), None) if asked < MAX_BITS => {
-            return Err(format!("no server_max_window_bits, {asked} asked for"));
+            return Err(ParamFault::NoServerWindow { asked });
         }
         (_, Some(bits)) => p.server_max_window_bits = bits,
         _ => {}
@@ -195,19 +208,15 @@ fn params<'a>(
 }
 
 /// A window size parameter's value: 8 to 15, digits only (RFC 7692 7.1.2).
-fn window_bits(name: &str, v: &str) -> Result<u8, String> {
+fn window_bits(param: DeflateParam, v: &str) -> Result<u8, ParamFault> {
     match v.parse::<u8>() {
         Ok(bits @ 8..=15) if v.bytes().all(|b| b.is_ascii_digit()) => Ok(bits),
-        _ => Err(format!("{name}={v:?}, not 8-15")),
+        _ => Err(ParamFault::BadWindow {
+            param,
+            value: v.into(),
+        }),
     }
 }
-
-/// A compressed message that does not inflate, with zlib's reason. It travels as an
-/// `InvalidData` I/O error (tungstenite's error has no variant for it); [`crate::failure_code`]
-/// gives it 1007, as for a message whose payload is not what its type says.
-#[derive(Debug, thiserror::Error)]
-#[error("permessage-deflate: a message that does not inflate")]
-pub struct InflateError(#[source] pub flate2::DecompressError);
 
 /// What inflating a message can end in.
 #[derive(Debug)]

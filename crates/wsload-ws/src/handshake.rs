@@ -3,15 +3,14 @@
 //! [`crate::Ws::handshake`]'s.
 
 use crate::deflate::{self, DeflateOffer, DeflateParams};
-use crate::error::HandshakeError;
+use crate::error::{HandshakeError, HeadFault, InvalidUpgrade, NotHttp, RequiredHeader};
 use bytes::{Buf, BytesMut};
+
+// Defined here before they had a module of their own: callers keep the path.
+pub use crate::excerpt::{MAX_EXCERPT, excerpt};
 
 /// The largest HTTP response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-
-/// The longest excerpt of the response kept as evidence (a body's first line, a header's
-/// value), in characters.
-pub const MAX_EXCERPT: usize = 200;
 
 /// What the handshake checks in a response, kept as the server sent it so that a failure can
 /// say what was wrong.
@@ -63,18 +62,12 @@ impl Head {
                 body: self.body.clone(),
             });
         }
-        let invalid = |what: String| Err(HandshakeError::Invalid(what));
-        required(
-            &self.upgrade,
-            "no Upgrade: websocket header",
-            "Upgrade",
-            "websocket",
-            |v| v.eq_ignore_ascii_case("websocket"),
-        )?;
+        required(&self.upgrade, RequiredHeader::Upgrade, "websocket", |v| {
+            v.eq_ignore_ascii_case("websocket")
+        })?;
         required(
             &self.connection,
-            "no Connection: Upgrade header",
-            "Connection",
+            RequiredHeader::Connection,
             "Upgrade",
             |v| {
                 v.split(',')
@@ -83,8 +76,7 @@ impl Head {
         )?;
         required(
             &self.accept,
-            "no Sec-WebSocket-Accept header",
-            "Sec-WebSocket-Accept",
+            RequiredHeader::SecWebSocketAccept,
             accept,
             |v| v == accept,
         )?;
@@ -94,50 +86,41 @@ impl Head {
         let protocol = match (&self.protocol, offer.protocols) {
             (None, _) => None,
             (Some(p), None) => {
-                return invalid(format!(
-                    "Sec-WebSocket-Protocol: {:?} (none requested)",
-                    excerpt(p)
-                ));
+                return Err(InvalidUpgrade::ProtocolNotRequested {
+                    selected: excerpt(p),
+                }
+                .into());
             }
             (Some(p), Some(offered)) if offered.iter().any(|o| o == p) => Some(p.clone()),
             (Some(p), Some(offered)) => {
-                return invalid(format!(
-                    "Sec-WebSocket-Protocol: {:?} (offered {:?})",
-                    excerpt(p),
-                    excerpt(&offered.join(", "))
-                ));
+                return Err(InvalidUpgrade::ProtocolNotOffered {
+                    selected: excerpt(p),
+                    offered: excerpt(&offered.join(", ")),
+                }
+                .into());
             }
         };
         Ok(Agreed { protocol, deflate })
     }
 }
 
-/// A header a 101 must carry with a value `ok` takes: `missing` when it is absent, else the
-/// header and what it said against what was `expected`.
+/// `header`, which a 101 must carry with a value `ok` takes: missing, or what it said against
+/// what was `expected`.
 fn required(
     value: &Option<String>,
-    missing: &str,
-    name: &str,
+    header: RequiredHeader,
     expected: &str,
     ok: impl Fn(&str) -> bool,
-) -> Result<(), HandshakeError> {
+) -> Result<(), InvalidUpgrade> {
     match value {
-        None => Err(HandshakeError::Invalid(missing.into())),
-        Some(v) if !ok(v) => Err(HandshakeError::Invalid(format!(
-            "{name}: {:?} (expected {expected:?})",
-            excerpt(v)
-        ))),
+        None => Err(InvalidUpgrade::Missing(header)),
+        Some(v) if !ok(v) => Err(InvalidUpgrade::Wrong {
+            header,
+            value: excerpt(v),
+            expected: expected.into(),
+        }),
         Some(_) => Ok(()),
     }
-}
-
-/// `text` cut to [`MAX_EXCERPT`] characters.
-pub fn excerpt(text: &str) -> String {
-    let mut out: String = text.chars().take(MAX_EXCERPT).collect();
-    if text.chars().nth(MAX_EXCERPT).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 /// The first non-empty line of what arrived of a body, as text, bounded.
@@ -163,14 +146,18 @@ pub fn take_head(rd: &mut BytesMut) -> Result<Option<Head>, HandshakeError> {
             }
             Ok(Some(head))
         }
-        None if rd.len() >= MAX_RESPONSE_HEAD => Err(malformed(rd)),
+        None if rd.len() >= MAX_RESPONSE_HEAD => Err(malformed(HeadFault::TooLong, rd)),
         None => Ok(None),
     }
 }
 
-/// The response is not HTTP: its first line is the evidence.
-fn malformed(b: &[u8]) -> HandshakeError {
-    HandshakeError::Malformed(first_line(b).unwrap_or_default())
+/// The response is not HTTP, for `fault`: the first line of `b` is the evidence.
+fn malformed(fault: HeadFault, b: &[u8]) -> HandshakeError {
+    NotHttp {
+        fault,
+        line: first_line(b).unwrap_or_default(),
+    }
+    .into()
 }
 
 /// The length of the response head (through its blank line), once complete.
@@ -180,18 +167,19 @@ pub fn find_head_end(b: &[u8]) -> Option<usize> {
 
 /// A complete response head: the status line and the headers the handshake checks.
 pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
-    let text = std::str::from_utf8(head).map_err(|_| malformed(head))?;
+    let text = std::str::from_utf8(head).map_err(|_| malformed(HeadFault::NotText, head))?;
+    let bad_status = || malformed(HeadFault::StatusLine, head);
     let mut lines = text.split("\r\n");
-    let status_line = lines.next().ok_or_else(|| malformed(head))?;
+    let status_line = lines.next().ok_or_else(bad_status)?;
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next().unwrap_or_default();
     if !(version == "HTTP/1.1" || version == "HTTP/1.0") {
-        return Err(malformed(head));
+        return Err(bad_status());
     }
     let status: u16 = parts
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| malformed(head))?;
+        .ok_or_else(bad_status)?;
     let mut h = Head {
         status,
         reason: excerpt(parts.next().unwrap_or_default().trim()),
@@ -208,7 +196,7 @@ pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
         }
         let (name, value) = line
             .split_once(':')
-            .ok_or_else(|| malformed(line.as_bytes()))?;
+            .ok_or_else(|| malformed(HeadFault::HeaderLine, line.as_bytes()))?;
         let value = Some(value.trim().to_string());
         // Repeated lines of a list header are one list (RFC 9110 5.3): two lines of
         // extensions or subprotocols are judged together.
@@ -286,10 +274,20 @@ mod tests {
                 .is_ok()
         );
         match h.verify("other", &Offer::default()) {
-            Err(HandshakeError::Invalid(what)) => assert_eq!(
-                what,
-                "Sec-WebSocket-Accept: \"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\" (expected \"other\")"
-            ),
+            Err(HandshakeError::Invalid(what)) => {
+                assert_eq!(
+                    what.to_string(),
+                    "Sec-WebSocket-Accept: \"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\" (expected \"other\")"
+                );
+                assert_eq!(
+                    what,
+                    InvalidUpgrade::Wrong {
+                        header: RequiredHeader::SecWebSocketAccept,
+                        value: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(),
+                        expected: "other".into(),
+                    }
+                );
+            }
             other => panic!("{other:?}"),
         }
         let denied =
@@ -320,7 +318,41 @@ mod tests {
                 format!("upgrade: {what}")
             );
         }
-        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        for (head, fault, line) in [
+            (
+                &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
+                HeadFault::StatusLine,
+                "SSH-2.0-OpenSSH",
+            ),
+            (
+                b"HTTP/1.1 abc OK\r\n\r\n",
+                HeadFault::StatusLine,
+                "HTTP/1.1 abc OK",
+            ),
+            (
+                b"HTTP/1.1 101 \xff\r\n\r\n",
+                HeadFault::NotText,
+                "HTTP/1.1 101 \u{fffd}",
+            ),
+            (
+                b"HTTP/1.1 101 OK\r\nUpgrade websocket\r\n\r\n",
+                HeadFault::HeaderLine,
+                "Upgrade websocket",
+            ),
+        ] {
+            match parse_head(head) {
+                Err(HandshakeError::Malformed(e)) => {
+                    assert_eq!(
+                        e,
+                        NotHttp {
+                            fault,
+                            line: line.into()
+                        }
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
         assert_eq!(
             find_head_end(b"HTTP/1.1 101 OK\r\nUpgrade: websocket\r\n"),
             None
@@ -401,7 +433,10 @@ mod tests {
         let mut endless = BytesMut::from(&vec![b'a'; MAX_RESPONSE_HEAD][..]);
         assert!(matches!(
             take_head(&mut endless),
-            Err(HandshakeError::Malformed(_))
+            Err(HandshakeError::Malformed(NotHttp {
+                fault: HeadFault::TooLong,
+                ..
+            }))
         ));
         // A refusal's body: its first line, as far as it came with the head.
         let mut rd = BytesMut::from(

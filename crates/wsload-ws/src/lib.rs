@@ -34,14 +34,17 @@
 //! The modules, by what they hold: [`frame`] (headers read and written), [`mask`], [`handshake`]
 //! (the key and the server's response head), [`deflate`] (permessage-deflate: the offer, the
 //! answer's checks, the per-message codec), the connection itself ([`Ws`], over an [`Io`]),
-//! its bounds ([`Limits`]: what one connection may hold for a server), and the errors. `tests/fuzz.rs` feeds the frame and head parsers arbitrary bytes cut at
-//! arbitrary points; `cargo bench -p wsload-ws --bench codec` times masking and framing (MB/s
-//! and ns per frame at 64 B, 1 KiB and 64 KiB, the word-at-a-time mask beside a byte loop) and
-//! permessage-deflate (µs per JSON message each way, and the state a connection holds).
+//! its bounds ([`Limits`]: what one connection may hold for a server), and the errors (each
+//! fault of a failed upgrade a type holding what the server said: [`HandshakeError`]).
+//! `tests/fuzz.rs` feeds the frame and head parsers arbitrary bytes cut at arbitrary points;
+//! `cargo bench -p wsload-ws --bench codec` times masking and framing (MB/s and ns per frame at
+//! 64 B, 1 KiB and 64 KiB, the word-at-a-time mask beside a byte loop) and permessage-deflate
+//! (µs per JSON message each way, and the state a connection holds).
 
 mod conn;
 pub mod deflate;
 mod error;
+mod excerpt;
 pub mod frame;
 pub mod handshake;
 mod io;
@@ -54,7 +57,10 @@ pub mod test_server;
 
 pub use conn::{Recv, Tally, Ws};
 pub use deflate::{DeflateOffer, DeflateParams};
-pub use error::{HandshakeError, failure_code};
+pub use error::{
+    DeflateParam, ExtensionFault, HandshakeError, HeadFault, InvalidUpgrade, NotHttp, ParamFault,
+    RequiredHeader, failure_code,
+};
 pub use handshake::{Agreed, Head, Offer, new_key};
 pub use io::Io;
 pub use limits::{Limits, MAX_PENDING_WRITE};

@@ -209,52 +209,95 @@ fn bad_responses_are_refused_naming_the_fault() {
         ..DeflateOffer::default()
     };
     let base = "permessage-deflate; server_max_window_bits=10";
+    let param = ExtensionFault::Param;
     let cases = [
         (
             "x-webkit-deflate-frame".to_string(),
+            ExtensionFault::NotOffered {
+                name: "x-webkit-deflate-frame".into(),
+            },
             "\"x-webkit-deflate-frame\" not offered",
         ),
-        (format!("{base}, {base}"), "permessage-deflate twice"),
-        (format!("{base}; mode=fast"), "unknown parameter \"mode\""),
+        (
+            format!("{base}, {base}"),
+            ExtensionFault::Twice,
+            "permessage-deflate twice",
+        ),
+        (
+            format!("{base}; mode=fast"),
+            param(ParamFault::Unknown {
+                name: "mode".into(),
+            }),
+            "unknown parameter \"mode\"",
+        ),
         (
             "permessage-deflate; server_max_window_bits=12".to_string(),
+            param(ParamFault::ServerWindowTooLarge {
+                bits: 12,
+                asked: 10,
+            }),
             "server_max_window_bits=12, larger than the 10 asked for",
         ),
         (
             "permessage-deflate".to_string(),
+            param(ParamFault::NoServerWindow { asked: 10 }),
             "no server_max_window_bits, 10 asked for",
         ),
         (
             format!("{base}; client_max_window_bits=13"),
+            param(ParamFault::ClientWindowTooLarge {
+                bits: 13,
+                offered: 12,
+            }),
             "client_max_window_bits=13, larger than the 12 offered",
         ),
         (
             format!("{base}; client_max_window_bits=7"),
+            param(ParamFault::BadWindow {
+                param: DeflateParam::ClientMaxWindowBits,
+                value: "7".into(),
+            }),
             "client_max_window_bits=\"7\", not 8-15",
         ),
         (
             "permessage-deflate; server_max_window_bits=+9".to_string(),
+            param(ParamFault::BadWindow {
+                param: DeflateParam::ServerMaxWindowBits,
+                value: "+9".into(),
+            }),
             "server_max_window_bits=\"+9\", not 8-15",
         ),
         (
             format!("{base}; server_no_context_takeover; server_no_context_takeover"),
+            param(ParamFault::Repeated(DeflateParam::ServerNoContextTakeover)),
             "server_no_context_takeover twice",
         ),
         (
             format!("{base}; server_no_context_takeover=1"),
+            param(ParamFault::Valued(DeflateParam::ServerNoContextTakeover)),
             "server_no_context_takeover takes no value",
         ),
         (
             "permessage-deflate; server_max_window_bits".to_string(),
+            param(ParamFault::NoValue(DeflateParam::ServerMaxWindowBits)),
             "server_max_window_bits without a value",
         ),
     ];
-    for (header, why) in cases {
+    for (header, fault, why) in cases {
         let e = negotiate(Some(&offer), Some(&header)).expect_err(&header);
         assert_eq!(
             e.to_string(),
             format!("upgrade: Sec-WebSocket-Extensions: {header:?} ({why})")
         );
+        match e {
+            HandshakeError::Invalid(InvalidUpgrade::Extensions {
+                header: h,
+                fault: f,
+            }) => {
+                assert_eq!((h, f), (header, fault));
+            }
+            other => panic!("{other:?}"),
+        }
     }
     assert_eq!(
         negotiate(None, Some("permessage-deflate"))
