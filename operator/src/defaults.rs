@@ -49,11 +49,25 @@ where
     }
 }
 
+/// A placement default that is not a placement's JSON, with the form expected: the operator
+/// refuses to start on it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{var}: {source}; write JSON like {{\"nodeSelector\": {{\"pool\": \"loadgen\"}}, \"tolerations\": []}}"
+)]
+pub struct PlacementError {
+    /// The variable (or flag) that gave it.
+    pub var: String,
+    #[source]
+    pub source: serde_json::Error,
+}
+
 /// Parses a placement given as JSON (`{"nodeSelector": {...}, "tolerations": [...]}`), naming
 /// the variable on error.
-pub fn parse_placement(var: &str, json: &str) -> Result<Placement, String> {
-    serde_json::from_str(json).map_err(|e| {
-        format!("{var}: {e}; write JSON like {{\"nodeSelector\": {{\"pool\": \"loadgen\"}}, \"tolerations\": []}}")
+pub fn parse_placement(var: &str, json: &str) -> Result<Placement, PlacementError> {
+    serde_json::from_str(json).map_err(|source| PlacementError {
+        var: var.to_string(),
+        source,
     })
 }
 
@@ -105,10 +119,18 @@ mod tests {
                 .map(String::as_str),
             Some("mine")
         );
-        assert!(
-            parse_placement("WSLOAD_X", "{nope")
-                .unwrap_err()
-                .starts_with("WSLOAD_X: ")
+    }
+
+    #[test]
+    fn a_placement_that_is_not_json_names_its_variable_and_the_form_expected() {
+        let e = parse_placement("WSLOAD_X", "{nope")
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "WSLOAD_X: key must be a string at line 1 column 2; write JSON like {\"nodeSelector\": {\"pool\": \"loadgen\"}, \"tolerations\": []}"
+            )
         );
     }
 }

@@ -43,12 +43,50 @@ impl LeaderConfig {
 #[derive(Debug, PartialEq, Eq)]
 enum Attempt {
     Held,
-    HeldByOther(String),
+    HeldByOther(Holder),
+}
+
+/// Who holds the lease when this replica does not. A lost race tells only that someone
+/// wrote first, not who: the lease is read again at the next attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// The identity the lease names.
+    Named(String),
+    /// Another candidate created the lease between our read and our create.
+    JustCreated,
+    /// Another writer changed the lease between our read and our replace.
+    ChangedConcurrently,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Named(identity) => f.pad(identity),
+            Holder::JustCreated => f.pad("(just created by another)"),
+            Holder::ChangedConcurrently => f.pad("(changed concurrently)"),
+        }
+    }
+}
+
+/// Why a leader stopped holding its lease.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseLost {
+    #[error("lease {lease} taken by {holder}")]
+    Taken { lease: String, holder: Holder },
+    /// Renewals failed for a whole lease duration: another replica may be leader by now.
+    #[error("lease {lease} not renewed for {within:?}: {source}")]
+    NotRenewed {
+        lease: String,
+        within: Duration,
+        /// The last renewal's failure.
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 /// Waits until this replica holds the lease.
 pub async fn acquire(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<()> {
-    let mut last_holder = String::new();
+    let mut last_holder = None;
     loop {
         match try_take(api, cfg).await {
             Ok(Attempt::Held) => {
@@ -56,9 +94,9 @@ pub async fn acquire(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<()> {
                 return Ok(());
             }
             Ok(Attempt::HeldByOther(holder)) => {
-                if holder != last_holder {
+                if last_holder.as_ref() != Some(&holder) {
                     tracing::info!(lease = %cfg.name, %holder, "waiting for the leader lease");
-                    last_holder = holder;
+                    last_holder = Some(holder);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "leader lease attempt failed"),
@@ -76,15 +114,21 @@ pub async fn hold(api: &Api<Lease>, cfg: &LeaderConfig) -> Error {
         match try_take(api, cfg).await {
             Ok(Attempt::Held) => last_renewed = tokio::time::Instant::now(),
             Ok(Attempt::HeldByOther(holder)) => {
-                return Error::LeaseLost(format!("lease {} taken by {holder}", cfg.name));
+                return LeaseLost::Taken {
+                    lease: cfg.name.clone(),
+                    holder,
+                }
+                .into();
             }
             Err(e) => {
                 tracing::warn!(error = %e, "leader lease renewal failed");
                 if last_renewed.elapsed() >= cfg.lease_duration {
-                    return Error::LeaseLost(format!(
-                        "lease {} not renewed for {:?}: {e}",
-                        cfg.name, cfg.lease_duration
-                    ));
+                    return LeaseLost::NotRenewed {
+                        lease: cfg.name.clone(),
+                        within: cfg.lease_duration,
+                        source: Box::new(e),
+                    }
+                    .into();
                 }
             }
         }
@@ -127,7 +171,7 @@ async fn try_take(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<Attempt> {
             match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(Attempt::Held),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Ok(Attempt::HeldByOther("(just created by another)".into()))
+                    Ok(Attempt::HeldByOther(Holder::JustCreated))
                 }
                 Err(e) => Err(e.into()),
             }
@@ -137,7 +181,7 @@ async fn try_take(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<Attempt> {
             let holder = spec.holder_identity.clone().unwrap_or_default();
             let ours = holder == cfg.identity;
             if !ours && !holder.is_empty() && !expired(spec, now) {
-                return Ok(Attempt::HeldByOther(holder));
+                return Ok(Attempt::HeldByOther(Holder::Named(holder)));
             }
             if !ours {
                 spec.holder_identity = Some(cfg.identity.clone());
@@ -150,7 +194,7 @@ async fn try_take(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<Attempt> {
             match api.replace(&cfg.name, &PostParams::default(), &lease).await {
                 Ok(_) => Ok(Attempt::Held),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Ok(Attempt::HeldByOther("(changed concurrently)".into()))
+                    Ok(Attempt::HeldByOther(Holder::ChangedConcurrently))
                 }
                 Err(e) => Err(e.into()),
             }
@@ -184,5 +228,38 @@ mod tests {
         assert!(expired(&spec, later));
         spec.renew_time = None;
         assert!(expired(&spec, now));
+    }
+
+    #[test]
+    fn a_lost_lease_says_who_took_it_or_what_renewing_it_met() {
+        let taken = |holder| {
+            Error::from(LeaseLost::Taken {
+                lease: "wsload-operator".into(),
+                holder,
+            })
+            .to_string()
+        };
+        assert_eq!(
+            taken(Holder::Named("wsload-operator-7f9c-2".into())),
+            "leader election: lease wsload-operator taken by wsload-operator-7f9c-2"
+        );
+        assert_eq!(
+            taken(Holder::JustCreated),
+            "leader election: lease wsload-operator taken by (just created by another)"
+        );
+        assert_eq!(
+            taken(Holder::ChangedConcurrently),
+            "leader election: lease wsload-operator taken by (changed concurrently)"
+        );
+        let not_renewed = Error::from(LeaseLost::NotRenewed {
+            lease: "wsload-operator".into(),
+            within: Duration::from_secs(15),
+            source: Box::new(Error::PodCache(crate::pod_cache::Dropped)),
+        });
+        assert_eq!(
+            not_renewed.to_string(),
+            "leader election: lease wsload-operator not renewed for 15s: the pod watch stopped before its first listing"
+        );
+        assert_eq!(not_renewed.metric_label(), "lease");
     }
 }

@@ -30,13 +30,15 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("invalid object: {0}")]
-    Invalid(String),
+    /// A LoadTest the API server handed over without a namespace: a cluster-scoped CRD, not
+    /// the one the operator installs.
+    #[error("invalid object: LoadTest has no namespace")]
+    NoNamespace { loadtest: String },
     /// A shard's control endpoint did not answer as the protocol says.
     #[error("shard: {0}")]
     Shard(#[from] wsload_control::Error),
     #[error("leader election: {0}")]
-    LeaseLost(String),
+    LeaseLost(#[from] leader::LeaseLost),
     #[error(transparent)]
     PodCache(#[from] pod_cache::Dropped),
     #[error("cannot listen on {addr}: {source}")]
@@ -53,7 +55,7 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Serialize { .. } => "serialize",
-            Error::Invalid(_) => "invalid",
+            Error::NoNamespace { .. } => "invalid",
             Error::Shard(_) => "shard",
             Error::LeaseLost(_) => "lease",
             Error::PodCache(_) => "watch",
@@ -73,3 +75,17 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loadtest_without_a_namespace_is_an_invalid_object() {
+        let e = Error::NoNamespace {
+            loadtest: "t".into(),
+        };
+        assert_eq!(e.to_string(), "invalid object: LoadTest has no namespace");
+        assert_eq!(e.metric_label(), "invalid");
+    }
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use wsload_contract::env as var;
-use wsload_operator::control_key::ControlKey;
+use wsload_operator::control_key::{ControlKey, KeyError};
 use wsload_operator::controller::{self, Options};
 use wsload_operator::defaults::{Defaults, parse_placement};
 use wsload_operator::leader::LeaderConfig;
@@ -237,15 +237,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Why the operator has no control key: it does not start without one.
+#[derive(Debug, thiserror::Error)]
+enum ControlKeyError {
+    #[error(
+        "--control-key-file (or {var}) is required: the file holding the key each test's shard control token is derived from (the Helm chart mounts it from its Secret)",
+        var = var::OPERATOR_CONTROL_KEY_FILE
+    )]
+    NoFile,
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
 /// The operator's control key, from the file the flag (or its variable) names.
-fn control_key(file: Option<PathBuf>) -> Result<ControlKey, String> {
-    let file = file.ok_or_else(|| {
-        format!(
-            "--control-key-file (or {}) is required: the file holding the key each test's shard control token is derived from (the Helm chart mounts it from its Secret)",
-            var::OPERATOR_CONTROL_KEY_FILE
-        )
-    })?;
-    ControlKey::read(&file).map_err(|e| e.to_string())
+fn control_key(file: Option<PathBuf>) -> Result<ControlKey, ControlKeyError> {
+    let file = file.ok_or(ControlKeyError::NoFile)?;
+    Ok(ControlKey::read(&file)?)
 }
 
 fn init_logs(format: LogFormat) {
@@ -282,5 +289,25 @@ mod tests {
             .filter(|v| v.starts_with("WSLOAD_OPERATOR_"))
             .collect();
         assert_eq!(read, listed);
+    }
+
+    #[test]
+    fn a_missing_control_key_names_the_flag_and_its_variable() {
+        let e = control_key(None).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "--control-key-file (or WSLOAD_OPERATOR_CONTROL_KEY_FILE) is required: the file holding the key each test's shard control token is derived from (the Helm chart mounts it from its Secret)"
+            )
+        );
+        let e = control_key(Some(PathBuf::from("/nonexistent/wsload-key")))
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "cannot read the control key file /nonexistent/wsload-key: No such file or directory (os error 2)"
+            )
+        );
     }
 }

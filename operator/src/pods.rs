@@ -3,6 +3,8 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
+/// A pod's state, not an error: the texts it carries are the scheduler's and the kubelet's own
+/// words, shown to users as they are (a shard's reason, `status.message`), so they stay text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHealth {
     /// Not placed on a node yet; the scheduler's message when it has one.

@@ -39,7 +39,7 @@ enum Collected {
     /// The shard has no result yet.
     NotYet,
     /// The shard did not answer; it may later.
-    Unreachable(String),
+    Unreachable(wsload_control::Error),
     /// Its pod is gone and nothing was stored.
     Gone,
     Store(StoreError),
@@ -83,20 +83,19 @@ async fn collect_one(
         )
         .result()
         .await
-        .map_err(|e| e.to_string()),
-        None => Err("pod gone".to_string()),
+        .map_err(Collected::Unreachable),
+        None => Err(Collected::Gone),
     };
     let json = match fetched {
         Ok(Some(json)) => json,
         Ok(None) => return (index, Collected::NotYet),
-        Err(e) => {
+        Err(not_asked) => {
             let name = names::shard_result(&lt.name_any(), index);
             return match config_maps.get_opt(&name).await {
                 Ok(Some(cm)) if builders::is_owned_by(&cm.metadata, &lt) => {
                     (index, Collected::Stored(0))
                 }
-                _ if ip.is_none() => (index, Collected::Gone),
-                _ => (index, Collected::Unreachable(e)),
+                _ => (index, not_asked),
             };
         }
     };

@@ -155,9 +155,9 @@ pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<A
 
 async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
-    let ns = lt
-        .namespace()
-        .ok_or_else(|| Error::Invalid("LoadTest has no namespace".into()))?;
+    let ns = lt.namespace().ok_or_else(|| Error::NoNamespace {
+        loadtest: lt.name_any(),
+    })?;
     let uid = lt.uid().unwrap_or_default();
     if lt.meta().deletion_timestamp.is_some() {
         ctx.metrics.set_phase(&uid, None);

@@ -46,6 +46,25 @@ struct ShardPods {
     unscheduled: Vec<(u32, String)>,
 }
 
+/// A server replica's pod ended before the test: the test fails with this as its message.
+#[derive(Debug, thiserror::Error)]
+#[error("server pod {pod} ended before the test: {reason}")]
+struct ServerEnded {
+    pod: String,
+    /// How the pod ended, as [`PodHealth::Ended`] tells it.
+    reason: String,
+}
+
+/// A shard's pod ended before the start: the test fails with this as its message.
+#[derive(Debug, thiserror::Error)]
+#[error("shard {index} (pod {pod}) ended before the start: {reason}")]
+struct ShardEnded {
+    index: u32,
+    pod: String,
+    /// How the pod ended, as [`PodHealth::Ended`] tells it.
+    reason: String,
+}
+
 impl View<'_> {
     pub(super) async fn begin(&mut self) -> Result<Action> {
         self.st.observed_generation = self.lt.metadata.generation;
@@ -82,7 +101,7 @@ impl View<'_> {
         let replicas = server.replicas.max(1);
         let pods = match self.server_pods(replicas) {
             Ok(pods) => pods,
-            Err(ended) => return self.fail(Reason::ServerFailed, ended).await,
+            Err(ended) => return self.fail(Reason::ServerFailed, ended.to_string()).await,
         };
         if !pods.waiting.is_empty() {
             return self.wait_for_server(&pods, replicas).await;
@@ -134,16 +153,14 @@ impl View<'_> {
 
     /// Each server replica's pod as the view holds it; `Err` with the cause when one ended
     /// before the test.
-    fn server_pods(&self, replicas: u32) -> std::result::Result<ServerPods, String> {
+    fn server_pods(&self, replicas: u32) -> std::result::Result<ServerPods, ServerEnded> {
         let test = self.test();
         let mut pods = ServerPods::default();
         for r in 0..replicas {
             let pod = names::server_replica(&test, r);
             match self.world.servers.get(&r).map(pods::health) {
                 Some(PodHealth::Ready { ip }) => pods.ready.push(ip),
-                Some(PodHealth::Ended { reason }) => {
-                    return Err(format!("server pod {pod} ended before the test: {reason}"));
-                }
+                Some(PodHealth::Ended { reason }) => return Err(ServerEnded { pod, reason }),
                 other => pods.waiting.push((
                     pod,
                     other
@@ -233,7 +250,7 @@ impl View<'_> {
             .map_err(|e| Error::serialize("the LoadTest for its shards", e))?;
         let mut pods = match self.shard_pods(&document) {
             Ok(pods) => pods,
-            Err(ended) => return self.fail(Reason::ShardFailed, ended).await,
+            Err(ended) => return self.fail(Reason::ShardFailed, ended.to_string()).await,
         };
         if !pods.create.is_empty() {
             // Before any shard pod: a pod whose Secret is missing does not start.
@@ -278,7 +295,7 @@ impl View<'_> {
 
     /// Every shard's pod as the view holds it, each shard's status following its pod's
     /// health; `Err` with the cause when a shard's pod ended before the start.
-    fn shard_pods(&mut self, document: &str) -> std::result::Result<ShardPods, String> {
+    fn shard_pods(&mut self, document: &str) -> std::result::Result<ShardPods, ShardEnded> {
         let test = self.test();
         let target_url = self.st.target_url.clone().unwrap_or_default();
         let mut pods = ShardPods::default();
@@ -295,9 +312,11 @@ impl View<'_> {
                 PodHealth::Ready { ip } => pods.ready.push((i, ip)),
                 PodHealth::Ended { reason } => {
                     self.set_shard(i, ShardState::Failed, Some(reason.clone()));
-                    return Err(format!(
-                        "shard {i} (pod {name}) ended before the start: {reason}"
-                    ));
+                    return Err(ShardEnded {
+                        index: i,
+                        pod: name,
+                        reason,
+                    });
                 }
                 h => {
                     if matches!(h, PodHealth::Unscheduled(_)) {
@@ -429,8 +448,12 @@ impl View<'_> {
     }
 
     /// Tells every ready shard not released yet to start at `start_ms` (a retry must not wait
-    /// on those already told); the shards that refused or did not answer, with why.
-    async fn release(&mut self, ready: &[(u32, String)], start_ms: u64) -> Vec<(u32, String)> {
+    /// on those already told); the shards that refused or did not answer, with why, by index.
+    async fn release(
+        &mut self,
+        ready: &[(u32, String)],
+        start_ms: u64,
+    ) -> Vec<(u32, wsload_control::Error)> {
         let unreleased: Vec<(u32, String)> = ready
             .iter()
             .filter(|(i, _)| {
@@ -453,10 +476,11 @@ impl View<'_> {
         for (i, answer) in answers {
             match answer {
                 Ok(_) => self.set_shard(i, ShardState::Running, None),
-                Err(e) => refused.push((i, e.to_string())),
+                Err(e) => refused.push((i, e)),
             }
         }
-        refused.sort();
+        // Each shard answers once: its index alone orders them.
+        refused.sort_by_key(|(i, _)| *i);
         refused
     }
 
@@ -464,7 +488,7 @@ impl View<'_> {
     /// lost. `Some` when the reconcile ends here.
     async fn refused_release(
         &mut self,
-        refused: &[(u32, String)],
+        refused: &[(u32, wsload_control::Error)],
         start_ms: u64,
     ) -> Result<Option<Action>> {
         let now_ms = u64::try_from(self.now.as_millisecond()).unwrap_or(0);
@@ -617,6 +641,27 @@ const REASONS_SHOWN: usize = 3;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_ended_before_the_test_is_named_with_how_it_ended() {
+        let server = ServerEnded {
+            pod: "t-server".into(),
+            reason: "container server OOMKilled (exit code 137)".into(),
+        };
+        assert_eq!(
+            server.to_string(),
+            "server pod t-server ended before the test: container server OOMKilled (exit code 137)"
+        );
+        let shard = ShardEnded {
+            index: 1,
+            pod: "t-shard-1".into(),
+            reason: "container loadgen Error (exit code 2)".into(),
+        };
+        assert_eq!(
+            shard.to_string(),
+            "shard 1 (pod t-shard-1) ended before the start: container loadgen Error (exit code 2)"
+        );
+    }
 
     #[test]
     fn shards_are_grouped_by_reason_and_the_reasons_bounded() {

@@ -28,18 +28,16 @@ pub enum StoreError {
         max: usize,
     },
     /// The API server refused, and would refuse again (admission, quota, RBAC, validation).
-    #[error("the API server refused ConfigMap {name}: {message}")]
+    #[error("the API server refused ConfigMap {name}: {}", Said(.source))]
     Refused {
         name: String,
-        message: String,
         #[source]
         source: kube::Error,
     },
     /// Might succeed on a later try (timeouts, 5xx, throttling, a connection lost).
-    #[error("ConfigMap {name}: {message}")]
+    #[error("ConfigMap {name}: {}", Said(.source))]
     Transient {
         name: String,
-        message: String,
         #[source]
         source: kube::Error,
     },
@@ -50,29 +48,32 @@ pub enum StoreError {
 impl StoreError {
     fn from_kube(name: &str, source: kube::Error) -> StoreError {
         let name = name.to_string();
-        // The API server's own sentence, once: kube's Display adds the whole Status again.
-        let (code, message) = match &source {
-            kube::Error::Api(s) => (Some(s.code), format!("{} ({})", s.message, s.code)),
-            other => (None, other.to_string()),
+        let code = match &source {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
         };
         match code {
             Some(404) => StoreError::Missing { name },
-            Some(c) if permanent(c) => StoreError::Refused {
-                name,
-                message,
-                source,
-            },
-            _ => StoreError::Transient {
-                name,
-                message,
-                source,
-            },
+            Some(c) if permanent(c) => StoreError::Refused { name, source },
+            _ => StoreError::Transient { name, source },
         }
     }
 
     /// Whether trying again later may help.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Transient { .. })
+    }
+}
+
+/// What the API server said, once: kube's Display adds the whole Status again.
+struct Said<'a>(&'a kube::Error);
+
+impl std::fmt::Display for Said<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            kube::Error::Api(s) => write!(f, "{} ({})", s.message, s.code),
+            other => write!(f, "{other}"),
+        }
     }
 }
 
@@ -199,5 +200,31 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("split the test"), "{text}");
+    }
+
+    #[test]
+    fn a_refusal_says_the_api_servers_sentence_once_with_its_code() {
+        let api = |code: u16| {
+            let status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": "Forbidden",
+                "message": "refused by the test"
+            }))
+            .expect("a Status");
+            kube::Error::Api(Box::new(status))
+        };
+        let refused = StoreError::from_kube("t-results", api(403));
+        assert!(matches!(refused, StoreError::Refused { .. }), "{refused}");
+        assert_eq!(
+            refused.to_string(),
+            "the API server refused ConfigMap t-results: refused by the test (403)"
+        );
+        let transient = StoreError::from_kube("t-result-2", api(503));
+        assert!(transient.is_transient(), "{transient}");
+        assert_eq!(
+            transient.to_string(),
+            "ConfigMap t-result-2: refused by the test (503)"
+        );
+        let missing = StoreError::from_kube("t-result-3", api(404));
+        assert_eq!(missing.to_string(), "ConfigMap t-result-3 is gone");
     }
 }
