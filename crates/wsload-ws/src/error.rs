@@ -48,17 +48,6 @@ pub struct NotHttp {
     pub line: String,
 }
 
-/// A line that is not an HTTP status line (a server speaking another protocol: an SSH
-/// banner), as callers' tests build one.
-impl From<&str> for NotHttp {
-    fn from(line: &str) -> NotHttp {
-        NotHttp {
-            fault: HeadFault::StatusLine,
-            line: line.into(),
-        }
-    }
-}
-
 /// What made a response head not HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadFault {
@@ -273,7 +262,11 @@ mod tests {
             "Sec-WebSocket-Protocol: \"chat\" (none requested)"
         );
         assert_eq!(
-            HandshakeError::from(NotHttp::from("SSH-2.0-OpenSSH_9.6")).to_string(),
+            HandshakeError::from(NotHttp {
+                fault: HeadFault::StatusLine,
+                line: "SSH-2.0-OpenSSH_9.6".into(),
+            })
+            .to_string(),
             "upgrade: not an HTTP response: \"SSH-2.0-OpenSSH_9.6\""
         );
     }

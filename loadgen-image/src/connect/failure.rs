@@ -143,6 +143,7 @@ pub(super) fn ws_error(e: &WsError) -> ConnectError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wsload_ws::{HeadFault, NotHttp};
 
     /// A refused upgrade keeps its status line as evidence; 401 and 403 are `auth_failed`.
     #[test]
@@ -165,7 +166,10 @@ mod tests {
             ConnectError::UpgradeRejected
         );
         assert_eq!(
-            handshake_error(&HandshakeError::Malformed("SSH-2.0-OpenSSH_9.6".into())),
+            handshake_error(&HandshakeError::Malformed(NotHttp {
+                fault: HeadFault::StatusLine,
+                line: "SSH-2.0-OpenSSH_9.6".into(),
+            })),
             DialError {
                 why: ConnectError::UpgradeInvalid,
                 evidence: Some("not an HTTP response: \"SSH-2.0-OpenSSH_9.6\"".into()),
