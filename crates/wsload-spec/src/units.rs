@@ -1,5 +1,7 @@
-//! Durations (`10s`) and percentages (`5%`) as they are written in a LoadTest.
+//! Durations (`10s`) and percentages (`5%`) as they are written in a LoadTest, and the unit of
+//! an instant a server writes in its messages (`publishedAtUnit: ms`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;
@@ -115,6 +117,29 @@ impl<'de> Deserialize<'de> for Percent {
         TextOrNumber::deserialize(d)?
             .parse(Percent::parse, |n| Percent::parse(&n.to_string()))
             .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The unit of a delivery's publish instant (since the Unix epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum TimeUnit {
+    S,
+    Ms,
+    #[default]
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    /// `value` of this unit, in microseconds.
+    pub fn to_micros(self, value: u64) -> u64 {
+        match self {
+            TimeUnit::S => value.saturating_mul(1_000_000),
+            TimeUnit::Ms => value.saturating_mul(1000),
+            TimeUnit::Us => value,
+            TimeUnit::Ns => value / 1000,
+        }
     }
 }
 
