@@ -13,6 +13,7 @@
 //! - [`clock`]: each shard's clock offset against the conductor's, from probes.
 //! - [`server_topics`]: the reference server's topic counters over a fanout cell.
 //! - [`server_connections`]: each replica's connection counters over a cell.
+//! - [`replicas`]: every server replica's exposition, scraped in turn, for those two.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -26,6 +27,7 @@ pub mod client;
 pub mod clock;
 pub mod endpoint;
 pub mod protocol;
+pub mod replicas;
 pub mod sequence;
 pub mod server_connections;
 pub mod server_topics;
