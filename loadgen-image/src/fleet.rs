@@ -715,7 +715,7 @@ async fn collect(shards: &mut [ShardProc], notes: &mut Vec<String>) -> Result<Ru
             None => merged = Some(part),
             Some(m) => m.merge(&part).map_err(|why| Error::Shard {
                 index: s.index,
-                why,
+                why: why.to_string(),
             })?,
         }
         let _ = s.client.finish().await;

@@ -42,6 +42,7 @@ pub use findings::{Finding, Rule, findings};
 pub use hist::Hist;
 pub use html::html;
 pub use measure::{ConnectError, Counts, Dropped, Hists, Measure};
+pub use merge::MergeError;
 pub use numbers::{human_rate, in_units, ms, num};
 pub use percentiles::Percentiles;
 pub use result::{
