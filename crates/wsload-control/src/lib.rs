@@ -39,11 +39,35 @@ pub use protocol::{
 };
 pub use sequence::Conductor;
 
+/// Why an exchange with a shard's endpoint failed: the endpoint did not answer as the
+/// protocol says, or not at all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A shard's endpoint did not answer as the protocol says.
-    #[error("{0}")]
-    Shard(String),
+    /// An answer of a status the protocol has no place for here.
+    #[error("{method} {url}: HTTP {status}")]
+    Status {
+        method: &'static str,
+        url: String,
+        status: u16,
+    },
+    /// An order the shard refused, with its reason (the answer's body).
+    #[error("POST {url}: HTTP {status}: {reason}")]
+    Refused {
+        url: String,
+        status: u16,
+        reason: String,
+    },
+    /// An answer that is not the protocol's JSON.
+    #[error("{method} {url}: {source}")]
+    Answer {
+        method: &'static str,
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An order that does not serialize (nothing was sent).
+    #[error("cannot serialize: {0}")]
+    Order(#[source] serde_json::Error),
     #[error(transparent)]
     Http(#[from] wsload_http::http_client::Error),
 }
