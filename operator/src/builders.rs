@@ -207,7 +207,7 @@ pub fn server_pod(lt: &LoadTestResource, server: &ManagedServer, replica: u32) -
     envs.extend(server.env.iter().map(|e| env(&e.name, e.value.clone())));
     // A fanout the server publishes: its ticker over the fanout's topics, before the user's
     // args (which may start one of their own instead).
-    let mut args = wsload_spec::fanout::ticker_args(spec);
+    let mut args = wsload_spec::ticker_args(spec);
     args.extend(server.args.iter().cloned());
     let mut labels = names::labels(&test, names::ROLE_SERVER);
     labels.insert("app.kubernetes.io/name".into(), "wsload-server".into());

@@ -82,9 +82,10 @@ impl Merging {
         }
         match self.merged.as_mut() {
             None => self.merged = Some(r),
-            Some(m) => m
-                .merge(&r)
-                .map_err(|message| SummaryError::Merge { index, message })?,
+            Some(m) => m.merge(&r).map_err(|e| SummaryError::Merge {
+                index,
+                message: e.to_string(),
+            })?,
         }
         self.shards += 1;
         Ok(())

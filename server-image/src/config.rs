@@ -1,7 +1,7 @@
 //! Command line and environment: every flag has a `WSLOAD_SERVER_*` variable because the pod
 //! configures the server through env.
 
-use crate::{Error, Result};
+use crate::{ConfigError, Result};
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,11 +47,9 @@ impl Profile {
         }
     }
 
-    fn parse(s: &str) -> Result<Self> {
-        Profile::from_str(s, true).map_err(|_| {
-            Error::Config(format!(
-                "unknown profile {s:?}: use one of echo, wse, sink, broadcast, pubsub"
-            ))
+    fn parse(s: &str) -> Result<Self, ConfigError> {
+        Profile::from_str(s, true).map_err(|_| ConfigError::UnknownProfile {
+            name: s.to_string(),
         })
     }
 }
@@ -230,22 +228,43 @@ pub struct Cli {
 }
 
 /// `500ms`, `10s`, `2m`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"));
+        return Duration::try_from_secs_f64(secs).map_err(|source| DurationError::Seconds {
+            text: s.to_string(),
+            source,
+        });
     }
-    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (write e.g. 500ms, 10s, 2m)"))
+    humantime::parse_duration(s).map_err(|source| DurationError::NotADuration {
+        text: s.to_string(),
+        source,
+    })
+}
+
+/// Why a duration flag does not read (clap shows it after the flag and the value).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// A number of seconds no duration holds (negative, too large).
+    #[error("{text:?}: {source}")]
+    Seconds {
+        text: String,
+        #[source]
+        source: std::time::TryFromFloatSecsError,
+    },
+    #[error("{text:?}: {source} (write e.g. 500ms, 10s, 2m)")]
+    NotADuration {
+        text: String,
+        #[source]
+        source: humantime::DurationError,
+    },
 }
 
 fn topics_of(cli: &Cli) -> Result<Topics> {
     let ticker = if cli.ticker_topics == 0 {
         None
     } else if !(cli.ticker_rate.is_finite() && cli.ticker_rate > 0.0) {
-        return Err(Error::Config(format!(
-            "--ticker-rate {}: must be a number of messages per second above zero",
-            cli.ticker_rate
-        )));
+        return Err(ConfigError::TickerRate(cli.ticker_rate).into());
     } else {
         Some(Ticker {
             topics: cli.ticker_topics,
@@ -346,54 +365,47 @@ impl Config {
                     Some((a, p)) => (a, Some(Profile::parse(p)?)),
                     None => (l.as_str(), None),
                 };
-                let addr = addr.trim().parse().map_err(|e| {
-                    Error::Config(format!(
-                        "--listen {l:?}: {e}; write ADDR:PORT or ADDR:PORT=PROFILE"
-                    ))
+                let addr = addr.trim().parse().map_err(|source| ConfigError::Listen {
+                    listen: l.clone(),
+                    source,
                 })?;
                 Ok(Listener { addr, profile })
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, ConfigError>>()?;
         if listeners.is_empty() {
-            return Err(Error::Config(
-                "--listen: at least one listener is needed".into(),
-            ));
+            return Err(ConfigError::NoListener.into());
         }
         let routes = cli
             .routes
             .iter()
             .map(|r| {
-                let (path, p) = r.split_once('=').ok_or_else(|| {
-                    Error::Config(format!("--route {r:?}: write PATH=PROFILE, e.g. /wse=wse"))
-                })?;
+                let (path, p) = r
+                    .split_once('=')
+                    .ok_or_else(|| ConfigError::RouteForm { route: r.clone() })?;
                 if !path.starts_with('/') {
-                    return Err(Error::Config(format!(
-                        "--route {r:?}: the path must start with '/'"
-                    )));
+                    return Err(ConfigError::RoutePath { route: r.clone() });
                 }
                 Ok((path.to_string(), Profile::parse(p)?))
             })
-            .collect::<Result<Vec<_>>>()?;
-        if cli.max_message_size < 16 {
-            return Err(Error::Config(
-                "--max-message-size: must be at least 16 bytes".into(),
-            ));
-        }
-        if cli.read_buffer_size < 256 {
-            return Err(Error::Config(
-                "--read-buffer-size: must be at least 256 bytes".into(),
-            ));
-        }
-        if cli.broadcast_interval.is_zero() {
-            return Err(Error::Config(
-                "--broadcast-interval: must be above zero".into(),
-            ));
-        }
-        if cli.handshake_timeout.is_zero() {
-            return Err(Error::Config(
-                "--handshake-timeout: must be above zero".into(),
-            ));
-        }
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let at_least = |flag, value: usize, min| {
+            if value < min {
+                Err(ConfigError::TooSmall { flag, min })
+            } else {
+                Ok(())
+            }
+        };
+        at_least("--max-message-size", cli.max_message_size, 16)?;
+        at_least("--read-buffer-size", cli.read_buffer_size, 256)?;
+        let above_zero = |flag, d: Duration| {
+            if d.is_zero() {
+                Err(ConfigError::Zero { flag })
+            } else {
+                Ok(())
+            }
+        };
+        above_zero("--broadcast-interval", cli.broadcast_interval)?;
+        above_zero("--handshake-timeout", cli.handshake_timeout)?;
         let config = Config {
             listeners,
             default_profile: cli.profile,
@@ -418,16 +430,10 @@ impl Config {
         };
         if config.serves(Profile::Wse) && config.jwt_secret.is_none() && !config.wse_allow_anonymous
         {
-            return Err(Error::Config(format!(
-                "the wse profile needs --jwt-secret ({}), or --wse-allow-anonymous",
-                var::SERVER_JWT_SECRET
-            )));
+            return Err(ConfigError::WseWithoutSecret.into());
         }
         if config.topics.ticker.is_some() && !config.serves_topics() {
-            return Err(Error::Config(
-                "--ticker-topics: nobody could subscribe; serve the pubsub or wse profile too"
-                    .into(),
-            ));
+            return Err(ConfigError::TickerUnheard.into());
         }
         Ok(config)
     }
@@ -492,10 +498,12 @@ mod tests {
         }
     }
 
-    fn config(args: &[&str]) -> Result<Config> {
+    /// The configuration of `args`; what clap or the configuration says against them.
+    fn config(args: &[&str]) -> Result<Config, String> {
         let mut argv = vec!["wsload-server"];
         argv.extend_from_slice(args);
-        Config::from_cli(&Cli::try_parse_from(argv).map_err(|e| Error::Config(e.to_string()))?)
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        Config::from_cli(&cli).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -548,6 +556,14 @@ mod tests {
             .contains("--ticker-rate 0")
         );
         assert!(err(&["--subscriber-queue", "0"]).contains("subscriber-queue"));
+        assert_eq!(
+            err(&["--max-message-size", "8"]),
+            "--max-message-size: must be at least 16 bytes"
+        );
+        assert_eq!(
+            err(&["--handshake-timeout", "0"]),
+            "--handshake-timeout: must be above zero"
+        );
     }
 
     #[test]

@@ -39,16 +39,23 @@ async fn shutdown_signal() {
 /// Asks the kernel for SIGTERM when the parent ends, which the server drains on like any
 /// SIGTERM. A parent that ended before the request was made goes unnoticed by the kernel;
 /// then this process was adopted by a reaper, and the parent's pid no longer matches.
-fn exit_with_parent(parent: u32) -> std::result::Result<(), String> {
+fn exit_with_parent(parent: u32) -> Result<(), ParentError> {
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-        .map_err(|e| format!("--exit-with-parent: prctl(PR_SET_PDEATHSIG): {e}"))?;
+        .map_err(ParentError::Prctl)?;
     let now = std::os::unix::process::parent_id();
     if now != parent {
-        return Err(format!(
-            "--exit-with-parent {parent}: the parent is {now}, so {parent} has ended"
-        ));
+        return Err(ParentError::Ended { parent, now });
     }
     Ok(())
+}
+
+/// Why `--exit-with-parent` cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+enum ParentError {
+    #[error("--exit-with-parent: prctl(PR_SET_PDEATHSIG): {0}")]
+    Prctl(#[source] nix::errno::Errno),
+    #[error("--exit-with-parent {parent}: the parent is {now}, so {parent} has ended")]
+    Ended { parent: u32, now: u32 },
 }
 
 fn main() -> ExitCode {

@@ -80,9 +80,9 @@ impl ShardClient {
         let url = self.url(protocol::STATE);
         let r = self.get(&url).await?;
         if r.status != 200 {
-            return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
+            return Err(status(GET, &url, r.status));
         }
-        serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("GET {url}: {e}")))
+        serde_json::from_str(&r.body).map_err(|source| answer(GET, &url, source))
     }
 
     async fn post(&self, path: &str, body: String) -> Result<State> {
@@ -137,7 +137,7 @@ impl ShardClient {
         match r.status {
             200 => Ok(Some(r.body)),
             409 => Ok(None),
-            s => Err(Error::Shard(format!("GET {url}: HTTP {s}"))),
+            s => Err(status(GET, &url, s)),
         }
     }
 
@@ -150,10 +150,10 @@ impl ShardClient {
         let r = self.get(&url).await?;
         let round_trip = began.elapsed();
         if r.status != 200 {
-            return Err(Error::Shard(format!("GET {url}: HTTP {}", r.status)));
+            return Err(status(GET, &url, r.status));
         }
         let reading: ClockReading =
-            serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("GET {url}: {e}")))?;
+            serde_json::from_str(&r.body).map_err(|source| answer(GET, &url, source))?;
         Ok(Sample::new(sent, reading, round_trip))
     }
 
@@ -164,22 +164,71 @@ impl ShardClient {
         if (200..300).contains(&r.status) {
             Ok(())
         } else {
-            Err(Error::Shard(format!("POST {url}: HTTP {}", r.status)))
+            Err(status(POST, &url, r.status))
         }
     }
 }
 
 fn json(value: &impl serde::Serialize) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| Error::Shard(format!("cannot serialize: {e}")))
+    serde_json::to_string(value).map_err(Error::Order)
 }
 
 fn accepted(url: &str, r: Response) -> Result<State> {
     if !(200..300).contains(&r.status) {
-        return Err(Error::Shard(format!(
-            "POST {url}: HTTP {}: {}",
-            r.status,
-            r.body.trim()
-        )));
+        return Err(Error::Refused {
+            url: url.to_string(),
+            status: r.status,
+            reason: r.body.trim().to_string(),
+        });
     }
-    serde_json::from_str(&r.body).map_err(|e| Error::Shard(format!("POST {url}: {e}")))
+    serde_json::from_str(&r.body).map_err(|source| answer(POST, url, source))
+}
+
+const GET: &str = "GET";
+const POST: &str = "POST";
+
+fn status(method: &'static str, url: &str, status: u16) -> Error {
+    Error::Status {
+        method,
+        url: url.to_string(),
+        status,
+    }
+}
+
+fn answer(method: &'static str, url: &str, source: serde_json::Error) -> Error {
+    Error::Answer {
+        method,
+        url: url.to_string(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_reads_with_its_reason_and_a_garbled_answer_keeps_its_cause() {
+        let url = "http://10.0.0.7:9464/control/start";
+        let refused = Response {
+            status: 409,
+            body: "not ready: cell 2 runs\n".into(),
+        };
+        let e = accepted(url, refused).expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "POST http://10.0.0.7:9464/control/start: HTTP 409: not ready: cell 2 runs"
+        );
+        let garbled = Response {
+            status: 200,
+            body: "{".into(),
+        };
+        let e = accepted(url, garbled).expect_err("not JSON");
+        assert!(matches!(e, Error::Answer { .. }), "{e}");
+        assert!(std::error::Error::source(&e).is_some(), "{e}");
+        assert_eq!(
+            status(GET, url, 503).to_string(),
+            "GET http://10.0.0.7:9464/control/start: HTTP 503"
+        );
+    }
 }

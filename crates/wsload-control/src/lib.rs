@@ -13,6 +13,7 @@
 //! - [`clock`]: each shard's clock offset against the conductor's, from probes.
 //! - [`server_topics`]: the reference server's topic counters over a fanout cell.
 //! - [`server_connections`]: each replica's connection counters over a cell.
+//! - [`replicas`]: every server replica's exposition, scraped in turn, for those two.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -26,6 +27,7 @@ pub mod client;
 pub mod clock;
 pub mod endpoint;
 pub mod protocol;
+pub mod replicas;
 pub mod sequence;
 pub mod server_connections;
 pub mod server_topics;
@@ -37,11 +39,35 @@ pub use protocol::{
 };
 pub use sequence::Conductor;
 
+/// Why an exchange with a shard's endpoint failed: the endpoint did not answer as the
+/// protocol says, or not at all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A shard's endpoint did not answer as the protocol says.
-    #[error("{0}")]
-    Shard(String),
+    /// An answer of a status the protocol has no place for here.
+    #[error("{method} {url}: HTTP {status}")]
+    Status {
+        method: &'static str,
+        url: String,
+        status: u16,
+    },
+    /// An order the shard refused, with its reason (the answer's body).
+    #[error("POST {url}: HTTP {status}: {reason}")]
+    Refused {
+        url: String,
+        status: u16,
+        reason: String,
+    },
+    /// An answer that is not the protocol's JSON.
+    #[error("{method} {url}: {source}")]
+    Answer {
+        method: &'static str,
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An order that does not serialize (nothing was sent).
+    #[error("cannot serialize: {0}")]
+    Order(#[source] serde_json::Error),
     #[error(transparent)]
     Http(#[from] wsload_http::http_client::Error),
 }

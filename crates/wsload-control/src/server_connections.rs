@@ -2,6 +2,7 @@
 //! conductor from every replica before the first cell and after each one, so that the report
 //! can say, beside what the clients saw, what each server replica did with their connections.
 
+use crate::replicas;
 use std::time::Duration;
 use wsload_contract::server_metrics as metric;
 use wsload_http::http_client::Client;
@@ -31,12 +32,9 @@ pub async fn read(
     urls: &[String],
     timeout: Duration,
 ) -> Result<Vec<ReplicaConnections>, scrape::Error> {
-    let mut out = Vec::new();
-    for url in urls {
-        let body = scrape::fetch(http, url, timeout).await?;
-        out.extend(parse(url, &body)?);
-    }
-    Ok(out)
+    // A replica without the counters is left out (`Some(None)`), not the end of the reading.
+    let each = replicas::read(http, urls, timeout, |url, body| parse(url, body).map(Some)).await?;
+    Ok(each.into_iter().flatten().flatten().collect())
 }
 
 /// [`read`] on the calling thread.
@@ -44,12 +42,8 @@ pub fn read_blocking(
     urls: &[String],
     timeout: Duration,
 ) -> Result<Vec<ReplicaConnections>, scrape::Error> {
-    let mut out = Vec::new();
-    for url in urls {
-        let body = scrape::fetch_blocking(url, timeout)?;
-        out.extend(parse(url, &body)?);
-    }
-    Ok(out)
+    let each = replicas::read_blocking(urls, timeout, |url, body| parse(url, body).map(Some))?;
+    Ok(each.into_iter().flatten().flatten().collect())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! they delivered is set beside what the subscribers received. Every counter of every replica
 //! comes from one scrape of that replica, so the five figures of a reading belong together.
 
+use crate::replicas;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wsload_http::http_client::Client;
@@ -46,15 +47,8 @@ pub async fn read(
     urls: &[String],
     timeout: Duration,
 ) -> Result<Option<ServerTopics>, scrape::Error> {
-    let mut total = ServerTopics::default();
-    for url in urls {
-        let body = scrape::fetch(http, url, timeout).await?;
-        let Some(t) = parse(url, &body)? else {
-            return Ok(None);
-        };
-        total = sum(&total, &t);
-    }
-    Ok(Some(total))
+    let each = replicas::read(http, urls, timeout, parse).await?;
+    Ok(each.as_deref().map(total))
 }
 
 /// [`read`] on the calling thread.
@@ -62,15 +56,13 @@ pub fn read_blocking(
     urls: &[String],
     timeout: Duration,
 ) -> Result<Option<ServerTopics>, scrape::Error> {
-    let mut total = ServerTopics::default();
-    for url in urls {
-        let body = scrape::fetch_blocking(url, timeout)?;
-        let Some(t) = parse(url, &body)? else {
-            return Ok(None);
-        };
-        total = sum(&total, &t);
-    }
-    Ok(Some(total))
+    let each = replicas::read_blocking(urls, timeout, parse)?;
+    Ok(each.as_deref().map(total))
+}
+
+fn total(each: &[ServerTopics]) -> ServerTopics {
+    each.iter()
+        .fold(ServerTopics::default(), |total, t| sum(&total, t))
 }
 
 pub fn sum(a: &ServerTopics, b: &ServerTopics) -> ServerTopics {

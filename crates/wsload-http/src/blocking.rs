@@ -3,7 +3,7 @@
 //! its length or by the end of the connection, never chunked, and parses the head with
 //! `httparse`.
 
-use crate::http_client::{Error, MAX_ANSWER, Response, Result};
+use crate::http_client::{Error, MAX_ANSWER, NotHttp, Response, Result};
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ pub fn get(url: &str, timeout: Duration) -> Result<Response> {
         }
         answer.extend_from_slice(&chunk[..n]);
         if answer.len() > MAX_ANSWER {
-            return Err(e.malformed(format!("larger than {MAX_ANSWER} bytes")));
+            return Err(e.malformed(NotHttp::TooLarge(MAX_ANSWER)));
         }
         // A server may keep the connection open despite HTTP/1.0: stop at the framed end.
         if let Ok(Some(r)) = parse(&answer) {
@@ -77,8 +77,8 @@ pub fn get(url: &str, timeout: Duration) -> Result<Response> {
     }
     match parse(&answer) {
         Ok(Some(r)) => Ok(r),
-        Ok(None) if answer.is_empty() => Err(e.malformed("no answer")),
-        Ok(None) => Err(e.malformed("cut short")),
+        Ok(None) if answer.is_empty() => Err(e.malformed(NotHttp::Nothing)),
+        Ok(None) => Err(e.malformed(NotHttp::CutShort)),
         Err(reason) => Err(e.malformed(reason)),
     }
     .or_else(|err| until_close(&answer).ok_or(err))
@@ -86,15 +86,15 @@ pub fn get(url: &str, timeout: Duration) -> Result<Response> {
 
 /// A complete answer framed by `Content-Length`; `None` while more is needed (or when the
 /// answer runs to the end of the connection: [`until_close`]).
-fn parse(answer: &[u8]) -> std::result::Result<Option<Response>, String> {
+fn parse(answer: &[u8]) -> std::result::Result<Option<Response>, NotHttp> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut head = httparse::Response::new(&mut headers);
     let head_len = match head.parse(answer) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(x) => return Err(x.to_string()),
+        Err(x) => return Err(x.into()),
     };
-    let status = head.code.ok_or("no status")?;
+    let status = head.code.ok_or(NotHttp::NoStatus)?;
     let value = |name: &str| {
         head.headers
             .iter()
@@ -102,16 +102,16 @@ fn parse(answer: &[u8]) -> std::result::Result<Option<Response>, String> {
             .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
     };
     if value("transfer-encoding").is_some_and(|v| v != "identity") {
-        return Err("a transfer-encoded answer to HTTP/1.0".into());
+        return Err(NotHttp::TransferEncoded);
     }
     let Some(length) = value("content-length") else {
         return Ok(None);
     };
-    let length: usize = length.parse().map_err(|_| "bad content-length")?;
+    let length: usize = length.parse().map_err(|_| NotHttp::BadLength)?;
     let Some(body) = answer.get(head_len..head_len.saturating_add(length)) else {
         return Ok(None);
     };
-    let body = String::from_utf8(body.to_vec()).map_err(|_| "body is not UTF-8")?;
+    let body = String::from_utf8(body.to_vec()).map_err(|_| NotHttp::NotUtf8)?;
     Ok(Some(Response { status, body }))
 }
 
@@ -167,11 +167,11 @@ impl Errors<'_> {
             timeout: self.timeout,
         }
     }
-    fn malformed(&self, reason: impl Into<String>) -> Error {
+    fn malformed(&self, reason: NotHttp) -> Error {
         Error::Malformed {
             method: GET,
             url: self.url.into(),
-            reason: reason.into(),
+            reason,
         }
     }
 }
@@ -194,8 +194,22 @@ mod tests {
         let close = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it";
         assert_eq!(parse(close), Ok(None));
         assert_eq!(until_close(close).expect("to the close").body, "all of it");
-        assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").is_err());
-        assert!(parse(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            Err(NotHttp::TransferEncoded)
+        );
+        assert!(matches!(
+            parse(b"SSH-2.0-OpenSSH\r\n\r\n"),
+            Err(NotHttp::Head(_))
+        ));
+        let e = Errors {
+            url: "http://h/metrics",
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(
+            e.malformed(NotHttp::CutShort).to_string(),
+            "GET http://h/metrics: not an HTTP answer: cut short"
+        );
         assert!(until_close(b"SSH-2.0-OpenSSH\r\n\r\n").is_none());
     }
 }

@@ -61,8 +61,30 @@ pub enum Error {
     Malformed {
         method: &'static str,
         url: String,
-        reason: String,
+        #[source]
+        reason: NotHttp,
     },
+}
+
+/// Why an answer is not HTTP, or not HTTP this client reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotHttp {
+    #[error(transparent)]
+    Head(#[from] httparse::Error),
+    #[error("no status")]
+    NoStatus,
+    #[error("a transfer-encoded answer to HTTP/1.0")]
+    TransferEncoded,
+    #[error("bad content-length")]
+    BadLength,
+    #[error("body is not UTF-8")]
+    NotUtf8,
+    #[error("larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("no answer")]
+    Nothing,
+    #[error("cut short")]
+    CutShort,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -163,7 +185,7 @@ impl Client {
             let body = String::from_utf8(bytes.to_vec()).map_err(|_| Error::Malformed {
                 method: name,
                 url: url.to_string(),
-                reason: "body is not UTF-8".into(),
+                reason: NotHttp::NotUtf8,
             })?;
             Ok(Response { status, body })
         };

@@ -3,7 +3,7 @@
 
 use crate::fanout::{Fanout, SubscriberTally};
 use crate::hist::Hist;
-use crate::result::Percentiles;
+use crate::percentiles::Percentiles;
 use serde::{Deserialize, Serialize};
 
 /// Deliveries, what was missing from them and how long they took, over a cell.

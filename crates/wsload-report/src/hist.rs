@@ -6,8 +6,10 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use hdrhistogram::Histogram;
-use hdrhistogram::serialization::{Deserializer, Serializer as _, V2DeflateSerializer};
+use hdrhistogram::serialization::{
+    DeserializeError, Deserializer, Serializer as _, V2DeflateSerializer,
+};
+use hdrhistogram::{AdditionError, Histogram};
 use serde::{Deserialize, Serialize, Serializer};
 use std::time::Duration;
 
@@ -94,22 +96,31 @@ impl Hist {
         B64.encode(buf)
     }
 
-    pub fn from_base64(s: &str) -> Result<Hist, String> {
+    pub fn from_base64(s: &str) -> Result<Hist, HistError> {
         if s.is_empty() {
             return Ok(Hist::new());
         }
-        let bytes = B64
-            .decode(s)
-            .map_err(|e| format!("histogram is not base64: {e}"))?;
+        let bytes = B64.decode(s).map_err(HistError::NotBase64)?;
         let h: Histogram<u64> = Deserializer::new()
             .deserialize(&mut &bytes[..])
-            .map_err(|e| format!("histogram does not decode: {e:?}"))?;
+            .map_err(HistError::Undecodable)?;
         let mut out = Hist::new();
-        out.0
-            .add(&h)
-            .map_err(|e| format!("histogram out of range: {e:?}"))?;
+        out.0.add(&h).map_err(HistError::OutOfRange)?;
         Ok(out)
     }
+}
+
+/// Why a serialized histogram does not read back.
+#[derive(Debug, thiserror::Error)]
+pub enum HistError {
+    #[error("histogram is not base64: {0}")]
+    NotBase64(#[source] base64::DecodeError),
+    // The cause's Debug (its variant's name, e.g. `InvalidCookie`), as these messages have
+    // always read.
+    #[error("histogram does not decode: {0:?}")]
+    Undecodable(#[source] DeserializeError),
+    #[error("histogram out of range: {0:?}")]
+    OutOfRange(#[source] AdditionError),
 }
 
 impl Serialize for Hist {

@@ -28,6 +28,7 @@ pub mod kernel;
 pub mod measure;
 mod merge;
 mod numbers;
+mod percentiles;
 mod result;
 pub mod server_connections;
 mod spec_copy;
@@ -41,9 +42,11 @@ pub use findings::{Finding, Rule, findings};
 pub use hist::Hist;
 pub use html::html;
 pub use measure::{ConnectError, Counts, Dropped, Hists, Measure};
+pub use merge::MergeError;
 pub use numbers::{human_rate, in_units, ms, num};
+pub use percentiles::Percentiles;
 pub use result::{
-    CellResult, Check, Figures, Part, Percentiles, Probe, RunResult, ShardClock, ShardInfo, Verdict,
+    CellResult, Check, Figures, Part, Probe, RunResult, ShardClock, ShardInfo, Verdict,
 };
 pub use spec_copy::REDACTED;
 pub use timeline::{Recorder, Sample, Totals};
@@ -52,7 +55,8 @@ pub use timeline::{Recorder, Sample, Totals};
 /// import them by (`wsload_report::report::RunResult`, re-exported as `wsload::report`).
 pub mod report {
     pub use crate::numbers::{human_rate, in_units, ms, num};
+    pub use crate::percentiles::Percentiles;
     pub use crate::result::{
-        CellResult, Check, Figures, Percentiles, Probe, RunResult, ShardClock, ShardInfo, Verdict,
+        CellResult, Check, Figures, Probe, RunResult, ShardClock, ShardInfo, Verdict,
     };
 }

@@ -6,29 +6,29 @@ use crate::timeline;
 
 impl RunResult {
     /// Adds another shard's result of the same test: counts and histograms add exactly.
-    pub fn merge(&mut self, other: &RunResult) -> Result<(), String> {
+    pub fn merge(&mut self, other: &RunResult) -> Result<(), MergeError> {
         if other.test != self.test
             || other.scenario != self.scenario
             || other.cells.len() != self.cells.len()
         {
-            return Err(format!(
-                "results of different tests or plans: {} ({} cells) vs {} ({} cells)",
-                self.test,
-                self.cells.len(),
-                other.test,
-                other.cells.len()
-            ));
+            return Err(MergeError::OtherTest {
+                test: self.test.clone(),
+                cells: self.cells.len(),
+                other_test: other.test.clone(),
+                other_cells: other.cells.len(),
+            });
         }
-        for s in &other.shards {
-            if self.shards.contains(s) {
-                return Err(format!("shard {s} is in both results"));
-            }
+        if let Some(&s) = other.shards.iter().find(|s| self.shards.contains(s)) {
+            return Err(MergeError::ShardTwice(s));
         }
         self.shards.extend(&other.shards);
         self.shards.sort_unstable();
         for (a, b) in self.cells.iter_mut().zip(&other.cells) {
             if a.label != b.label {
-                return Err(format!("cell {:?} does not match {:?}", a.label, b.label));
+                return Err(MergeError::OtherCell {
+                    cell: a.label.clone(),
+                    other_cell: b.label.clone(),
+                });
             }
             a.measure.add(&b.measure);
             a.connect_secs = a.connect_secs.max(b.connect_secs);
@@ -71,6 +71,26 @@ impl RunResult {
     }
 }
 
+/// Why two results do not merge: they are not shards of one test, or not different shards.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    /// Another test, another scenario, or a plan of another number of cells.
+    #[error(
+        "results of different tests or plans: {test} ({cells} cells) vs {other_test} ({other_cells} cells)"
+    )]
+    OtherTest {
+        test: String,
+        cells: usize,
+        other_test: String,
+        other_cells: usize,
+    },
+    #[error("shard {0} is in both results")]
+    ShardTwice(u32),
+    /// The plans have as many cells, but not the same ones.
+    #[error("cell {cell:?} does not match {other_cell:?}")]
+    OtherCell { cell: String, other_cell: String },
+}
+
 /// How a note several shards made says how many: `<note> [N shards]`.
 const SHARDS_SUFFIX: &str = " shards]";
 
@@ -100,6 +120,25 @@ mod tests {
     use super::*;
     use crate::fixtures::shard;
     use crate::measure::ConnectError;
+
+    #[test]
+    fn results_that_are_not_other_shards_of_one_test_do_not_merge() {
+        let mut merged = shard(0, 10, 1, 0);
+        let again = merged
+            .merge(&shard(0, 10, 1, 0))
+            .expect_err("shard 0 twice");
+        assert_eq!(again.to_string(), "shard 0 is in both results");
+        let mut other = shard(1, 10, 1, 0);
+        other.test = "other".into();
+        let e = merged.merge(&other).expect_err("another test");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "results of different tests or plans: {} (1 cells) vs other (1 cells)",
+                merged.test
+            )
+        );
+    }
 
     #[test]
     fn a_note_every_shard_made_is_kept_once_with_its_count() {

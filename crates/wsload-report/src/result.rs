@@ -2,40 +2,13 @@
 //! (so shards merge exactly), and the figures derived from them.
 
 use crate::fanout_figures::FanoutFigures;
-use crate::hist::Hist;
 use crate::measure::Measure;
+use crate::percentiles::Percentiles;
 use crate::timeline::{self, Sample};
 use serde::{Deserialize, Serialize};
 /// A shard's clock against its conductor's: one type for the result and the LoadTest status.
 pub use wsload_spec::status::ShardClock;
 use wsload_spec::{Scenario, Threshold};
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-    pub mean: f64,
-    pub count: u64,
-}
-
-impl Percentiles {
-    pub(crate) fn of(h: &Hist) -> Self {
-        Percentiles {
-            p50: h.percentile(50.0),
-            p90: h.percentile(90.0),
-            p95: h.percentile(95.0),
-            p99: h.percentile(99.0),
-            p999: h.percentile(99.9),
-            max: h.max(),
-            mean: h.mean(),
-            count: h.len(),
-        }
-    }
-}
 
 /// Figures of one cell, derived from its counts and histograms (seconds, fractions, per second).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

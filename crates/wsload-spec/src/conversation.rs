@@ -6,7 +6,7 @@
 //! See docs/loadtest.md, "Your own protocol".
 
 use crate::cel;
-use crate::units::Dur;
+use crate::units::{Dur, TimeUnit};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -79,14 +79,14 @@ pub struct Delivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub published_at: Option<Capture>,
     #[serde(default, skip_serializing_if = "is_default_unit")]
-    pub published_at_unit: crate::fanout::TimeUnit,
+    pub published_at_unit: TimeUnit,
     /// Where it carries its topic's name: needed when a subscriber has several topics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<Capture>,
 }
 
-fn is_default_unit(u: &crate::fanout::TimeUnit) -> bool {
-    *u == crate::fanout::TimeUnit::default()
+fn is_default_unit(u: &TimeUnit) -> bool {
+    *u == TimeUnit::default()
 }
 
 /// One step on open: send a message, or expect one (and capture values from it).

@@ -25,6 +25,7 @@ pub mod status;
 pub mod target_url;
 pub mod template;
 pub mod threshold;
+pub mod ticker;
 pub mod timing;
 pub mod units;
 pub mod validate;
@@ -38,6 +39,7 @@ pub use spec::*;
 pub use status::*;
 pub use target_url::TargetUrl;
 pub use threshold::Threshold;
+pub use ticker::ticker_args;
 pub use units::{Dur, Percent};
 pub use validate::FieldError;
 

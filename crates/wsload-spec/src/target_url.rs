@@ -31,7 +31,40 @@ pub struct TargetUrl {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlError {
     pub url: String,
-    pub problem: String,
+    pub problem: UrlProblem,
+}
+
+/// What is wrong with a URL, in the words of a refusal: `"ws://h:0/" has port "0"; ...`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("must start with ws:// or wss://")]
+    Scheme,
+    #[error("has a fragment ({0:?}), which a WebSocket URL cannot carry")]
+    Fragment(String),
+    #[error("has no host")]
+    NoHost,
+    #[error(
+        "carries user information (user@host), which is never sent; put credentials in spec.auth"
+    )]
+    UserInformation,
+    #[error("has {0:?} in its path or query; percent-encode it")]
+    PathCharacter(char),
+    #[error("has an IPv6 address without its closing ']'")]
+    UnclosedIpv6,
+    #[error("has {0}, which is not an IPv6 address")]
+    NotIpv6(String),
+    #[error("has {after:?} after the address {host}")]
+    AfterAddress { after: String, host: String },
+    #[error(
+        "has {c:?} in its host {host:?}; a host is a name, an IPv4 address or [an IPv6 address]"
+    )]
+    HostCharacter { c: char, host: String },
+    #[error(
+        "has host {0:?}, which is not an IPv4 address (four numbers 0-255 without leading zeros)"
+    )]
+    NotIpv4(String),
+    #[error("has port {0:?}; a port is a decimal number from 1 to 65535")]
+    Port(String),
 }
 
 impl fmt::Display for UrlError {
@@ -54,7 +87,7 @@ fn name_char(c: char) -> bool {
 
 impl TargetUrl {
     pub fn parse(url: &str) -> Result<TargetUrl, UrlError> {
-        let fail = |problem: String| UrlError {
+        let fail = |problem: UrlProblem| UrlError {
             url: url.to_string(),
             problem,
         };
@@ -63,29 +96,22 @@ impl TargetUrl {
         } else if let Some(rest) = url.strip_prefix("ws://") {
             (false, rest)
         } else {
-            return Err(fail("must start with ws:// or wss://".into()));
+            return Err(fail(UrlProblem::Scheme));
         };
         if let Some(at) = rest.find('#') {
-            return Err(fail(format!(
-                "has a fragment ({:?}), which a WebSocket URL cannot carry",
-                &rest[at..]
-            )));
+            return Err(fail(UrlProblem::Fragment(rest[at..].to_string())));
         }
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(end);
         if authority.is_empty() {
-            return Err(fail("has no host".into()));
+            return Err(fail(UrlProblem::NoHost));
         }
         if authority.contains('@') {
-            return Err(fail(
-                "carries user information (user@host), which is never sent; put credentials in spec.auth".into(),
-            ));
+            return Err(fail(UrlProblem::UserInformation));
         }
         let (host, port) = host_port(authority).map_err(fail)?;
         if let Some(c) = path.chars().find(|&c| !path_char(c)) {
-            return Err(fail(format!(
-                "has {c:?} in its path or query; percent-encode it"
-            )));
+            return Err(fail(UrlProblem::PathCharacter(c)));
         }
         Ok(TargetUrl {
             tls,
@@ -112,22 +138,25 @@ impl TargetUrl {
 }
 
 /// The host (as written) and port of an authority.
-fn host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+fn host_port(authority: &str) -> Result<(&str, Option<u16>), UrlProblem> {
     let (host, port) = if authority.starts_with('[') {
-        let close = authority
-            .find(']')
-            .ok_or("has an IPv6 address without its closing ']'")?;
+        let close = authority.find(']').ok_or(UrlProblem::UnclosedIpv6)?;
         let (host, after) = authority.split_at(close + 1);
         let inner = &host[1..host.len() - 1];
         match inner.parse::<Ipv6Addr>() {
             // The API server's `isIP` refuses IPv4-mapped addresses; so does this, to agree.
             Ok(a) if a.to_ipv4_mapped().is_none() => {}
-            _ => return Err(format!("has {host}, which is not an IPv6 address")),
+            _ => return Err(UrlProblem::NotIpv6(host.to_string())),
         }
         match after.strip_prefix(':') {
             Some(port) => (host, Some(port)),
             None if after.is_empty() => (host, None),
-            None => return Err(format!("has {after:?} after the address {host}")),
+            None => {
+                return Err(UrlProblem::AfterAddress {
+                    after: after.to_string(),
+                    host: host.to_string(),
+                });
+            }
         }
     } else {
         match authority.split_once(':') {
@@ -136,28 +165,25 @@ fn host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
         }
     };
     if host.is_empty() {
-        return Err("has no host".into());
+        return Err(UrlProblem::NoHost);
     }
     if !host.starts_with('[') {
         if let Some(c) = host.chars().find(|&c| !name_char(c)) {
-            return Err(format!(
-                "has {c:?} in its host {host:?}; a host is a name, an IPv4 address or [an IPv6 address]"
-            ));
+            return Err(UrlProblem::HostCharacter {
+                c,
+                host: host.to_string(),
+            });
         }
         // The resolver would read `10.1` or `12345` as an address (inet_aton): refuse what
         // only looks like one.
         if host.chars().all(|c| c.is_ascii_digit() || c == '.') && host.parse::<Ipv4Addr>().is_err()
         {
-            return Err(format!(
-                "has host {host:?}, which is not an IPv4 address (four numbers 0-255 without leading zeros)"
-            ));
+            return Err(UrlProblem::NotIpv4(host.to_string()));
         }
     }
     let port = match port {
         None => None,
-        Some(p) => Some(parse_port(p).ok_or_else(|| {
-            format!("has port {p:?}; a port is a decimal number from 1 to 65535")
-        })?),
+        Some(p) => Some(parse_port(p).ok_or_else(|| UrlProblem::Port(p.to_string()))?),
     };
     Ok((host, port))
 }
@@ -261,6 +287,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(FORM), "{text}");
+        assert_eq!(e.problem, UrlProblem::Port("99999".into()));
         let e = TargetUrl::parse("ws://[::1/").expect_err("unclosed");
         assert!(e.to_string().contains("closing ']'"), "{e}");
     }

@@ -3,6 +3,7 @@
 //! A threshold names a figure of the report, a comparison and a value with a unit. Values are
 //! held in canonical units (seconds, fractions, per second) so a report never converts.
 
+use crate::units::{Percent, PercentError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
@@ -230,26 +231,62 @@ fn scaled(num: &str) -> Option<f64> {
     n.parse::<f64>().ok().map(|v| v * mult)
 }
 
-fn parse_value(metric: Metric, raw: &str) -> Result<f64, String> {
+/// Why a threshold as written is none.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("{text:?} has no comparison; write METRIC < VALUE, e.g. \"rtt.p99 < 5ms\"")]
+    NoComparison { text: String },
+    #[error("unknown metric {name:?} in {text:?}; known: {}", Metric::NAMES)]
+    UnknownMetric { name: String, text: String },
+    #[error("in {text:?}: {source}")]
+    Value {
+        text: String,
+        #[source]
+        source: ValueError,
+    },
+}
+
+/// Why a threshold's value does not read in its metric's unit (`raw`: the value as written).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    #[error("{raw:?} needs a time unit: us, ms or s")]
+    NoTimeUnit { raw: String },
+    #[error("{raw:?} is not a number with a unit")]
+    NotANumberWithAUnit { raw: String },
+    #[error("unknown time unit {unit:?}: use us, ms or s")]
+    UnknownTimeUnit { unit: String },
+    #[error(transparent)]
+    Percent(#[from] PercentError),
+    #[error("{raw:?} is not a number (write e.g. 100000, 1.5M, 20K msg/s)")]
+    NotANumber { raw: String },
+}
+
+fn parse_value(metric: Metric, raw: &str) -> Result<f64, ValueError> {
     let raw = raw.trim();
     match metric.unit() {
         Unit::Time => {
             let split = raw
                 .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(|| format!("{raw:?} needs a time unit: us, ms or s"))?;
+                .ok_or_else(|| ValueError::NoTimeUnit {
+                    raw: raw.to_string(),
+                })?;
             let (n, unit) = raw.split_at(split);
-            let n: f64 = n
-                .parse()
-                .map_err(|_| format!("{raw:?} is not a number with a unit"))?;
+            let n: f64 = n.parse().map_err(|_| ValueError::NotANumberWithAUnit {
+                raw: raw.to_string(),
+            })?;
             let scale = match unit.trim() {
                 "us" | "µs" => 1e-6,
                 "ms" => 1e-3,
                 "s" => 1.0,
-                other => return Err(format!("unknown time unit {other:?}: use us, ms or s")),
+                other => {
+                    return Err(ValueError::UnknownTimeUnit {
+                        unit: other.to_string(),
+                    });
+                }
             };
             Ok(n * scale)
         }
-        Unit::Fraction => crate::units::Percent::parse(raw).map(|p| p.0),
+        Unit::Fraction => Ok(Percent::parse(raw)?.0),
         Unit::Rate | Unit::Count => {
             let num = raw
                 .trim_end_matches("msg/s")
@@ -258,23 +295,23 @@ fn parse_value(metric: Metric, raw: &str) -> Result<f64, String> {
                 .trim_end_matches("/s")
                 .trim_end_matches("connections")
                 .trim();
-            scaled(num).ok_or_else(|| {
-                format!("{raw:?} is not a number (write e.g. 100000, 1.5M, 20K msg/s)")
+            scaled(num).ok_or_else(|| ValueError::NotANumber {
+                raw: raw.to_string(),
             })
         }
     }
 }
 
 impl FromStr for Threshold {
-    type Err = String;
+    type Err = ThresholdError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, ThresholdError> {
         let t = text.trim();
         let (pos, op_len, op) = ["==", "<=", ">=", "<", ">"]
             .iter()
             .find_map(|sym| t.find(sym).map(|i| (i, sym.len(), *sym)))
-            .ok_or_else(|| {
-                format!("{t:?} has no comparison; write METRIC < VALUE, e.g. \"rtt.p99 < 5ms\"")
+            .ok_or_else(|| ThresholdError::NoComparison {
+                text: t.to_string(),
             })?;
         let op = match op {
             "==" => Op::Eq,
@@ -284,10 +321,15 @@ impl FromStr for Threshold {
             _ => Op::Gt,
         };
         let name = t[..pos].trim();
-        let metric = Metric::parse(name)
-            .ok_or_else(|| format!("unknown metric {name:?} in {t:?}; known: {}", Metric::NAMES))?;
+        let metric = Metric::parse(name).ok_or_else(|| ThresholdError::UnknownMetric {
+            name: name.to_string(),
+            text: t.to_string(),
+        })?;
         let value =
-            parse_value(metric, &t[pos + op_len..]).map_err(|e| format!("in {t:?}: {e}"))?;
+            parse_value(metric, &t[pos + op_len..]).map_err(|source| ThresholdError::Value {
+                text: t.to_string(),
+                source,
+            })?;
         Ok(Threshold {
             metric,
             op,
@@ -368,7 +410,7 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_write() {
-        let e = |s: &str| s.parse::<Threshold>().expect_err(s);
+        let e = |s: &str| s.parse::<Threshold>().expect_err(s).to_string();
         assert!(e("rtt.p99 5ms").contains("no comparison"));
         assert!(e("latency < 5ms").contains("unknown metric \"latency\""));
         assert!(e("latency < 5ms").contains("rtt.<stat>"));
@@ -377,6 +419,23 @@ mod tests {
         assert!(e("rtt.p99 < 5 days").contains("unknown time unit"));
         assert!(e("errors < lots").contains("percentage"));
         assert!(e("throughput > fast").contains("1.5M"));
+        assert_eq!(
+            e("rtt.p99 < 5 days"),
+            "in \"rtt.p99 < 5 days\": unknown time unit \"days\": use us, ms or s"
+        );
+        assert_eq!(
+            e("errors < lots"),
+            "in \"errors < lots\": \"lots\" is not a percentage; write e.g. 5% or 0.05"
+        );
+        // The value's own error is kept as the source, for a caller that walks the chain.
+        let value = "gaps < many"
+            .parse::<Threshold>()
+            .expect_err("not a number");
+        let source = std::error::Error::source(&value).map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("\"many\" is not a number (write e.g. 100000, 1.5M, 20K msg/s)")
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Durations (`10s`) and percentages (`5%`) as they are written in a LoadTest.
+//! Durations (`10s`) and percentages (`5%`) as they are written in a LoadTest, and the unit of
+//! an instant a server writes in its messages (`publishedAtUnit: ms`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, TryFromFloatSecsError};
 
 /// A duration written as `500ms`, `10s`, `2m`, `1h` (or a bare number of seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -18,17 +20,45 @@ impl Dur {
     pub fn get(self) -> Duration {
         self.0
     }
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, DurationError> {
         let s = s.trim();
         if let Ok(secs) = s.parse::<f64>() {
             return Duration::try_from_secs_f64(secs)
                 .map(Dur)
-                .map_err(|e| format!("{s:?}: {e}"));
+                .map_err(|source| DurationError::Seconds {
+                    text: s.to_string(),
+                    source,
+                });
         }
         humantime::parse_duration(s)
             .map(Dur)
-            .map_err(|e| format!("{s:?} is not a duration ({e}); write e.g. 500ms, 10s, 2m"))
+            .map_err(|source| DurationError::NotADuration {
+                text: s.to_string(),
+                source,
+            })
     }
+}
+
+/// Why a duration as written is none.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// A number of seconds written as text that no duration holds (negative, too large).
+    #[error("{text:?}: {source}")]
+    Seconds {
+        text: String,
+        #[source]
+        source: TryFromFloatSecsError,
+    },
+    #[error("{text:?} is not a duration ({source}); write e.g. 500ms, 10s, 2m")]
+    NotADuration {
+        text: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    /// A number of seconds written as a YAML number that no duration holds; the number is
+    /// the document's, so the message names none.
+    #[error(transparent)]
+    Number(TryFromFloatSecsError),
 }
 
 impl fmt::Display for Dur {
@@ -49,7 +79,7 @@ impl<'de> Deserialize<'de> for Dur {
             .parse(Dur::parse, |n| {
                 Duration::try_from_secs_f64(n)
                     .map(Dur)
-                    .map_err(|e| e.to_string())
+                    .map_err(DurationError::Number)
             })
             .map_err(serde::de::Error::custom)
     }
@@ -64,11 +94,11 @@ enum TextOrNumber {
 }
 
 impl TextOrNumber {
-    fn parse<T>(
+    fn parse<T, E>(
         self,
-        text: impl FnOnce(&str) -> Result<T, String>,
-        number: impl FnOnce(f64) -> Result<T, String>,
-    ) -> Result<T, String> {
+        text: impl FnOnce(&str) -> Result<T, E>,
+        number: impl FnOnce(f64) -> Result<T, E>,
+    ) -> Result<T, E> {
         match self {
             TextOrNumber::Text(s) => text(&s),
             TextOrNumber::Number(n) => number(n),
@@ -81,21 +111,32 @@ impl TextOrNumber {
 pub struct Percent(pub f64);
 
 impl Percent {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, PercentError> {
         let s = s.trim();
         let (num, scale) = match s.strip_suffix('%') {
             Some(n) => (n.trim(), 100.0),
             None => (s, 1.0),
         };
-        let v: f64 = num
-            .parse()
-            .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5% or 0.05"))?;
+        let v: f64 = num.parse().map_err(|_| PercentError::NotAPercentage {
+            text: s.to_string(),
+        })?;
         let v = v / scale;
         if !(0.0..=1.0).contains(&v) {
-            return Err(format!("{s:?} is outside 0%..100%"));
+            return Err(PercentError::OutOfRange {
+                text: s.to_string(),
+            });
         }
         Ok(Percent(v))
     }
+}
+
+/// Why a percentage as written is none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PercentError {
+    #[error("{text:?} is not a percentage; write e.g. 5% or 0.05")]
+    NotAPercentage { text: String },
+    #[error("{text:?} is outside 0%..100%")]
+    OutOfRange { text: String },
 }
 
 impl fmt::Display for Percent {
@@ -118,6 +159,29 @@ impl<'de> Deserialize<'de> for Percent {
     }
 }
 
+/// The unit of a delivery's publish instant (since the Unix epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum TimeUnit {
+    S,
+    Ms,
+    #[default]
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    /// `value` of this unit, in microseconds.
+    pub fn to_micros(self, value: u64) -> u64 {
+        match self {
+            TimeUnit::S => value.saturating_mul(1_000_000),
+            TimeUnit::Ms => value.saturating_mul(1000),
+            TimeUnit::Us => value,
+            TimeUnit::Ns => value / 1000,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,14 +190,22 @@ mod tests {
     fn durations_and_percentages_round_trip() {
         assert_eq!(Dur::parse("250ms"), Ok(Dur::millis(250)));
         assert_eq!(Dur::parse("2"), Ok(Dur::secs(2)));
-        assert!(Dur::parse("soon").unwrap_err().contains("500ms"));
+        assert!(
+            Dur::parse("soon")
+                .unwrap_err()
+                .to_string()
+                .contains("500ms")
+        );
         let d: Dur = serde_json::from_str("\"1m 30s\"").expect("dur");
         assert_eq!(d, Dur::secs(90));
         assert_eq!(serde_json::to_string(&d).expect("ser"), "\"1m 30s\"");
 
         assert_eq!(Percent::parse("5%"), Ok(Percent(0.05)));
         assert_eq!(Percent::parse("0.1"), Ok(Percent(0.1)));
-        assert!(Percent::parse("150%").is_err());
+        assert_eq!(
+            Percent::parse("150%").unwrap_err().to_string(),
+            "\"150%\" is outside 0%..100%"
+        );
         let p: Percent = serde_json::from_str("0.5").expect("number");
         assert_eq!(p, Percent(0.5));
     }

@@ -150,7 +150,7 @@ impl LocalServer {
         }
         // A fanout the server publishes: its ticker over the fanout's topics, unless the user's
         // args start one of their own.
-        cmd.args(wsload_spec::fanout::ticker_args(spec));
+        cmd.args(wsload_spec::ticker_args(spec));
         cmd.args(&server.args);
         for e in &server.env {
             cmd.env(&e.name, &e.value);

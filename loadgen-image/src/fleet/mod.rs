@@ -767,7 +767,7 @@ async fn collect(
             None => merged = Some(part),
             Some(m) => m.merge(&part).map_err(|why| FleetError::Merge {
                 index: s.index,
-                why,
+                why: why.to_string(),
             })?,
         }
         let _ = s.client.finish().await;

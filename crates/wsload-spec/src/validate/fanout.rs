@@ -24,7 +24,7 @@ pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
     if f.topic_prefix.is_empty() || f.topic_prefix.len() > 64 {
         e.add("fanout.topicPrefix", "must be 1 to 64 characters");
     }
-    if crate::fanout::managed_ticker(spec).is_some() && f.topic_prefix != TICKER_PREFIX {
+    if crate::ticker::managed_ticker(spec).is_some() && f.topic_prefix != TICKER_PREFIX {
         e.add(
             "fanout.topicPrefix",
             format!(
