@@ -50,8 +50,12 @@ pub enum SummaryError {
         index: u32,
         source: wsload_report::stored::StoredError,
     },
-    #[error("shard {index}'s result does not merge: {message}")]
-    Merge { index: u32, message: String },
+    #[error("shard {index}'s result does not merge: {source}")]
+    Merge {
+        index: u32,
+        #[source]
+        source: wsload_report::MergeError,
+    },
     #[error("no shard result to merge")]
     Empty,
     #[error("cannot store the merged result: {0}")]
@@ -82,10 +86,9 @@ impl Merging {
         }
         match self.merged.as_mut() {
             None => self.merged = Some(r),
-            Some(m) => m.merge(&r).map_err(|e| SummaryError::Merge {
-                index,
-                message: e.to_string(),
-            })?,
+            Some(m) => m
+                .merge(&r)
+                .map_err(|source| SummaryError::Merge { index, source })?,
         }
         self.shards += 1;
         Ok(())

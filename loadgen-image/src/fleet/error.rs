@@ -67,8 +67,12 @@ pub enum FleetError {
         source: serde_json::Error,
     },
     /// A shard's result does not merge with the others'.
-    #[error("shard {index}: {why}")]
-    Merge { index: u32, why: String },
+    #[error("shard {index}: {source}")]
+    Merge {
+        index: u32,
+        #[source]
+        source: wsload_report::MergeError,
+    },
     #[error("{waiting} shard(s) not ready within {within:?}")]
     NotReady { waiting: usize, within: Duration },
     #[error("no shard returned a result: {}", notes.join("; "))]

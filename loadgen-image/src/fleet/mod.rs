@@ -765,9 +765,9 @@ async fn collect(
         }
         match &mut merged {
             None => merged = Some(part),
-            Some(m) => m.merge(&part).map_err(|why| FleetError::Merge {
+            Some(m) => m.merge(&part).map_err(|source| FleetError::Merge {
                 index: s.index,
-                why: why.to_string(),
+                source,
             })?,
         }
         let _ = s.client.finish().await;
