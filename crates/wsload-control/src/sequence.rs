@@ -5,7 +5,8 @@
 
 use crate::protocol::{CellKey, CellSummary};
 use wsload_report::report::Probe;
-use wsload_spec::{Format, LoadTestSpec, Scenario};
+use wsload_spec::scenario::Cells;
+use wsload_spec::{Format, LoadTestSpec};
 
 /// Payload sizes of the payloadMatrix scenario when the spec lists none (the seed's).
 pub const DEFAULT_SIZES: [u32; 6] = [64, 256, 1024, 4096, 16384, 65536];
@@ -18,8 +19,8 @@ pub fn planned(spec: &LoadTestSpec) -> Vec<CellKey> {
     let size = spec.message.size;
     let format = spec.message.format;
     let tiers = &spec.connections;
-    let cells: Vec<(String, u32, u32, Format)> = match spec.scenario {
-        Scenario::PayloadMatrix => {
+    let cells: Vec<(String, u32, u32, Format)> = match spec.scenario.profile().cells {
+        Cells::SizesByTiers => {
             let sizes = if spec.sizes.is_empty() {
                 DEFAULT_SIZES.to_vec()
             } else {
@@ -31,7 +32,7 @@ pub fn planned(spec: &LoadTestSpec) -> Vec<CellKey> {
                 .map(|(s, n)| (format!("{} x {n}", human_bytes(s)), n, s, format))
                 .collect()
         }
-        Scenario::FormatComparison => {
+        Cells::FormatsByTiers => {
             let formats = if spec.formats.is_empty() {
                 DEFAULT_FORMATS.to_vec()
             } else {
@@ -43,8 +44,8 @@ pub fn planned(spec: &LoadTestSpec) -> Vec<CellKey> {
                 .map(|(f, n)| (format!("{} x {n}", f.as_str()), n, size, f))
                 .collect()
         }
-        Scenario::ConnectionLimit => Vec::new(),
-        _ => tiers
+        Cells::Search => Vec::new(),
+        Cells::Tiers => tiers
             .iter()
             .map(|&n| (n.to_string(), n, size, format))
             .collect(),
@@ -123,7 +124,7 @@ impl Conductor {
     pub fn new(spec: &LoadTestSpec) -> Conductor {
         let l = &spec.limit;
         Conductor {
-            plan: if spec.scenario == Scenario::ConnectionLimit {
+            plan: if spec.scenario.profile().cells == Cells::Search {
                 Plan::Limit(Search {
                     lo: 0,
                     hi: None,

@@ -8,6 +8,7 @@ use crate::result::RunResult;
 use crate::table::cell_table;
 use serde_json::Value;
 use std::fmt::Write as _;
+use wsload_spec::scenario::Measures;
 
 mod fanout;
 
@@ -226,7 +227,7 @@ fn latency_chart(o: &mut String, r: &RunResult) {
         (99.9, "p99.9"),
         (100.0, "max"),
     ];
-    let fanout = r.scenario == wsload_spec::Scenario::Fanout;
+    let fanout = r.scenario.profile().measures == Measures::Deliveries;
     let rtt = r.cells.iter().any(|c| !c.measure.hists.rtt.is_empty());
     let series: Vec<Series> = r
         .cells
@@ -278,7 +279,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
     o.push_str("<section id=\"throughput\"><h2>Throughput over time</h2>");
     // A fan-out's sends are its publishes, what arrives its deliveries, timed from the
     // intended publish instant.
-    let fanout = r.scenario == wsload_spec::Scenario::Fanout;
+    let fanout = r.scenario.profile().measures == Measures::Deliveries;
     let (sent, received, what, latency) = if fanout {
         (
             "publishes/s",

@@ -3,7 +3,7 @@
 
 use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
-use wsload_spec::Scenario;
+use wsload_spec::scenario::Measures;
 
 /// A cell table's columns and rows, as the text and the HTML report print them.
 pub(crate) struct Table {
@@ -26,13 +26,12 @@ impl Table {
 
 /// The columns that matter for what the scenario measures, one row per cell.
 pub(crate) fn cell_table(r: &RunResult) -> Table {
-    use Scenario::*;
-    match r.scenario {
-        ConnectionStorm | ConnectionLimit => handshakes(&r.cells),
-        PingLatency | SustainedHold | Pingpong => pings(&r.cells, r.scenario == SustainedHold),
-        Throughput | PayloadMatrix | FormatComparison | Blast => throughput(&r.cells),
-        Echo | ConstantRate => paced_echoes(&r.cells),
-        Fanout => fanout(&r.cells),
+    match r.scenario.profile().measures {
+        Measures::Connects | Measures::Limit => handshakes(&r.cells),
+        Measures::RoundTrips { survival } => pings(&r.cells, survival),
+        Measures::Echoes | Measures::Sends => throughput(&r.cells),
+        Measures::PacedRoundTrips => paced_echoes(&r.cells),
+        Measures::Deliveries => fanout(&r.cells),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::result::{CellResult, Check, RunResult, Unmeasured, Verdict};
 use wsload_spec::Scenario;
+use wsload_spec::scenario::{Cells, Measures};
 use wsload_spec::threshold::{Latency, Metric, Stat};
 
 /// What `cell` of a `scenario` run was to measure and did not, if anything.
@@ -29,12 +30,8 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
         // This part was given no connections (a shard's empty share): nothing was asked.
         return None;
     }
-    match scenario {
-        Scenario::PingLatency
-        | Scenario::SustainedHold
-        | Scenario::Pingpong
-        | Scenario::Echo
-        | Scenario::ConstantRate
+    match scenario.profile().measures {
+        Measures::RoundTrips { .. } | Measures::PacedRoundTrips
             if c.expected > 0 && cell.measure.hists.rtt.is_empty() =>
         {
             Some(format!(
@@ -42,7 +39,7 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
                 c.expected
             ))
         }
-        Scenario::Throughput | Scenario::PayloadMatrix | Scenario::FormatComparison
+        Measures::Echoes
             if c.sent > 0 && c.received == 0 && cell.server_received.unwrap_or(0) == 0 =>
         {
             Some(format!(
@@ -50,16 +47,14 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
                 c.sent
             ))
         }
-        Scenario::Throughput
-        | Scenario::PayloadMatrix
-        | Scenario::FormatComparison
-        | Scenario::Blast
-            if c.sent == 0 =>
-        {
-            Some("no message was sent".into())
-        }
-        Scenario::Fanout => nothing_delivered(cell),
-        _ => None,
+        Measures::Echoes | Measures::Sends if c.sent == 0 => Some("no message was sent".into()),
+        Measures::Deliveries => nothing_delivered(cell),
+        Measures::Connects
+        | Measures::Limit
+        | Measures::RoundTrips { .. }
+        | Measures::PacedRoundTrips
+        | Measures::Echoes
+        | Measures::Sends => None,
     }
 }
 
@@ -156,7 +151,7 @@ impl RunResult {
     /// Every cell that measured nothing of what it was for. connectionLimit's probes search
     /// for where connections fail, so only a search in which none ever connected is one.
     fn unmeasured(&self) -> Vec<Unmeasured> {
-        if self.scenario == Scenario::ConnectionLimit {
+        if self.scenario.profile().cells == Cells::Search {
             let attempted: u64 = self.cells.iter().map(|c| c.measure.counts.attempted).sum();
             let connected: u64 = self.cells.iter().map(|c| c.measure.counts.connected).sum();
             return if attempted > 0 && connected == 0 {

@@ -4,6 +4,7 @@
 //! server's `pubsub` profile). docs/loadtest.md shows them as they are here.
 
 use crate::conversation::Conversation;
+use crate::scenario::Motion;
 use crate::spec::{Protocol, Scenario};
 use crate::yaml::{self, ParseError};
 
@@ -31,8 +32,8 @@ pub fn conversation(protocol: Protocol) -> Result<Conversation, ParseError> {
 /// The conversation a scenario speaks by default with `protocol`: the fanout's, the
 /// `pubsub` one with `protocol: echo`; else the protocol's.
 pub fn for_scenario(protocol: Protocol, scenario: Scenario) -> Result<Conversation, ParseError> {
-    match (protocol, scenario) {
-        (Protocol::Echo, Scenario::Fanout) => yaml::parse(PUBSUB_YAML),
+    match (protocol, scenario.profile().motion) {
+        (Protocol::Echo, Motion::Fanout) => yaml::parse(PUBSUB_YAML),
         _ => conversation(protocol),
     }
 }
@@ -57,7 +58,7 @@ pub fn effective(
                     c.ping = builtin.ping;
                 }
             }
-            if scenario == Scenario::Fanout {
+            if scenario.profile().motion == Motion::Fanout {
                 if c.subscribe.is_empty() && c.delivery.is_none() {
                     c.subscribe = builtin.subscribe;
                 }

@@ -18,6 +18,7 @@ pub mod fixtures;
 pub mod json_path;
 pub mod matching;
 pub mod refused;
+pub mod scenario;
 pub mod server_connections;
 pub mod shares;
 pub mod spec;

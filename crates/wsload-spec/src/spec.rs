@@ -5,6 +5,7 @@ use crate::cel;
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
 use crate::conversation::{Compression, Conversation};
 use crate::env_var::EnvVar;
+pub use crate::scenario::Scenario;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -401,55 +402,6 @@ pub struct Tls {
     /// Accept any server certificate (testing only).
     #[serde(default)]
     pub insecure_skip_verify: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Scenario {
-    /// Open N connections in batches; accept rate and handshake latency.
-    ConnectionStorm,
-    /// N connections ping concurrently; round-trip percentiles, lost pings.
-    PingLatency,
-    /// N connections send as fast as possible; msg/s, bytes/s, server receipt.
-    Throughput,
-    /// Throughput for each payload size x connection tier.
-    PayloadMatrix,
-    /// Throughput of the same message as JSON, MsgPack and zlib.
-    FormatComparison,
-    /// Hold N connections with periodic pings; survival and ping percentiles.
-    SustainedHold,
-    /// Largest N held with errors under a bound: exponential probe, then binary search.
-    ConnectionLimit,
-    /// Echo perftest: one message in flight per connection (closed loop).
-    Pingpong,
-    /// Echo perftest: paced sender and separate reader; loss.
-    Echo,
-    /// Echo perftest: send only, never read.
-    Blast,
-    /// Open-loop constant rate with ramp stages; coordinated-omission-corrected latency.
-    ConstantRate,
-    /// Subscribers on topics, publishers (wsload's, or the server's own) on an open-loop
-    /// schedule: deliveries, gaps, duplicates and latency from the intended publish instant.
-    Fanout,
-}
-
-impl Scenario {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scenario::ConnectionStorm => "connectionStorm",
-            Scenario::PingLatency => "pingLatency",
-            Scenario::Throughput => "throughput",
-            Scenario::PayloadMatrix => "payloadMatrix",
-            Scenario::FormatComparison => "formatComparison",
-            Scenario::SustainedHold => "sustainedHold",
-            Scenario::ConnectionLimit => "connectionLimit",
-            Scenario::Pingpong => "pingpong",
-            Scenario::Echo => "echo",
-            Scenario::Blast => "blast",
-            Scenario::ConstantRate => "constantRate",
-            Scenario::Fanout => "fanout",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]

@@ -514,3 +514,40 @@ fn connection_limits_default_to_the_old_fixed_ones_and_are_bounded() {
         "{e}"
     );
 }
+
+/// `loss` is what was sent expecting an answer and never answered: only scenarios that await
+/// each answer count it. Throughput and its kin count answers without awaiting any, so a loss
+/// threshold there could never fail; it is refused, as every figure a scenario does not
+/// measure is.
+#[test]
+fn loss_is_a_threshold_only_where_answers_are_awaited() {
+    for scenario in crate::scenario::Scenario::ALL {
+        let name = scenario.as_str();
+        let yaml = MINIMAL.replace(
+            "scenario: throughput",
+            &format!(
+                "scenario: {name}\n  rate: {{messagesPerSecond: 10}}\n  thresholds: ['loss < 1%']"
+            ),
+        );
+        let refused = match parse(&yaml) {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        let awaits = matches!(
+            name,
+            "pingLatency" | "sustainedHold" | "pingpong" | "echo" | "constantRate"
+        );
+        match refused {
+            None => assert!(awaits, "{name}: accepted a loss threshold"),
+            Some(e) => {
+                assert!(!awaits, "{name}: refused: {e}");
+                assert!(
+                    e.contains(&format!(
+                        "spec.thresholds[0]: \"loss < 1%\": the {name} scenario does not measure loss"
+                    )),
+                    "{name}: {e}"
+                );
+            }
+        }
+    }
+}

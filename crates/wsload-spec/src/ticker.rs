@@ -3,7 +3,8 @@
 //! message, the server's own args and env), so it stands above both the spec and its fanout.
 
 use crate::fanout::{DEFAULT_RATE_PER_TOPIC, Publisher};
-use crate::spec::{LoadTestSpec, ManagedServer, Scenario};
+use crate::scenario::Motion;
+use crate::spec::{LoadTestSpec, ManagedServer};
 
 /// The ticker's flags: set one in `target.server.args` and wsload leaves the ticker to you.
 const TICKER_TOPICS_FLAG: &str = "--ticker-topics";
@@ -20,7 +21,9 @@ pub fn managed_ticker(spec: &LoadTestSpec) -> Option<&ManagedServer> {
         .env
         .iter()
         .any(|e| e.name == wsload_contract::env::SERVER_TICKER_TOPICS);
-    (spec.scenario == Scenario::Fanout && spec.fanout.publisher == Publisher::Server && !own)
+    (spec.scenario.profile().motion == Motion::Fanout
+        && spec.fanout.publisher == Publisher::Server
+        && !own)
         .then_some(server)
 }
 

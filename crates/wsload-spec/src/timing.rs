@@ -1,11 +1,13 @@
 //! How long a test should take, from its spec alone: the operator's default Running deadline
 //! (`spec.run.deadlines.run` unset) is this x 1.5 + 2 minutes.
 //!
-//! Mirrors the load generator's plan (`loadgen-image/src/plan.rs`): cells run one after
-//! another; each connects its share in batches, then runs its behaviour. Shards run in
-//! parallel, so a cell's connect phase is that of the largest share.
+//! Mirrors the load generator's plan (`loadgen-image/src/model/plan.rs`): cells run one after
+//! another, as the scenario's profile says ([`crate::scenario`]); each connects its share in
+//! batches, then lasts its length. Shards run in parallel, so a cell's connect phase is that
+//! of the largest share.
 
-use crate::spec::{LoadTestSpec, Scenario};
+use crate::scenario::{Cells, Length};
+use crate::spec::LoadTestSpec;
 use std::time::Duration;
 
 /// Payload sizes and formats the load generator uses when the spec lists none (its
@@ -23,9 +25,9 @@ pub const RUN_DEADLINE_MARGIN: Duration = Duration::from_secs(120);
 /// probes run).
 pub fn expected_duration(spec: &LoadTestSpec) -> Option<Duration> {
     let tiers = &spec.connections;
-    let cells: Vec<u32> = match spec.scenario {
-        Scenario::ConnectionLimit => return None,
-        Scenario::PayloadMatrix => {
+    let cells: Vec<u32> = match spec.scenario.profile().cells {
+        Cells::Search => return None,
+        Cells::SizesByTiers => {
             let sizes = if spec.sizes.is_empty() {
                 DEFAULT_MATRIX_SIZES
             } else {
@@ -33,7 +35,7 @@ pub fn expected_duration(spec: &LoadTestSpec) -> Option<Duration> {
             };
             repeat(tiers, sizes)
         }
-        Scenario::FormatComparison => {
+        Cells::FormatsByTiers => {
             let formats = if spec.formats.is_empty() {
                 DEFAULT_COMPARISON_FORMATS
             } else {
@@ -41,7 +43,7 @@ pub fn expected_duration(spec: &LoadTestSpec) -> Option<Duration> {
             };
             repeat(tiers, formats)
         }
-        _ => tiers.clone(),
+        Cells::Tiers => tiers.clone(),
     };
     Some(
         cells
@@ -74,15 +76,17 @@ fn connect_time(spec: &LoadTestSpec, connections: u32) -> Duration {
 /// What one cell does once connected.
 fn body(spec: &LoadTestSpec) -> Duration {
     let warmup = spec.warmup.get();
-    match spec.scenario {
-        Scenario::ConnectionStorm | Scenario::ConnectionLimit => Duration::ZERO,
+    let length = spec.scenario.profile().length;
+    match length {
+        // A search's probes are not known in advance (see `expected_duration`).
+        Length::Nothing | Length::LimitHold => Duration::ZERO,
         // Pings one after another, `interval` apart; each answer takes a round trip, which
         // the deadline's margin covers.
-        Scenario::PingLatency => {
+        Length::Pings => {
             let gaps = spec.ping.count.saturating_sub(1);
             spec.ping.interval.map_or(Duration::ZERO, |i| i.get()) * gaps
         }
-        Scenario::Echo | Scenario::ConstantRate | Scenario::Fanout => {
+        Length::Rate { .. } | Length::RateThenDrain => {
             let staged: Duration = spec
                 .rate
                 .iter()
@@ -97,19 +101,14 @@ fn body(spec: &LoadTestSpec) -> Duration {
             };
             // A fanout's subscribers read on for `drain` after the window; across shards its
             // measured phase waits until every shard had `connect.timeout` to connect.
-            let drain = if spec.scenario == Scenario::Fanout {
+            let drain = if length == Length::RateThenDrain {
                 spec.fanout.drain.get() + spec.connect.timeout.get()
             } else {
                 Duration::ZERO
             };
             warmup + measured + drain
         }
-        Scenario::Throughput
-        | Scenario::PayloadMatrix
-        | Scenario::FormatComparison
-        | Scenario::SustainedHold
-        | Scenario::Pingpong
-        | Scenario::Blast => warmup + spec.duration.get(),
+        Length::Duration => warmup + spec.duration.get(),
     }
 }
 

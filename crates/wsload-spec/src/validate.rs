@@ -3,6 +3,7 @@
 
 use crate::cel;
 use crate::connection_limits::ConnectionLimits;
+use crate::scenario::{Cells, Length, Measures, Motion};
 use crate::spec::*;
 use crate::target_url::TargetUrl;
 use std::fmt;
@@ -37,8 +38,8 @@ impl Errors {
 
 /// The largest tier (or limit probe) of the spec.
 pub fn peak_connections(spec: &LoadTestSpec) -> u32 {
-    match spec.scenario {
-        Scenario::ConnectionLimit => spec.limit.max,
+    match spec.scenario.profile().cells {
+        Cells::Search => spec.limit.max,
         _ => spec.connections.iter().copied().max().unwrap_or(0),
     }
 }
@@ -339,7 +340,7 @@ fn shard_count(spec: &LoadTestSpec, e: &mut Errors) {
 
 /// The connection counts: every shard needs one connection of every tier.
 fn tiers(spec: &LoadTestSpec, e: &mut Errors) {
-    if spec.scenario == Scenario::ConnectionLimit {
+    if spec.scenario.profile().cells == Cells::Search {
         return;
     }
     if spec.connections.is_empty() {
@@ -374,11 +375,8 @@ fn tiers(spec: &LoadTestSpec, e: &mut Errors) {
 /// What each connection sends and waits for: the duration, the message, the window, connect
 /// batches, pings and the payload sizes.
 fn messages(spec: &LoadTestSpec, e: &mut Errors) {
-    let scenario = spec.scenario;
-    let timed = !matches!(
-        scenario,
-        Scenario::ConnectionStorm | Scenario::PingLatency | Scenario::ConnectionLimit
-    );
+    let profile = spec.scenario.profile();
+    let timed = profile.length.is_timed();
     let staged = spec.rate.as_ref().is_some_and(|r| !r.stages.is_empty());
     if timed && !staged && spec.duration.get().is_zero() {
         e.add("duration", "must be above zero for this scenario");
@@ -405,7 +403,7 @@ fn messages(spec: &LoadTestSpec, e: &mut Errors) {
     if spec.ping.timeout.get().is_zero() {
         e.add("ping.timeout", "must be above zero");
     }
-    if scenario == Scenario::PingLatency && spec.ping.count == 0 {
+    if profile.motion == Motion::Pings && spec.ping.count == 0 {
         e.add("ping.count", "must be at least 1");
     }
     if spec.protocol == Protocol::Wse
@@ -473,7 +471,7 @@ fn rate(spec: &LoadTestSpec, e: &mut Errors) {
             }
         }
     }
-    if spec.scenario == Scenario::ConstantRate {
+    if spec.scenario.profile().length == (Length::Rate { required: true }) {
         let ok = spec
             .rate
             .as_ref()
@@ -481,7 +479,10 @@ fn rate(spec: &LoadTestSpec, e: &mut Errors) {
         if !ok {
             e.add(
                 "rate",
-                "constantRate needs rate.messagesPerSecond or rate.stages",
+                format!(
+                    "{} needs rate.messagesPerSecond or rate.stages",
+                    spec.scenario.as_str()
+                ),
             );
         }
     }
@@ -489,7 +490,7 @@ fn rate(spec: &LoadTestSpec, e: &mut Errors) {
 
 /// connectionLimit's search: where it starts, where it stops, and how each probe is held.
 fn limit(spec: &LoadTestSpec, e: &mut Errors) {
-    if spec.scenario != Scenario::ConnectionLimit {
+    if spec.scenario.profile().cells != Cells::Search {
         return;
     }
     let l = &spec.limit;
@@ -531,7 +532,7 @@ fn shard_share(spec: &LoadTestSpec, e: &mut Errors) {
     let max = cel::MAX_SHARD_SHARE;
     if per_shard > max {
         let need = peak.div_ceil(max);
-        let what = if spec.scenario == Scenario::ConnectionLimit {
+        let what = if spec.scenario.profile().cells == Cells::Search {
             "limit.max"
         } else {
             "the largest tier"
@@ -563,37 +564,21 @@ fn shard_share(spec: &LoadTestSpec, e: &mut Errors) {
 
 fn thresholds(spec: &LoadTestSpec, e: &mut Errors) {
     use crate::threshold::{Latency, Metric};
-    use Scenario::*;
     let s = spec.scenario;
-    let has_rtt = matches!(
-        s,
-        PingLatency
-            | Throughput
-            | PayloadMatrix
-            | FormatComparison
-            | SustainedHold
-            | Pingpong
-            | Echo
-            | ConstantRate
-    );
+    let measures = s.profile().measures;
     for (i, t) in spec.thresholds.iter().enumerate() {
         let ok = match t.metric {
             Metric::Latency(Latency::Connect, _) | Metric::Errors | Metric::ConnectRate => true,
             Metric::Latency(Latency::Fanout, _)
             | Metric::Gaps
             | Metric::Completeness
-            | Metric::Deliveries => s == Fanout,
-            Metric::Latency(_, _) => has_rtt,
-            Metric::Throughput | Metric::ReceivedRate => {
-                !matches!(s, ConnectionStorm | ConnectionLimit)
-            }
-            Metric::Loss => matches!(
-                s,
-                PingLatency | SustainedHold | Pingpong | Echo | ConstantRate | Throughput
-            ),
-            Metric::Survival => matches!(s, SustainedHold),
+            | Metric::Deliveries => measures == Measures::Deliveries,
+            Metric::Latency(_, _) => measures.times_answers(),
+            Metric::Throughput | Metric::ReceivedRate => measures.moves_messages(),
+            Metric::Loss => measures.counts_loss(),
+            Metric::Survival => measures == Measures::RoundTrips { survival: true },
             Metric::Delivery => spec.server_metrics.is_some() || spec.target.server.is_some(),
-            Metric::Limit => s == ConnectionLimit,
+            Metric::Limit => measures == Measures::Limit,
         };
         if !ok {
             let why = match t.metric {

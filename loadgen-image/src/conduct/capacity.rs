@@ -8,6 +8,7 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use std::collections::BTreeMap;
 use wsload_contract::announce::KernelLine;
 use wsload_spec::LoadTestSpec;
+use wsload_spec::scenario::Cells;
 use wsload_spec::shares::count_share;
 
 /// Descriptors a shard needs beside its connections: the runtime, the worker threads' epoll
@@ -156,7 +157,7 @@ pub fn check(spec: &LoadTestSpec, shard: Shard, limits: Limits) -> Result<(), Sh
         shard,
         share,
         peak: wsload_spec::validate::peak_connections(spec),
-        searched: spec.scenario == wsload_spec::Scenario::ConnectionLimit,
+        searched: spec.scenario.profile().cells == Cells::Search,
         shards: spec.shards,
         limits,
     })

@@ -11,7 +11,8 @@ use wsload_report::fanout::ServerTopics;
 use wsload_report::server_connections::{
     self as connections, ReplicaConnections, ServerConnections,
 };
-use wsload_spec::{LoadTestSpec, Scenario};
+use wsload_spec::LoadTestSpec;
+use wsload_spec::scenario::Motion;
 
 /// A scrape that takes longer than this is a server in trouble; the run notes it and goes on.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,7 +48,7 @@ pub struct TopicCounters {
 impl TopicCounters {
     /// A fanout's, at the endpoints of its received counters (`counters`).
     pub fn of(spec: &LoadTestSpec, counters: &[Counter]) -> Self {
-        let mut urls: Vec<String> = if spec.scenario == Scenario::Fanout {
+        let mut urls: Vec<String> = if spec.scenario.profile().motion == Motion::Fanout {
             counters.iter().map(|c| c.url.clone()).collect()
         } else {
             Vec::new()

@@ -83,7 +83,7 @@ impl Dialer {
             sources,
             per_address,
             first_source_implicit,
-            nodelay: !mostly_holding(spec.scenario),
+            nodelay: !spec.scenario.profile().motion.mostly_idle(),
             upgrade,
             deflate: deflate_offer(spec),
             deflate_required: spec.compression.is_some_and(|c| c.required),
@@ -213,7 +213,7 @@ impl Dialer {
 /// brings back, so one read takes a whole burst (measured at 1 KiB, 4 KiB buffers gave ~4
 /// echoes per recvfrom and most of the client's CPU went to the kernel).
 fn read_buffer(spec: &LoadTestSpec) -> usize {
-    if idle_heavy(spec.scenario) {
+    if spec.scenario.profile().motion.reads_little() {
         return IDLE_READ_BUFFER;
     }
     let largest = spec
@@ -233,21 +233,6 @@ fn limits(l: &wsload_spec::ConnectionLimits) -> wsload_ws::Limits {
         max_frame: l.max_frame_bytes,
         max_pending_write: l.max_pending_write_bytes,
     }
-}
-
-fn idle_heavy(s: wsload_spec::Scenario) -> bool {
-    use wsload_spec::Scenario::*;
-    matches!(
-        s,
-        ConnectionStorm | SustainedHold | ConnectionLimit | PingLatency
-    )
-}
-
-/// Scenarios whose connections mostly sit idle: they leave Nagle on (one small frame at a
-/// time, and one system call less per connection).
-fn mostly_holding(s: wsload_spec::Scenario) -> bool {
-    use wsload_spec::Scenario::*;
-    matches!(s, ConnectionStorm | SustainedHold | ConnectionLimit)
 }
 
 /// The source addresses connections take turns on, how many consecutive connections take

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use wsload_control::{CellKey, sequence};
 use wsload_spec::fanout::Publisher;
+use wsload_spec::scenario::{Length, Motion};
 use wsload_spec::shares::{count_offset, count_share, rate_share};
-use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, Scenario, ServerProfile, builtin};
+use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, ServerProfile, builtin};
 
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
@@ -200,36 +201,36 @@ fn cell(spec: &LoadTestSpec, shard: Shard, shape: Shape, script: &Script) -> Pla
     let first = u64::from(count_offset(connections, shard.index, shard.count));
     let per_message_flush = spec.flush == FlushMode::PerMessage;
     let ping = ping_cfg(spec);
-    let mut duration = spec.duration.get();
+    let profile = spec.scenario.profile();
+    // How long the cell lasts once open, unless its rate decides (below).
+    let mut duration = match profile.length {
+        Length::Nothing => Duration::ZERO,
+        Length::LimitHold => spec.limit.hold.get(),
+        Length::Pings | Length::Duration | Length::Rate { .. } | Length::RateThenDrain => {
+            spec.duration.get()
+        }
+    };
     let mut target_rate = 0.0;
     let share = rate_share(1.0, shard.count);
-    let behavior = match spec.scenario {
-        Scenario::ConnectionStorm => {
-            duration = Duration::ZERO;
-            Behavior::Close
-        }
-        Scenario::PingLatency => Behavior::Ping {
+    let behavior = match profile.motion {
+        Motion::Close => Behavior::Close,
+        Motion::Pings => Behavior::Ping {
             count: spec.ping.count,
             interval: spec.ping.interval.map_or(Duration::ZERO, |d| d.get()),
             ping,
         },
-        Scenario::Throughput | Scenario::PayloadMatrix | Scenario::FormatComparison => {
-            Behavior::Saturate {
-                window: server_echoes(spec).then_some(spec.window),
-                per_message_flush,
-            }
-        }
-        Scenario::SustainedHold => Behavior::Hold {
+        Motion::Saturate => Behavior::Saturate {
+            window: server_echoes(spec).then_some(spec.window),
+            per_message_flush,
+        },
+        Motion::Hold => Behavior::Hold {
             every: Some(spec.ping.interval.map_or(DEFAULT_HOLD_PING, |d| d.get())),
             ping,
         },
-        Scenario::ConnectionLimit => {
-            duration = spec.limit.hold.get();
-            Behavior::Hold { every: None, ping }
-        }
-        Scenario::Pingpong => Behavior::PingPong { ping },
-        Scenario::Blast => Behavior::Blast { per_message_flush },
-        Scenario::Echo | Scenario::ConstantRate => {
+        Motion::Probe => Behavior::Hold { every: None, ping },
+        Motion::PingPong => Behavior::PingPong { ping },
+        Motion::Blast => Behavior::Blast { per_message_flush },
+        Motion::Paced => {
             let paced = open_loop(
                 spec,
                 share,
@@ -246,7 +247,7 @@ fn cell(spec: &LoadTestSpec, shard: Shard, shape: Shape, script: &Script) -> Pla
                 per_message_flush,
             }
         }
-        Scenario::Fanout => {
+        Motion::Fanout => {
             let f = &spec.fanout;
             let topics = f.topics.max(1);
             // One topic's schedule: the whole rate over the topics, as if each were a

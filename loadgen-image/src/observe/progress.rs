@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use wsload_http::buckets::{self, Counts, quantile, since};
 use wsload_spec::Scenario;
+use wsload_spec::scenario::{Cells, Measures};
 
 /// The figures that matter for a scenario once its connections are open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,20 +28,12 @@ pub enum Figures {
 
 impl Figures {
     pub fn of(scenario: Scenario) -> Figures {
-        match scenario {
-            Scenario::ConnectionStorm => Figures::Connect,
-            Scenario::Throughput
-            | Scenario::PayloadMatrix
-            | Scenario::FormatComparison
-            | Scenario::Blast => Figures::Rate { rtt: false },
+        match scenario.profile().measures {
+            Measures::Connects => Figures::Connect,
+            Measures::Echoes | Measures::Sends => Figures::Rate { rtt: false },
             // A fanout's deliveries are what it receives, timed from their publish.
-            Scenario::Echo | Scenario::ConstantRate | Scenario::Fanout => {
-                Figures::Rate { rtt: true }
-            }
-            Scenario::PingLatency
-            | Scenario::SustainedHold
-            | Scenario::ConnectionLimit
-            | Scenario::Pingpong => Figures::Pings,
+            Measures::PacedRoundTrips | Measures::Deliveries => Figures::Rate { rtt: true },
+            Measures::RoundTrips { .. } | Measures::Limit => Figures::Pings,
         }
     }
 }
@@ -58,7 +51,8 @@ pub struct Outline {
 impl Outline {
     pub fn new(plan: &Plan) -> Outline {
         let spec = plan.spec();
-        let probe = (spec.scenario == Scenario::ConnectionLimit).then(|| Phases::of(&plan.probe()));
+        let probe =
+            (spec.scenario.profile().cells == Cells::Search).then(|| Phases::of(&plan.probe()));
         Outline {
             scenario: spec.scenario,
             cells: plan.cells().iter().map(Phases::of).collect(),
@@ -69,14 +63,16 @@ impl Outline {
     /// The cell's name and place, as the report names it.
     fn place(&self, index: usize, label: &str, connections: u32) -> String {
         let n = self.cells.len();
-        match self.scenario {
+        match self.scenario.profile().cells {
             _ if self.probe.is_some() => {
                 format!("probe {}: {connections} connections", index + 1)
             }
-            Scenario::PayloadMatrix | Scenario::FormatComparison => {
+            Cells::SizesByTiers | Cells::FormatsByTiers => {
                 format!("cell {}/{n}: {label}", index + 1)
             }
-            _ => format!("tier {}/{n}: {connections} connections", index + 1),
+            Cells::Tiers | Cells::Search => {
+                format!("tier {}/{n}: {connections} connections", index + 1)
+            }
         }
     }
 

@@ -19,9 +19,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use std::time::Duration;
 use wsload_control::server_topics;
+use wsload_spec::ManagedServer;
 use wsload_spec::fanout::ServerTopics;
+use wsload_spec::scenario::Motion;
 use wsload_spec::status::{Phase, ShardState};
-use wsload_spec::{ManagedServer, Scenario};
 
 /// The server's replica pods in one reconcile of Pending.
 #[derive(Default)]
@@ -547,7 +548,7 @@ impl View<'_> {
     /// unreadable (each cell's `serverTopics` is then unknown: a note in the log, no retry,
     /// as the received counter just answered).
     pub(super) async fn read_topics(&self, counter: &ServerCounter) -> Option<ServerTopics> {
-        if self.lt.spec.scenario != Scenario::Fanout {
+        if self.lt.spec.scenario.profile().motion != Motion::Fanout {
             return None;
         }
         match server_topics::read(

@@ -29,7 +29,7 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
     counts(c, e);
     // A fanout's connections know their topic from the start (a publisher's, a subscriber's
     // first; each in turn in `subscribe`).
-    let known = if spec.scenario == crate::spec::Scenario::Fanout {
+    let known = if spec.scenario.profile().motion == crate::scenario::Motion::Fanout {
         vec!["topic".to_string()]
     } else {
         Vec::new()

@@ -4,11 +4,12 @@
 use super::Errors;
 use crate::builtin;
 use crate::fanout::{MAX_TOPICS, MAX_TOPICS_PER_SUBSCRIBER, Publisher, TICKER_PREFIX};
-use crate::spec::{LoadTestSpec, Protocol, Scenario, ServerProfile};
+use crate::scenario::Motion;
+use crate::spec::{LoadTestSpec, Protocol, ServerProfile};
 use crate::template::{Part, Template};
 
 pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
-    if spec.scenario != Scenario::Fanout {
+    if spec.scenario.profile().motion != Motion::Fanout {
         return;
     }
     let f = &spec.fanout;
