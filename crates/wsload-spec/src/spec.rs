@@ -564,6 +564,15 @@ pub struct RateSpec {
     pub stages: Vec<Stage>,
 }
 
+impl RateSpec {
+    /// The rate the test aims at, over all connections: `messagesPerSecond`, else the last
+    /// stage's target (where a ramp ends).
+    pub fn target(&self) -> Option<f64> {
+        self.messages_per_second
+            .or_else(|| self.stages.last().map(|s| s.target))
+    }
+}
+
 /// One ramp stage: the rate moves linearly to `target` over `duration`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -19,9 +19,10 @@ pub struct Template {
     parts: Vec<Part>,
 }
 
-/// One piece of a template.
+/// One piece of a template. `V` is how a captured variable is named: by its name as written
+/// (a parsed [`Template`]'s), or by whatever a sender compiles it to (its index, say).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
+pub enum Part<V = Box<str>> {
     /// Bytes of the source, as they are (a `$${` stands for the `${` of the range after it).
     Literal(Range<usize>),
     /// `${conn}`: the connection's number over all shards.
@@ -39,7 +40,24 @@ pub enum Part {
     /// `${pad}`: filler that makes the message `message.size` bytes.
     Pad,
     /// `${NAME}`: a variable captured on open.
-    Var(Box<str>),
+    Var(V),
+}
+
+impl<V> Part<V> {
+    /// The same part, its variable named another way by `f`.
+    pub fn map_var<W>(&self, f: impl FnOnce(&V) -> W) -> Part<W> {
+        match self {
+            Part::Literal(r) => Part::Literal(r.clone()),
+            Part::Conn => Part::Conn,
+            Part::Seq => Part::Seq,
+            Part::SendTime => Part::SendTime,
+            Part::Random => Part::Random,
+            Part::Hex(n) => Part::Hex(*n),
+            Part::Uuid => Part::Uuid,
+            Part::Pad => Part::Pad,
+            Part::Var(v) => Part::Var(f(v)),
+        }
+    }
 }
 
 /// Why a template does not parse; the message says what to write instead.

@@ -4,7 +4,7 @@
 
 use crate::fanout::{DEFAULT_RATE_PER_TOPIC, Publisher};
 use crate::scenario::Motion;
-use crate::spec::{LoadTestSpec, ManagedServer};
+use crate::spec::{LoadTestSpec, ManagedServer, RateSpec};
 
 /// The ticker's flags: set one in `target.server.args` and wsload leaves the ticker to you.
 const TICKER_TOPICS_FLAG: &str = "--ticker-topics";
@@ -40,10 +40,7 @@ pub fn ticker_args(spec: &LoadTestSpec) -> Vec<String> {
     let per_topic = spec
         .rate
         .as_ref()
-        .and_then(|r| {
-            r.messages_per_second
-                .or_else(|| r.stages.last().map(|s| s.target))
-        })
+        .and_then(RateSpec::target)
         .map_or(DEFAULT_RATE_PER_TOPIC, |total| total / f64::from(topics));
     vec![
         TICKER_TOPICS_FLAG.to_string(),

@@ -4,7 +4,7 @@
 use super::encoding::Encoding;
 use super::error::ScriptError;
 use bytes::{BufMut, Bytes, BytesMut};
-use std::ops::{DerefMut, Range};
+use std::ops::DerefMut;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::Payload;
 use wsload_spec::decimal::parse_u64;
@@ -71,19 +71,9 @@ pub struct Fill {
     pub size: usize,
 }
 
-/// One piece of a compiled template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Piece {
-    Lit(Range<usize>),
-    Conn,
-    Seq,
-    SendTime,
-    Random,
-    Hex(usize),
-    Uuid,
-    Pad,
-    Var(usize),
-}
+/// One piece of a compiled template: a template's [`Part`], its literal range into the
+/// template's literal buffer, its variable by its index among the connection's captures.
+pub(super) type Piece = Part<usize>;
 
 /// A number a message carries whose digits change from one message to the next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,21 +118,21 @@ impl Shape {
         let mut s = Shape::default();
         for p in pieces {
             match p {
-                Piece::Lit(r) => s.fixed += r.len(),
-                Piece::Conn => s.conns += 1,
-                Piece::Seq => s.seqs += 1,
-                Piece::SendTime => s.times += 1,
-                Piece::Random => s.random = true,
-                Piece::Hex(n) => {
+                Part::Literal(r) => s.fixed += r.len(),
+                Part::Conn => s.conns += 1,
+                Part::Seq => s.seqs += 1,
+                Part::SendTime => s.times += 1,
+                Part::Random => s.random = true,
+                Part::Hex(n) => {
                     s.fixed += *n;
                     s.drawn = true;
                 }
-                Piece::Uuid => {
+                Part::Uuid => {
                     s.fixed += 36;
                     s.drawn = true;
                 }
-                Piece::Pad => s.pad = true,
-                Piece::Var(_) => {}
+                Part::Pad => s.pad = true,
+                Part::Var(_) => {}
             }
         }
         s.drawn |= s.random;
@@ -170,16 +160,10 @@ impl Out {
                 Part::Literal(r) => {
                     let start = literal.len();
                     literal.extend_from_slice(t.literal(r));
-                    Piece::Lit(start..literal.len())
+                    Part::Literal(start..literal.len())
                 }
-                Part::Conn => Piece::Conn,
-                Part::Seq => Piece::Seq,
-                Part::SendTime => Piece::SendTime,
-                Part::Random => Piece::Random,
-                Part::Hex(n) => Piece::Hex(*n),
-                Part::Uuid => Piece::Uuid,
-                Part::Pad => Piece::Pad,
-                Part::Var(name) => Piece::Var(vars.iter().position(|v| **v == **name).unwrap_or(0)),
+                // A variable by its index among the connection's captures.
+                other => other.map_var(|name| vars.iter().position(|v| **v == **name).unwrap_or(0)),
             })
             .collect();
         Out::new(text, literal.into(), pieces)
@@ -208,7 +192,7 @@ impl Out {
         let alike = self
             .pieces
             .iter()
-            .all(|p| matches!(p, Piece::Lit(_) | Piece::Pad));
+            .all(|p| matches!(p, Part::Literal(_) | Part::Pad));
         if alike {
             let mut rendered = Vec::new();
             self.write_at(
@@ -239,12 +223,12 @@ impl Out {
 
     /// Whether it splices captured variables (see [`Out::resolve`]).
     pub fn uses_vars(&self) -> bool {
-        self.pieces.iter().any(|p| matches!(p, Piece::Var(_)))
+        self.pieces.iter().any(|p| matches!(p, Part::Var(_)))
     }
 
     /// Whether every message is the same bytes (then they are shared, not copied).
     fn is_fixed(&self) -> bool {
-        self.pieces.iter().all(|p| matches!(p, Piece::Lit(_)))
+        self.pieces.iter().all(|p| matches!(p, Part::Literal(_)))
     }
 
     /// The same template with the connection's captured values spliced into its literal
@@ -254,8 +238,8 @@ impl Out {
         let mut pieces: Vec<Piece> = Vec::with_capacity(self.pieces.len());
         for p in self.pieces.iter() {
             let bytes = match p {
-                Piece::Lit(r) => &self.literal[r.clone()],
-                Piece::Var(i) => vars.get(*i).map_or(&[][..], |v| &v[..]),
+                Part::Literal(r) => &self.literal[r.clone()],
+                Part::Var(i) => vars.get(*i).map_or(&[][..], |v| &v[..]),
                 other => {
                     pieces.push(other.clone());
                     continue;
@@ -265,8 +249,8 @@ impl Out {
             literal.extend_from_slice(bytes);
             // Adjacent literals are one copy per message.
             match pieces.last_mut() {
-                Some(Piece::Lit(prev)) if prev.end == start => prev.end = literal.len(),
-                _ => pieces.push(Piece::Lit(start..literal.len())),
+                Some(Part::Literal(prev)) if prev.end == start => prev.end = literal.len(),
+                _ => pieces.push(Part::Literal(start..literal.len())),
             }
         }
         let mut out = Out::new(self.text, literal.into(), pieces.into());
@@ -356,37 +340,37 @@ impl Out {
         };
         for (i, p) in self.pieces.iter().enumerate() {
             let end = match p {
-                Piece::Lit(r) => {
+                Part::Literal(r) => {
                     let lit = &self.literal[r.clone()];
                     data.get(at..)?.starts_with(lit).then_some(at + lit.len())?
                 }
-                Piece::Conn | Piece::Seq | Piece::SendTime | Piece::Random => {
+                Part::Conn | Part::Seq | Part::SendTime | Part::Random => {
                     let end = run(at, u8::is_ascii_digit);
                     if end == at || end - at > 20 {
                         return None;
                     }
-                    if *p == Piece::Seq {
+                    if *p == Part::Seq {
                         seq = Some(parse_u64(&data[at..end])?);
                     }
                     end
                 }
-                Piece::Hex(n) => {
+                Part::Hex(n) => {
                     let end = at + n;
                     data.get(at..end)?
                         .iter()
                         .all(u8::is_ascii_hexdigit)
                         .then_some(end)?
                 }
-                Piece::Uuid => {
+                Part::Uuid => {
                     let end = at + 36;
                     data.get(at..end)?
                         .iter()
                         .all(|b| b.is_ascii_hexdigit() || *b == b'-')
                         .then_some(end)?
                 }
-                Piece::Pad => run(at, |b| *b == PAD_BYTE),
-                Piece::Var(_) => match self.pieces.get(i + 1) {
-                    Some(Piece::Lit(r)) => {
+                Part::Pad => run(at, |b| *b == PAD_BYTE),
+                Part::Var(_) => match self.pieces.get(i + 1) {
+                    Some(Part::Literal(r)) => {
                         let next = &self.literal[r.clone()];
                         at + data
                             .get(at..)?
@@ -431,21 +415,21 @@ impl Out {
         let mut digits = itoa::Buffer::new();
         for p in self.pieces.iter() {
             match p {
-                Piece::Lit(r) => buf.put_slice(&self.literal[r.clone()]),
-                Piece::Conn => {
+                Part::Literal(r) => buf.put_slice(&self.literal[r.clone()]),
+                Part::Conn => {
                     at(Number::Conn, buf.len() - start);
                     buf.put_slice(digits.format(fill.conn).as_bytes());
                 }
-                Piece::Seq => {
+                Part::Seq => {
                     at(Number::Seq, buf.len() - start);
                     buf.put_slice(digits.format(fill.seq).as_bytes());
                 }
-                Piece::SendTime => {
+                Part::SendTime => {
                     at(Number::SendTime, buf.len() - start);
                     buf.put_slice(time.as_bytes());
                 }
-                Piece::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
-                Piece::Hex(n) => {
+                Part::Random => buf.put_slice(digits.format(rand::random::<u32>()).as_bytes()),
+                Part::Hex(n) => {
                     const HEX: &[u8; 16] = b"0123456789abcdef";
                     let mut left = *n;
                     while left > 0 {
@@ -456,12 +440,12 @@ impl Out {
                         left = left.saturating_sub(16);
                     }
                 }
-                Piece::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
-                Piece::Pad => match pad {
+                Part::Uuid => buf.put_slice(&uuid_text(rand::random(), rand::random())),
+                Part::Pad => match pad {
                     Some(n) => buf.put_bytes(PAD_BYTE, n),
                     None => pad_at = Some(buf.len()),
                 },
-                Piece::Var(_) => {}
+                Part::Var(_) => {}
             }
         }
         // A `${random}` is as long as its digits: the pad goes in once the rest is written.

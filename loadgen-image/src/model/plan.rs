@@ -12,7 +12,7 @@ use wsload_control::{CellKey, sequence};
 use wsload_spec::fanout::Publisher;
 use wsload_spec::scenario::{Length, Motion};
 use wsload_spec::shares::{count_offset, count_share, rate_share};
-use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, ServerProfile, builtin};
+use wsload_spec::{FlushMode, Format, LoadTestSpec, Protocol, RateSpec, ServerProfile, builtin};
 
 /// Per-connection pace of the echo mode when the spec gives no rate.
 pub const DEFAULT_ECHO_RATE_PER_CONN: f64 = 100.0;
@@ -86,10 +86,7 @@ fn open_loop(
     let target_rate = spec
         .rate
         .as_ref()
-        .and_then(|r| {
-            r.messages_per_second
-                .or_else(|| r.stages.last().map(|s| s.target))
-        })
+        .and_then(RateSpec::target)
         .unwrap_or(default_target);
     OpenLoop {
         schedule: schedule.after_warmup(warmup(spec, total)),
