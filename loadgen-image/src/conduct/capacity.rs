@@ -209,7 +209,9 @@ mod tests {
         let in_force = |key: &str| match key {
             "net.ipv4.ip_local_port_range" => Ok("20000 40000".to_string()),
             "net.ipv4.tcp_fin_timeout" => Ok("60".to_string()),
-            _ => Err(sysctl::SysctlError::Name(key.to_string())),
+            _ => Err(sysctl::SysctlError::Name {
+                key: key.to_string(),
+            }),
         };
         let line = kernel(&s, limits, in_force);
         assert_eq!(line.open_files, (1024, 4096));

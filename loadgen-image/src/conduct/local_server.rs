@@ -32,8 +32,8 @@ pub enum ServerError {
         #[source]
         source: announce::NotAnnounced,
     },
-    #[error("target: the managed server printed no port: {0}")]
-    NoPort(String),
+    #[error("target: the managed server printed no port: {url}")]
+    NoPort { url: String },
 }
 
 pub struct LocalServer {
@@ -75,7 +75,9 @@ impl LocalServers {
         let shared = n > 1;
         let first = LocalServer::start(&bin, spec, server, "127.0.0.1:0", shared)?;
         let ws_url = first.ws_url.clone();
-        let port = port_of(&ws_url).ok_or_else(|| ServerError::NoPort(ws_url.clone()))?;
+        let port = port_of(&ws_url).ok_or_else(|| ServerError::NoPort {
+            url: ws_url.clone(),
+        })?;
         let mut replicas = vec![first];
         let listen = format!("127.0.0.1:{port}");
         for _ in 1..n {

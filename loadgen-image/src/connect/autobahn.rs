@@ -35,18 +35,19 @@ pub enum AutobahnError {
         #[source]
         source: Cause,
     },
-    #[error("{0}: only ws:// URLs")]
-    NotWs(String),
-    #[error("{0}: no host")]
-    NoHost(String),
+    #[error("{url}: only ws:// URLs")]
+    NotWs { url: String },
+    #[error("{url}: no host")]
+    NoHost { url: String },
     #[error("target: {what}: {source}")]
     Unreachable {
         what: String,
         #[source]
         source: Cause,
     },
-    #[error("target: getCaseCount: not a count: {0:?}")]
-    NotACount(String),
+    /// What the server sent instead of the number of cases.
+    #[error("target: getCaseCount: not a count: {text:?}")]
+    NotACount { text: String },
     #[error("target: getCaseCount: no count received")]
     NoCount,
 }
@@ -56,7 +57,7 @@ impl AutobahnError {
     pub fn is_input(&self) -> bool {
         matches!(
             self,
-            AutobahnError::Url { .. } | AutobahnError::NotWs(_) | AutobahnError::NoHost(_)
+            AutobahnError::Url { .. } | AutobahnError::NotWs { .. } | AutobahnError::NoHost { .. }
         )
     }
 }
@@ -128,10 +129,9 @@ async fn case_count(base: &str) -> Result<u32, AutobahnError> {
     loop {
         match ws.next().await {
             Some(Ok(Message::Text(t))) => {
-                return t
-                    .trim()
-                    .parse()
-                    .map_err(|_| AutobahnError::NotACount(t.to_string()));
+                return t.trim().parse().map_err(|_| AutobahnError::NotACount {
+                    text: t.to_string(),
+                });
             }
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(unreachable("getCaseCount", e)),
@@ -147,12 +147,16 @@ async fn connect(url: &str) -> Result<Ws, AutobahnError> {
     let offer = HeaderValue::from_str(&deflate.header_value()).map_err(|e| url_error(url, e))?;
     req.headers_mut().insert("sec-websocket-extensions", offer);
     if req.uri().scheme_str() != Some("ws") {
-        return Err(AutobahnError::NotWs(url.to_string()));
+        return Err(AutobahnError::NotWs {
+            url: url.to_string(),
+        });
     }
     let host = req
         .uri()
         .host()
-        .ok_or_else(|| AutobahnError::NoHost(url.to_string()))?
+        .ok_or_else(|| AutobahnError::NoHost {
+            url: url.to_string(),
+        })?
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();

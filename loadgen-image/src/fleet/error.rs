@@ -45,13 +45,14 @@ pub enum FleetError {
     /// when it said why.
     #[error("shard {index}: {failure}")]
     Shard { index: u32, failure: ShardFailure },
-    /// A shard that refused the input (its exit code 2): its own message, the input's fault.
-    #[error("{0}")]
-    ShardRefusedInput(String),
-    /// A shard that exited measuring nothing (exit 4: its target resolves to nothing): its
-    /// own message.
-    #[error("{0}")]
-    ShardMeasuredNothing(String),
+    /// A shard that refused the input (its exit code 2), in its own words (its last stderr
+    /// line): the input's fault.
+    #[error("{said}")]
+    ShardRefusedInput { said: String },
+    /// A shard that exited measuring nothing (exit 4: its target resolves to nothing), in
+    /// its own words.
+    #[error("{said}")]
+    ShardMeasuredNothing { said: String },
     /// A shard did not answer the control protocol as it says.
     #[error("shard {index}: {source}")]
     ShardControl {
@@ -86,8 +87,9 @@ pub enum ShardFailure {
     NoStderr,
     #[error("did not open its endpoint: {tail}")]
     NoEndpoint { tail: String },
-    #[error("endpoint {0:?}")]
-    Endpoint(String),
+    /// It announced an endpoint that is no `host:port`.
+    #[error("endpoint {addr:?}")]
+    Endpoint { addr: String },
     /// It exited: its status and its last stderr line.
     #[error("exited ({status}): {why}")]
     Exited { status: String, why: String },
@@ -101,8 +103,8 @@ impl FleetError {
             FleetError::TooManyShards(_)
             | FleetError::Plot { .. }
             | FleetError::NoCell
-            | FleetError::ShardRefusedInput(_) => EXIT_INPUT,
-            FleetError::ShardMeasuredNothing(_) => EXIT_MEASURED_NOTHING,
+            | FleetError::ShardRefusedInput { .. } => EXIT_INPUT,
+            FleetError::ShardMeasuredNothing { .. } => EXIT_MEASURED_NOTHING,
             _ => EXIT_FAILED,
         }
     }

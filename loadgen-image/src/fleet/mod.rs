@@ -314,7 +314,7 @@ fn spawn(
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
         .ok_or_else(|| FleetError::Shard {
             index,
-            failure: ShardFailure::Endpoint(addr.clone()),
+            failure: ShardFailure::Endpoint { addr: addr.clone() },
         })?;
     shard.client = ShardClient::new(&host, port, token.token().clone(), HTTP_TIMEOUT);
     Ok(shard)
@@ -332,9 +332,11 @@ async fn await_ready(shards: &mut [ShardProc]) -> Result<(), FleetError> {
                 let tail = s.tail();
                 let why = tail.trim_start_matches("wsload: ").to_string();
                 return Err(match status.code() {
-                    Some(c) if c == i32::from(EXIT_INPUT) => FleetError::ShardRefusedInput(why),
+                    Some(c) if c == i32::from(EXIT_INPUT) => {
+                        FleetError::ShardRefusedInput { said: why }
+                    }
                     Some(c) if c == i32::from(EXIT_MEASURED_NOTHING) => {
-                        FleetError::ShardMeasuredNothing(why)
+                        FleetError::ShardMeasuredNothing { said: why }
                     }
                     _ => FleetError::Shard {
                         index: s.index,

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum SysctlError {
     /// Not a name sysctl(8) takes: the input's fault.
-    #[error("{0:?} is not a sysctl name")]
-    Name(String),
+    #[error("{key:?} is not a sysctl name")]
+    Name { key: String },
     /// Not `KEY=VALUE`: the input's fault.
-    #[error("{0:?}: write KEY=VALUE")]
-    Setting(String),
+    #[error("{setting:?}: write KEY=VALUE")]
+    Setting { setting: String },
     #[error("cannot set {key}={value}: {source}")]
     Write {
         key: String,
@@ -31,7 +31,7 @@ pub enum SysctlError {
 impl SysctlError {
     /// Whether the input is at fault (else this machine).
     pub fn is_input(&self) -> bool {
-        matches!(self, SysctlError::Name(_) | SysctlError::Setting(_))
+        matches!(self, SysctlError::Name { .. } | SysctlError::Setting { .. })
     }
 }
 
@@ -46,7 +46,9 @@ pub fn path(key: &str) -> Result<PathBuf, SysctlError> {
             .split(['.', '/'])
             .any(|part| part.is_empty() || part == "..");
     if !ok {
-        return Err(SysctlError::Name(key.to_string()));
+        return Err(SysctlError::Name {
+            key: key.to_string(),
+        });
     }
     let relative = if key.contains('/') {
         key.to_string()
@@ -59,9 +61,9 @@ pub fn path(key: &str) -> Result<PathBuf, SysctlError> {
 /// Sets every `KEY=VALUE` of `settings`, in order; stops at the first that fails.
 pub fn set_all(settings: &[String]) -> Result<(), SysctlError> {
     for s in settings {
-        let (key, value) = s
-            .split_once('=')
-            .ok_or_else(|| SysctlError::Setting(s.to_string()))?;
+        let (key, value) = s.split_once('=').ok_or_else(|| SysctlError::Setting {
+            setting: s.to_string(),
+        })?;
         let (key, value) = (key.trim(), value.trim());
         std::fs::write(path(key)?, value).map_err(|source| SysctlError::Write {
             key: key.to_string(),
