@@ -112,7 +112,7 @@ spec:
   connections: [10]
   thresholds: ["rtt.p99 < 5ms"]
 """
-RUN_PNG = (1200, 900)  # loadgen-image/src/plot.rs WIDTH x HEIGHT
+RUN_PNG = (1200, 900)  # loadgen-image/src/observe/plot.rs WIDTH x HEIGHT
 RENDER_PNG = (1200, 800)  # render-dashboard.py: 12 x 4 inches per panel at 100 dpi, 2 panels
 
 

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! A shard of several that holds or drives its connections (every cell but a fanout's, whose
-//! shards begin at an instant computed alike on each: see the load generator's cell.rs) is
+//! shards begin at an instant computed alike on each: see the load generator's cell/start_line.rs) is
 //! `connected` once its share of the cell is open, with its [`ConnectSummary`], and measures
 //! from the instant the conductor names once every live shard is connected
 //! (`POST /control/measure`): "N connections at once" then holds over all shards, however

@@ -6,7 +6,7 @@
 //! Per shard pod it sees (one watch for the whole namespace):
 //! - takes a loopback address unique across test processes ([`super::kubelet::next_ip`]),
 //!   binds `<ip>:9464` and serves the control protocol there, with the real shard's state
-//!   machine and status codes (loadgen-image/src/control.rs): `start` arms the first cell
+//!   machine and status codes (loadgen-image/src/conduct/control.rs): `start` arms the first cell
 //!   (the spec's, `Conductor::first`, read from the pod's [`var::LOADTEST`]), the cell runs for
 //!   [`FleetOpts::cell_duration`] from its `startAt`, then the shard is `between` with the
 //!   cell's summary; `cell`, `end`, `result`, `finish` as the real one answers them;
