@@ -3,12 +3,12 @@
 //! and where the running cell is. Execution writes them through a `&Slot`; everything above
 //! reads them. The exact figures of a result come from the workers' HDR histograms instead.
 
-use crate::measure::{ConnectError, Dropped};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wsload_http::AtomicHistogram;
 use wsload_http::buckets::{self, Counts};
+use wsload_report::measure::{ConnectError, Dropped};
 
 pub const FAIL_REASONS: [ConnectError; 11] = [
     ConnectError::Refused,

@@ -4,8 +4,8 @@ use super::sender::Sender;
 use super::worker::{WorkerState, data_len};
 use super::write::{feed, flush};
 use crate::connect::Ws;
-use crate::measure::Dropped;
 use tokio::time::Instant;
+use wsload_report::measure::Dropped;
 
 pub(super) async fn blast(
     ws: &mut Ws,

@@ -4,13 +4,13 @@
 
 use super::worker::WorkerState;
 use crate::connect::Ws;
-use crate::measure::Dropped;
 use crate::model::Behavior;
 use futures_util::{SinkExt, StreamExt};
 use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::Dropped;
 
 /// Ends the connection (a goodbye, or a failed connection's linger) and counts how it ended.
 /// Boxed by its callers: one await for both, as a second suspension point would grow every

@@ -12,7 +12,6 @@ use super::write::{write, write_drop};
 use crate::connect::Ws;
 use crate::conversation::answer::{self, Answer};
 use crate::conversation::{Fill, Out};
-use crate::measure::Dropped;
 use crate::model::PingCfg;
 use futures_util::{SinkExt, StreamExt};
 use std::future::Future;
@@ -22,6 +21,7 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::Dropped;
 
 /// Stays open until the deadline, reading (data counted) and pinging every `every`.
 ///

@@ -7,11 +7,11 @@ use super::worker::{WorkerState, data_len};
 use super::write::write_reading;
 use crate::connect::Ws;
 use crate::conversation::answer::Answer;
-use crate::measure::Dropped;
 use crate::model::Schedule;
 use std::collections::VecDeque;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::Dropped;
 use wsload_spec::PingKind;
 
 /// Open loop: messages leave at their scheduled instants whatever the answers do. When the

@@ -4,8 +4,8 @@
 use super::pinger::{Pinger, ping_once};
 use super::worker::WorkerState;
 use crate::connect::Ws;
-use crate::measure::Dropped;
 use std::time::Duration;
+use wsload_report::measure::Dropped;
 
 pub(super) async fn pings(
     ws: &mut Ws,

@@ -9,7 +9,6 @@ use super::write::write;
 use crate::connect::Ws;
 use crate::conversation::Out;
 use crate::conversation::answer::{self, Answer, Asked};
-use crate::measure::Dropped;
 use crate::model::PingCfg;
 use futures_util::{FutureExt, StreamExt};
 use std::sync::Arc;
@@ -17,6 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::Dropped;
 use wsload_spec::PingKind;
 
 /// Builds pings and recognizes their answers (see `answer`).

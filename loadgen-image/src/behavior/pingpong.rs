@@ -3,8 +3,8 @@
 use super::pinger::{Pinger, ping_once};
 use super::worker::WorkerState;
 use crate::connect::Ws;
-use crate::measure::Dropped;
 use tokio::time::Instant;
+use wsload_report::measure::Dropped;
 
 pub(super) async fn pingpong(
     ws: &mut Ws,

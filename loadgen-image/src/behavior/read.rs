@@ -6,10 +6,10 @@ use super::worker::WorkerState;
 use crate::connect::Ws;
 use crate::conversation::answer::{self, Answer};
 use crate::conversation::{Fill, Incoming};
-use crate::measure::{Dropped, FrameKind, UNSOLICITED};
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_report::measure::{Dropped, FrameKind, UNSOLICITED};
 use wsload_ws::failure_code;
 
 /// Why a read's error ended the connection; the error is the reason's evidence.

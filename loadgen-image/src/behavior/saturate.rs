@@ -9,10 +9,10 @@ use super::worker::WorkerState;
 use super::write::stalled;
 use crate::connect::Ws;
 use crate::conversation::{Fill, Incoming, Recognised};
-use crate::measure::{Dropped, FrameKind, FrameTally};
 use std::task::Poll;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_report::measure::{Dropped, FrameKind, FrameTally};
 use wsload_ws::Recv;
 
 /// What a counting loop has queued and had answered. An answer is recognised by the answer

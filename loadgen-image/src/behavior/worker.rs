@@ -5,7 +5,6 @@
 use crate::conversation::{Prebuilt, Script};
 use crate::counters::SlotRef;
 use crate::machine::clock::CellClock;
-use crate::measure::{Dropped, FrameKind, Measure};
 use crate::model::Cell;
 use bytes::BytesMut;
 use std::cell::RefCell;
@@ -14,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::{Dropped, FrameKind, Measure};
 use wsload_spec::json_path::Memo;
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,

@@ -6,10 +6,10 @@ use super::read::account;
 use super::stall::{self, Stall};
 use super::worker::WorkerState;
 use crate::connect::Ws;
-use crate::measure::Dropped;
 use futures_util::{SinkExt, StreamExt};
 use std::task::Poll;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use wsload_report::measure::Dropped;
 
 /// What a failed write ends the connection with.
 pub(super) fn write_drop(e: WsError) -> Dropped {

@@ -16,7 +16,6 @@ mod worker;
 
 use crate::connect::Dialer;
 use crate::counters::Counters;
-use crate::measure::Measure;
 use crate::model::{Behavior, Cell};
 use rendezvous::Meeting;
 use start_line::StartLine;
@@ -24,6 +23,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tokio::time::Instant;
 use worker::{Worker, WorkerOut};
+use wsload_report::measure::Measure;
 
 /// The outcome of one cell in this process.
 pub struct CellOutcome {

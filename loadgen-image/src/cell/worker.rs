@@ -8,13 +8,13 @@ use crate::behavior::worker::{Instants, WorkerState};
 use crate::behavior::{self, Serving};
 use crate::connect::{self, Dialed, Dialer, NEGOTIATED, Role, Ws};
 use crate::counters::{Counters, SlotRef};
-use crate::measure::Measure;
 use crate::model::{Behavior, Cell};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use wsload_report::measure::Measure;
 
 /// One worker's share of a cell: the connections whose number modulo `count` is `index`.
 pub(super) struct Worker<'a> {

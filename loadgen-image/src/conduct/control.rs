@@ -22,7 +22,6 @@ use crate::model::Shard;
 use crate::model::options::Options;
 use crate::model::plan::Plan;
 use crate::observe::exposition::LiveMetrics;
-use crate::report::{CellResult, RunResult};
 use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -34,6 +33,7 @@ use wsload_control::protocol::{
 use wsload_control::{CellKey, Conductor, Token};
 use wsload_http::prometheus_client::registry::Registry;
 use wsload_http::{Exposition, Reply, Request};
+use wsload_report::report::{CellResult, RunResult};
 use wsload_spec::LoadTest;
 
 /// What the conductor asked the run thread for and it has not taken yet.

@@ -7,10 +7,10 @@
 use crate::cell::rendezvous::Meeting;
 use crate::conduct::server_metrics::{ConnectionCounters, Counter, TopicCounters};
 use crate::machine::clock::{sleep_until_unix_ms, unix_micros};
-use crate::report::{CellResult, RunResult};
 use std::time::Instant;
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, CellSummary, Conductor};
+use wsload_report::report::{CellResult, RunResult};
 use wsload_spec::LoadTestSpec;
 
 pub trait Gate {

@@ -90,7 +90,7 @@ impl LocalServers {
         } else {
             String::new()
         };
-        crate::eprintln_above!(
+        crate::observe::terminal::eprintln_above!(
             "{}",
             announce::managed_servers(&note, &ws_url, &metrics_urls)
         );

@@ -16,17 +16,17 @@ use crate::counters::Counters;
 use crate::machine::clock::{unix_micros, unix_ms};
 use crate::machine::cpu::CpuClock;
 use crate::machine::netstat::{self, Proc};
-use crate::measure::ConnectError;
 use crate::model::options::{Options, threads};
 use crate::model::plan::Plan;
 use crate::model::{Planned, Shard};
 use crate::observe::exposition::{Endpoint, Labels, LiveMetrics};
 use crate::observe::progress::Outline;
 use crate::observe::sampler::Sampler;
-use crate::report::{CellResult, RunResult, ShardInfo};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use wsload_report::Part;
+use wsload_report::measure::ConnectError;
+use wsload_report::report::{CellResult, RunResult, ShardInfo};
 use wsload_spec::LoadTest;
 
 /// A run's live figures: the counters its workers write (one slot each), the timelines
@@ -65,7 +65,7 @@ pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, RunError>
     let addr = l
         .local_addr()
         .map_err(|e| RunError::io("--metrics-listen", e))?;
-    crate::eprintln_above!(
+    crate::observe::terminal::eprintln_above!(
         "{}",
         wsload_contract::announce::loadgen_metrics(&format!("http://{addr}/metrics"))
     );

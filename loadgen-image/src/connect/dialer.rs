@@ -5,13 +5,13 @@ use super::endpoint::Endpoint;
 use super::error::SetupError;
 use super::failure::{DialError, handshake_error, io_error, tls_error};
 use super::request::{Upgrade, deflate_offer};
-use crate::measure::ConnectError;
 use rustls::pki_types::ServerName;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 use tokio::net::TcpSocket;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
+use wsload_report::measure::ConnectError;
 use wsload_spec::LoadTestSpec;
 use wsload_ws::{Agreed, DeflateOffer, Io, Offer, Ws};
 

@@ -2,10 +2,10 @@
 //! server said when it said something worth keeping (a refused upgrade's status, the step on
 //! open that missed and the last message seen).
 
-use crate::measure::{ConnectError, bounded_evidence};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use wsload_report::measure::{ConnectError, bounded_evidence};
 use wsload_ws::HandshakeError;
 
 /// Why a dial failed, and what the server said, when it said something worth keeping (a

@@ -5,10 +5,10 @@
 use super::dialer::{Dialed, Dialer};
 use super::failure::{DialError, closed_at, closed_why, expect_missed, ws_error};
 use crate::conversation::{Action, Fill, Incoming, Script, Step};
-use crate::measure::ConnectError;
 use futures_util::{SinkExt, StreamExt};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::ConnectError;
 
 /// A connection's part in a fanout, as it dials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum Role {
 }
 
 /// The `evidence` label under which a cell keeps what its server negotiated.
-pub use crate::measure::NEGOTIATED;
+pub use wsload_report::measure::NEGOTIATED;
 
 /// Opens connection number `n` for its part in the cell: dialed ([`Dialer::dial`]), then the
 /// conversation's steps on open, each within its own timeout. A connection with a part in a

@@ -93,7 +93,6 @@ impl ServerCertVerifier for NoVerification {
 #[cfg(test)]
 mod tests {
     use crate::connect::Dialer;
-    use crate::measure::ConnectError;
     use futures_util::StreamExt;
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::PrivateKeyDer;
@@ -104,6 +103,7 @@ mod tests {
     use std::sync::Arc;
     use tokio::net::TcpListener;
     use tokio_rustls::TlsAcceptor;
+    use wsload_report::measure::ConnectError;
 
     /// A CA and a `localhost` certificate it signed, made by the openssl command line (a real
     /// chain, not one the code under test could have agreed with itself on).

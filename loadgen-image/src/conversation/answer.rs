@@ -6,8 +6,8 @@
 //! zlib format, which is decoded first. What matches nothing is unsolicited, by kind.
 
 use super::{Recognised, Script};
-use crate::measure::FrameKind;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::FrameKind;
 
 /// What was sent, and so what its answer must carry.
 #[derive(Debug, Clone, Copy)]

@@ -24,7 +24,6 @@ use crate::model::Shard;
 use crate::model::options::Options;
 use crate::model::plan::Plan;
 use crate::observe::progress::Outline;
-use crate::report::RunResult;
 use futures_util::future::join_all;
 use limit::TooManyShards;
 use std::io::{BufRead, BufReader};
@@ -40,6 +39,7 @@ use wsload_control::client::ShardClient;
 use wsload_control::clock::{self, Estimator};
 use wsload_control::settle::{self, Settle};
 use wsload_control::{CellKey, Conductor, Phase, State, assemble};
+use wsload_report::report::RunResult;
 use wsload_spec::LoadTest;
 
 /// A shard's control requests go to loopback: a slow answer is a stuck shard.
@@ -288,7 +288,7 @@ fn spawn(
                 if announce::KernelLine::parse(&line).is_some() {
                     continue;
                 }
-                crate::eprintln_above!("[shard {index}] {line}");
+                crate::observe::terminal::eprintln_above!("[shard {index}] {line}");
                 let _ = tx.send(line);
             }
         })
@@ -446,7 +446,7 @@ fn reap(shards: &mut [ShardProc], cell: &str, notes: &mut Vec<String>) {
                 s.index,
                 s.tail()
             );
-            crate::eprintln_above!("wsload: {why}");
+            crate::observe::terminal::eprintln_above!("wsload: {why}");
             notes.push(why);
             s.lost = Some(Lost::Exited);
         }
@@ -502,7 +502,7 @@ async fn conduct(
         return Err(FleetError::NoCell);
     };
     probe_clocks(shards, clock::BURST).await;
-    crate::eprintln_above!(
+    crate::observe::terminal::eprintln_above!(
         "wsload: shard clocks against this process's: {}",
         clock_summary(shards)
     );
@@ -529,7 +529,7 @@ async fn conduct(
             notes.push(format!("server connection counters unreadable: {e}"));
             None
         }));
-        crate::eprintln_above!(
+        crate::observe::terminal::eprintln_above!(
             "wsload: cell {} done on {} shard(s), start skew {:.1} ms{}",
             key.label,
             merged.shards,
@@ -577,7 +577,7 @@ async fn start(shards: &[ShardProc], key: &CellKey) -> Result<(), FleetError> {
             });
         }
     }
-    crate::eprintln_above!(
+    crate::observe::terminal::eprintln_above!(
         "wsload: {} shards released at {at} (Unix ms), cell {}",
         shards.len(),
         key.label
@@ -610,7 +610,7 @@ async fn await_cell(
                     "shard {} did not answer for {SILENCE:?} during cell {}: left out, its measurements are lost",
                     s.index, key.label
                 );
-                crate::eprintln_above!("wsload: {why}");
+                crate::observe::terminal::eprintln_above!("wsload: {why}");
                 notes.push(why);
                 s.lost = Some(Lost::Silent);
             } else {
@@ -636,7 +636,7 @@ async fn await_cell(
             if !c.waiting.is_empty() {
                 let at = *measure_at.get_or_insert_with(|| {
                     let at = start_instant();
-                    crate::eprintln_above!(
+                    crate::observe::terminal::eprintln_above!(
                         "wsload: cell {}: every shard opened its share ({} connections, {} failed): measuring from {at} (Unix ms)",
                         key.label,
                         c.opened,

@@ -192,8 +192,8 @@ impl wsload_http::Exposition for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::ConnectError;
     use std::time::{Duration, Instant};
+    use wsload_report::measure::ConnectError;
 
     /// An exposition over `workers` slots, its sampler, and the slots to write to.
     fn exposition(workers: usize, test: &str, shard: u32) -> (Arc<LiveMetrics>, Arc<Sampler>) {
@@ -243,9 +243,10 @@ mod tests {
         let (exposition, sampler) = exposition(1, "t", 0);
         let live = sampler.counters();
         live.slot(0).failed(ConnectError::UpgradeInvalid);
-        live.slot(0).dropped(crate::measure::Dropped::ProtocolError);
         live.slot(0)
-            .dropped(crate::measure::Dropped::ServerNotReading);
+            .dropped(wsload_report::measure::Dropped::ProtocolError);
+        live.slot(0)
+            .dropped(wsload_report::measure::Dropped::ServerNotReading);
         let text = wsload_http::encode(&exposition.registry());
         for series in [
             "reason=\"upgrade_invalid\"} 1",

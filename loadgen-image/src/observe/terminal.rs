@@ -43,12 +43,12 @@ pub fn exit_interrupted() -> ! {
 }
 
 /// `eprintln!`, above the bar if one shows.
-#[macro_export]
 macro_rules! eprintln_above {
     ($($arg:tt)*) => {
         $crate::observe::terminal::eprint_line(format_args!($($arg)*))
     };
 }
+pub(crate) use eprintln_above;
 
 /// Stderr for tracing: each event is written with the bar out of the way.
 #[derive(Clone, Copy, Debug, Default)]

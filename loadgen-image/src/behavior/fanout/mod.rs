@@ -26,7 +26,6 @@ use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use crate::connect::{Role, Ws};
 use crate::conversation::Out;
-use crate::measure::{Dropped, Measure};
 use crate::model::{Behavior, Cell, FanoutPlan};
 use publisher::Publisher;
 use std::rc::Rc;
@@ -35,6 +34,7 @@ use subscriber::Subscriber;
 use tokio_tungstenite::tungstenite::Message;
 use window::Window;
 use wsload_report::fanout::Fanout;
+use wsload_report::measure::{Dropped, Measure};
 
 /// The number and part of the cell's `i`-th connection of this process: its subscribers
 /// first, then its publishers.

@@ -8,10 +8,10 @@ use crate::behavior::worker::{WorkerState, data_len};
 use crate::behavior::write::write_reading;
 use crate::connect::Ws;
 use crate::conversation::{Fill, Out, SendTime};
-use crate::measure::Dropped;
 use crate::model::FanoutPlan;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use wsload_report::measure::Dropped;
 
 /// A publisher of one topic: its sequence numbers and the window's publishes.
 pub(super) struct Publisher {

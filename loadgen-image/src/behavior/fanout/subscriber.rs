@@ -7,12 +7,12 @@ use crate::behavior::worker::WorkerState;
 use crate::connect::Ws;
 use crate::conversation::Delivery;
 use crate::machine::clock;
-use crate::measure::Dropped;
 use crate::model::FanoutPlan;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use wsload_report::fanout::{Sequence, SubscriberTally, keep_slowest};
+use wsload_report::measure::Dropped;
 use wsload_spec::json_path::Memo;
 
 /// One of a subscriber's topics, as it received it.

@@ -3,10 +3,10 @@
 //! for every topic.
 
 use crate::behavior::worker::WorkerState;
-use crate::measure::Measure;
 use crate::model::FanoutPlan;
 use std::time::Duration;
 use wsload_report::fanout::{Fanout, TopicTally};
+use wsload_report::measure::Measure;
 
 /// The measured window on the conductor's clock, Unix microseconds: `[from, to)`.
 #[derive(Debug, Clone, Copy)]

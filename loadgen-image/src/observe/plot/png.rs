@@ -160,7 +160,7 @@ fn throughput_chart(area: &Area<'_>, samples: &[Point], end: f64) -> DrawResult 
         .configure_mesh()
         .x_desc("seconds since start")
         .y_desc("msg/s")
-        .y_label_formatter(&|v| crate::report::num(*v))
+        .y_label_formatter(&|v| wsload_report::report::num(*v))
         .light_line_style(RGBColor(238, 238, 238))
         .label_style(("sans-serif", 13))
         .draw()?;
