@@ -28,7 +28,7 @@ use wsload_report::measure::Dropped;
 /// Written as two polled loops around one timer (the next ping, then the answer's timeout)
 /// rather than a `select!` and a ping future: this is the state of every held connection's
 /// task, ~330 bytes inline instead of a 680-byte box, and a ping round allocates nothing.
-/// Not an `async fn`, for the reason `run` gives.
+/// Not an `async fn`, for the reason `behavior::run` gives.
 #[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
 pub(super) fn hold<'a>(
     ws: &'a mut Ws,
@@ -127,7 +127,7 @@ pub(super) fn hold<'a>(
 /// out that this one is alive. Left unread instead, the first connections of a long connect
 /// phase met wsload-server's 60 s idle timeout (300,000 connections took four minutes to
 /// open here) and the server's pings went unanswered. `Err`: the connection ended meanwhile.
-#[allow(clippy::manual_async_fn)] // not an async fn: it would store `begun` twice (see `run`)
+#[allow(clippy::manual_async_fn)] // not an async fn: it would store `begun` twice (see `behavior::run`)
 pub(super) fn keep_until<'a>(
     ws: &'a mut Ws,
     early: &'a WorkerState,

@@ -93,7 +93,7 @@ pub fn run(
         let began = ms_since(ctx.start);
         // Boxed: a task's future would otherwise be as large as the largest behavior's state
         // machine, for every one of 100K connections. Except the hold's, the behavior that
-        // idles at scale: small (see `hold`), inline it spares every held connection an
+        // idles at scale: small (see `hold::hold`), inline it spares every held connection an
         // allocation, for ~330 bytes more in the other behaviors' tasks.
         // `Ok`: healthy at the deadline (or its work done), so we close it; `Err`: the server or
         // the network dropped it, and why.
@@ -133,7 +133,7 @@ pub fn run(
                 let pinger = Pinger::new(*ping, message, n);
                 Box::pin(paced(&mut ws, ctx, n, schedule, pinger, *per_message_flush)).await
             }
-            // A fanout's connections run `fanout::task` (`fanout::Serving` spawns it at their
+            // A fanout's connections run `fanout::task` (`behavior::serve` spawns it at their
             // open), never this.
             Behavior::Fanout(_) => unreachable!("a fanout connection runs fanout::task"),
         };

@@ -85,7 +85,7 @@ pub struct FanoutPlan {
     pub schedule: Schedule,
     /// How long subscribers read on after the measured window.
     pub drain: Duration,
-    /// `connect.timeout`: how long the last dials may take (see cell.rs, `common_start`).
+    /// `connect.timeout`: how long the last dials may take (see cell/start_line.rs, `common_start`).
     pub connect_timeout: Duration,
 }
 

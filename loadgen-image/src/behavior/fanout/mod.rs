@@ -66,9 +66,9 @@ pub fn publisher_opened(m: &mut Measure, ok: bool) {
 }
 
 /// Connection `n`'s task in a fanout cell: served from its open until the measured phase
-/// begins, its measured phase ([`Part::run`]), then its close, counted as `connection::run`
+/// begins, its measured phase ([`Part::run`]), then its close, counted as `behavior::run`
 /// counts the others'.
-#[allow(clippy::manual_async_fn)] // as connection::run: the arguments are stored once
+#[allow(clippy::manual_async_fn)] // as behavior::run: the arguments are stored once
 pub(super) fn task(
     mut ws: Ws,
     n: u64,
