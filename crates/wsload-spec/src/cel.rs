@@ -503,6 +503,7 @@ pub const MSG_CAPTURE_NEEDS_EXPECT: &str =
     "capture needs expect on the same step: values are taken from the message it matched";
 pub const MSG_CAPTURE_KIND: &str =
     "set exactly one of json (a field's path) or regex (its first group)";
+pub const MSG_SPLIT_KIND: &str = "set exactly one of separator (the text between messages) or jsonArray (an array of messages after a prefix)";
 pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
 pub const MSG_ID_NEEDS_SEQ: &str = "answer.id reads back the message's ${seq}: put ${seq} in the message template where the answer carries it";
@@ -534,6 +535,16 @@ pub fn step_rules(schema: &mut Schema) {
                 ".capture",
             ),
         ],
+    );
+}
+
+pub fn split_rules(schema: &mut Schema) {
+    push(
+        schema,
+        vec![rule(
+            &exactly_one(&["separator", "jsonArray"]),
+            MSG_SPLIT_KIND,
+        )],
     );
 }
 

@@ -60,6 +60,41 @@ pub struct Conversation {
     /// where each carries its sequence number, its publish instant and its topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Delivery>,
+    /// How the server packs several of its messages into one frame (newline-delimited JSON,
+    /// a line protocol, SockJS' `a[...]`): every part is then a message of its own, matched,
+    /// answered, counted and timed as one. Without it a frame is one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+}
+
+/// Longest separator, and longest prefix of a JSON array envelope.
+pub const MAX_SPLIT_LEN: usize = 16;
+
+/// How a frame splits into messages: exactly one of `separator` and `jsonArray`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = cel::split_rules)]
+pub struct Split {
+    /// Messages separated by this text: `"\n"`, `"\r\n"`, `"\u001e"` (the record
+    /// separator of SignalR's JSON protocol). Empty parts are not messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_SPLIT_LEN))]
+    pub separator: Option<String>,
+    /// Messages as the elements of a JSON array after a prefix (SockJS: `a["m1","m2"]`): a
+    /// string element's text unescaped, any other element as written. A frame that is not the
+    /// prefix and an array (SockJS' `o`, `h`) is one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_array: Option<JsonArraySplit>,
+}
+
+/// A JSON array envelope.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsonArraySplit {
+    /// What comes before the array (SockJS: `a`); none by default.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = MAX_SPLIT_LEN))]
+    pub prefix: String,
 }
 
 /// How a subscriber reads a delivery. Publishers (wsload's) write the same fields with

@@ -9,6 +9,7 @@ use crate::io::Io;
 use crate::limits::Limits;
 use crate::message::{Fragments, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
+use crate::split::{Cursor, Split, unescape};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
 use std::future::Future;
@@ -27,6 +28,47 @@ const WRITE_SOFT_LIMIT: usize = 128 * 1024;
 /// the connection's own (a frame cut by the end of a read); a larger one keeps the buffer it is
 /// in, or a large message arriving over many reads would be copied again after every read.
 const COPY_OUT_MAX: usize = 4 * 1024;
+
+/// Counts one message, `[expected, other text, other binary]`.
+#[inline]
+fn count(
+    tallies: &mut [Tally; 3],
+    expected: &mut impl FnMut(bool, &[u8]) -> bool,
+    is_text: bool,
+    payload: &[u8],
+) {
+    let at = match (expected(is_text, payload), is_text) {
+        (true, _) => 0,
+        (false, true) => 1,
+        (false, false) => 2,
+    };
+    tallies[at].add(payload.len());
+}
+
+/// Counts every part of a frame the server packed several messages into, each a message; an
+/// escaped part is looked at unescaped (in `scratch`).
+fn count_parts(
+    tallies: &mut [Tally; 3],
+    expected: &mut impl FnMut(bool, &[u8]) -> bool,
+    is_text: bool,
+    frame: &[u8],
+    split: &Split,
+    scratch: &mut Vec<u8>,
+) {
+    let mut cursor = Cursor::default();
+    while let Some((part, next)) = split.next(frame, cursor) {
+        cursor = next;
+        let raw = &frame[part.range];
+        if part.escaped {
+            scratch.clear();
+            if unescape(raw, scratch) {
+                count(tallies, expected, is_text, scratch);
+                continue;
+            }
+        }
+        count(tallies, expected, is_text, raw);
+    }
+}
 
 /// Frames and their payload bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,7 +104,25 @@ pub enum Recv {
 struct Extra {
     frag: Option<Fragments>,
     deflate: Option<Deflate>,
+    /// How the server packs several messages into a frame, and the frame being handed on
+    /// part by part.
+    split: Option<Split>,
+    pending: Option<Pending>,
+    /// Where escaped parts are written out unescaped: messages are cut from it, so a block
+    /// serves many (see `next_part`); and where a counting read unescapes one to look at it.
+    unescaped: BytesMut,
+    scratch: Vec<u8>,
 }
+
+/// A frame whose parts are being handed on as messages.
+struct Pending {
+    text: bool,
+    frame: Bytes,
+    cursor: Cursor,
+}
+
+/// Bytes of unescaped parts a block of [`Extra::unescaped`] is made for.
+const UNESCAPED_BLOCK: usize = 16 * 1024;
 
 /// One client WebSocket connection after its handshake.
 pub struct Ws {
@@ -149,6 +209,12 @@ impl Ws {
     /// parameters the server agreed to (the handshake's [`crate::handshake::Agreed`]).
     pub fn use_deflate(&mut self, params: DeflateParams) {
         self.extra.get_or_insert_default().deflate = Some(Deflate::new(params));
+    }
+
+    /// Hands each message of a frame on as one of its own, as the server packs them
+    /// (`split`): for what is read from now on.
+    pub fn split_messages(&mut self, split: Split) {
+        self.extra.get_or_insert_default().split = Some(split);
     }
 
     // --- the opening handshake -----------------------------------------------------------
@@ -412,6 +478,9 @@ impl Ws {
     /// The next complete message in the buffer, reassembling fragments and answering pings
     /// and closes; `Ok(None)` when more bytes are needed.
     fn parse_message(&mut self) -> Result<Option<Message>, WsError> {
+        if let Some(part) = self.next_part()? {
+            return Ok(Some(part));
+        }
         let deflate = self.deflates();
         let max_frame = self.limits.max_frame as usize;
         let max_message = self.limits.max_message as usize;
@@ -460,7 +529,10 @@ impl Ws {
                         } else {
                             payload
                         };
-                        return data_message(op == OP_TEXT, payload).map(Some);
+                        match self.message_of(op == OP_TEXT, payload)? {
+                            Some(msg) => return Ok(Some(msg)),
+                            None => continue,
+                        }
                     }
                     self.extra.get_or_insert_default().frag = Some(Fragments {
                         text: op == OP_TEXT,
@@ -488,7 +560,10 @@ impl Ws {
                         } else {
                             f.data.freeze()
                         };
-                        return data_message(f.text, data).map(Some);
+                        match self.message_of(f.text, data)? {
+                            Some(msg) => return Ok(Some(msg)),
+                            None => continue,
+                        }
                     }
                 }
                 op if op >= 8 => {
@@ -504,6 +579,69 @@ impl Ws {
         Ok(None)
     }
 
+    /// A complete data message's payload as the message handed on: itself, or its first part
+    /// when the server packs several in a frame (the others follow, `next_part`); `None` for a
+    /// frame with no part at all.
+    fn message_of(&mut self, text: bool, payload: Bytes) -> Result<Option<Message>, WsError> {
+        match self.extra.as_mut() {
+            Some(e) if e.split.is_some() => {
+                if text && !is_utf8(&payload) {
+                    return Err(invalid_utf8());
+                }
+                e.pending = Some(Pending {
+                    text,
+                    frame: payload,
+                    cursor: Cursor::default(),
+                });
+                self.next_part()
+            }
+            _ => data_message(text, payload).map(Some),
+        }
+    }
+
+    /// The next part of the frame being split, as a counting read takes it: its kind and
+    /// bytes; `None` when no frame is being split.
+    fn pending_part(&mut self) -> Option<Result<(bool, Bytes), WsError>> {
+        self.extra.as_ref()?.pending.as_ref()?;
+        match self.next_part() {
+            Ok(Some(Message::Text(t))) => Some(Ok((true, Bytes::from(t)))),
+            Ok(Some(Message::Binary(b))) => Some(Ok((false, b))),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next part of the frame being split, as a message: a slice of the frame, or an
+    /// escaped string's text cut from the unescaped block. `None` once the frame is done.
+    fn next_part(&mut self) -> Result<Option<Message>, WsError> {
+        let Some(e) = self.extra.as_mut() else {
+            return Ok(None);
+        };
+        let (Some(split), Some(p)) = (e.split.as_ref(), e.pending.as_mut()) else {
+            return Ok(None);
+        };
+        let Some((part, next)) = split.next(&p.frame, p.cursor) else {
+            e.pending = None;
+            return Ok(None);
+        };
+        p.cursor = next;
+        let raw = &p.frame[part.range.clone()];
+        let bytes = if part.escaped {
+            if e.unescaped.capacity() - e.unescaped.len() < raw.len() {
+                e.unescaped.reserve(raw.len().max(UNESCAPED_BLOCK));
+            }
+            if !unescape(raw, &mut e.unescaped) {
+                // Not JSON's escapes: handed on as it came.
+                e.unescaped.clear();
+                e.unescaped.extend_from_slice(raw);
+            }
+            e.unescaped.split().freeze()
+        } else {
+            p.frame.slice(part.range)
+        };
+        data_message(p.text, bytes).map(Some)
+    }
+
     fn frag(&self) -> Option<&Fragments> {
         self.extra.as_ref().and_then(|e| e.frag.as_ref())
     }
@@ -513,7 +651,7 @@ impl Ws {
     fn take_frag(&mut self) -> Option<Fragments> {
         let e = self.extra.as_mut()?;
         let f = e.frag.take();
-        if e.deflate.is_none() {
+        if e.deflate.is_none() && e.split.is_none() {
             self.extra = None;
         }
         f
@@ -644,13 +782,24 @@ impl Ws {
             if let Err(e) = self.push_replies(cx) {
                 return self.fail(cx, e);
             }
-            let (mut want, mut text, mut binary) =
-                (Tally::default(), Tally::default(), Tally::default());
+            let mut tallies = [Tally::default(); 3];
+            // Parts of a frame the message path split and has not handed on yet come first.
+            while let Some(msg) = self.pending_part() {
+                match msg {
+                    Ok((is_text, part)) => count(&mut tallies, expected, is_text, &part),
+                    Err(e) => return self.fail(cx, e),
+                }
+            }
             if self.frag().is_none() && !self.close_received {
                 let deflate = self.deflates();
                 let max_frame = self.limits.max_frame as usize;
+                let (rd, extra) = (&mut self.rd, &mut self.extra);
+                // A frame the server packed several messages into is counted part by part.
+                let mut split = extra
+                    .as_mut()
+                    .and_then(|e| Some((e.split.as_ref()?, &mut e.scratch)));
                 loop {
-                    let h = match frame::peek(&mut self.rd, deflate, max_frame) {
+                    let h = match frame::peek(rd, deflate, max_frame) {
                         Ok(Some(h)) => h,
                         Ok(None) => break,
                         Err(e) => return self.fail(cx, e),
@@ -661,20 +810,20 @@ impl Ws {
                         break;
                     }
                     let is_text = h.opcode == OP_TEXT;
-                    let payload = &self.rd[head..head + len];
+                    let payload = &rd[head..head + len];
                     if is_text && !is_utf8(payload) {
                         return self.fail(cx, invalid_utf8());
                     }
-                    if expected(is_text, payload) {
-                        want.add(len);
-                    } else if is_text {
-                        text.add(len);
-                    } else {
-                        binary.add(len);
+                    match &mut split {
+                        None => count(&mut tallies, expected, is_text, payload),
+                        Some((split, scratch)) => {
+                            count_parts(&mut tallies, expected, is_text, payload, split, scratch)
+                        }
                     }
-                    self.rd.advance(head + len);
+                    rd.advance(head + len);
                 }
             }
+            let [want, text, binary] = tallies;
             if want.frames + text.frames + binary.frames > 0 {
                 return Poll::Ready(Some(Ok(Recv::Data {
                     expected: want,
@@ -687,19 +836,15 @@ impl Ws {
                     if let Err(e) = self.push_replies(cx) {
                         return self.fail(cx, e);
                     }
-                    // A reassembled data message counts like the others.
+                    // A reassembled data message (or a split one's first part) counts like
+                    // the others.
                     let (is_text, payload) = match &msg {
                         Message::Text(t) => (true, t.as_bytes()),
                         Message::Binary(b) => (false, &b[..]),
                         _ => return Poll::Ready(Some(Ok(Recv::Other(msg)))),
                     };
                     let mut tallies = [Tally::default(); 3];
-                    let at = match (expected(is_text, payload), is_text) {
-                        (true, _) => 0,
-                        (false, true) => 1,
-                        (false, false) => 2,
-                    };
-                    tallies[at].add(payload.len());
+                    count(&mut tallies, expected, is_text, payload);
                     let [expected, text, binary] = tallies;
                     return Poll::Ready(Some(Ok(Recv::Data {
                         expected,

@@ -52,6 +52,7 @@ mod limits;
 pub mod mask;
 mod message;
 mod spare;
+pub mod split;
 #[cfg(any(test, feature = "test-server"))]
 pub mod test_server;
 
@@ -65,3 +66,4 @@ pub use handshake::{Agreed, Head, Offer, new_key};
 pub use io::Io;
 pub use limits::{Limits, MAX_PENDING_WRITE};
 pub use message::MAX_MESSAGE;
+pub use split::Split;

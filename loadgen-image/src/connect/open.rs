@@ -35,6 +35,10 @@ pub async fn open(
     role: &Role,
 ) -> Result<Dialed, DialError> {
     let mut dialed = dialer.dial(n).await?;
+    if let Some(split) = &script.split {
+        // Before the steps on open: what they expect may come packed too.
+        dialed.ws.split_messages(split.clone());
+    }
     dialed.vars = vec![bytes::Bytes::new(); script.var_count()];
     let topics: &[bytes::Bytes] = match role {
         Role::Any => &[],

@@ -23,6 +23,8 @@ pub enum ScriptError {
     Payload { field: String },
     #[error("spec.conversation.message: none (the protocol's built-in message was not filled in)")]
     NoMessage,
+    #[error("spec.conversation.split: {}", wsload_spec::cel::MSG_SPLIT_KIND)]
+    Split,
 }
 
 /// `m`, compiled, or why not, at `field`.

@@ -38,6 +38,9 @@ pub struct Script {
     /// What `${pad}` fills a step's message to: the spec's `message.size`, whatever a cell's
     /// size (set by the plan; 0 until then).
     pub open_size: usize,
+    /// How the server packs several messages into a frame: each connection's reads hand
+    /// every part on as a message of its own (see `wsload_ws::split`).
+    pub split: Option<wsload_ws::Split>,
 }
 
 /// One step on open.
@@ -206,6 +209,17 @@ fn compile_steps(
     Ok(out)
 }
 
+/// `conversation.split` as the connection takes it.
+fn split(s: &wsload_spec::conversation::Split) -> Result<wsload_ws::Split, ScriptError> {
+    match (&s.separator, &s.json_array) {
+        (Some(sep), None) => Ok(wsload_ws::Split::Separator(sep.as_bytes().into())),
+        (None, Some(a)) => Ok(wsload_ws::Split::JsonArray {
+            prefix: a.prefix.as_bytes().into(),
+        }),
+        _ => Err(ScriptError::Split),
+    }
+}
+
 impl Script {
     pub fn compile(c: &Conversation) -> Result<Script, ScriptError> {
         // A fanout's connections know their topic from the start: variable 0 (TOPIC_VAR).
@@ -272,6 +286,7 @@ impl Script {
             push,
             vars,
             open_size: 0,
+            split: c.split.as_ref().map(split).transpose()?,
         })
     }
 

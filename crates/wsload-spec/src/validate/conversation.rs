@@ -3,9 +3,10 @@
 //! its answer is recognised by, and no automatic reply answers itself.
 
 use super::Errors;
+use crate::cel;
 use crate::conversation::{
-    Capture, Conversation, MAX_STEPS, MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, Reply,
-    Step,
+    Capture, Conversation, MAX_SPLIT_LEN, MAX_STEPS, MAX_TEMPLATE_LEN, Match, MeasuredMessage,
+    Payload, Reply, Split, Step,
 };
 use crate::matching::{Extractor, Matcher};
 use crate::spec::{Format, LoadTestSpec, Protocol};
@@ -27,6 +28,9 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
         );
     }
     counts(c, e);
+    if let Some(s) = &c.split {
+        split(s, e);
+    }
     // A fanout's connections know their topic from the start (a publisher's, a subscriber's
     // first; each in turn in `subscribe`).
     let known = if spec.scenario.profile().motion == crate::scenario::Motion::Fanout {
@@ -76,7 +80,14 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
         .find(|f| matches!(f, Format::Msgpack | Format::Zlib));
     for (name, m) in [("message", &c.message), ("ping", &c.ping)] {
         let Some(m) = m else { continue };
-        message(name, m, spec.message.size as usize, &vars, e);
+        message(
+            name,
+            m,
+            spec.message.size as usize,
+            &vars,
+            c.split.as_ref(),
+            e,
+        );
         if let Some(format) = encoded {
             json_for(name, m, *format, spec.message.size as usize, &vars, e);
         }
@@ -99,6 +110,30 @@ fn counts(c: &Conversation, e: &mut Errors) {
                 format!("{n} entries; at most {MAX_STEPS}"),
             );
         }
+    }
+}
+
+/// How a frame splits: one way, its text within bounds.
+fn split(s: &Split, e: &mut Errors) {
+    let at = format!("{FIELD}.split");
+    match (&s.separator, &s.json_array) {
+        (Some(sep), None) => {
+            if sep.is_empty() || sep.len() > MAX_SPLIT_LEN {
+                e.add(
+                    format!("{at}.separator"),
+                    format!("must be 1 to {MAX_SPLIT_LEN} bytes, e.g. \"\\n\""),
+                );
+            }
+        }
+        (None, Some(a)) => {
+            if a.prefix.len() > MAX_SPLIT_LEN {
+                e.add(
+                    format!("{at}.jsonArray.prefix"),
+                    format!("at most {MAX_SPLIT_LEN} bytes"),
+                );
+            }
+        }
+        _ => e.add(at, cel::MSG_SPLIT_KIND),
     }
 }
 
@@ -246,7 +281,14 @@ fn built_in_only(
 }
 
 /// The measured message: its template, and that its answer rule can recognise its answers.
-fn message(name: &str, m: &MeasuredMessage, size: usize, vars: &[String], e: &mut Errors) {
+fn message(
+    name: &str,
+    m: &MeasuredMessage,
+    size: usize,
+    vars: &[String],
+    split: Option<&Split>,
+    e: &mut Errors,
+) {
     let field = format!("{FIELD}.{name}");
     let Some((_, which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
         return;
@@ -288,8 +330,16 @@ fn message(name: &str, m: &MeasuredMessage, size: usize, vars: &[String], e: &mu
     }
     let vars = vars.iter().map(|v| (v.clone(), b"v".to_vec())).collect();
     let sent = render(&template, PROBE_SEQ, size, &vars);
-    let read = extract.extract(&sent);
-    if read != Some(PROBE_SEQ.to_string().as_bytes()) {
+    let probe = PROBE_SEQ.to_string();
+    // Framed as the server frames its messages (a SockJS client sends `["..."]` too), the
+    // message carries its seq in one of its parts.
+    let parts = split.map_or_else(|| vec![sent.clone()], |s| parts_as_sent(&sent, s));
+    let read = parts
+        .iter()
+        .map(|p| extract.extract(p))
+        .find(|r| *r == Some(probe.as_bytes()))
+        .unwrap_or_else(|| extract.extract(&sent));
+    if read != Some(probe.as_bytes()) {
         let got = read.map_or_else(|| "nothing".to_string(), quoted);
         e.add(
             format!("{field}.answer.id"),
@@ -298,6 +348,32 @@ fn message(name: &str, m: &MeasuredMessage, size: usize, vars: &[String], e: &mu
                 quoted(&sent)
             ),
         );
+    }
+}
+
+/// The messages a frame `sent` carries, split as `split` says: by its separator, or as the
+/// elements of a JSON array (a string's text, any other value as written), its prefix
+/// optional (a SockJS client's frames have none).
+fn parts_as_sent(sent: &[u8], split: &Split) -> Vec<Vec<u8>> {
+    if let Some(sep) = split.separator.as_deref().filter(|s| !s.is_empty()) {
+        let text = String::from_utf8_lossy(sent);
+        return text
+            .split(sep)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+    }
+    let prefix = split.json_array.as_ref().map_or("", |a| a.prefix.as_str());
+    let body = sent.strip_prefix(prefix.as_bytes()).unwrap_or(sent);
+    match serde_json::from_slice::<Vec<serde_json::Value>>(body) {
+        Ok(values) => values
+            .into_iter()
+            .map(|v| match v {
+                serde_json::Value::String(s) => s.into_bytes(),
+                other => other.to_string().into_bytes(),
+            })
+            .collect(),
+        Err(_) => vec![sent.to_vec()],
     }
 }
 

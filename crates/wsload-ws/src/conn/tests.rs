@@ -4,6 +4,7 @@ use super::*;
 use crate::frame::MAX_FRAME;
 use crate::handshake::{Offer, new_key};
 use crate::mask::mask;
+use crate::split::Split;
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -540,4 +541,102 @@ async fn a_ping_flood_from_a_server_that_never_reads_stops_at_the_pending_write_
     assert!(pings > 64 * 1024 / 131, "{pings} pings");
     drop(ws);
     writer.abort();
+}
+
+/// A connection told how its server packs messages hands every part on as a message of its
+/// own, in order, a ping between frames in its place; a frame of another form whole; the
+/// counting read counts each part, the expected ones apart. Without a split a frame is one
+/// message, as always.
+#[tokio::test]
+async fn a_split_connection_hands_on_each_message_of_a_frame() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = pair(1024).await;
+    ws.split_messages(Split::Separator(Box::from(&b"\n"[..])));
+    let mut burst = server_frame(0x81, b"{\"seq\":1}\n{\"seq\":2}\nping\n");
+    burst.extend(server_frame(0x89, b"p"));
+    burst.extend(server_frame(0x81, b"alone"));
+    // A fragmented frame is split once whole.
+    burst.extend(server_frame(0x01, b"x\ny"));
+    burst.extend(server_frame(0x80, b"z\n"));
+    s.write_all(&burst).await.expect("write");
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        got.push(ws.next().await.expect("a message").expect("ok"));
+    }
+    let texts: Vec<String> = got
+        .iter()
+        .map(|m| match m {
+            Message::Text(t) => t.to_string(),
+            Message::Ping(p) => format!("ping frame {:?}", &p[..]),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "{\"seq\":1}",
+            "{\"seq\":2}",
+            "ping",
+            "ping frame [112]",
+            "alone",
+            "x",
+            "yz"
+        ]
+    );
+
+    // The counting read: three parts of which two are expected, then one frame of one part.
+    let mut burst = server_frame(0x81, b"e\nother\ne\n");
+    burst.extend(server_frame(0x82, b"e"));
+    s.write_all(&burst).await.expect("write");
+    let mut seen = 0;
+    let got = std::future::poll_fn(|cx| {
+        ws.poll_recv(cx, &mut |_, p| {
+            seen += 1;
+            p == b"e"
+        })
+    })
+    .await;
+    let Some(Ok(Recv::Data {
+        expected,
+        text,
+        binary,
+    })) = got
+    else {
+        panic!("data: {got:?}");
+    };
+    assert_eq!((expected.frames, expected.bytes), (3, 3));
+    assert_eq!((text.frames, text.bytes), (1, 5));
+    assert_eq!(binary.frames, 0);
+    assert_eq!(seen, 4);
+}
+
+/// SockJS' framing: `a[...]` arrays of JSON strings, each a message unescaped; `o` and `h`
+/// whole; an escaped part counted unescaped by the counting read.
+#[tokio::test]
+async fn a_json_array_envelope_gives_its_strings_unescaped() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = pair(1024).await;
+    ws.split_messages(Split::JsonArray {
+        prefix: Box::from(&b"a"[..]),
+    });
+    let mut burst = server_frame(0x81, b"o");
+    burst.extend(server_frame(0x81, br#"a["{\"seq\":7}","hi"]"#));
+    s.write_all(&burst).await.expect("write");
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        match ws.next().await.expect("a message").expect("ok") {
+            Message::Text(t) => got.push(t.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(got, ["o", "{\"seq\":7}", "hi"]);
+    s.write_all(&server_frame(0x81, br#"a["{\"seq\":8}","{\"seq\":9}"]"#))
+        .await
+        .expect("write");
+    let got =
+        std::future::poll_fn(|cx| ws.poll_recv(cx, &mut |_, p| p.starts_with(b"{\"seq\":"))).await;
+    let Some(Ok(Recv::Data { expected, .. })) = got else {
+        panic!("data: {got:?}");
+    };
+    assert_eq!((expected.frames, expected.bytes), (2, 18));
 }
