@@ -1,6 +1,12 @@
 //! [`Match`] and [`Capture`] compiled once into what runs on every message: a matcher and an
 //! extractor. Neither allocates per message: JSON is read in place ([`crate::json_path`]),
 //! regular expressions run on the bytes.
+//!
+//! Where a message's JSON begins, when a match has a `prefix`, is decided once, from the
+//! prefix alone ([`json_start`]): at the prefix's first `{` or `[` (the prefix is the JSON's
+//! own start: `{"push"`, `42["tick"`), else right after the prefix (a header before the JSON:
+//! Socket.IO's `42`, Engine.IO's `0`). A match's `json` and the captures that go with it
+//! read from there alike.
 
 use crate::conversation::{Capture, FrameType, Match};
 use crate::decimal;
@@ -62,12 +68,23 @@ fn regex(field: &'static str, pattern: &str) -> Result<Regex, MatchError> {
     })
 }
 
+/// Where the JSON of a message that starts with `prefix` begins: at the prefix's first `{`
+/// or `[`, else right after it (see the module's doc).
+pub fn json_start(prefix: &[u8]) -> usize {
+    prefix
+        .iter()
+        .position(|b| matches!(b, b'{' | b'['))
+        .unwrap_or(prefix.len())
+}
+
 /// A compiled [`Match`]: every condition given must hold.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     frame: Option<FrameType>,
     equals: Option<Box<[u8]>>,
     prefix: Option<Box<[u8]>>,
+    /// Where the JSON of a message that has the prefix begins ([`json_start`]).
+    json_from: usize,
     json: Option<(JsonPath, Box<[u8]>)>,
     regex: Option<Regex>,
 }
@@ -88,6 +105,7 @@ impl Matcher {
             frame: m.frame,
             equals: m.equals.as_deref().map(|s| s.as_bytes().into()),
             prefix: m.prefix.as_deref().map(|s| s.as_bytes().into()),
+            json_from: m.prefix.as_deref().map_or(0, |p| json_start(p.as_bytes())),
             json,
             regex: m.regex.as_deref().map(|r| regex("regex", r)).transpose()?,
         })
@@ -103,33 +121,26 @@ impl Matcher {
         if self.equals.as_deref().is_some_and(|e| e != data) {
             return false;
         }
-        let body = match &self.prefix {
-            Some(p) => match data.strip_prefix(&**p) {
-                Some(rest) => rest,
-                None => return false,
-            },
-            None => data,
-        };
+        if self.prefix.as_deref().is_some_and(|p| !data.starts_with(p)) {
+            return false;
+        }
         if let Some((path, want)) = &self.json
             && !path
-                .find(body)
+                .find(data.get(self.json_from..).unwrap_or_default())
                 .is_some_and(|v| json_path::value_equals(v, want))
         {
             return false;
         }
         self.regex.as_ref().is_none_or(|r| r.is_match(data))
     }
-
-    /// The `prefix` the JSON of a matched message is read after.
-    pub fn prefix(&self) -> Option<&[u8]> {
-        self.prefix.as_deref()
-    }
 }
 
 /// A compiled [`Capture`]: where a value is in a message.
 #[derive(Debug, Clone)]
 pub struct Extractor {
-    after: Option<Box<[u8]>>,
+    /// The match's prefix, where the JSON begins after it (`None`: the message is read
+    /// whole, as it is when the JSON begins at the prefix's first byte).
+    after: Option<(Box<[u8]>, usize)>,
     how: Extract,
 }
 
@@ -140,7 +151,8 @@ enum Extract {
 }
 
 impl Extractor {
-    /// `prefix` is the match's that goes with the capture: a JSON value is read after it.
+    /// `prefix` is the match's that goes with the capture: a message that starts with it has
+    /// its JSON read from where [`json_start`] says.
     pub fn compile(c: &Capture, prefix: Option<&str>) -> Result<Extractor, MatchError> {
         let how = match (&c.json, &c.regex) {
             (Some(path), None) => {
@@ -160,10 +172,12 @@ impl Extractor {
             }
             _ => return Err(MatchError::CaptureNeedsOne),
         };
-        Ok(Extractor {
-            after: prefix.map(|p| p.as_bytes().into()),
-            how,
-        })
+        let after = prefix
+            .map(str::as_bytes)
+            .map(|p| (p, json_start(p)))
+            .filter(|&(_, from)| from > 0)
+            .map(|(p, from)| (p.into(), from));
+        Ok(Extractor { after, how })
     }
 
     /// The value: a JSON string without its quotes (escapes as written, ready to splice into
@@ -197,13 +211,14 @@ impl Extractor {
         }
     }
 
-    /// What a JSON field is read from: the message after the prefix, if it has it.
+    /// What a JSON field is read from: a message with the prefix from where its JSON begins,
+    /// any other whole.
     #[inline]
     fn body<'a>(&self, data: &'a [u8]) -> &'a [u8] {
-        self.after
-            .as_deref()
-            .and_then(|p| data.strip_prefix(p))
-            .unwrap_or(data)
+        match &self.after {
+            Some((p, from)) if data.starts_with(p) => &data[*from..],
+            _ => data,
+        }
     }
 
     /// Whether it reads a JSON field (else a regular expression).
@@ -285,6 +300,72 @@ mod tests {
         // A string field equals the value as text, so "3" is 3 too.
         assert!(num.matches(true, br#"{"id":"3"}"#));
         assert!(!num.matches(true, br#"{"id":30}"#));
+    }
+
+    fn json_capture(path: &str, prefix: Option<&str>) -> Extractor {
+        let c = Capture {
+            json: Some(path.into()),
+            regex: None,
+        };
+        Extractor::compile(&c, prefix).expect("compiles")
+    }
+
+    #[test]
+    fn json_begins_at_the_prefix_s_first_bracket_else_after_it() {
+        assert_eq!(json_start(b"42"), 2);
+        assert_eq!(json_start(b"0"), 1);
+        assert_eq!(json_start(b"MESSAGE\n"), 8);
+        assert_eq!(json_start(br#"{"push""#), 0);
+        assert_eq!(json_start(br#"42["tick""#), 2);
+        assert_eq!(json_start(br#"[1,"#), 0);
+        // A whole JSON message whose prefix is its start: read from its first byte, by the
+        // match and by its captures alike (before: from after the prefix, `":true,...`,
+        // which is no JSON, so every field was missing).
+        let push = br#"{"push":true,"seq":5,"ts":17.5}"#;
+        let m = matcher(Match {
+            prefix: Some(r#"{"push""#.into()),
+            json: Some(JsonField {
+                field: "push".into(),
+                equals: "true".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, push));
+        assert!(!m.matches(true, br#"{"pull":true,"push":true}"#));
+        let seq = json_capture("seq", Some(r#"{"push""#));
+        assert_eq!(seq.extract(push), Some(&b"5"[..]));
+        // An array message likewise (Phoenix's `[join_ref, ref, topic, event, payload]`).
+        let phx = json_capture("4.seq", Some(r#"[null,"#));
+        assert_eq!(
+            phx.extract(br#"[null,null,"room:1","tick",{"seq":9}]"#),
+            Some(&b"9"[..])
+        );
+        // A header before the JSON: read after it (Socket.IO's event, Engine.IO's open).
+        let sio = json_capture("1.seq", Some("42"));
+        assert_eq!(sio.extract(br#"42["tick",{"seq":7}]"#), Some(&b"7"[..]));
+        let m = matcher(Match {
+            prefix: Some("42".into()),
+            json: Some(JsonField {
+                field: "1.seq".into(),
+                equals: "7".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, br#"42["tick",{"seq":7}]"#));
+        // A prefix that runs into the JSON: the JSON starts at its bracket.
+        let sio = json_capture("1.seq", Some(r#"42["tick""#));
+        assert_eq!(sio.extract(br#"42["tick",{"seq":8}]"#), Some(&b"8"[..]));
+        let m = matcher(Match {
+            prefix: Some(r#"42["tick""#.into()),
+            json: Some(JsonField {
+                field: "0".into(),
+                equals: "tick".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, br#"42["tick",{"seq":8}]"#));
+        // A message without the prefix is read whole.
+        assert_eq!(sio.extract(br#"["x",{"seq":3}]"#), Some(&b"3"[..]));
     }
 
     #[test]
