@@ -10,7 +10,7 @@
 
 use crate::conversation::{Capture, FrameType, Match};
 use crate::decimal;
-use crate::json_path::{self, JsonPath, PathError};
+use crate::json_path::{self, JsonPath, NoNumber, PathError};
 use regex::bytes::Regex;
 
 /// Why a match or a capture does not compile. [`MatchError::field`] is the sub-field at fault
@@ -184,8 +184,18 @@ impl Extractor {
     /// another JSON template), another JSON value as written, or the regex's first group.
     /// A message that does not start with the prefix is read whole.
     pub fn extract<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        let value = self.as_written(data)?;
+        Some(match self.how {
+            Extract::Json(_) => json_path::unquoted(value),
+            Extract::Regex(_) => value,
+        })
+    }
+
+    /// The value as the message writes it: a JSON string with its quotes, another JSON value
+    /// or the regex's first group, as is (what a report shows of a value it could not read).
+    pub fn as_written<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
         match &self.how {
-            Extract::Json(path) => path.find(self.body(data)).map(json_path::unquoted),
+            Extract::Json(path) => path.find(self.body(data)),
             Extract::Regex(re) => re.captures(data)?.get(1).map(|m| m.as_bytes()),
         }
     }
@@ -201,13 +211,24 @@ impl Extractor {
         }
     }
 
-    /// [`Extractor::extract_memo`] read as an unsigned decimal number
-    /// ([`decimal::parse_u64`]): a measured message's `${seq}` as its answer carries it.
+    /// The value as a number of the form `wanted`, in any form a server writes one
+    /// ([`decimal::read`]): a measured message's `${seq}` as its answer carries it, a
+    /// delivery's sequence number and publish instant. [`NoNumber::Missing`] when there is no
+    /// value (the field, or the regex's match), [`NoNumber::Unreadable`] when the value is not
+    /// such a number.
     #[inline]
-    pub fn extract_u64_memo(&self, data: &[u8], memo: &mut json_path::Memo) -> Option<u64> {
+    pub fn extract_number_memo(
+        &self,
+        data: &[u8],
+        memo: &mut json_path::Memo,
+        wanted: decimal::Wanted,
+    ) -> Result<u64, NoNumber> {
         match &self.how {
-            Extract::Json(path) => path.find_u64_memo(self.body(data), memo),
-            Extract::Regex(_) => self.extract(data).and_then(decimal::parse_u64),
+            Extract::Json(path) => path.find_number_memo(self.body(data), memo, wanted),
+            Extract::Regex(_) => {
+                let value = self.extract(data).ok_or(NoNumber::Missing)?;
+                decimal::read(value, wanted).ok_or(NoNumber::Unreadable)
+            }
         }
     }
 
@@ -334,6 +355,21 @@ mod tests {
         assert!(!m.matches(true, br#"{"pull":true,"push":true}"#));
         let seq = json_capture("seq", Some(r#"{"push""#));
         assert_eq!(seq.extract(push), Some(&b"5"[..]));
+        assert_eq!(seq.as_written(push), Some(&b"5"[..]));
+        let mut memo = json_path::Memo::default();
+        assert_eq!(
+            seq.extract_number_memo(push, &mut memo, decimal::Wanted::Whole),
+            Ok(5)
+        );
+        let ts = json_capture("ts", Some(r#"{"push""#));
+        assert_eq!(
+            ts.extract_number_memo(
+                push,
+                &mut json_path::Memo::default(),
+                decimal::Wanted::Scaled(3)
+            ),
+            Ok(17_500)
+        );
         // An array message likewise (Phoenix's `[join_ref, ref, topic, event, payload]`).
         let phx = json_capture("4.seq", Some(r#"[null,"#));
         assert_eq!(
@@ -366,6 +402,60 @@ mod tests {
         assert!(m.matches(true, br#"42["tick",{"seq":8}]"#));
         // A message without the prefix is read whole.
         assert_eq!(sio.extract(br#"["x",{"seq":3}]"#), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_value_that_is_no_number_is_told_from_a_missing_one() {
+        let mut memo = json_path::Memo::default();
+        let whole = decimal::Wanted::Whole;
+        let id = json_capture("id", None);
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":"12"}"#, &mut memo, whole),
+            Ok(12)
+        );
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":1.2e1}"#, &mut memo, whole),
+            Ok(12)
+        );
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":4.5}"#, &mut memo, whole),
+            Err(NoNumber::Unreadable)
+        );
+        assert_eq!(id.as_written(br#"{"id":"4.5"}"#), Some(&br#""4.5""#[..]));
+        assert_eq!(
+            id.extract_number_memo(br#"{"di":4}"#, &mut memo, whole),
+            Err(NoNumber::Missing)
+        );
+        let ack = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some(r"^43(\S+)\[".into()),
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(
+            ack.extract_number_memo(b"4317.0[]", &mut memo, whole),
+            Ok(17)
+        );
+        assert_eq!(
+            ack.extract_number_memo(b"43x[]", &mut memo, whole),
+            Err(NoNumber::Unreadable)
+        );
+        assert_eq!(
+            ack.extract_number_memo(b"42[]", &mut memo, whole),
+            Err(NoNumber::Missing)
+        );
+        // A regex group keeps its quotes: only a JSON string is unquoted.
+        let quoted = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some(r#"sid=("[^"]*")"#.into()),
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(quoted.extract(br#"sid="a""#), Some(&br#""a""#[..]));
     }
 
     #[test]
