@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{only, run, spec};
+use common::{only, run, serve, spec};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use wsload::measure::NumberField;
 use wsload::report::{CellResult, RunResult};
 use wsload_report::fanout::Fanout;
@@ -163,18 +163,7 @@ async fn connection(mut s: TcpStream, shape: Shape) {
 /// Runs the spec body `body` against a server of `shape` on a loopback port of its own
 /// runtime: the run.
 fn run_against(shape: Shape, name: &str, body: &str) -> RunResult {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(connection(s, shape));
-        }
-    });
+    let (url, _server) = serve(move |s| connection(s, shape));
     let lt = spec(
         name,
         &format!("  target: {{url: '{url}'}}\n  warmup: 0s\n{body}"),
@@ -215,6 +204,9 @@ fn tally(c: &CellResult) -> &Fanout {
     c.measure.counts.fanout.as_ref().expect("a fanout tally")
 }
 
+/// Deliveries that are JSON from their first byte, matched by that start.
+const PUSH_RULE: &str = "      match: {prefix: '{\"push\"'}\n      sequence: {json: seq}\n      publishedAt: {json: ts}\n      publishedAtUnit: ms\n";
+
 /// Every delivery of the window counted and timed, and all the others read outside it:
 /// every number readable.
 fn all_read_and_timed(c: &CellResult) {
@@ -244,9 +236,7 @@ fn a_delivery_matched_by_the_start_of_its_json_is_read_whole_in_every_number_for
     let r = run_against(
         deliveries(push_in_every_form),
         "numbers-push",
-        &fanout(
-            "      match: {prefix: '{\"push\"'}\n      sequence: {json: seq}\n      publishedAt: {json: ts}\n      publishedAtUnit: ms\n",
-        ),
+        &fanout(PUSH_RULE),
     );
     all_read_and_timed(only(&r));
 }
@@ -274,9 +264,7 @@ fn delivery_numbers_that_cannot_be_read_are_counted_by_field_and_named() {
     let r = run_against(
         deliveries(push_partly_unreadable),
         "numbers-unreadable-deliveries",
-        &fanout(
-            "      match: {prefix: '{\"push\"'}\n      sequence: {json: seq}\n      publishedAt: {json: ts}\n      publishedAtUnit: ms\n",
-        ),
+        &fanout(PUSH_RULE),
     );
     let c = only(&r);
     let n = &c.measure.counts;
@@ -328,19 +316,25 @@ fn delivery_numbers_that_cannot_be_read_are_counted_by_field_and_named() {
     assert!(all.contains("unreadable delivery.publishedAt"), "{all}");
 }
 
+/// 3 connections of 10 requests each, one at a time (pingLatency), against a server that
+/// answers as `answer` writes: the cell.
+fn ten_requests_each(answer: fn(u64) -> String, name: &str) -> CellResult {
+    let r = run_against(
+        answers(answer),
+        name,
+        &format!(
+            "  scenario: pingLatency\n  connections: [3]\n  ping: {{count: 10, timeout: 300ms}}\n{REQUEST}"
+        ),
+    );
+    only(&r).clone()
+}
+
 /// Answers recognised by the start of their JSON (`{"result"`), their id in every form:
 /// each answers its message. Before: the id was read after the prefix, so nothing answered
 /// and every message was lost.
 #[test]
 fn answer_ids_in_every_form_answer_their_message() {
-    let r = run_against(
-        answers(answer_in_every_form),
-        "numbers-answers",
-        &format!(
-            "  scenario: pingLatency\n  connections: [3]\n  ping: {{count: 10, timeout: 300ms}}\n{REQUEST}"
-        ),
-    );
-    let c = only(&r);
+    let c = ten_requests_each(answer_in_every_form, "numbers-answers");
     let n = &c.measure.counts;
     assert_eq!(
         (n.expected, n.received, n.lost, n.mismatched),
@@ -356,14 +350,7 @@ fn answer_ids_in_every_form_answer_their_message() {
 /// lost. Before: silently unsolicited, no field named.
 #[test]
 fn answers_whose_id_cannot_be_read_are_counted_and_named() {
-    let r = run_against(
-        answers(answer_every_fifth_unreadable),
-        "numbers-unreadable-answers",
-        &format!(
-            "  scenario: pingLatency\n  connections: [3]\n  ping: {{count: 10, timeout: 300ms}}\n{REQUEST}"
-        ),
-    );
-    let c = only(&r);
+    let c = ten_requests_each(answer_every_fifth_unreadable, "numbers-unreadable-answers");
     let n = &c.measure.counts;
     assert_eq!(
         (n.expected, n.received, n.lost, n.mismatched),
@@ -372,7 +359,7 @@ fn answers_whose_id_cannot_be_read_are_counted_and_named() {
     );
     assert_eq!(n.unreadable, [(NumberField::AnswerId, 6)].into(), "{n:?}");
     assert!(n.unsolicited.is_empty(), "{n:?}");
-    let found: Vec<String> = wsload_report::findings::fields::cell(c)
+    let found: Vec<String> = wsload_report::findings::fields::cell(&c)
         .iter()
         .map(ToString::to_string)
         .collect();
