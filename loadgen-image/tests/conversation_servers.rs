@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::{only, run, spec};
+use common::{only, run, serve, spec};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use wsload::measure::{ConnectError, Dropped, FrameTally};
 use wsload::report::CellResult;
 use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
@@ -181,21 +181,8 @@ async fn connection(mut s: TcpStream, p: Protocol, n: u64) {
 /// A server of protocol `p` on a loopback port of its own runtime; `ws://` URL and the
 /// runtime (dropping it stops the server).
 fn start(p: Protocol) -> (String, tokio::runtime::Runtime) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
     let count = Arc::new(AtomicU64::new(0));
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            let n = count.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(connection(s, p, n));
-        }
-    });
-    (url, rt)
+    serve(move |s| connection(s, p, count.fetch_add(1, Ordering::Relaxed)))
 }
 
 /// Runs the spec body `body` against a server of protocol `p`: its only cell.

@@ -223,6 +223,19 @@ fn deliveries_without_a_readable_sequence_are_counted_unreadable() {
     // 2 subscribers x ~100 ticks in the window and the drain.
     assert!(f.unreadable >= 150, "{f:?}");
     assert!(c.measure.hists.fanout.is_empty());
+    // Each by the field it lacks, the first one shown.
+    let n = &c.measure.counts;
+    assert_eq!(
+        n.unreadable,
+        [(wsload::measure::NumberField::Sequence, f.unreadable)].into(),
+        "{n:?}"
+    );
+    assert!(
+        n.evidence["unreadable delivery.sequence"]
+            .starts_with(r#"no value (in {"type":"publish","#),
+        "{:?}",
+        n.evidence
+    );
 }
 
 /// A fanout whose connections open one by one, `interval` apart, well before the measured

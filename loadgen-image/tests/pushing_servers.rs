@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{only, run, spec};
+use common::{only, run, serve, spec};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use wsload::measure::{Dropped, FrameKind, FrameTally};
 use wsload::report::CellResult;
 use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
@@ -107,19 +107,7 @@ async fn connection(mut s: TcpStream, mode: Mode) {
 /// A server in `mode` on a loopback port of its own runtime; `ws://` URL and the runtime
 /// (dropping it stops the server).
 fn start(mode: Mode) -> (String, tokio::runtime::Runtime) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(connection(s, mode));
-        }
-    });
-    (url, rt)
+    serve(move |s| connection(s, mode))
 }
 
 /// Runs the spec body `body` against a server in `mode`: its only cell, the report as text,

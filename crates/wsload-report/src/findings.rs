@@ -6,6 +6,7 @@ use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 
 pub mod fanout;
+pub mod fields;
 pub mod kernel;
 pub mod server;
 
@@ -44,8 +45,11 @@ pub enum Rule {
     FanoutOrder,
     /// Fan-out deliveries timed before their publish instant.
     FanoutClockDisagree,
-    /// Messages that matched the delivery rule without a sequence number.
+    /// Fan-out deliveries of no topic the subscriber could name.
     FanoutUnreadable,
+    /// Numbers the conversation could not read (an answer's id, a delivery's sequence
+    /// number or publish instant), by field.
+    UnreadableField,
     /// A server replica gave up on upgrades for its handshake timeout.
     ServerHandshakeTimeout,
     /// A server replica closed connections it found idle.
@@ -104,6 +108,7 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .iter()
                 .filter_map(move |rule| rule(c))
                 .chain(failures(c))
+                .chain(fields::cell(c))
                 .chain(fanout::cell(c))
                 .chain(server::cell(c))
                 .chain(kernel::cell(r, c))

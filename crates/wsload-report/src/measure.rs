@@ -122,6 +122,38 @@ impl FrameTally {
     }
 }
 
+/// A number wsload reads from the server's messages, by where the conversation says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NumberField {
+    /// The measured message's `${seq}` as its answer carries it (`answer.id`).
+    AnswerId,
+    /// A fan-out delivery's sequence number (`delivery.sequence`).
+    Sequence,
+    /// A fan-out delivery's publish instant (`delivery.publishedAt`).
+    PublishedAt,
+}
+
+impl NumberField {
+    /// The field as the conversation names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            NumberField::AnswerId => "answer.id",
+            NumberField::Sequence => "delivery.sequence",
+            NumberField::PublishedAt => "delivery.publishedAt",
+        }
+    }
+
+    /// The `evidence` key of the first value of this field that could not be read.
+    pub fn evidence_key(self) -> &'static str {
+        match self {
+            NumberField::AnswerId => "unreadable answer.id",
+            NumberField::Sequence => "unreadable delivery.sequence",
+            NumberField::PublishedAt => "unreadable delivery.publishedAt",
+        }
+    }
+}
+
 /// Counters of one cell. All are totals over the measured window unless named otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -180,6 +212,12 @@ pub struct Counts {
     /// The fanout scenario's deliveries, per topic (absent in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<crate::fanout::Fanout>,
+    /// Server messages the conversation took for an answer or a delivery (its `match`
+    /// accepted them, or, without one, they carry the field) whose number could not be read,
+    /// by field, over the whole cell (warm-up and drain too); the first one's value is kept
+    /// in `evidence` ([`NumberField::evidence_key`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unreadable: BTreeMap<NumberField, u64>,
 }
 
 /// How long connections lived, in milliseconds: enough to merge exactly (sums, extremes).
@@ -269,6 +307,14 @@ impl Counts {
     pub fn has_evidence(&self, label: &str) -> bool {
         self.evidence.contains_key(label)
     }
+    /// Counts a message whose `field` could not be read; `example()` describes it if it is
+    /// the first (called once, so a failure that repeats costs no text per message).
+    pub fn unreadable(&mut self, field: NumberField, example: impl FnOnce() -> String) {
+        *self.unreadable.entry(field).or_default() += 1;
+        if !self.has_evidence(field.evidence_key()) {
+            self.witness(field.evidence_key(), &example());
+        }
+    }
     pub fn unsolicited(&mut self, kind: FrameKind, frames: u64, bytes: u64) {
         let t = self.unsolicited.entry(kind).or_default();
         t.frames += frames;
@@ -329,6 +375,9 @@ impl Counts {
         }
         for (k, l) in &o.lifetimes {
             self.lifetimes.entry(k.clone()).or_default().add(l);
+        }
+        for (k, n) in &o.unreadable {
+            *self.unreadable.entry(*k).or_default() += n;
         }
     }
     /// Counts a connection that ended for `why` after `ms` milliseconds in the measured phase.
@@ -515,6 +564,32 @@ mod tests {
             "{json}"
         );
         assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back, a);
+    }
+
+    #[test]
+    fn unreadable_fields_merge_by_field_with_their_first_example() {
+        let mut a = Counts::default();
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(!json.contains("unreadable"), "{json}");
+        a.unreadable(NumberField::AnswerId, || "4.5".into());
+        a.unreadable(NumberField::AnswerId, || unreachable!("described once"));
+        let mut b = Counts::default();
+        b.unreadable(NumberField::AnswerId, || "-1".into());
+        b.unreadable(NumberField::PublishedAt, || "\"soon\"".into());
+        a.add(&b);
+        assert_eq!(
+            a.unreadable,
+            BTreeMap::from([(NumberField::AnswerId, 3), (NumberField::PublishedAt, 1)])
+        );
+        assert_eq!(a.evidence["unreadable answer.id"], "4.5");
+        assert_eq!(a.evidence["unreadable delivery.publishedAt"], "\"soon\"");
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            json.contains(r#""unreadable":{"answerId":3,"publishedAt":1}"#),
+            "{json}"
+        );
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back, a);
     }

@@ -109,25 +109,42 @@ impl JsonPath {
         Some(value)
     }
 
-    /// The field's value as an unsigned decimal number (a string of digits too, as
-    /// [`unquoted`] gives it), as [`JsonPath::find_memo`] finds it and
-    /// [`decimal::parse_u64`] reads it; `None` when there is no such field or it is not one.
-    /// Where `memo` knows the place, a plain number's digits are read as it is delimited: one
-    /// pass over them instead of one to find its end and one to read it. Inlined into the
-    /// load generator's reader of answers, which calls it for each.
+    /// The field's value as a number of the form `wanted` (any JSON form, or a string holding
+    /// one, as [`decimal::read`] reads it), as [`JsonPath::find_memo`] finds it. Where `memo`
+    /// knows the place, a plain integer's digits are read as it is delimited: one pass over
+    /// them instead of one to find its end and one to read it. Inlined into the load
+    /// generator's readers of answers and deliveries, which call it for each.
     #[inline]
-    pub fn find_u64_memo(&self, data: &[u8], memo: &mut Memo) -> Option<u64> {
-        if let Some(k) = memo.fits(data)
-            && let Some((n, used)) = decimal::leading_u64(&data[k..])
-        {
-            // What follows the digits is in the value too unless it ends a scalar.
-            return data
-                .get(k + used)
-                .is_none_or(|&b| ends_scalar(b))
-                .then_some(n);
-        }
-        decimal::parse_u64(unquoted(self.find_memo(data, memo)?))
+    pub fn find_number_memo(
+        &self,
+        data: &[u8],
+        memo: &mut Memo,
+        wanted: decimal::Wanted,
+    ) -> Result<u64, NoNumber> {
+        let value = match memo.fits(data) {
+            Some(k) => {
+                if let Some((n, used)) = decimal::leading_u64(&data[k..])
+                    // What follows the digits is in the value too unless it ends a scalar.
+                    && data.get(k + used).is_none_or(|&b| ends_scalar(b))
+                {
+                    return wanted.of_integer(n).ok_or(NoNumber::Unreadable);
+                }
+                let end = skip_value(data, k).ok_or(NoNumber::Missing)?;
+                &data[k..end]
+            }
+            None => self.find_memo(data, memo).ok_or(NoNumber::Missing)?,
+        };
+        decimal::read(unquoted(value), wanted).ok_or(NoNumber::Unreadable)
     }
+}
+
+/// Why a field gave no number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoNumber {
+    /// No such field (or the message is not JSON where the path goes).
+    Missing,
+    /// A value, but not a number of the form wanted (`4.5` for an id, `-1`, `"abc"`, `null`).
+    Unreadable,
 }
 
 impl Memo {
@@ -452,8 +469,7 @@ mod tests {
     #[test]
     fn a_number_read_through_the_memo_is_the_number_found() {
         let p = JsonPath::parse("id").expect("path");
-        let mut memo = Memo::default();
-        let msgs: [&[u8]; 16] = [
+        let msgs: [&[u8]; 24] = [
             br#"{"type":"msg","id":12,"d":"x"}"#,
             br#"{"type":"msg","id":1234567,"d":"x"}"#,
             br#"{"type":"msg","id":007}"#,
@@ -463,27 +479,55 @@ mod tests {
             br#"{"type":"msg","id":"42"}"#,
             br#"{"type":"msg","id":12a,"d":"x"}"#,
             br#"{"type":"msg","id":1.5}"#,
+            br#"{"type":"msg","id":15.0}"#,
+            br#"{"type":"msg","id":1.5e1,"d":1}"#,
+            br#"{"type":"msg","id":"1.5"}"#,
             br#"{"type":"msg","id":-3}"#,
+            br#"{"type":"msg","id":NaN}"#,
+            br#"{"type":"msg","id":null}"#,
             br#"{"type":"msg","id":9999999999999999999}"#,
             br#"{"type":"msg","id":18446744073709551615}"#,
             br#"{"type":"msg","id":18446744073709551616}"#,
             br#"{"type":"msg","id":123456789012345678901}"#,
             br#"{"type":"ms","id":8}"#,
             br#"{"id":{"n":1}}"#,
+            br#"{"type":"msg","x":1}"#,
+            br#"{"type":"msg","id":"#,
+            b"not json",
         ];
-        for m in msgs {
-            let walked = p.find(m).map(unquoted).and_then(decimal::parse_u64);
+        for wanted in [decimal::Wanted::Whole, decimal::Wanted::Scaled(3)] {
+            let mut memo = Memo::default();
+            for m in msgs {
+                let walked = match p.find(m) {
+                    None => Err(NoNumber::Missing),
+                    Some(v) => decimal::read(unquoted(v), wanted).ok_or(NoNumber::Unreadable),
+                };
+                assert_eq!(
+                    p.find_number_memo(m, &mut memo, wanted),
+                    walked,
+                    "{} {wanted:?}",
+                    String::from_utf8_lossy(m)
+                );
+            }
+        }
+        let mut memo = Memo::default();
+        let whole = decimal::Wanted::Whole;
+        for (m, want) in [
+            (&br#"{"type":"msg","id":12,"d":"x"}"#[..], Ok(12)),
+            (br#"{"type":"msg","id":15.0,"d":"x"}"#, Ok(15)),
+            (br#"{"type":"msg","id":1.5e1}"#, Ok(15)),
+            (br#"{"type":"msg","id":"16"}"#, Ok(16)),
+            (br#"{"type":"msg","id":4.5}"#, Err(NoNumber::Unreadable)),
+            (br#"{"type":"msg","id":-1}"#, Err(NoNumber::Unreadable)),
+            (br#"{"type":"msg"}"#, Err(NoNumber::Missing)),
+        ] {
             assert_eq!(
-                p.find_u64_memo(m, &mut memo),
-                walked,
+                p.find_number_memo(m, &mut memo, whole),
+                want,
                 "{}",
                 String::from_utf8_lossy(m)
             );
         }
-        assert_eq!(
-            p.find_u64_memo(br#"{"type":"msg","id":12,"d":"x"}"#, &mut Memo::default()),
-            Some(12)
-        );
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! [`Match`] and [`Capture`] compiled once into what runs on every message: a matcher and an
 //! extractor. Neither allocates per message: JSON is read in place ([`crate::json_path`]),
 //! regular expressions run on the bytes.
+//!
+//! Where a message's JSON begins, when a match has a `prefix`, is decided once, from the
+//! prefix alone ([`json_start`]): at the prefix's first `{` or `[` (the prefix is the JSON's
+//! own start: `{"push"`, `42["tick"`), else right after the prefix (a header before the JSON:
+//! Socket.IO's `42`, Engine.IO's `0`). A match's `json` and the captures that go with it
+//! read from there alike.
 
 use crate::conversation::{Capture, FrameType, Match};
 use crate::decimal;
-use crate::json_path::{self, JsonPath, PathError};
+use crate::json_path::{self, JsonPath, NoNumber, PathError};
 use regex::bytes::Regex;
 
 /// Why a match or a capture does not compile. [`MatchError::field`] is the sub-field at fault
@@ -62,12 +68,23 @@ fn regex(field: &'static str, pattern: &str) -> Result<Regex, MatchError> {
     })
 }
 
+/// Where the JSON of a message that starts with `prefix` begins: at the prefix's first `{`
+/// or `[`, else right after it (see the module's doc).
+pub fn json_start(prefix: &[u8]) -> usize {
+    prefix
+        .iter()
+        .position(|b| matches!(b, b'{' | b'['))
+        .unwrap_or(prefix.len())
+}
+
 /// A compiled [`Match`]: every condition given must hold.
 #[derive(Debug, Clone)]
 pub struct Matcher {
     frame: Option<FrameType>,
     equals: Option<Box<[u8]>>,
     prefix: Option<Box<[u8]>>,
+    /// Where the JSON of a message that has the prefix begins ([`json_start`]).
+    json_from: usize,
     json: Option<(JsonPath, Box<[u8]>)>,
     regex: Option<Regex>,
 }
@@ -88,6 +105,7 @@ impl Matcher {
             frame: m.frame,
             equals: m.equals.as_deref().map(|s| s.as_bytes().into()),
             prefix: m.prefix.as_deref().map(|s| s.as_bytes().into()),
+            json_from: m.prefix.as_deref().map_or(0, |p| json_start(p.as_bytes())),
             json,
             regex: m.regex.as_deref().map(|r| regex("regex", r)).transpose()?,
         })
@@ -103,33 +121,26 @@ impl Matcher {
         if self.equals.as_deref().is_some_and(|e| e != data) {
             return false;
         }
-        let body = match &self.prefix {
-            Some(p) => match data.strip_prefix(&**p) {
-                Some(rest) => rest,
-                None => return false,
-            },
-            None => data,
-        };
+        if self.prefix.as_deref().is_some_and(|p| !data.starts_with(p)) {
+            return false;
+        }
         if let Some((path, want)) = &self.json
             && !path
-                .find(body)
+                .find(data.get(self.json_from..).unwrap_or_default())
                 .is_some_and(|v| json_path::value_equals(v, want))
         {
             return false;
         }
         self.regex.as_ref().is_none_or(|r| r.is_match(data))
     }
-
-    /// The `prefix` the JSON of a matched message is read after.
-    pub fn prefix(&self) -> Option<&[u8]> {
-        self.prefix.as_deref()
-    }
 }
 
 /// A compiled [`Capture`]: where a value is in a message.
 #[derive(Debug, Clone)]
 pub struct Extractor {
-    after: Option<Box<[u8]>>,
+    /// The match's prefix, where the JSON begins after it (`None`: the message is read
+    /// whole, as it is when the JSON begins at the prefix's first byte).
+    after: Option<(Box<[u8]>, usize)>,
     how: Extract,
 }
 
@@ -140,7 +151,8 @@ enum Extract {
 }
 
 impl Extractor {
-    /// `prefix` is the match's that goes with the capture: a JSON value is read after it.
+    /// `prefix` is the match's that goes with the capture: a message that starts with it has
+    /// its JSON read from where [`json_start`] says.
     pub fn compile(c: &Capture, prefix: Option<&str>) -> Result<Extractor, MatchError> {
         let how = match (&c.json, &c.regex) {
             (Some(path), None) => {
@@ -160,18 +172,30 @@ impl Extractor {
             }
             _ => return Err(MatchError::CaptureNeedsOne),
         };
-        Ok(Extractor {
-            after: prefix.map(|p| p.as_bytes().into()),
-            how,
-        })
+        let after = prefix
+            .map(str::as_bytes)
+            .map(|p| (p, json_start(p)))
+            .filter(|&(_, from)| from > 0)
+            .map(|(p, from)| (p.into(), from));
+        Ok(Extractor { after, how })
     }
 
     /// The value: a JSON string without its quotes (escapes as written, ready to splice into
     /// another JSON template), another JSON value as written, or the regex's first group.
     /// A message that does not start with the prefix is read whole.
     pub fn extract<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        let value = self.as_written(data)?;
+        Some(match self.how {
+            Extract::Json(_) => json_path::unquoted(value),
+            Extract::Regex(_) => value,
+        })
+    }
+
+    /// The value as the message writes it: a JSON string with its quotes, another JSON value
+    /// or the regex's first group, as is (what a report shows of a value it could not read).
+    pub fn as_written<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
         match &self.how {
-            Extract::Json(path) => path.find(self.body(data)).map(json_path::unquoted),
+            Extract::Json(path) => path.find(self.body(data)),
             Extract::Regex(re) => re.captures(data)?.get(1).map(|m| m.as_bytes()),
         }
     }
@@ -187,23 +211,35 @@ impl Extractor {
         }
     }
 
-    /// [`Extractor::extract_memo`] read as an unsigned decimal number
-    /// ([`decimal::parse_u64`]): a measured message's `${seq}` as its answer carries it.
+    /// The value as a number of the form `wanted`, in any form a server writes one
+    /// ([`decimal::read`]): a measured message's `${seq}` as its answer carries it, a
+    /// delivery's sequence number and publish instant. [`NoNumber::Missing`] when there is no
+    /// value (the field, or the regex's match), [`NoNumber::Unreadable`] when the value is not
+    /// such a number.
     #[inline]
-    pub fn extract_u64_memo(&self, data: &[u8], memo: &mut json_path::Memo) -> Option<u64> {
+    pub fn extract_number_memo(
+        &self,
+        data: &[u8],
+        memo: &mut json_path::Memo,
+        wanted: decimal::Wanted,
+    ) -> Result<u64, NoNumber> {
         match &self.how {
-            Extract::Json(path) => path.find_u64_memo(self.body(data), memo),
-            Extract::Regex(_) => self.extract(data).and_then(decimal::parse_u64),
+            Extract::Json(path) => path.find_number_memo(self.body(data), memo, wanted),
+            Extract::Regex(_) => {
+                let value = self.extract(data).ok_or(NoNumber::Missing)?;
+                decimal::read(value, wanted).ok_or(NoNumber::Unreadable)
+            }
         }
     }
 
-    /// What a JSON field is read from: the message after the prefix, if it has it.
+    /// What a JSON field is read from: a message with the prefix from where its JSON begins,
+    /// any other whole.
     #[inline]
     fn body<'a>(&self, data: &'a [u8]) -> &'a [u8] {
-        self.after
-            .as_deref()
-            .and_then(|p| data.strip_prefix(p))
-            .unwrap_or(data)
+        match &self.after {
+            Some((p, from)) if data.starts_with(p) => &data[*from..],
+            _ => data,
+        }
     }
 
     /// Whether it reads a JSON field (else a regular expression).
@@ -285,6 +321,141 @@ mod tests {
         // A string field equals the value as text, so "3" is 3 too.
         assert!(num.matches(true, br#"{"id":"3"}"#));
         assert!(!num.matches(true, br#"{"id":30}"#));
+    }
+
+    fn json_capture(path: &str, prefix: Option<&str>) -> Extractor {
+        let c = Capture {
+            json: Some(path.into()),
+            regex: None,
+        };
+        Extractor::compile(&c, prefix).expect("compiles")
+    }
+
+    #[test]
+    fn json_begins_at_the_prefix_s_first_bracket_else_after_it() {
+        assert_eq!(json_start(b"42"), 2);
+        assert_eq!(json_start(b"0"), 1);
+        assert_eq!(json_start(b"MESSAGE\n"), 8);
+        assert_eq!(json_start(br#"{"push""#), 0);
+        assert_eq!(json_start(br#"42["tick""#), 2);
+        assert_eq!(json_start(br#"[1,"#), 0);
+        // A whole JSON message whose prefix is its start: read from its first byte, by the
+        // match and by its captures alike (before: from after the prefix, `":true,...`,
+        // which is no JSON, so every field was missing).
+        let push = br#"{"push":true,"seq":5,"ts":17.5}"#;
+        let m = matcher(Match {
+            prefix: Some(r#"{"push""#.into()),
+            json: Some(JsonField {
+                field: "push".into(),
+                equals: "true".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, push));
+        assert!(!m.matches(true, br#"{"pull":true,"push":true}"#));
+        let seq = json_capture("seq", Some(r#"{"push""#));
+        assert_eq!(seq.extract(push), Some(&b"5"[..]));
+        assert_eq!(seq.as_written(push), Some(&b"5"[..]));
+        let mut memo = json_path::Memo::default();
+        assert_eq!(
+            seq.extract_number_memo(push, &mut memo, decimal::Wanted::Whole),
+            Ok(5)
+        );
+        let ts = json_capture("ts", Some(r#"{"push""#));
+        assert_eq!(
+            ts.extract_number_memo(
+                push,
+                &mut json_path::Memo::default(),
+                decimal::Wanted::Scaled(3)
+            ),
+            Ok(17_500)
+        );
+        // An array message likewise (Phoenix's `[join_ref, ref, topic, event, payload]`).
+        let phx = json_capture("4.seq", Some(r#"[null,"#));
+        assert_eq!(
+            phx.extract(br#"[null,null,"room:1","tick",{"seq":9}]"#),
+            Some(&b"9"[..])
+        );
+        // A header before the JSON: read after it (Socket.IO's event, Engine.IO's open).
+        let sio = json_capture("1.seq", Some("42"));
+        assert_eq!(sio.extract(br#"42["tick",{"seq":7}]"#), Some(&b"7"[..]));
+        let m = matcher(Match {
+            prefix: Some("42".into()),
+            json: Some(JsonField {
+                field: "1.seq".into(),
+                equals: "7".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, br#"42["tick",{"seq":7}]"#));
+        // A prefix that runs into the JSON: the JSON starts at its bracket.
+        let sio = json_capture("1.seq", Some(r#"42["tick""#));
+        assert_eq!(sio.extract(br#"42["tick",{"seq":8}]"#), Some(&b"8"[..]));
+        let m = matcher(Match {
+            prefix: Some(r#"42["tick""#.into()),
+            json: Some(JsonField {
+                field: "0".into(),
+                equals: "tick".into(),
+            }),
+            ..Match::default()
+        });
+        assert!(m.matches(true, br#"42["tick",{"seq":8}]"#));
+        // A message without the prefix is read whole.
+        assert_eq!(sio.extract(br#"["x",{"seq":3}]"#), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_value_that_is_no_number_is_told_from_a_missing_one() {
+        let mut memo = json_path::Memo::default();
+        let whole = decimal::Wanted::Whole;
+        let id = json_capture("id", None);
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":"12"}"#, &mut memo, whole),
+            Ok(12)
+        );
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":1.2e1}"#, &mut memo, whole),
+            Ok(12)
+        );
+        assert_eq!(
+            id.extract_number_memo(br#"{"id":4.5}"#, &mut memo, whole),
+            Err(NoNumber::Unreadable)
+        );
+        assert_eq!(id.as_written(br#"{"id":"4.5"}"#), Some(&br#""4.5""#[..]));
+        assert_eq!(
+            id.extract_number_memo(br#"{"di":4}"#, &mut memo, whole),
+            Err(NoNumber::Missing)
+        );
+        let ack = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some(r"^43(\S+)\[".into()),
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(
+            ack.extract_number_memo(b"4317.0[]", &mut memo, whole),
+            Ok(17)
+        );
+        assert_eq!(
+            ack.extract_number_memo(b"43x[]", &mut memo, whole),
+            Err(NoNumber::Unreadable)
+        );
+        assert_eq!(
+            ack.extract_number_memo(b"42[]", &mut memo, whole),
+            Err(NoNumber::Missing)
+        );
+        // A regex group keeps its quotes: only a JSON string is unquoted.
+        let quoted = Extractor::compile(
+            &Capture {
+                json: None,
+                regex: Some(r#"sid=("[^"]*")"#.into()),
+            },
+            None,
+        )
+        .expect("compiles");
+        assert_eq!(quoted.extract(br#"sid="a""#), Some(&br#""a""#[..]));
     }
 
     #[test]

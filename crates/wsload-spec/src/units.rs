@@ -171,13 +171,14 @@ pub enum TimeUnit {
 }
 
 impl TimeUnit {
-    /// `value` of this unit, in microseconds.
-    pub fn to_micros(self, value: u64) -> u64 {
+    /// The power of ten from this unit to microseconds: an instant read in it is read as
+    /// `decimal::Wanted::Scaled` of this, so a fraction of a millisecond is kept.
+    pub fn micros_exponent(self) -> i32 {
         match self {
-            TimeUnit::S => value.saturating_mul(1_000_000),
-            TimeUnit::Ms => value.saturating_mul(1000),
-            TimeUnit::Us => value,
-            TimeUnit::Ns => value / 1000,
+            TimeUnit::S => 6,
+            TimeUnit::Ms => 3,
+            TimeUnit::Us => 0,
+            TimeUnit::Ns => -3,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! answers do, and each answer is timed from the instant its message was due.
 
 use super::pinger::Pinger;
-use super::read::{answer_kind, converse, count_unsolicited, read, read_ready};
+use super::read::{
+    answer_kind, converse, count_unreadable_answer, count_unsolicited, read, read_ready,
+};
 use super::worker::{WorkerState, data_len};
 use super::write::write_reading;
 use crate::connect::Ws;
@@ -132,6 +134,7 @@ fn settle(
     let id = match pinger.answer(msg, ctx) {
         Answer::Control => return,
         Answer::Unsolicited(kind) => return count_unsolicited(ctx, now, kind, msg),
+        Answer::Unreadable => return count_unreadable_answer(ctx, msg),
         Answer::Copy if pending.is_empty() => {
             // More copies than messages sent: the extra ones answer nothing.
             return count_unsolicited(ctx, now, answer_kind(msg), msg);

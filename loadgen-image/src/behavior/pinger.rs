@@ -2,7 +2,7 @@
 //! its answer recognised by what it carries, timed, or counted lost. Shared by the
 //! behaviors that time each message: hold, ping, pingpong, paced.
 
-use super::read::{account, converse, count_unsolicited};
+use super::read::{account, converse, count_unreadable_answer, count_unsolicited};
 use super::sender::Outgoing;
 use super::worker::{WorkerState, data_len};
 use super::write::write;
@@ -216,6 +216,7 @@ pub(super) fn poll_answer(
             // An earlier ping's answer, after its wait ended.
             Answer::To(_) => ctx.mismatched(now),
             Answer::Unsolicited(kind) => count_unsolicited(ctx, now, kind, &msg),
+            Answer::Unreadable => count_unreadable_answer(ctx, &msg),
             Answer::Control => {}
         }
         if now >= timeout.deadline() {

@@ -9,7 +9,7 @@ use crate::conversation::{Fill, Incoming};
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_report::measure::{Dropped, FrameKind, UNSOLICITED};
+use wsload_report::measure::{Dropped, FrameKind, NumberField, UNSOLICITED};
 use wsload_ws::failure_code;
 
 /// Why a read's error ended the connection; the error is the reason's evidence.
@@ -140,6 +140,16 @@ pub(super) fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind
         };
         m.counts.witness(UNSOLICITED, &text);
     }
+}
+
+/// Counts an answer whose id could not be read ([`Answer::Unreadable`]); the worker's first
+/// is described.
+pub(super) fn count_unreadable_answer(ctx: &WorkerState, msg: &Message) {
+    ctx.unreadable(NumberField::AnswerId, || match msg {
+        Message::Text(t) => ctx.script.unreadable_answer(true, t.as_bytes()),
+        Message::Binary(b) => ctx.script.unreadable_answer(false, b),
+        _ => String::new(),
+    });
 }
 
 /// The kind a frame answering nothing is counted under.

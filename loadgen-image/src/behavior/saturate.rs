@@ -12,7 +12,7 @@ use crate::conversation::{Fill, Incoming, Recognised};
 use std::task::Poll;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_report::measure::{Dropped, FrameKind, FrameTally};
+use wsload_report::measure::{Dropped, FrameKind, FrameTally, NumberField};
 use wsload_ws::Recv;
 
 /// What a counting loop has queued and had answered. An answer is recognised by the answer
@@ -74,12 +74,23 @@ fn counted_answer(
         }
         Incoming::Other => {}
     }
-    awaited
-        && match script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut()) {
-            Recognised::Id(id) => (1..=queued).contains(&id),
-            Recognised::Next => true,
-            Recognised::No => false,
+    if !awaited {
+        return false;
+    }
+    let recognised = script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut());
+    match recognised {
+        Recognised::Id(id) => (1..=queued).contains(&id),
+        Recognised::Next => true,
+        Recognised::Unreadable => {
+            // Counted by its field, so neither an answer nor unsolicited.
+            ctx.unreadable(NumberField::AnswerId, || {
+                script.unreadable_answer(text, data)
+            });
+            taken.add(text, data.len());
+            false
         }
+        Recognised::No => false,
+    }
 }
 
 /// Reads what is there (waiting for at least something), every frame checked in place by the

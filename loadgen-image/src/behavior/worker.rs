@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
-use wsload_report::measure::{Dropped, FrameKind, Measure};
+use wsload_report::measure::{Dropped, FrameKind, Measure, NumberField};
 use wsload_spec::json_path::Memo;
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
@@ -168,6 +168,11 @@ impl WorkerState {
             m.counts.pushes.frames += frames;
             m.counts.pushes.bytes += bytes;
         }
+    }
+    /// A server message whose number in `field` could not be read: counted over the whole
+    /// cell (as the fan-out's tallies are), the first one described by `example()`.
+    pub(super) fn unreadable(&self, field: NumberField, example: impl FnOnce() -> String) {
+        self.stats.borrow_mut().counts.unreadable(field, example);
     }
     pub(super) fn replied(&self, n: u64) {
         self.stats.borrow_mut().counts.replies += n;

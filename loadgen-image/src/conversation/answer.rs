@@ -28,6 +28,9 @@ pub enum Answer {
     /// An answer that carries no id: all that is left to tell answers apart is their order,
     /// so it answers the oldest outstanding message, if any is.
     Copy,
+    /// An answer whose id cannot be read ([`Recognised::Unreadable`]): it answers nothing,
+    /// and is counted by the field, neither as an answer nor as unsolicited.
+    Unreadable,
     /// Answers nothing sent: counted apart, by kind, never as an answer.
     Unsolicited(FrameKind),
     /// A control frame outside the conversation: a server's ping (the connection answers it)
@@ -65,6 +68,7 @@ pub fn answer(asked: Asked<'_>, msg: &Message) -> Answer {
         Asked::Script(script) => match script.recognise(kind == FrameKind::Text, data) {
             Recognised::Id(id) => Answer::To(id),
             Recognised::Next => Answer::Copy,
+            Recognised::Unreadable => Answer::Unreadable,
             Recognised::No => unsolicited,
         },
     }

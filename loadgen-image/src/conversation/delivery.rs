@@ -2,8 +2,11 @@
 //! number, publish instant and topic each carries.
 
 use super::error::{ScriptError, matcher};
+use super::unreadable;
+use wsload_report::measure::NumberField;
+use wsload_spec::decimal::Wanted;
 use wsload_spec::fanout::TimeUnit;
-use wsload_spec::json_path::Memo;
+use wsload_spec::json_path::{Memo, NoNumber};
 use wsload_spec::matching::{Extractor, Matcher};
 
 /// The conversation's `delivery`, compiled.
@@ -19,10 +22,20 @@ pub struct DeliveryRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered<'a> {
     pub seq: u64,
-    /// The publish instant, Unix microseconds (`None`: the rule reads none, or none was there).
-    pub published_us: Option<u64>,
+    pub published: Published,
     /// The topic's name as the delivery carries it (when the rule reads one).
     pub topic: Option<&'a [u8]>,
+}
+
+/// A delivery's publish instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The rule reads none.
+    NotRead,
+    /// Unix microseconds.
+    At(u64),
+    /// The rule reads one, and this delivery's could not be read.
+    Unreadable,
 }
 
 /// What a server message is to a subscriber.
@@ -30,7 +43,8 @@ pub struct Delivered<'a> {
 pub enum Delivery<'a> {
     /// Not a delivery.
     No,
-    /// A delivery without a sequence number wsload can read.
+    /// A delivery without a sequence number wsload can read: one `delivery.match` accepts,
+    /// or, without a match, one whose `sequence` field holds no whole number.
     Unreadable,
     Yes(Delivered<'a>),
 }
@@ -71,21 +85,146 @@ impl DeliveryRule {
             return Delivery::No;
         }
         let [seq_memo, time_memo] = memo;
-        let Some(seq) = self.sequence.extract_u64_memo(data, seq_memo) else {
-            return if self.when.is_some() {
-                Delivery::Unreadable
-            } else {
-                Delivery::No
-            };
+        let seq = match self
+            .sequence
+            .extract_number_memo(data, seq_memo, Wanted::Whole)
+        {
+            Ok(seq) => seq,
+            // Without a match, what has no sequence field is some other message.
+            Err(NoNumber::Missing) if self.when.is_none() => return Delivery::No,
+            Err(_) => return Delivery::Unreadable,
         };
-        let published_us = self
-            .published_at
-            .as_ref()
-            .and_then(|(x, unit)| Some(unit.to_micros(x.extract_u64_memo(data, time_memo)?)));
+        let published = match &self.published_at {
+            None => Published::NotRead,
+            Some((x, unit)) => {
+                match x.extract_number_memo(data, time_memo, Wanted::Scaled(unit.micros_exponent()))
+                {
+                    Ok(us) => Published::At(us),
+                    Err(_) => Published::Unreadable,
+                }
+            }
+        };
         Delivery::Yes(Delivered {
             seq,
-            published_us,
+            published,
             topic: self.topic.as_ref().and_then(|x| x.extract(data)),
         })
+    }
+
+    /// What a report shows of a delivery whose `field` could not be read: the value as it
+    /// came and the message. Asked once per worker, on the failure path only.
+    pub fn unreadable_example(&self, field: NumberField, data: &[u8]) -> String {
+        let x = match field {
+            NumberField::PublishedAt => self.published_at.as_ref().map(|(x, _)| x),
+            NumberField::Sequence | NumberField::AnswerId => Some(&self.sequence),
+        };
+        unreadable::example(x.and_then(|x| x.as_written(data)), data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wsload_spec::conversation::{Capture, Delivery as Rule, Match};
+
+    fn json(path: &str) -> Capture {
+        Capture {
+            json: Some(path.into()),
+            regex: None,
+        }
+    }
+
+    fn rule(prefix: Option<&str>, unit: TimeUnit) -> DeliveryRule {
+        DeliveryRule::compile(&Rule {
+            matches: prefix.map(|p| Match {
+                prefix: Some(p.into()),
+                ..Match::default()
+            }),
+            sequence: json("seq"),
+            published_at: Some(json("ts")),
+            published_at_unit: unit,
+            topic: None,
+        })
+        .expect("compiles")
+    }
+
+    fn read<'a>(r: &DeliveryRule, data: &'a str) -> Delivery<'a> {
+        r.read(true, data.as_bytes(), &mut Default::default())
+    }
+
+    fn yes(seq: u64, published: Published) -> Delivery<'static> {
+        Delivery::Yes(Delivered {
+            seq,
+            published,
+            topic: None,
+        })
+    }
+
+    /// Numbers as servers write them. Before, a float or an exponent was no number: a
+    /// float instant left every delivery untimed without a word, a float sequence number
+    /// made it no delivery.
+    #[test]
+    fn numbers_are_read_in_every_form_and_instants_to_the_microsecond() {
+        let us = rule(Some(r#"{"push""#), TimeUnit::Us);
+        let at = Published::At(1_795_864_874_129_112);
+        for m in [
+            r#"{"push":true,"seq":5,"ts":1795864874129112}"#,
+            r#"{"push":true,"seq":5.0,"ts":1795864874129112.0}"#,
+            r#"{"push":true,"seq":"5","ts":1.795864874129112e15}"#,
+            r#"{"push":true,"seq":5e0,"ts":"1795864874129112"}"#,
+        ] {
+            assert_eq!(read(&us, m), yes(5, at), "{m}");
+        }
+        let ms = rule(Some("42"), TimeUnit::Ms);
+        assert_eq!(
+            read(&ms, r#"42{"seq":6,"ts":1795864874129.112}"#),
+            yes(6, at)
+        );
+        assert_eq!(
+            read(&ms, r#"42{"seq":6,"ts":"1795864874129.5"}"#),
+            yes(6, Published::At(1_795_864_874_129_500))
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_unreadable_never_rounded() {
+        let r = rule(Some(r#"{"push""#), TimeUnit::Us);
+        for m in [
+            r#"{"push":true,"seq":4.5,"ts":1}"#,
+            r#"{"push":true,"seq":-4,"ts":1}"#,
+            r#"{"push":true,"seq":NaN,"ts":1}"#,
+            r#"{"push":true,"seq":"four","ts":1}"#,
+            r#"{"push":true,"ts":1}"#,
+        ] {
+            assert_eq!(read(&r, m), Delivery::Unreadable, "{m}");
+        }
+        for m in [
+            r#"{"push":true,"seq":4,"ts":-1}"#,
+            r#"{"push":true,"seq":4,"ts":"soon"}"#,
+            r#"{"push":true,"seq":4}"#,
+        ] {
+            assert_eq!(read(&r, m), yes(4, Published::Unreadable), "{m}");
+        }
+        assert_eq!(read(&r, r#"{"pull":1}"#), Delivery::No);
+        // Without a match, a message without the field is another message; one whose field
+        // holds no whole number is a delivery that cannot be read.
+        let r = rule(None, TimeUnit::Us);
+        assert_eq!(read(&r, r#"{"type":"subscribed"}"#), Delivery::No);
+        assert_eq!(read(&r, r#"{"seq":4.5}"#), Delivery::Unreadable);
+        assert_eq!(read(&r, r#"{"seq":4}"#), yes(4, Published::Unreadable));
+        // What a report shows of one: the value as it came, and the message.
+        let data = br#"{"seq":4.5,"ts":"soon"}"#;
+        assert_eq!(
+            r.unreadable_example(NumberField::Sequence, data),
+            r#"4.5 (in {"seq":4.5,"ts":"soon"})"#
+        );
+        assert_eq!(
+            r.unreadable_example(NumberField::PublishedAt, data),
+            r#""soon" (in {"seq":4.5,"ts":"soon"})"#
+        );
+        assert_eq!(
+            r.unreadable_example(NumberField::PublishedAt, br#"{"seq":4}"#),
+            r#"no value (in {"seq":4})"#
+        );
     }
 }

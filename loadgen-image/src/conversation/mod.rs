@@ -12,7 +12,9 @@
 //! - [`encoding`]: a cell's wire format (text, binary, `M:` MsgPack, `C:` zlib);
 //! - [`recognise`] and [`answer`]: what a frame read is to the conversation (a reply rule's,
 //!   a push) and to what was sent (the answer to which message, or unsolicited);
-//! - [`delivery`]: what a fanout subscriber reads from a delivery.
+//! - [`delivery`]: what a fanout subscriber reads from a delivery;
+//! - `unreadable`: what a report shows of a number an answer or a delivery carried that could
+//!   not be read.
 //!
 //! Captured variables are spliced in once per connection ([`Out::resolve`]); per message only
 //! the sequence number, the send time and the random parts are written: no allocation per
@@ -26,8 +28,9 @@ pub mod out;
 pub mod prebuilt;
 pub mod recognise;
 pub mod script;
+mod unreadable;
 
-pub use delivery::{Delivered, Delivery, DeliveryRule};
+pub use delivery::{Delivered, Delivery, DeliveryRule, Published};
 pub use encoding::Encoding;
 pub use error::ScriptError;
 pub use out::{Fill, Out, SendTime};

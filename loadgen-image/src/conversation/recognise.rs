@@ -4,7 +4,9 @@
 //! takes, so read in place.
 
 use super::script::{AnswerBy, Script};
-use wsload_spec::json_path::Memo;
+use super::unreadable;
+use wsload_spec::decimal::Wanted;
+use wsload_spec::json_path::{Memo, NoNumber};
 
 /// What a server message is to the conversation, before it is looked at as an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,10 @@ pub enum Recognised {
     Id(u64),
     /// An answer carrying no id: it answers the oldest outstanding.
     Next,
+    /// An answer whose id cannot be read: one `answer.match` accepts, or, without a match,
+    /// one whose `answer.id` field holds no whole number. It answers nothing, and is counted
+    /// as such.
+    Unreadable,
     /// Not an answer.
     No,
 }
@@ -86,7 +92,7 @@ impl Script {
         };
         match by {
             AnswerBy::Echoed { id_in_json } if transformed => match id_in_json {
-                Some(x) => by_id(x.extract_u64_memo(data, memo)),
+                Some(x) => by_id(x.extract_number_memo(data, memo, Wanted::Whole).ok()),
                 None => Recognised::Next,
             },
             AnswerBy::Echoed { .. } => match self.message.out.echoed_seq(text, data) {
@@ -98,11 +104,40 @@ impl Script {
                 if when.as_ref().is_some_and(|w| !w.matches(text, data)) {
                     return Recognised::No;
                 }
-                match id {
+                match id
+                    .as_ref()
+                    .map(|x| x.extract_number_memo(data, memo, Wanted::Whole))
+                {
                     None => Recognised::Next,
-                    Some(x) => by_id(x.extract_u64_memo(data, memo)),
+                    Some(Ok(id)) => Recognised::Id(id),
+                    // Without a match, what has no id field is some other message.
+                    Some(Err(NoNumber::Missing)) if when.is_none() => Recognised::No,
+                    Some(Err(_)) => Recognised::Unreadable,
                 }
             }
         }
+    }
+
+    /// What a report shows of an answer whose id could not be read
+    /// ([`Recognised::Unreadable`]): the value as it came and the message (decoded from the
+    /// cell's MsgPack or zlib). Asked once per worker, on the failure path only.
+    pub fn unreadable_answer(&self, text: bool, data: &[u8]) -> String {
+        let decoded;
+        let data = if self.encoding.transforms() && !text {
+            match self.encoding.decode(text, data) {
+                Some(json) => {
+                    decoded = json;
+                    &decoded[..]
+                }
+                None => data,
+            }
+        } else {
+            data
+        };
+        let id = match &self.message.answer {
+            Some(AnswerBy::Rule { id: Some(x), .. }) => x.as_written(data),
+            _ => None,
+        };
+        unreadable::example(id, data)
     }
 }

@@ -48,16 +48,23 @@ fn a_message_writes_only_its_placeholders_and_pads_to_size() {
         s.recognise(true, br#"{"id":12,"result":1}"#),
         Recognised::Id(12)
     );
+    // Without answer.match, a message without the id is another message; one whose id holds
+    // no whole number is an answer that cannot be read.
     assert_eq!(s.recognise(true, br#"{"result":1}"#), Recognised::No);
-    assert_eq!(s.recognise(true, br#"{"id":"x1"}"#), Recognised::No);
-    // Answers of one shape, read through one memo: each by the id it carries.
+    assert_eq!(s.recognise(true, br#"{"id":"x1"}"#), Recognised::Unreadable);
+    // Answers of one shape, read through one memo: each by the id it carries, in any form a
+    // server writes a whole number in.
     let mut memo = Memo::default();
     for (answer, seen) in [
         (&br#"{"id":41,"result":1}"#[..], Recognised::Id(41)),
         (br#"{"id":42,"result":1}"#, Recognised::Id(42)),
         (br#"{"id":"43","result":1}"#, Recognised::Id(43)),
-        (br#"{"id":44x,"result":1}"#, Recognised::No),
-        (br#"{"id":-1,"result":1}"#, Recognised::No),
+        (br#"{"id":44x,"result":1}"#, Recognised::Unreadable),
+        (br#"{"id":-1,"result":1}"#, Recognised::Unreadable),
+        (br#"{"id":45.0,"result":1}"#, Recognised::Id(45)),
+        (br#"{"id":4.6e1,"result":1}"#, Recognised::Id(46)),
+        (br#"{"id":"47.0","result":1}"#, Recognised::Id(47)),
+        (br#"{"id":47.5,"result":1}"#, Recognised::Unreadable),
         (br#"{"id":1000000,"result":1}"#, Recognised::Id(1_000_000)),
     ] {
         assert_eq!(s.recognise_with(true, answer, &mut memo), seen);
@@ -168,4 +175,47 @@ fn random_parts_have_their_shape() {
         ..Fill::default()
     };
     assert_eq!(out.bytes(&mut BytesMut::new(), &fill).len(), 30);
+}
+
+/// An answer `answer.match` accepts whose id cannot be read is an unreadable answer, never
+/// another message's (before: no answer at all, counted as nothing but unsolicited), and a
+/// report can show what it carried.
+#[test]
+fn a_matched_answer_without_a_readable_id_is_unreadable() {
+    let s = script(
+        "    message:\n      text: '{\"id\":${seq},\"m\":\"sum\"}'\n      answer: {match: {prefix: '{\"result\"'}, id: {json: id}}\n",
+    );
+    assert_eq!(
+        s.recognise(true, br#"{"result":3,"id":7.0}"#),
+        Recognised::Id(7)
+    );
+    for unreadable in [
+        &br#"{"result":3,"id":7.5}"#[..],
+        br#"{"result":3,"id":null}"#,
+        br#"{"result":3}"#,
+    ] {
+        assert_eq!(
+            s.recognise(true, unreadable),
+            Recognised::Unreadable,
+            "{}",
+            String::from_utf8_lossy(unreadable)
+        );
+    }
+    assert_eq!(
+        s.recognise(true, br#"{"error":1,"id":7.5}"#),
+        Recognised::No
+    );
+    assert_eq!(
+        s.unreadable_answer(true, br#"{"result":3,"id":7.5}"#),
+        r#"7.5 (in {"result":3,"id":7.5})"#
+    );
+    assert_eq!(
+        s.unreadable_answer(true, br#"{"result":3}"#),
+        r#"no value (in {"result":3})"#
+    );
+    let msg = tokio_tungstenite::tungstenite::Message::Text(r#"{"result":3,"id":-7}"#.into());
+    assert_eq!(
+        answer::answer(answer::Asked::Script(&s), &msg),
+        answer::Answer::Unreadable
+    );
 }

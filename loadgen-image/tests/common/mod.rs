@@ -235,6 +235,31 @@ pub fn settle(want: u64, read: impl Fn() -> u64) -> u64 {
     }
 }
 
+/// A hand-made server on a loopback port of its own runtime (one worker thread), `connection`
+/// run for each connection it accepts: its `ws://` URL and the runtime (dropping it stops the
+/// server).
+pub fn serve<F, Fut>(connection: F) -> (String, tokio::runtime::Runtime)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let l = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let url = format!("ws://{}/", l.local_addr().expect("addr"));
+    rt.spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(connection(s));
+        }
+    });
+    (url, rt)
+}
+
 /// The only cell of a one-tier result.
 pub fn only(r: &RunResult) -> &CellResult {
     assert_eq!(r.cells.len(), 1, "one cell expected");

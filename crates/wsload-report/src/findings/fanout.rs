@@ -1,10 +1,11 @@
 //! What a fan-out's figures point at: deliveries missing (and, with the server's topic
 //! counters, where they went), duplicates and reordering, deliveries the clocks cannot time,
-//! messages without a sequence number, and latencies the shards' clocks blur.
+//! deliveries of no topic of their subscriber's, and latencies the shards' clocks blur.
 
 use super::{Finding, Rule, finding};
 use crate::fanout::{Fanout, ServerTopics};
 use crate::fanout_figures::FanoutFigures;
+use crate::measure::NumberField;
 use crate::numbers::{ms, num};
 use crate::result::{CellResult, RunResult};
 use crate::table::percent;
@@ -224,18 +225,29 @@ pub fn before_publish(c: &CellResult, fig: &FanoutFigures, tally: &Fanout) -> Op
     )
 }
 
-/// Messages that matched the delivery rule without a sequence number wsload could read.
+/// Deliveries not counted for want of a topic: those the delivery rule took without a topic
+/// the subscriber could name (none where `delivery.topic` points, or one it did not
+/// subscribe to). Those without a readable sequence number are the rest of `unreadable`,
+/// named by the field (`findings::fields`).
 pub fn unreadable(c: &CellResult, tally: &Fanout) -> Option<Finding> {
-    if tally.unreadable == 0 {
+    let no_sequence = c
+        .measure
+        .counts
+        .unreadable
+        .get(&NumberField::Sequence)
+        .copied()
+        .unwrap_or(0);
+    let no_topic = tally.unreadable.saturating_sub(no_sequence);
+    if no_topic == 0 {
         return None;
     }
     finding(
         Rule::FanoutUnreadable,
         c,
-        "messages matched conversation.delivery.match but carried no sequence number wsload could read, so they were not counted: point conversation.delivery.sequence at the field that holds the topic's number (e.g. sequence: {json: seq}), or narrow delivery.match to the deliveries",
+        "deliveries named no topic of their subscriber's (none where conversation.delivery.topic points, or one it did not subscribe to), so they were not counted: point delivery.topic at the field that names the topic (fanout.topicPrefix and its number: t0, t1, ...)",
         format!(
-            "{} messages without a readable sequence number",
-            num(tally.unreadable as f64)
+            "{} deliveries without a topic of their subscriber's",
+            num(no_topic as f64)
         ),
     )
 }
@@ -388,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_reordering_early_arrivals_and_unnumbered_messages_are_counted() {
+    fn copies_reordering_early_arrivals_and_deliveries_of_no_topic_are_counted() {
         let mut r = fixtures::fanout();
         let c = &mut r.cells[0];
         {
@@ -413,9 +425,24 @@ mod tests {
             "(7 of 100.0K deliveries timed before their publish instant)"
         ));
         assert!(has(
-            "point conversation.delivery.sequence at the field that holds the topic's number (e.g. sequence: {json: seq})"
+            "point delivery.topic at the field that names the topic (fanout.topicPrefix and its number: t0, t1, ...) (12 deliveries without a topic of their subscriber's)"
         ));
-        assert!(has("(12 messages without a readable sequence number)"));
+        // Those without a sequence number are named by their field, not here.
+        c.measure
+            .counts
+            .unreadable
+            .insert(NumberField::Sequence, 12);
+        assert!(!text(&cell(c)).iter().any(|f| f.contains("topic of")));
+        c.measure
+            .counts
+            .unreadable
+            .insert(NumberField::Sequence, 10);
+        assert!(
+            text(&cell(c))
+                .iter()
+                .any(|f| f.contains("(2 deliveries without a topic of their subscriber's)"))
+        );
+        c.measure.counts.unreadable.clear();
         // A whole, ordered fan-out has nothing to say.
         let t = c.measure.counts.fanout.as_mut().expect("tally");
         t.topics[1] = t.topics[0];

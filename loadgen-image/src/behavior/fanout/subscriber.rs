@@ -5,14 +5,14 @@ use super::window::{Window, tally};
 use crate::behavior::read::{answer_kind, converse, count_unsolicited, read, read_ready};
 use crate::behavior::worker::WorkerState;
 use crate::connect::Ws;
-use crate::conversation::Delivery;
+use crate::conversation::{Delivery, Published};
 use crate::machine::clock;
 use crate::model::FanoutPlan;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use wsload_report::fanout::{Sequence, SubscriberTally, keep_slowest};
-use wsload_report::measure::Dropped;
+use wsload_report::measure::{Dropped, NumberField};
 use wsload_spec::json_path::Memo;
 
 /// One of a subscriber's topics, as it received it.
@@ -107,6 +107,9 @@ impl Subscriber {
             Delivery::Yes(d) => d,
             Delivery::Unreadable => {
                 self.unreadable += 1;
+                ctx.unreadable(NumberField::Sequence, || {
+                    rule.unreadable_example(NumberField::Sequence, data)
+                });
                 return;
             }
             Delivery::No => {
@@ -117,7 +120,18 @@ impl Subscriber {
             }
         };
         let received_us = clock::conductor_micros();
-        let counted = match d.published_us {
+        let published_us = match d.published {
+            Published::At(us) => Some(us),
+            Published::NotRead => None,
+            // Counted by when it arrived, as an untimed delivery is.
+            Published::Unreadable => {
+                ctx.unreadable(NumberField::PublishedAt, || {
+                    rule.unreadable_example(NumberField::PublishedAt, data)
+                });
+                None
+            }
+        };
+        let counted = match published_us {
             Some(at) => window.holds(at),
             // Untimed deliveries count by when they arrive.
             None => {
@@ -153,7 +167,7 @@ impl Subscriber {
         m.counts.received += 1;
         m.counts.bytes_received += len;
         ctx.slot.received(1, len);
-        if let Some(at) = d.published_us {
+        if let Some(at) = published_us {
             if received_us < at {
                 self.before_publish += 1;
             }

@@ -271,3 +271,24 @@ fn the_msgpack_and_zlib_formats_need_a_json_template() {
         "{e:?}"
     );
 }
+
+/// An answer matched by the start of its JSON (`{"jsonrpc"`) has its id read from its first
+/// byte, as the load generator reads it: the correlation check finds the `${seq}` the message
+/// carries. Before, it read after the prefix (`:"2.0","id":12345,...`, no JSON) and refused a
+/// conversation that works.
+#[test]
+fn a_prefix_that_opens_the_json_is_read_with_it() {
+    assert_eq!(
+        errors(
+            "    message:\n      text: '{\"jsonrpc\":\"2.0\",\"id\":${seq},\"method\":\"sum\"}'\n      answer: {match: {prefix: '{\"jsonrpc\"'}, id: {json: id}}\n",
+        ),
+        Vec::<String>::new()
+    );
+    // A header before the JSON is still read after: Socket.IO's `42` before its array.
+    assert_eq!(
+        errors(
+            "    message:\n      text: '42[\"chat\",{\"id\":${seq}}]'\n      answer: {match: {prefix: '42'}, id: {json: 1.id}}\n",
+        ),
+        Vec::<String>::new()
+    );
+}
