@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use wsload::measure::{Dropped, FrameKind};
 use wsload::report::CellResult;
 use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
@@ -136,23 +136,12 @@ async fn connection(mut s: TcpStream, packing: Packing, tally: Arc<Tally>) {
     reader.abort();
 }
 
-/// A server packing as `packing` on a loopback port of its own runtime; its `ws://` URL, its
-/// tallies and the runtime (dropping it stops the server).
+/// A server packing as `packing`: its `ws://` URL, its tallies and the runtime (dropping it
+/// stops the server).
 fn start(packing: Packing) -> (String, Arc<Tally>, tokio::runtime::Runtime) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
     let tally = Arc::new(Tally::default());
     let t = tally.clone();
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(connection(s, packing, t.clone()));
-        }
-    });
+    let (url, rt) = common::serve(move |s| connection(s, packing, t.clone()));
     (url, tally, rt)
 }
 
@@ -322,20 +311,9 @@ async fn ticker_connection(mut s: TcpStream, ticks: tokio::sync::broadcast::Send
 }
 
 fn fanout(name: &str, split: &str) -> CellResult {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
     let (ticks, _) = tokio::sync::broadcast::channel::<u64>(4096);
     let t = ticks.clone();
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(ticker_connection(s, t.clone()));
-        }
-    });
+    let (url, rt) = common::serve(move |s| ticker_connection(s, t.clone()));
     rt.spawn(async move {
         let mut seq = 0u64;
         let mut every = tokio::time::interval(Duration::from_millis(2));
