@@ -3,6 +3,7 @@
 use crate::hist::Hist;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use wsload_spec::conversation::MAX_PUSH_RULES;
 
 /// Why a connection attempt failed; also the `reason` metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -73,7 +74,19 @@ pub enum Dropped {
     MessageTooBig,
     /// Writes made no progress for `writeTimeout`: the server stopped reading.
     ServerNotReading,
+    /// The conversation's automatic replies passed [`MAX_REPLIES_PER_SECOND`]: the server
+    /// answers each reply with the message that triggers it again (a runaway exchange). The
+    /// reply rule (its index and `when`) is the evidence; the client sent close 1008.
+    ReplyLoop,
 }
+
+/// Most automatic replies one connection may send within a second before it ends as
+/// [`Dropped::ReplyLoop`]. Heartbeats come every few seconds (Socket.IO's every 25 s,
+/// graphql-ws' and STOMP's every few): a thousand a second, sustained over a second, is a
+/// thousand times any of them, and a runaway exchange over loopback or a LAN runs at tens of
+/// thousands. A loop slower than this (a round trip over 1 ms) is left to run, its replies
+/// counted.
+pub const MAX_REPLIES_PER_SECOND: u32 = 1_000;
 
 impl Dropped {
     pub fn label(self) -> &'static str {
@@ -85,6 +98,7 @@ impl Dropped {
             Dropped::ProtocolError => "protocol_error",
             Dropped::MessageTooBig => "message_too_big",
             Dropped::ServerNotReading => "server_not_reading",
+            Dropped::ReplyLoop => "reply_loop",
         }
     }
 }
@@ -109,6 +123,33 @@ impl FrameKind {
     }
 }
 
+/// The pushes of each push rule, by the rule's index: a fixed array, so that counting one
+/// allocates nothing and looks nothing up.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushTallies([FrameTally; MAX_PUSH_RULES]);
+
+impl std::ops::Deref for PushTallies {
+    type Target = [FrameTally; MAX_PUSH_RULES];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PushTallies {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+/// Only the rules that counted something: a worker's figures are printed in tests' logs.
+impl std::fmt::Debug for PushTallies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().enumerate().filter(|(_, t)| !t.is_empty()))
+            .finish()
+    }
+}
+
 /// Frames of one kind and their payload bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameTally {
@@ -119,6 +160,10 @@ pub struct FrameTally {
 impl FrameTally {
     pub fn is_empty(&self) -> bool {
         self.frames == 0 && self.bytes == 0
+    }
+    pub fn add(&mut self, o: &FrameTally) {
+        self.frames += o.frames;
+        self.bytes += o.bytes;
     }
 }
 
@@ -173,10 +218,19 @@ pub struct Counts {
     /// Automatic replies the conversation sent (heartbeat answers): never counted as sent.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub replies: u64,
-    /// Server messages that matched the conversation's `push`: counted apart from answers and
-    /// from unsolicited frames.
+    /// Server messages that matched the conversation's `push` or one of its `pushes`: counted
+    /// apart from answers and from unsolicited frames.
     #[serde(default, skip_serializing_if = "FrameTally::is_empty")]
     pub pushes: FrameTally,
+    /// The pushes of each named rule (`conversation.pushes`), by its name: every rule, those
+    /// that matched nothing too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pushes_by_name: BTreeMap<String, FrameTally>,
+    /// The pushes of each rule by its index, as a worker counts them (a fixed array: nothing
+    /// allocated or looked up per push); named into `pushes_by_name` at the worker's end
+    /// ([`Counts::name_pushes`]).
+    #[serde(skip)]
+    pub push_rules: PushTallies,
     /// The fanout scenario's deliveries, per topic (absent in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<crate::fanout::Fanout>,
@@ -322,13 +376,41 @@ impl Counts {
             *self.expect_missed.entry(k.clone()).or_default() += v;
         }
         self.replies += o.replies;
-        self.pushes.frames += o.pushes.frames;
-        self.pushes.bytes += o.pushes.bytes;
+        self.pushes.add(&o.pushes);
+        for (k, t) in &o.pushes_by_name {
+            self.pushes_by_name.entry(k.clone()).or_default().add(t);
+        }
+        for (mine, theirs) in self.push_rules.iter_mut().zip(o.push_rules.iter()) {
+            mine.add(theirs);
+        }
         if let Some(f) = &o.fanout {
             self.fanout.get_or_insert_with(Default::default).add(f);
         }
         for (k, l) in &o.lifetimes {
             self.lifetimes.entry(k.clone()).or_default().add(l);
+        }
+    }
+    /// Counts `frames` pushes of `bytes` matched by push rule `rule` (by index): into the
+    /// total, and into the rule's tally when the rule is one of the named ones.
+    #[inline]
+    pub fn pushed(&mut self, rule: usize, frames: u64, bytes: u64) {
+        let t = FrameTally { frames, bytes };
+        self.pushes.add(&t);
+        if let Some(r) = self.push_rules.get_mut(rule) {
+            r.add(&t);
+        }
+    }
+    /// Moves the pushes counted by rule index into `pushes_by_name`, by the rules' `names` in
+    /// index order (`None`: an unnamed rule, counted in the total only).
+    pub fn name_pushes<'a>(&mut self, names: impl IntoIterator<Item = Option<&'a str>>) {
+        for (name, t) in names.into_iter().zip(self.push_rules.iter_mut()) {
+            if let Some(name) = name {
+                self.pushes_by_name
+                    .entry(name.to_string())
+                    .or_default()
+                    .add(t);
+            }
+            *t = FrameTally::default();
         }
     }
     /// Counts a connection that ended for `why` after `ms` milliseconds in the measured phase.
@@ -517,6 +599,49 @@ mod tests {
         assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back, a);
+    }
+
+    /// Pushes are counted by rule index on the hot path, named once at a worker's end, and
+    /// merge by name across workers and shards.
+    #[test]
+    fn pushes_are_counted_by_rule_and_merged_by_name() {
+        let names = [Some("next"), Some("complete"), Some("error")];
+        let mut a = Counts::default();
+        a.pushed(0, 3, 30);
+        a.pushed(1, 1, 5);
+        a.name_pushes(names);
+        assert_eq!(a.push_rules, PushTallies::default(), "moved into the names");
+        let mut b = Counts::default();
+        b.pushed(0, 2, 20);
+        b.name_pushes(names);
+        a.add(&b);
+        let tally = |frames, bytes| FrameTally { frames, bytes };
+        assert_eq!(a.pushes, tally(6, 55));
+        assert_eq!(
+            a.pushes_by_name,
+            BTreeMap::from([
+                ("complete".to_string(), tally(1, 5)),
+                ("error".to_string(), tally(0, 0)),
+                ("next".to_string(), tally(5, 50)),
+            ])
+        );
+        let json = serde_json::to_string(&a).expect("serialize");
+        assert!(
+            json.contains(r#""pushes":{"frames":6,"bytes":55},"pushesByName":{"complete":{"frames":1,"bytes":5},"error":{"frames":0,"bytes":0},"next":{"frames":5,"bytes":50}}"#),
+            "{json}"
+        );
+        let back: Counts = serde_json::from_str(&json).expect("read back");
+        assert_eq!(back, a);
+        // `push` is one unnamed rule: counted in the total only.
+        let mut c = Counts::default();
+        c.pushed(0, 4, 40);
+        c.name_pushes([None]);
+        assert_eq!((c.pushes.frames, c.pushes_by_name.len()), (4, 0));
+        assert!(
+            !serde_json::to_string(&c)
+                .expect("json")
+                .contains("pushesByName")
+        );
     }
 
     #[test]
