@@ -23,6 +23,11 @@ pub enum ScriptError {
     Payload { field: String },
     #[error("spec.conversation.message: none (the protocol's built-in message was not filled in)")]
     NoMessage,
+    #[error(
+        "spec.conversation.pushes: {rules} push rules with push; at most {}",
+        wsload_spec::conversation::MAX_PUSH_RULES
+    )]
+    TooManyPushRules { rules: usize },
 }
 
 /// `m`, compiled, or why not, at `field`.
