@@ -23,7 +23,7 @@ pub const FAIL_REASONS: [ConnectError; 11] = [
     ConnectError::ExpectTimeout,
     ConnectError::Other,
 ];
-pub const DROP_REASONS: [Dropped; 7] = [
+pub const DROP_REASONS: [Dropped; 8] = [
     Dropped::ServerClose,
     Dropped::Reset,
     Dropped::Error,
@@ -31,6 +31,7 @@ pub const DROP_REASONS: [Dropped; 7] = [
     Dropped::ProtocolError,
     Dropped::MessageTooBig,
     Dropped::ServerNotReading,
+    Dropped::ReplyLoop,
 ];
 
 #[repr(align(128))]

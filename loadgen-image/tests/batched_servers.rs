@@ -141,7 +141,7 @@ async fn connection(mut s: TcpStream, packing: Packing, tally: Arc<Tally>) {
 fn start(packing: Packing) -> (String, Arc<Tally>, tokio::runtime::Runtime) {
     let tally = Arc::new(Tally::default());
     let t = tally.clone();
-    let (url, rt) = common::serve(move |s| connection(s, packing, t.clone()));
+    let (url, rt) = common::raw_server(move |s, _| connection(s, packing, t.clone()));
     (url, tally, rt)
 }
 
@@ -313,7 +313,7 @@ async fn ticker_connection(mut s: TcpStream, ticks: tokio::sync::broadcast::Send
 fn fanout(name: &str, split: &str) -> CellResult {
     let (ticks, _) = tokio::sync::broadcast::channel::<u64>(4096);
     let t = ticks.clone();
-    let (url, rt) = common::serve(move |s| ticker_connection(s, t.clone()));
+    let (url, rt) = common::raw_server(move |s, _| ticker_connection(s, t.clone()));
     rt.spawn(async move {
         let mut seq = 0u64;
         let mut every = tokio::time::interval(Duration::from_millis(2));

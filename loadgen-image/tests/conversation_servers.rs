@@ -5,15 +5,13 @@
 
 mod common;
 
-use common::{only, run, serve, spec};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use common::{close_frame as close, only, raw_server, read_frames, run, spec, text_frame as text};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use wsload::measure::{ConnectError, Dropped, FrameTally};
 use wsload::report::CellResult;
-use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
+use wsload_ws::test_server::{server_frame as frame, upgrade};
 
 /// What the server's protocol asks of a client.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,16 +31,6 @@ struct Protocol {
     /// Sends `{"type":"delivery","seq":N}` this often, N counting from 1 on each connection:
     /// a fanout's subscriber without a subscription.
     deliveries: Option<Duration>,
-}
-
-fn text(s: &str) -> Vec<u8> {
-    frame(0x1, s.as_bytes())
-}
-
-fn close(code: u16, reason: &str) -> Vec<u8> {
-    let mut p = code.to_be_bytes().to_vec();
-    p.extend_from_slice(reason.as_bytes());
-    frame(0x8, &p)
 }
 
 /// What the server says to one client message; `Err` closes the connection with it.
@@ -122,18 +110,13 @@ async fn connection(mut s: TcpStream, p: Protocol, n: u64) {
     deliver.tick().await;
     let mut delivered = 0u64;
     let mut buf = Vec::new();
-    let mut b = vec![0u8; 64 * 1024];
     loop {
         let mut out = Vec::new();
         let mut end = None;
         tokio::select! {
-            r = s.read(&mut b) => {
-                let n = match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                buf.extend_from_slice(&b[..n]);
-                for (op, payload) in client_frames(&mut buf) {
+            frames = read_frames(&mut s, &mut buf) => {
+                let Some(frames) = frames else { return };
+                for (op, payload) in frames {
                     match op {
                         0x8 => end = Some(close(1000, "")),
                         0x9 => out.extend(frame(0xA, &payload)),
@@ -181,8 +164,7 @@ async fn connection(mut s: TcpStream, p: Protocol, n: u64) {
 /// A server of protocol `p` on a loopback port of its own runtime; `ws://` URL and the
 /// runtime (dropping it stops the server).
 fn start(p: Protocol) -> (String, tokio::runtime::Runtime) {
-    let count = Arc::new(AtomicU64::new(0));
-    serve(move |s| connection(s, p, count.fetch_add(1, Ordering::Relaxed)))
+    raw_server(move |s, n| connection(s, p, n))
 }
 
 /// Runs the spec body `body` against a server of protocol `p`: its only cell.

@@ -6,13 +6,13 @@
 
 mod common;
 
-use common::{only, run, serve, spec};
+use common::{only, raw_server, read_frames, run, spec};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use wsload::measure::{Dropped, FrameKind, FrameTally};
 use wsload::report::CellResult;
-use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
+use wsload_ws::test_server::{server_frame as frame, upgrade};
 
 /// What a hostile server does after the upgrade.
 #[derive(Debug, Clone, Copy)]
@@ -39,14 +39,8 @@ async fn connection(mut s: TcpStream, mode: Mode) {
     let (echo_tx, mut echoes) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let reader = tokio::spawn(async move {
         let mut buf = Vec::new();
-        let mut b = vec![0u8; 64 * 1024];
-        loop {
-            let n = match rd.read(&mut b).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            buf.extend_from_slice(&b[..n]);
-            for (op, payload) in client_frames(&mut buf) {
+        while let Some(frames) = read_frames(&mut rd, &mut buf).await {
+            for (op, payload) in frames {
                 let echo = match (op, mode) {
                     (0x8, _) => {
                         let _ = closed_tx.send(true);
@@ -107,7 +101,7 @@ async fn connection(mut s: TcpStream, mode: Mode) {
 /// A server in `mode` on a loopback port of its own runtime; `ws://` URL and the runtime
 /// (dropping it stops the server).
 fn start(mode: Mode) -> (String, tokio::runtime::Runtime) {
-    serve(move |s| connection(s, mode))
+    raw_server(move |s, _| connection(s, mode))
 }
 
 /// Runs the spec body `body` against a server in `mode`: its only cell, the report as text,

@@ -393,9 +393,18 @@ fn graphql_ws_subscribers_each_receive_every_event() {
     assert_eq!(stat(&stats, "subscribers"), 1000, "{stats}");
     assert_eq!(stat(&stats, "completed"), 1000, "{stats}");
     let events = stat(&stats, "eventsPerSubscription");
-    // Every subscriber received every event: what the server delivered, and no more.
+    // Every subscriber received every event: what the server delivered, and no more; and
+    // each subscription's `complete`, counted apart by name, none left unsolicited.
     assert_eq!(stat(&stats, "delivered"), events * 1000, "{stats}");
-    assert_eq!(pushes(cell), events * 1000);
+    assert_eq!(pushes(cell), events * 1000 + 1000);
+    let by_name = &cell["counts"]["pushesByName"];
+    assert_eq!(by_name["next"]["frames"], events * 1000, "{by_name}");
+    assert_eq!(by_name["complete"]["frames"], 1000, "{by_name}");
+    assert!(
+        cell["counts"]["unsolicited"].is_null(),
+        "{}",
+        cell["counts"]
+    );
     // The client's pings answered by the server's pongs, matched by their payload.
     assert_eq!(count(cell, "lost"), 0);
     assert!(count(cell, "sent") >= 1000 * 5);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{only, run, serve, spec};
+use common::{only, raw_server, run, spec};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -163,7 +163,7 @@ async fn connection(mut s: TcpStream, shape: Shape) {
 /// Runs the spec body `body` against a server of `shape` on a loopback port of its own
 /// runtime: the run.
 fn run_against(shape: Shape, name: &str, body: &str) -> RunResult {
-    let (url, _server) = serve(move |s| connection(s, shape));
+    let (url, _server) = raw_server(move |s, _| connection(s, shape));
     let lt = spec(
         name,
         &format!("  target: {{url: '{url}'}}\n  warmup: 0s\n{body}"),

@@ -317,6 +317,9 @@ fn drop_meaning(why: Dropped) -> &'static str {
         Dropped::ServerNotReading => {
             "the server stopped reading: writes made no progress for writeTimeout"
         }
+        Dropped::ReplyLoop => {
+            "the server answered each automatic reply with the message that triggers it again (a runaway exchange, past 1000 replies a second): the client closed with 1008; check the reply rule named in the evidence against what the server sends back"
+        }
     }
 }
 
@@ -686,6 +689,33 @@ mod tests {
         c.measure.counts.unsolicited.clear();
         let f = failures(&c);
         assert_eq!(f[0].cause, "the server closed connections");
+    }
+
+    #[test]
+    fn a_reply_loop_is_named_with_its_rule() {
+        let mut c = cell();
+        let counts = &mut c.measure.counts;
+        counts.failed.clear();
+        counts.connected = 2;
+        for _ in 0..2 {
+            counts.drop(Dropped::ReplyLoop);
+            counts.lived(Dropped::ReplyLoop, 40);
+        }
+        counts.witness("reply_loop", "replies[0] (when {\"equals\":\"{}\"}) ...");
+        let f = failures(&c);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].cause.contains(&format!(
+                "past {} replies a second",
+                crate::measure::MAX_REPLIES_PER_SECOND
+            )),
+            "{}",
+            f[0]
+        );
+        assert_eq!(
+            f[0].evidence,
+            "reply_loop: 2 of 2 connections after 0.0 s; e.g. replies[0] (when {\"equals\":\"{}\"}) ..."
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod measure;
 mod merge;
 mod numbers;
 mod percentiles;
+mod pushes;
 mod result;
 pub mod server_connections;
 mod spec_copy;

@@ -1,6 +1,7 @@
 //! What one worker measures for one cell, merged across workers and shards at the end.
 
 use crate::hist::Hist;
+pub use crate::pushes::PushTallies;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -73,7 +74,19 @@ pub enum Dropped {
     MessageTooBig,
     /// Writes made no progress for `writeTimeout`: the server stopped reading.
     ServerNotReading,
+    /// The conversation's automatic replies passed [`MAX_REPLIES_PER_SECOND`]: the server
+    /// answers each reply with the message that triggers it again (a runaway exchange). The
+    /// reply rule (its index and `when`) is the evidence; the client sent close 1008.
+    ReplyLoop,
 }
+
+/// Most automatic replies one connection may send within a second before it ends as
+/// [`Dropped::ReplyLoop`]. Heartbeats come every few seconds (Socket.IO's every 25 s,
+/// graphql-ws' and STOMP's every few): a thousand a second, sustained over a second, is a
+/// thousand times any of them, and a runaway exchange over loopback or a LAN runs at tens of
+/// thousands. A loop slower than this (a round trip over 1 ms) is left to run, its replies
+/// counted.
+pub const MAX_REPLIES_PER_SECOND: u32 = 1_000;
 
 impl Dropped {
     pub fn label(self) -> &'static str {
@@ -85,6 +98,7 @@ impl Dropped {
             Dropped::ProtocolError => "protocol_error",
             Dropped::MessageTooBig => "message_too_big",
             Dropped::ServerNotReading => "server_not_reading",
+            Dropped::ReplyLoop => "reply_loop",
         }
     }
 }
@@ -119,6 +133,10 @@ pub struct FrameTally {
 impl FrameTally {
     pub fn is_empty(&self) -> bool {
         self.frames == 0 && self.bytes == 0
+    }
+    pub fn add(&mut self, o: &FrameTally) {
+        self.frames += o.frames;
+        self.bytes += o.bytes;
     }
 }
 
@@ -205,10 +223,19 @@ pub struct Counts {
     /// Automatic replies the conversation sent (heartbeat answers): never counted as sent.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub replies: u64,
-    /// Server messages that matched the conversation's `push`: counted apart from answers and
-    /// from unsolicited frames.
+    /// Server messages that matched the conversation's `push` or one of its `pushes`: counted
+    /// apart from answers and from unsolicited frames.
     #[serde(default, skip_serializing_if = "FrameTally::is_empty")]
     pub pushes: FrameTally,
+    /// The pushes of each named rule (`conversation.pushes`), by its name: every rule, those
+    /// that matched nothing too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pushes_by_name: BTreeMap<String, FrameTally>,
+    /// The pushes of each rule by its index, as a worker counts them (a fixed array: nothing
+    /// allocated or looked up per push); named into `pushes_by_name` at the worker's end
+    /// ([`Counts::name_pushes`]).
+    #[serde(skip)]
+    pub push_rules: PushTallies,
     /// The fanout scenario's deliveries, per topic (absent in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fanout: Option<crate::fanout::Fanout>,
@@ -368,8 +395,13 @@ impl Counts {
             *self.expect_missed.entry(k.clone()).or_default() += v;
         }
         self.replies += o.replies;
-        self.pushes.frames += o.pushes.frames;
-        self.pushes.bytes += o.pushes.bytes;
+        self.pushes.add(&o.pushes);
+        for (k, t) in &o.pushes_by_name {
+            self.pushes_by_name.entry(k.clone()).or_default().add(t);
+        }
+        for (mine, theirs) in self.push_rules.iter_mut().zip(o.push_rules.iter()) {
+            mine.add(theirs);
+        }
         if let Some(f) = &o.fanout {
             self.fanout.get_or_insert_with(Default::default).add(f);
         }
@@ -378,6 +410,29 @@ impl Counts {
         }
         for (k, n) in &o.unreadable {
             *self.unreadable.entry(*k).or_default() += n;
+        }
+    }
+    /// Counts `frames` pushes of `bytes` matched by push rule `rule` (by index): into the
+    /// total, and into the rule's tally when the rule is one of the named ones.
+    #[inline]
+    pub fn pushed(&mut self, rule: usize, frames: u64, bytes: u64) {
+        let t = FrameTally { frames, bytes };
+        self.pushes.add(&t);
+        if let Some(r) = self.push_rules.get_mut(rule) {
+            r.add(&t);
+        }
+    }
+    /// Moves the pushes counted by rule index into `pushes_by_name`, by the rules' `names` in
+    /// index order (`None`: an unnamed rule, counted in the total only).
+    pub fn name_pushes<'a>(&mut self, names: impl IntoIterator<Item = Option<&'a str>>) {
+        for (name, t) in names.into_iter().zip(self.push_rules.iter_mut()) {
+            if let Some(name) = name {
+                self.pushes_by_name
+                    .entry(name.to_string())
+                    .or_default()
+                    .add(t);
+            }
+            *t = FrameTally::default();
         }
     }
     /// Counts a connection that ended for `why` after `ms` milliseconds in the measured phase.

@@ -205,12 +205,19 @@ impl RunResult {
 fn conversation_line(c: &crate::result::CellResult) -> Option<String> {
     let n = &c.measure.counts;
     let mut parts = Vec::new();
-    if !n.pushes.is_empty() {
+    if !n.pushes.is_empty() || !n.pushes_by_name.is_empty() {
+        // Each named rule's count, those that matched nothing too (a mistyped rule shows).
+        let by_name: String = n
+            .pushes_by_name
+            .iter()
+            .map(|(name, t)| format!(", {name} {}", num(t.frames as f64)))
+            .collect();
         parts.push(format!(
-            "{} pushes received ({}/s, {} bytes)",
+            "{} pushes received ({}/s, {} bytes{})",
             num(n.pushes.frames as f64),
             num(n.pushes.frames as f64 / c.measured_secs.max(1e-9)),
-            num(n.pushes.bytes as f64)
+            num(n.pushes.bytes as f64),
+            by_name.replacen(", ", "; ", 1)
         ));
     }
     if n.replies > 0 {
@@ -241,6 +248,7 @@ fn markdown_table(r: &RunResult) -> String {
 mod tests {
     use super::*;
     use crate::fixtures::shard;
+    use crate::measure::FrameTally;
 
     #[test]
     fn a_fanout_prints_its_table_slowest_subscribers_and_the_servers_account() {
@@ -291,5 +299,23 @@ mod tests {
             )
         );
         assert!(r.render().contains(&line));
+        // Named push rules: each one's count, one that matched nothing too.
+        let n = &mut r.cells[0].measure.counts;
+        for (name, frames) in [("next", 27_400), ("complete", 1_000), ("error", 0)] {
+            n.pushes_by_name.insert(
+                name.into(),
+                FrameTally {
+                    frames,
+                    bytes: frames * 40,
+                },
+            );
+        }
+        let line = conversation_line(&r.cells[0]).expect("a line");
+        assert!(
+            line.contains(
+                "28.4K pushes received (2840/s, 1.14M bytes; complete 1000, error 0, next 27.4K)"
+            ),
+            "{line}"
+        );
     }
 }

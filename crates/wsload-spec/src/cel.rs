@@ -506,6 +506,8 @@ pub const MSG_CAPTURE_KIND: &str =
 pub const MSG_SPLIT_KIND: &str = "set exactly one of separator (the text between messages) or jsonArray (an array of messages after a prefix)";
 pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
+pub const MSG_PUSH_NAMES: &str = "push rule names must be unique: pushes are counted by name";
+pub const MSG_PUSH_AND_PUSHES: &str = "set push (one rule, counted in the total) or pushes (rules counted by name), not both; move push into pushes with a name";
 pub const MSG_ID_NEEDS_SEQ: &str = "answer.id reads back the message's ${seq}: put ${seq} in the message template where the answer carries it";
 pub const MSG_ECHOED_ALONE: &str = "answer.echoed checks the whole answer against the message sent: remove match and id, or echoed";
 pub const MSG_CONVERSATION_WSE: &str = "the wse protocol has a conversation of its own: remove conversation, or set protocol: echo to speak the server's protocol";
@@ -568,13 +570,29 @@ pub fn match_rules(schema: &mut Schema) {
 pub fn conversation_rules(schema: &mut Schema) {
     push(
         schema,
-        vec![at(
-            rule(
-                "!has(self.open) || self.open.all(s, self.open.exists_one(t, t.name == s.name))",
-                MSG_STEP_NAMES,
+        vec![
+            at(
+                rule(
+                    "!has(self.open) || self.open.all(s, self.open.exists_one(t, t.name == s.name))",
+                    MSG_STEP_NAMES,
+                ),
+                ".open",
             ),
-            ".open",
-        )],
+            at(
+                rule(
+                    "!has(self.pushes) || self.pushes.all(p, self.pushes.exists_one(q, q.name == p.name))",
+                    MSG_PUSH_NAMES,
+                ),
+                ".pushes",
+            ),
+            at(
+                rule(
+                    "!has(self.push) || !has(self.pushes) || size(self.pushes) == 0",
+                    MSG_PUSH_AND_PUSHES,
+                ),
+                ".push",
+            ),
+        ],
     );
 }
 

@@ -15,6 +15,11 @@ use std::collections::BTreeMap;
 pub const MAX_STEPS: usize = 32;
 /// Longest template, match text or regular expression.
 pub const MAX_TEMPLATE_LEN: usize = 16 * 1024;
+/// Most named push rules (`pushes`): a worker counts each rule's pushes in a fixed array of
+/// this many tallies (no allocation, no lookup by name per push).
+pub const MAX_PUSH_RULES: usize = 8;
+/// Longest step or push rule name.
+pub const MAX_NAME_LEN: usize = 64;
 
 /// What each connection says and expects, in the protocol of the server under test.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -28,7 +33,10 @@ pub struct Conversation {
     #[schemars(length(max = MAX_STEPS))]
     pub open: Vec<Step>,
     /// Server messages answered automatically for the whole life of the connection
-    /// (heartbeats): never counted as load, as answers or as pushes.
+    /// (heartbeats): never counted as load, as answers or as pushes. Only the server's
+    /// messages are answered, so an answer may equal what it answers (`{}` for `{}`); a
+    /// server that answers every reply with its trigger again ends the connection as
+    /// `reply_loop`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_STEPS))]
     pub replies: Vec<Reply>,
@@ -48,9 +56,16 @@ pub struct Conversation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ping: Option<MeasuredMessage>,
     /// Server messages counted as pushes received (a room's messages, a subscription's
-    /// events): counted and timed apart from answers.
+    /// events): counted and timed apart from answers. One rule, counted in the total only;
+    /// `pushes` names several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<Match>,
+    /// Kinds of server pushes, each counted by its name beside the total (graphql-ws' `next`
+    /// and `complete`): a message is counted under the first rule it matches. Instead of
+    /// `push`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PUSH_RULES))]
+    pub pushes: Vec<PushRule>,
     /// The fanout scenario's subscription: steps a subscriber runs after `open`, once for each
     /// of its topics, with the topic's name as `${topic}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -130,7 +145,7 @@ fn is_default_unit(u: &TimeUnit) -> bool {
 #[schemars(transform = cel::step_rules)]
 pub struct Step {
     /// The step's name, as misses are counted and reported under it.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
     pub name: String,
     /// A message to send (a template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,6 +257,18 @@ pub struct Reply {
     pub when: Match,
     /// The answer (a template).
     pub send: Payload,
+}
+
+/// A kind of server push, counted by name.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushRule {
+    /// What the pushes are counted under (`counts.pushesByName` in the result).
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub name: String,
+    /// The messages that are these pushes.
+    #[serde(rename = "match")]
+    pub matches: Match,
 }
 
 /// A message the client sends on its own, periodically.

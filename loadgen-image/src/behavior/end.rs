@@ -10,6 +10,8 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use wsload_report::measure::Dropped;
 
 /// Ends the connection (a goodbye, or a failed connection's linger) and counts how it ended.
@@ -74,6 +76,17 @@ async fn end(
         Ok(()) => wind_up(ws, ctx, behavior).await,
         Err(Dropped::ProtocolError | Dropped::MessageTooBig) => {
             ws.linger(Instant::now() + LINGER).await;
+            Goodbye::Broken
+        }
+        // The server still reads: it is told why (1008, policy violation) before the end.
+        Err(Dropped::ReplyLoop) => {
+            let close = CloseFrame {
+                code: CloseCode::Policy,
+                reason: "reply loop".into(),
+            };
+            if ws.start_send_unpin(Message::Close(Some(close))).is_ok() {
+                ws.linger(Instant::now() + LINGER).await;
+            }
             Goodbye::Broken
         }
         Err(_) => Goodbye::Broken,

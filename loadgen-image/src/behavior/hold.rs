@@ -5,7 +5,7 @@
 
 use super::end::finish;
 use super::pinger::{Pinger, answer_due, poll_answer, send_ping, settle_ping};
-use super::read::{account, converse, count_unsolicited};
+use super::read::{ReplyPace, account, converse, count_unsolicited};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use super::write::{write, write_drop};
@@ -67,7 +67,7 @@ pub(super) fn hold<'a>(
                         Poll::Ready(item) => {
                             let msg = account(ctx, item)?;
                             let now = Instant::now();
-                            if !converse(ws, ctx, pinger.conn(), &msg)
+                            if !converse(ws, ctx, pinger.out.conn, &mut pinger.pace, &msg)?
                                 && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
                             {
                                 count_unsolicited(ctx, now, kind, &msg);
@@ -107,7 +107,7 @@ pub(super) fn hold<'a>(
                         .as_mut()
                         .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
                     let reply = std::future::poll_fn(|cx| {
-                        poll_answer(ws, ctx, &pinger, id, sent_at, timer.as_mut(), cx)
+                        poll_answer(ws, ctx, &mut pinger, id, sent_at, timer.as_mut(), cx)
                     })
                     .await;
                     settle_ping(ctx, sent_at, reply)?;
@@ -140,6 +140,7 @@ pub(super) fn keep_until<'a>(
         let first = every.map_or(early.deadline, |e| Instant::now() + e);
         let mut timer = std::pin::pin!(tokio::time::sleep_until(first));
         let mut beat_due = false;
+        let mut pace = ReplyPace::default();
         std::future::poll_fn(|cx| {
             loop {
                 if begun.as_mut().poll(cx).is_ready() {
@@ -147,7 +148,7 @@ pub(super) fn keep_until<'a>(
                 }
                 if let Poll::Ready(item) = ws.poll_next_unpin(cx) {
                     let msg = account(early, item)?;
-                    if !converse(ws, early, conn, &msg)
+                    if !converse(ws, early, conn, &mut pace, &msg)?
                         && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
                     {
                         count_unsolicited(early, Instant::now(), kind, &msg);

@@ -69,7 +69,7 @@ async fn paced_until_answered(
             let (msg, id) = pinger.next(ctx);
             let len = data_len(&msg).unwrap_or(0);
             write_reading(ws, ctx, Some(msg), per_message, &mut |ws, m| {
-                settle(ws, ctx, &pinger, m, pending)
+                settle(ws, ctx, &mut pinger, m, pending)
             })
             .await?;
             ctx.sent(t, 1, len);
@@ -85,7 +85,7 @@ async fn paced_until_answered(
         }
         if burst > 0 && !per_message {
             write_reading(ws, ctx, None, true, &mut |ws, m| {
-                settle(ws, ctx, &pinger, m, pending)
+                settle(ws, ctx, &mut pinger, m, pending)
             })
             .await?;
         }
@@ -94,13 +94,13 @@ async fn paced_until_answered(
             _ = tokio::time::sleep_until(wake) => {}
             r = read(ws, ctx) => {
                 let msg = r?;
-                settle(ws, ctx, &pinger, &msg, pending);
+                settle(ws, ctx, &mut pinger, &msg, pending)?;
                 // What else is buffered, but not past the next message due: a server that
                 // always has more must not hold the schedule up.
                 while Instant::now() < wake
                     && let Some(r) = read_ready(ws, ctx)
                 {
-                    settle(ws, ctx, &pinger, &r?, pending);
+                    settle(ws, ctx, &mut pinger, &r?, pending)?;
                 }
             }
         }
@@ -111,7 +111,7 @@ async fn paced_until_answered(
     while !pending.is_empty() && Instant::now() < until {
         match tokio::time::timeout_at(until, read(ws, ctx)).await {
             Err(_) => break,
-            Ok(r) => settle(ws, ctx, &pinger, &r?, pending),
+            Ok(r) => settle(ws, ctx, &mut pinger, &r?, pending)?,
         }
     }
     Ok(())
@@ -119,17 +119,29 @@ async fn paced_until_answered(
 
 /// Matches an answer to the outstanding message with its id (a copy of a message without an
 /// id to the oldest); older ones it skipped were lost. Anything else is unsolicited, and an
-/// answer to a message already given up on is mismatched.
+/// answer to a message already given up on is mismatched. `Err` when the conversation ends
+/// the connection (its replies ran away).
 fn settle(
     ws: &mut Ws,
+    ctx: &WorkerState,
+    pinger: &mut Pinger,
+    msg: &Message,
+    pending: &mut VecDeque<(u64, Instant, Instant)>,
+) -> Result<(), Dropped> {
+    if converse(ws, ctx, pinger.out.conn, &mut pinger.pace, msg)? {
+        return Ok(());
+    }
+    settle_answer(ctx, pinger, msg, pending);
+    Ok(())
+}
+
+/// What a message that is not the conversation's is to the messages outstanding.
+fn settle_answer(
     ctx: &WorkerState,
     pinger: &Pinger,
     msg: &Message,
     pending: &mut VecDeque<(u64, Instant, Instant)>,
 ) {
-    if converse(ws, ctx, pinger.conn(), msg) {
-        return;
-    }
     let now = Instant::now();
     let id = match pinger.answer(msg, ctx) {
         Answer::Control => return,

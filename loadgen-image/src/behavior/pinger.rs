@@ -2,7 +2,7 @@
 //! its answer recognised by what it carries, timed, or counted lost. Shared by the
 //! behaviors that time each message: hold, ping, pingpong, paced.
 
-use super::read::{account, converse, count_unreadable_answer, count_unsolicited};
+use super::read::{ReplyPace, account, converse, count_unreadable_answer, count_unsolicited};
 use super::sender::Outgoing;
 use super::worker::{WorkerState, data_len};
 use super::write::write;
@@ -19,12 +19,15 @@ use tokio_tungstenite::tungstenite::Message;
 use wsload_report::measure::Dropped;
 use wsload_spec::PingKind;
 
-/// Builds pings and recognizes their answers (see `answer`).
+/// Builds pings and recognizes their answers (see `answer`); the connection's own part of
+/// every read its behavior makes (its number, the pace of its automatic replies).
 pub(super) struct Pinger {
     pub(super) cfg: PingCfg,
     /// The conversation's message, as this connection sends it: app pings are made from it,
     /// and a frame ping's id is its `${seq}`.
     pub(super) out: Outgoing,
+    /// How fast the connection's automatic replies go, in every read of its behavior.
+    pub(super) pace: ReplyPace,
 }
 
 impl Pinger {
@@ -32,6 +35,7 @@ impl Pinger {
         Pinger {
             cfg,
             out: Outgoing::new(message, conn),
+            pace: ReplyPace::default(),
         }
     }
 
@@ -179,7 +183,7 @@ pub(super) async fn ping_once(
 pub(super) fn poll_answer(
     ws: &mut Ws,
     ctx: &WorkerState,
-    pinger: &Pinger,
+    pinger: &mut Pinger,
     id: u64,
     sent_at: Instant,
     mut timeout: std::pin::Pin<&mut tokio::time::Sleep>,
@@ -201,7 +205,7 @@ pub(super) fn poll_answer(
             }
         };
         let now = Instant::now();
-        if converse(ws, ctx, pinger.conn(), &msg) {
+        if converse(ws, ctx, pinger.out.conn, &mut pinger.pace, &msg)? {
             if now >= timeout.deadline() {
                 return Poll::Ready(Ok(expired(&timeout)));
             }

@@ -1,15 +1,19 @@
 //! Reading a connection: every frame accounted for (a close keeps its code, an error names
-//! why the connection ended), the conversation's part taken (a reply rule answered, a push
-//! counted), and what answers nothing counted as unsolicited.
+//! why the connection ended), the conversation's part taken (a reply rule answered, with its
+//! pace watched for a runaway exchange; a push counted by its rule), and what answers nothing
+//! counted as unsolicited.
 
-use super::worker::WorkerState;
+use super::worker::{WorkerState, data_of};
 use crate::connect::Ws;
 use crate::conversation::answer::{self, Answer};
 use crate::conversation::{Fill, Incoming};
 use futures_util::{FutureExt, StreamExt};
+use std::sync::LazyLock;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_report::measure::{Dropped, FrameKind, NumberField, UNSOLICITED};
+use wsload_report::measure::{
+    Dropped, FrameKind, MAX_REPLIES_PER_SECOND, NumberField, UNSOLICITED,
+};
 use wsload_ws::failure_code;
 
 /// Why a read's error ended the connection; the error is the reason's evidence.
@@ -90,14 +94,19 @@ pub(super) fn read_ready(ws: &mut Ws, ctx: &WorkerState) -> Option<Result<Messag
 }
 
 /// The conversation's part in a read: a message a reply rule answers is answered (queued;
-/// the next read pushes it out without waiting) and one that matches `push` is counted.
-/// `true` when it was either: then it is neither an answer nor unsolicited.
-pub(super) fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message) -> bool {
+/// the next read pushes it out without waiting) and one that matches a push rule is counted
+/// under it. `Ok(true)` when it was either: then it is neither an answer nor unsolicited.
+/// `Err(ReplyLoop)` when the connection's replies pass their bound (see [`ReplyPace`]).
+pub(super) fn converse(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    conn: u64,
+    pace: &mut ReplyPace,
+    msg: &Message,
+) -> Result<bool, Dropped> {
     let script = &*ctx.script;
-    let (text, data) = match msg {
-        Message::Text(t) => (true, t.as_bytes()),
-        Message::Binary(b) => (false, &b[..]),
-        _ => return false,
+    let Some((text, data)) = data_of(msg) else {
+        return Ok(false);
     };
     match script.incoming(text, data) {
         Incoming::Reply(i) => {
@@ -106,18 +115,89 @@ pub(super) fn converse(ws: &mut Ws, ctx: &WorkerState, conn: u64, msg: &Message)
                 seq: 0,
                 size: ctx.size,
             };
-            let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &fill);
-            if let Some((text, answer)) = answer {
-                ws.queue_reply(text, &answer);
-                ctx.replied(1);
-            }
-            true
+            reply(ws, ctx, pace, i, &fill)?;
+            Ok(true)
         }
-        Incoming::Push => {
-            ctx.pushed(Instant::now(), 1, data.len() as u64);
-            true
+        Incoming::Push(rule) => {
+            ctx.pushed(Instant::now(), rule, 1, data.len() as u64);
+            Ok(true)
         }
-        Incoming::Other => false,
+        Incoming::Other => Ok(false),
+    }
+}
+
+/// Answers a server message with reply rule `i`, unless the connection's replies have run
+/// away: then the connection ends as `reply_loop`, the rule named in the evidence.
+pub(super) fn reply(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    pace: &mut ReplyPace,
+    i: usize,
+    fill: &Fill,
+) -> Result<(), Dropped> {
+    if let Some(took) = pace.count() {
+        ctx.witness(Dropped::ReplyLoop, || {
+            format!(
+                "replies[{i}] (when {}) matched {} server messages within {took} ms, past {MAX_REPLIES_PER_SECOND} a second: the server sends the trigger back for every reply (close 1008 sent)",
+                ctx.script.reply_when(i),
+                MAX_REPLIES_PER_SECOND + 1,
+            )
+        });
+        return Err(Dropped::ReplyLoop);
+    }
+    let script = &*ctx.script;
+    if let Some((text, answer)) = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), fill) {
+        ws.queue_reply(text, &answer);
+        ctx.replied(1);
+    }
+    Ok(())
+}
+
+/// How fast one connection's automatic replies go: a server that answers each reply with the
+/// message that triggers it again (an echo, or a ping that wants the ping back and returns
+/// it) would keep the two sides exchanging as fast as they can for the whole cell. Past
+/// [`MAX_REPLIES_PER_SECOND`] replies within a second the connection ends as `reply_loop`.
+///
+/// Eight bytes in every connection's state; the clock is read at a window's first reply and
+/// at its bound only, never per reply of a heartbeat.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ReplyPace {
+    /// Replies in the window.
+    count: u32,
+    /// The window's first reply, milliseconds since [`PACE_EPOCH`] (wrapping).
+    since_ms: u32,
+}
+
+/// What the replies' windows are read against: a `u32` of milliseconds from it is half an
+/// `Instant`, in every connection's state.
+static PACE_EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn pace_ms() -> u32 {
+    // Wraps after 49 days: windows are compared by difference, which wraps alike.
+    PACE_EPOCH.elapsed().as_millis() as u32
+}
+
+impl ReplyPace {
+    /// Counts one reply: `Some(ms)` when it is past the bound, the bound's replies having
+    /// taken `ms` milliseconds (under a second).
+    #[inline]
+    pub(super) fn count(&mut self) -> Option<u32> {
+        if self.count == 0 {
+            self.since_ms = pace_ms();
+        }
+        self.count += 1;
+        if self.count <= MAX_REPLIES_PER_SECOND {
+            return None;
+        }
+        let now = pace_ms();
+        let took = now.wrapping_sub(self.since_ms);
+        if took < 1000 {
+            return Some(took);
+        }
+        // A window over a second: a new one from this reply.
+        self.count = 1;
+        self.since_ms = now;
+        None
     }
 }
 
@@ -157,5 +237,31 @@ pub(super) fn answer_kind(msg: &Message) -> FrameKind {
     match answer::unsolicited(msg) {
         Answer::Unsolicited(kind) => kind,
         _ => FrameKind::Binary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_past_the_bound_within_a_second_are_a_loop_and_heartbeats_never() {
+        let mut pace = ReplyPace::default();
+        for _ in 0..MAX_REPLIES_PER_SECOND {
+            assert_eq!(pace.count(), None);
+        }
+        assert!(pace.count().is_some_and(|ms| ms < 1000));
+        // A window older than a second starts again at its bound: a thousand heartbeats over
+        // hours are no loop.
+        let mut pace = ReplyPace {
+            count: MAX_REPLIES_PER_SECOND,
+            since_ms: pace_ms().wrapping_sub(1_500),
+        };
+        assert_eq!(pace.count(), None);
+        assert_eq!(pace.count, 1);
+        for _ in 1..MAX_REPLIES_PER_SECOND {
+            assert_eq!(pace.count(), None);
+        }
+        assert!(pace.count().is_some());
     }
 }

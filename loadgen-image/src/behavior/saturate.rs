@@ -2,7 +2,7 @@
 //! message written straight into the worker's write buffer, at most a window of them
 //! unanswered when the server answers, answers counted per read without building messages.
 
-use super::read::{account, count_unsolicited, drop_of};
+use super::read::{ReplyPace, account, count_unsolicited, drop_of, reply};
 use super::sender::Sender;
 use super::stall::Stall;
 use super::worker::WorkerState;
@@ -12,7 +12,7 @@ use crate::conversation::{Fill, Incoming, Recognised};
 use std::task::Poll;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use wsload_report::measure::{Dropped, FrameKind, FrameTally, NumberField};
+use wsload_report::measure::{Dropped, FrameKind, FrameTally, NumberField, PushTallies};
 use wsload_ws::Recv;
 
 /// What a counting loop has queued and had answered. An answer is recognised by the answer
@@ -26,14 +26,17 @@ struct Echoes {
     echoed: u64,
     /// Whether the messages go as text frames (else binary): what answers are counted as.
     text: bool,
+    /// How fast the connection's automatic replies go.
+    pace: ReplyPace,
 }
 
-/// What the conversation took out of one counting read: replies due and pushes, and how
-/// much of the unsolicited tallies they are.
+/// What the conversation took out of one counting read: replies due and pushes (by rule),
+/// and how much of the unsolicited tallies they are.
 #[derive(Default)]
 struct Taken {
     replies: Vec<usize>,
-    pushes: FrameTally,
+    pushed: bool,
+    pushes: PushTallies,
     text: FrameTally,
     binary: FrameTally,
 }
@@ -66,9 +69,13 @@ fn counted_answer(
             taken.add(text, data.len());
             return false;
         }
-        Incoming::Push => {
-            taken.pushes.frames += 1;
-            taken.pushes.bytes += data.len() as u64;
+        Incoming::Push(rule) => {
+            // Fewer rules than the array holds: the script refuses more.
+            if let Some(t) = taken.pushes.get_mut(rule) {
+                t.frames += 1;
+                t.bytes += data.len() as u64;
+                taken.pushed = true;
+            }
             taken.add(text, data.len());
             return false;
         }
@@ -107,8 +114,9 @@ fn poll_echoes(
     let state = (awaited, echoes.queued);
     let mut is_echo = |text: bool, data: &[u8]| counted_answer(ctx, state, &mut taken, text, data);
     let polled = std::task::ready!(ws.poll_recv(cx, &mut is_echo));
-    converse_counted(ws, ctx, &taken);
-    Poll::Ready(match polled {
+    // A reply loop ends the connection once what this read took is counted.
+    let conversed = converse_counted(ws, ctx, &taken, &mut echoes.pace);
+    let read = match polled {
         Some(Ok(Recv::Data {
             expected,
             mut text,
@@ -149,23 +157,28 @@ fn poll_echoes(
         Some(Ok(Recv::Other(other))) => account(ctx, Some(Ok(other))).map(|_| 0),
         Some(Err(e)) => Err(drop_of(ctx, &e)),
         None => Err(Dropped::Reset),
-    })
+    };
+    Poll::Ready(conversed.and(read))
 }
 
 /// The replies and pushes a counting read took: replies queued (the next read pushes them
-/// out), pushes counted.
-fn converse_counted(ws: &mut Ws, ctx: &WorkerState, taken: &Taken) {
-    if taken.pushes.frames > 0 {
-        ctx.pushed(Instant::now(), taken.pushes.frames, taken.pushes.bytes);
-    }
-    let script = &*ctx.script;
-    for &i in &taken.replies {
-        let answer = script.reply(i, &mut ctx.scratch.arena.borrow_mut(), &Fill::default());
-        if let Some((text, answer)) = answer {
-            ws.queue_reply(text, &answer);
-            ctx.replied(1);
+/// out), pushes counted by rule. `Err(ReplyLoop)` when the replies ran away.
+fn converse_counted(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    taken: &Taken,
+    pace: &mut ReplyPace,
+) -> Result<(), Dropped> {
+    if taken.pushed {
+        let now = Instant::now();
+        for (rule, t) in taken.pushes.iter().enumerate() {
+            ctx.pushed(now, rule, t.frames, t.bytes);
         }
     }
+    for &i in &taken.replies {
+        reply(ws, ctx, pace, i, &Fill::default())?;
+    }
+    Ok(())
 }
 
 /// Writes what is queued (all of it if `all`, else until below the soft limit), reading
@@ -242,6 +255,7 @@ pub(super) async fn saturate(
         queued: 0,
         echoed: 0,
         text: sender.text(),
+        pace: ReplyPace::default(),
     };
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
     let burst = window.unwrap_or(64);

@@ -161,12 +161,13 @@ impl WorkerState {
                 .unsolicited(kind, frames, bytes);
         }
     }
-    /// Server messages that matched the conversation's `push`.
-    pub(super) fn pushed(&self, now: Instant, frames: u64, bytes: u64) {
+    /// Server messages that matched the conversation's push rule `rule` (by index).
+    pub(super) fn pushed(&self, now: Instant, rule: usize, frames: u64, bytes: u64) {
         if frames > 0 {
-            let mut m = self.bin(now).borrow_mut();
-            m.counts.pushes.frames += frames;
-            m.counts.pushes.bytes += bytes;
+            self.bin(now)
+                .borrow_mut()
+                .counts
+                .pushed(rule, frames, bytes);
         }
     }
     /// A server message whose number in `field` could not be read: counted over the whole
@@ -228,6 +229,15 @@ impl WorkerState {
 /// Milliseconds since `origin`, saturating (49 days).
 pub(super) fn ms_since(origin: Instant) -> u32 {
     u32::try_from(origin.elapsed().as_millis()).unwrap_or(u32::MAX)
+}
+
+/// A data frame's kind (text or binary) and payload; `None` for a control frame.
+pub(super) fn data_of(msg: &Message) -> Option<(bool, &[u8])> {
+    match msg {
+        Message::Text(t) => Some((true, t.as_bytes())),
+        Message::Binary(b) => Some((false, &b[..])),
+        _ => None,
+    }
 }
 
 pub(super) fn data_len(msg: &Message) -> Option<u64> {

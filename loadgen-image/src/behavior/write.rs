@@ -103,7 +103,7 @@ pub(super) async fn flush(ws: &mut Ws, ctx: &WorkerState) -> Result<(), Dropped>
 }
 
 /// Writes `msg` (if any) and flushes (if `flush`), reading whenever the write has to wait;
-/// every message read is counted and handed to `on_read`.
+/// every message read is counted and handed to `on_read`, whose `Err` ends the connection.
 ///
 /// A server that answers (an echo server) stops reading us once its answers fill the socket
 /// towards us; a sender that does not read while its own write waits then waits forever
@@ -114,7 +114,7 @@ pub(super) async fn write_reading(
     ctx: &WorkerState,
     msg: Option<Message>,
     flush: bool,
-    on_read: &mut dyn FnMut(&mut Ws, &Message),
+    on_read: &mut dyn FnMut(&mut Ws, &Message) -> Result<(), Dropped>,
 ) -> Result<(), Dropped> {
     let mut msg = msg;
     let mut stall = Stall::default();
@@ -138,10 +138,11 @@ pub(super) async fn write_reading(
                     None => return Poll::Ready(Ok(())),
                 },
                 Poll::Pending => match ws.poll_next_unpin(cx) {
-                    Poll::Ready(item) => match account(ctx, item) {
-                        Ok(m) => on_read(ws, &m),
-                        Err(why) => return Poll::Ready(Err(why)),
-                    },
+                    Poll::Ready(item) => {
+                        if let Err(why) = account(ctx, item).and_then(|m| on_read(ws, &m)) {
+                            return Poll::Ready(Err(why));
+                        }
+                    }
                     Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
                 },
             }

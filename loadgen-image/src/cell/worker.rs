@@ -178,7 +178,9 @@ impl Worker<'_> {
         } else {
             elapsed
         };
-        let measure = self.stats.borrow().clone();
+        let mut measure = self.stats.borrow().clone();
+        // Pushes were counted by rule index; the result names them.
+        measure.counts.name_pushes(cell.script.push_names());
         WorkerOut {
             measure,
             first_dial: connected.first_dial,

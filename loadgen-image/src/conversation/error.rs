@@ -25,6 +25,11 @@ pub enum ScriptError {
     NoMessage,
     #[error("spec.conversation.split: {}", wsload_spec::cel::MSG_SPLIT_KIND)]
     Split,
+    #[error(
+        "spec.conversation.pushes: {rules} push rules with push; at most {}",
+        wsload_spec::conversation::MAX_PUSH_RULES
+    )]
+    TooManyPushRules { rules: usize },
 }
 
 /// `m`, compiled, or why not, at `field`.

@@ -13,8 +13,8 @@ use wsload_spec::json_path::{Memo, NoNumber};
 pub enum Incoming {
     /// Answered automatically by reply rule `i`.
     Reply(usize),
-    /// One of the server's pushes.
-    Push,
+    /// One of the server's pushes, matched by push rule `i` (counted by its index).
+    Push(usize),
     /// Neither: an answer, or unsolicited.
     Other,
 }
@@ -48,8 +48,8 @@ impl Script {
         if let Some(i) = self.replies.iter().position(|r| r.when.matches(text, data)) {
             return Incoming::Reply(i);
         }
-        if self.push.as_ref().is_some_and(|p| p.matches(text, data)) {
-            return Incoming::Push;
+        if let Some(i) = self.pushes.iter().position(|p| p.when.matches(text, data)) {
+            return Incoming::Push(i);
         }
         Incoming::Other
     }

@@ -31,7 +31,9 @@ pub struct Script {
     pub(super) ping: Option<Measured>,
     /// How the measured message goes on the wire and its answers are read (a cell's format).
     pub(super) encoding: Encoding,
-    pub(super) push: Option<Matcher>,
+    /// The push rules, `push` first (unnamed) then `pushes`: a push is counted by its rule's
+    /// index, the names kept here for the end of the cell.
+    pub(super) pushes: Vec<PushBy>,
     /// Variable names, in the order steps capture them: a connection's values are kept in
     /// this order.
     pub(super) vars: Vec<String>,
@@ -65,6 +67,16 @@ pub enum Action {
 pub(super) struct ReplyRule {
     pub(super) when: Matcher,
     pub(super) send: Out,
+    /// `when` as the spec wrote it (JSON): what a `reply_loop`'s evidence names.
+    pub(super) when_text: String,
+}
+
+/// A push rule: which messages, and what they are counted under (`None`: `push`, counted in
+/// the total only).
+#[derive(Debug, Clone)]
+pub(super) struct PushBy {
+    pub(super) when: Matcher,
+    pub(super) name: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -250,6 +262,7 @@ impl Script {
                 Ok(ReplyRule {
                     when: matcher(&format!("{at}.when"), &r.when)?,
                     send: Out::compile(&format!("{at}.send"), &r.send, &[])?,
+                    when_text: serde_json::to_string(&r.when).unwrap_or_default(),
                 })
             })
             .collect::<Result<_, ScriptError>>()?;
@@ -269,11 +282,25 @@ impl Script {
             .as_ref()
             .map(|m| Measured::compile("spec.conversation.ping", m, &vars))
             .transpose()?;
-        let push = c
-            .push
-            .as_ref()
-            .map(|m| matcher("spec.conversation.push", m))
-            .transpose()?;
+        let unnamed = c.push.iter().map(|m| {
+            Ok(PushBy {
+                when: matcher("spec.conversation.push", m)?,
+                name: None,
+            })
+        });
+        let named = c.pushes.iter().enumerate().map(|(i, p)| {
+            Ok(PushBy {
+                when: matcher(&format!("spec.conversation.pushes[{i}].match"), &p.matches)?,
+                name: Some(p.name.clone()),
+            })
+        });
+        let pushes: Vec<PushBy> = unnamed.chain(named).collect::<Result<_, ScriptError>>()?;
+        // A worker counts pushes in a fixed array by rule index.
+        if pushes.len() > wsload_spec::conversation::MAX_PUSH_RULES {
+            return Err(ScriptError::TooManyPushRules {
+                rules: pushes.len(),
+            });
+        }
         Ok(Script {
             open,
             subscribe,
@@ -283,7 +310,7 @@ impl Script {
             message,
             ping,
             encoding: Encoding::AsWritten,
-            push,
+            pushes,
             vars,
             open_size: 0,
             split: c.split.as_ref().map(split).transpose()?,
@@ -319,6 +346,17 @@ impl Script {
     pub fn reply(&self, i: usize, arena: &mut BytesMut, fill: &Fill) -> Option<(bool, Bytes)> {
         let out = &self.replies.get(i)?.send;
         Some((out.text, out.bytes(arena, fill)))
+    }
+
+    /// Reply rule `i`'s `when`, as the spec wrote it.
+    pub fn reply_when(&self, i: usize) -> &str {
+        self.replies.get(i).map_or("", |r| r.when_text.as_str())
+    }
+
+    /// The push rules' names by index (`None`: the unnamed `push`): what a worker's pushes,
+    /// counted by rule index, are named by at its end.
+    pub fn push_names(&self) -> impl Iterator<Item = Option<&str>> {
+        self.pushes.iter().map(|p| p.name.as_deref())
     }
 
     /// The client heartbeat: how often, and what.

@@ -141,7 +141,7 @@ fn replies_and_pushes_are_told_apart_from_answers() {
         "    replies:\n      - {when: {equals: '2'}, send: {text: '3'}}\n    push: {prefix: '42[\"tick\"'}\n    message:\n      text: '42${seq}[\"echo\"]'\n      answer: {match: {prefix: '43'}}\n",
     );
     assert_eq!(s.incoming(true, b"2"), Incoming::Reply(0));
-    assert_eq!(s.incoming(true, br#"42["tick",1]"#), Incoming::Push);
+    assert_eq!(s.incoming(true, br#"42["tick",1]"#), Incoming::Push(0));
     assert_eq!(s.incoming(true, b"431[]"), Incoming::Other);
     assert_eq!(s.recognise(true, b"431[]"), Recognised::Next);
     assert_eq!(s.recognise(true, b"2"), Recognised::No);
@@ -150,6 +150,32 @@ fn replies_and_pushes_are_told_apart_from_answers() {
         .expect("reply");
     assert!(t);
     assert_eq!(&r[..], b"3");
+}
+
+/// Each push rule by its index, the first that matches; names kept for the cell's end. A
+/// reply rule's `when` is kept as written, for a reply loop's evidence.
+#[test]
+fn push_rules_are_told_apart_by_index_and_named() {
+    let s = script(
+        "    replies:\n      - {when: {equals: '{}'}, send: {text: '{}'}}\n    pushes:\n      - {name: next, match: {json: {field: type, equals: next}}}\n      - {name: complete, match: {json: {field: type, equals: complete}}}\n    message: {text: m}\n",
+    );
+    assert_eq!(s.incoming(true, br#"{"type":"next"}"#), Incoming::Push(0));
+    assert_eq!(
+        s.incoming(true, br#"{"type":"complete"}"#),
+        Incoming::Push(1)
+    );
+    assert_eq!(s.incoming(true, br#"{"type":"error"}"#), Incoming::Other);
+    // An answer equal to what it answers: the server's `{}` is answered, never ours.
+    assert_eq!(s.incoming(true, b"{}"), Incoming::Reply(0));
+    assert_eq!(s.reply_when(0), r#"{"equals":"{}"}"#);
+    assert_eq!(
+        s.push_names().collect::<Vec<_>>(),
+        [Some("next"), Some("complete")]
+    );
+    // `push` is one rule without a name.
+    let s = script("    push: {prefix: a}\n    message: {text: m}\n");
+    assert_eq!(s.incoming(true, b"ab"), Incoming::Push(0));
+    assert_eq!(s.push_names().collect::<Vec<_>>(), [None]);
 }
 
 #[test]

@@ -247,11 +247,14 @@ mod tests {
             .dropped(wsload_report::measure::Dropped::ProtocolError);
         live.slot(0)
             .dropped(wsload_report::measure::Dropped::ServerNotReading);
+        live.slot(0)
+            .dropped(wsload_report::measure::Dropped::ReplyLoop);
         let text = wsload_http::encode(&exposition.registry());
         for series in [
             "reason=\"upgrade_invalid\"} 1",
             "reason=\"protocol_error\"} 1",
             "reason=\"server_not_reading\"} 1",
+            "reason=\"reply_loop\"} 1",
             "reason=\"message_too_big\"} 0",
         ] {
             assert!(text.contains(series), "{series}: {text}");

@@ -235,12 +235,18 @@ pub fn settle(want: u64, read: impl Fn() -> u64) -> u64 {
     }
 }
 
-/// A hand-made server on a loopback port of its own runtime (one worker thread), `connection`
-/// run for each connection it accepts: its `ws://` URL and the runtime (dropping it stops the
-/// server).
-pub fn serve<F, Fut>(connection: F) -> (String, tokio::runtime::Runtime)
+/// The only cell of a one-tier result.
+pub fn only(r: &RunResult) -> &CellResult {
+    assert_eq!(r.cells.len(), 1, "one cell expected");
+    &r.cells[0]
+}
+
+/// A hand-made server on a loopback port of its own runtime: `serve(stream, n)` runs for each
+/// connection accepted (`n` counting from 0). Its `ws://` URL and the runtime: dropping it
+/// stops the server.
+pub fn raw_server<F, Fut>(serve: F) -> (String, tokio::runtime::Runtime)
 where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    F: Fn(tokio::net::TcpStream, u64) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -253,15 +259,41 @@ where
         .expect("bind");
     let url = format!("ws://{}/", l.local_addr().expect("addr"));
     rt.spawn(async move {
+        let mut n = 0;
         while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(connection(s));
+            tokio::spawn(serve(s, n));
+            n += 1;
         }
     });
     (url, rt)
 }
 
-/// The only cell of a one-tier result.
-pub fn only(r: &RunResult) -> &CellResult {
-    assert_eq!(r.cells.len(), 1, "one cell expected");
-    &r.cells[0]
+/// Reads once from a hand-made server's connection into `buf` and takes the client's complete
+/// frames off it (opcode, unmasked payload); `None` once the client has gone. Cancel-safe: a
+/// `select!` arm loses nothing.
+pub async fn read_frames(
+    s: &mut (impl tokio::io::AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Option<Vec<(u8, Vec<u8>)>> {
+    use tokio::io::AsyncReadExt;
+    let mut b = [0u8; 16 * 1024];
+    match s.read(&mut b).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            buf.extend_from_slice(&b[..n]);
+            Some(wsload_ws::test_server::client_frames(buf))
+        }
+    }
+}
+
+/// A hand-made server's text frame.
+pub fn text_frame(s: &str) -> Vec<u8> {
+    wsload_ws::test_server::server_frame(0x1, s.as_bytes())
+}
+
+/// A hand-made server's close frame with `code` and `reason`.
+pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {
+    let mut p = code.to_be_bytes().to_vec();
+    p.extend_from_slice(reason.as_bytes());
+    wsload_ws::test_server::server_frame(0x8, &p)
 }

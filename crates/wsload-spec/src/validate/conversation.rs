@@ -1,12 +1,14 @@
 //! The conversation's checks: every template parses with the variables known where it is sent,
-//! every match and capture compiles, steps are well formed, the measured message carries what
-//! its answer is recognised by, and no automatic reply answers itself.
+//! every match and capture compiles, steps and push rules are well formed and named, and the
+//! measured message carries what its answer is recognised by. An automatic reply equal to
+//! what it answers is no loop (wsload answers the server's messages only): a server that
+//! keeps sending the trigger back is caught at run time, as `reply_loop`.
 
 use super::Errors;
 use crate::cel;
 use crate::conversation::{
-    Capture, Conversation, MAX_SPLIT_LEN, MAX_STEPS, MAX_TEMPLATE_LEN, Match, MeasuredMessage,
-    Payload, Reply, Split, Step,
+    Capture, Conversation, MAX_NAME_LEN, MAX_PUSH_RULES, MAX_SPLIT_LEN, MAX_STEPS,
+    MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, PushRule, Reply, Split, Step,
 };
 use crate::matching::{Extractor, Matcher};
 use crate::spec::{Format, LoadTestSpec, Protocol};
@@ -94,6 +96,42 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
     }
     if let Some(m) = &c.push {
         matcher(&format!("{FIELD}.push"), m, e);
+    }
+    pushes(c, e);
+}
+
+/// Named push rules: each matches, each has its own name (the pushes are counted under it),
+/// and `push` (one unnamed rule) is not given beside them.
+fn pushes(c: &Conversation, e: &mut Errors) {
+    if c.pushes.is_empty() {
+        return;
+    }
+    if c.push.is_some() {
+        e.add(format!("{FIELD}.push"), crate::cel::MSG_PUSH_AND_PUSHES);
+    }
+    if c.pushes.len() > MAX_PUSH_RULES {
+        e.add(
+            format!("{FIELD}.pushes"),
+            format!("{} rules; at most {MAX_PUSH_RULES}", c.pushes.len()),
+        );
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, PushRule { name, matches }) in c.pushes.iter().enumerate() {
+        let at = format!("{FIELD}.pushes[{i}]");
+        if name.is_empty() || name.len() > MAX_NAME_LEN {
+            e.add(
+                format!("{at}.name"),
+                format!("must be 1 to {MAX_NAME_LEN} characters: the pushes are counted under it"),
+            );
+        } else if let Some(k) = names.insert(name, i) {
+            e.add(
+                format!("{at}.name"),
+                format!(
+                    "{name:?} is pushes[{k}]'s name too; give each rule its own, as pushes are counted by name"
+                ),
+            );
+        }
+        matcher(&format!("{at}.match"), matches, e);
     }
 }
 
@@ -226,45 +264,23 @@ fn var_name(name: &str, known: &[String]) -> Option<String> {
 }
 
 /// Replies answer from the upgrade on, before any capture, so their templates know only the
-/// built-in placeholders (the heartbeat's too: one template for every connection). A reply whose answer matches a reply's `when` would be answered
-/// again if the server echoed it: a loop.
+/// built-in placeholders (the heartbeat's too: one template for every connection). An answer
+/// may match a `when`, its own or another's: wsload reads only what the server sends, so it
+/// never answers itself, and a server that echoes the answer back is caught at run time.
 fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
-    let whens: Vec<Option<Matcher>> = replies
-        .iter()
-        .enumerate()
-        .map(|(j, r)| matcher(&format!("{FIELD}.replies[{j}].when"), &r.when, e))
-        .collect();
     for (j, r) in replies.iter().enumerate() {
-        let field = format!("{FIELD}.replies[{j}].send");
+        matcher(&format!("{FIELD}.replies[{j}].when"), &r.when, e);
         let why = "replies answer from the upgrade on, before it is known";
-        let Some((text, t)) = built_in_only(&field, &r.send, vars, why, e) else {
-            continue;
-        };
-        let answer = render(&t, 1, 0, &BTreeMap::new());
-        for (k, when) in whens.iter().enumerate() {
-            if when.as_ref().is_some_and(|m| m.matches(text, &answer)) {
-                e.add(
-                    &field,
-                    format!(
-                        "reply loop: the answer {} matches replies[{k}].when itself, so it would be answered again whenever the server sends it back; make replies[{k}].when match only the server's message (e.g. equals)",
-                        quoted(&answer)
-                    ),
-                );
-            }
-        }
+        built_in_only(&format!("{FIELD}.replies[{j}].send"), &r.send, vars, why, e);
     }
 }
 
 /// A template that may use only the built-in placeholders; a captured variable is refused
 /// with `why`.
-fn built_in_only(
-    field: &str,
-    p: &Payload,
-    vars: &[String],
-    why: &str,
-    e: &mut Errors,
-) -> Option<(bool, Template)> {
-    let (text, which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
+fn built_in_only(field: &str, p: &Payload, vars: &[String], why: &str, e: &mut Errors) {
+    let Some((which, source)) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e) else {
+        return;
+    };
     let field = format!("{field}.{which}");
     match Template::parse(source, &[]) {
         Err(TemplateError::Unknown { name, .. }) if vars.contains(&name) => {
@@ -274,9 +290,10 @@ fn built_in_only(
                     "${{{name}}} is captured on open, but {why}; use built-in placeholders only (or send it from a step)"
                 ),
             );
-            None
         }
-        parsed => template_result(&field, source, parsed, e).map(|t| (text, t)),
+        parsed => {
+            template_result(&field, source, parsed, e);
+        }
     }
 }
 
@@ -290,7 +307,7 @@ fn message(
     e: &mut Errors,
 ) {
     let field = format!("{FIELD}.{name}");
-    let Some((_, which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
+    let Some((which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
         return;
     };
     let template = template(&format!("{field}.{which}"), source, vars, e);
@@ -410,16 +427,16 @@ fn json_for(
     }
 }
 
-/// `text` or `binary`, exactly one: whether it is text, which, and the template.
+/// `text` or `binary`, exactly one: which, and the template.
 fn one_of<'a>(
     field: &str,
     text: Option<&'a str>,
     binary: Option<&'a str>,
     e: &mut Errors,
-) -> Option<(bool, &'static str, &'a str)> {
+) -> Option<(&'static str, &'a str)> {
     match (text, binary) {
-        (Some(t), None) => Some((true, "text", t)),
-        (None, Some(b)) => Some((false, "binary", b)),
+        (Some(t), None) => Some(("text", t)),
+        (None, Some(b)) => Some(("binary", b)),
         _ => {
             e.add(
                 field,
@@ -431,7 +448,7 @@ fn one_of<'a>(
 }
 
 fn payload(field: &str, p: &Payload, vars: &[String], e: &mut Errors) -> Option<Template> {
-    let (_, which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
+    let (which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
     template(&format!("{field}.{which}"), source, vars, e)
 }
 

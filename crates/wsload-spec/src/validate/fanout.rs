@@ -73,10 +73,16 @@ pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
             "a subscriber of several topics tells their sequences apart by topic: add topic (e.g. {json: topic}), or set fanout.topicsPerSubscriber: 1",
         );
     }
-    if c.subscribe.is_empty() && spec.conversation.is_some() {
+    // Without subscribe steps the server decides on its own who gets what (it joins every
+    // connection, or broadcasts): every subscriber then receives every topic, and is counted
+    // against every one.
+    if c.subscribe.is_empty() && f.topics_per_subscriber.min(f.topics) < f.topics {
         e.add(
-            "conversation.subscribe",
-            "subscribers subscribe to their topics with these steps (${topic} is the topic's name); add at least one",
+            "fanout.topicsPerSubscriber",
+            format!(
+                "without conversation.subscribe no message tells the server which topics a subscriber takes, so each receives all {} of them: set topicsPerSubscriber: {} (every topic), or add subscribe steps (${{topic}} is the topic's name)",
+                f.topics, f.topics
+            ),
         );
     }
     if f.publisher == Publisher::Wsload {
@@ -184,6 +190,35 @@ mod tests {
         ] {
             assert_eq!(errors(body), Vec::<String>::new(), "{body}");
         }
+    }
+
+    /// A server that joins every connection or broadcasts on its own needs no subscribe
+    /// message: its subscribers only read. Before, "add at least one" subscribe step.
+    #[test]
+    fn a_fanout_without_subscribe_steps_reads_what_the_server_sends_everyone() {
+        let delivery = "  conversation:\n    delivery:\n      match: {json: {field: type, equals: tick}}\n      sequence: {json: seq}\n      publishedAt: {json: ts}\n";
+        let target = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: fanout\n";
+        let server = format!("{target}  fanout: {{publisher: server}}\n{delivery}");
+        assert_eq!(errors(&server), Vec::<String>::new());
+        // wsload's publishes, broadcast by the server to every connection.
+        let broadcast = format!(
+            "{target}{delivery}    message: {{text: '{{\"type\":\"tick\",\"seq\":${{seq}},\"ts\":${{sendTime}}}}'}}\n"
+        );
+        assert_eq!(errors(&broadcast), Vec::<String>::new());
+        // Every subscriber receives every topic: it is counted against every one.
+        let e = errors(&format!(
+            "{target}  fanout: {{publisher: server, topics: 3}}\n{delivery}"
+        ));
+        assert_eq!(
+            e,
+            vec![
+                "spec.fanout.topicsPerSubscriber: without conversation.subscribe no message tells the server which topics a subscriber takes, so each receives all 3 of them: set topicsPerSubscriber: 3 (every topic), or add subscribe steps (${topic} is the topic's name)"
+            ]
+        );
+        let all = format!(
+            "{target}  fanout: {{publisher: server, topics: 3, topicsPerSubscriber: 3}}\n{delivery}      topic: {{json: topic}}\n"
+        );
+        assert_eq!(errors(&all), Vec::<String>::new());
     }
 
     #[test]

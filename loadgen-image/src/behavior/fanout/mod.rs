@@ -130,18 +130,24 @@ impl Part {
                 biased;
                 _ = &mut begun => {}
                 r = read(ws, ctx) => {
-                    self.before_start(ws, ctx, plan, &r?);
+                    self.before_start(ws, ctx, plan, &r?)?;
                     while serving.measured.get().is_none()
                         && let Some(r) = read_ready(ws, ctx)
                     {
-                        self.before_start(ws, ctx, plan, &r?);
+                        self.before_start(ws, ctx, plan, &r?)?;
                     }
                 }
             }
         }
     }
 
-    fn before_start(&mut self, ws: &mut Ws, ctx: &WorkerState, plan: &FanoutPlan, msg: &Message) {
+    fn before_start(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        msg: &Message,
+    ) -> Result<(), Dropped> {
         match self {
             Part::Subscriber(sub) => sub.take(ws, ctx, plan, &Window::NONE, msg),
             Part::Publisher(p) => p.heard(ws, ctx, msg),

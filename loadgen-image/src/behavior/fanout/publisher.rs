@@ -3,11 +3,13 @@
 //! clock, and counts the window's publishes.
 
 use super::window::{Window, micros, tally};
-use crate::behavior::read::{answer_kind, converse, count_unsolicited, read, read_ready};
-use crate::behavior::worker::{WorkerState, data_len};
+use crate::behavior::read::{
+    ReplyPace, answer_kind, converse, count_unsolicited, read, read_ready,
+};
+use crate::behavior::worker::{WorkerState, data_len, data_of};
 use crate::behavior::write::write_reading;
 use crate::connect::Ws;
-use crate::conversation::{Fill, Out, SendTime};
+use crate::conversation::{Delivery, Fill, Out, SendTime};
 use crate::model::FanoutPlan;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
@@ -19,6 +21,8 @@ pub(super) struct Publisher {
     conn: u64,
     seq: u64,
     in_window: u64,
+    /// How fast the connection's automatic replies go.
+    pace: ReplyPace,
 }
 
 impl Publisher {
@@ -30,6 +34,7 @@ impl Publisher {
             conn: n,
             seq: 0,
             in_window: 0,
+            pace: ReplyPace::default(),
         }
     }
 
@@ -49,8 +54,8 @@ impl Publisher {
             .for_connection(u64::from(self.topic), plan.spec.topics);
         let origin = ctx.start;
         let mut due = schedule.first(origin);
-        let conn = self.conn;
-        let mut on_read = |ws: &mut Ws, m: &Message| heard(ws, ctx, conn, m);
+        let (conn, mut pace) = (self.conn, self.pace);
+        let mut on_read = |ws: &mut Ws, m: &Message| heard(ws, ctx, conn, &mut pace, m);
         loop {
             let now = Instant::now();
             if now >= ctx.deadline {
@@ -89,11 +94,11 @@ impl Publisher {
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 r = read(ws, ctx) => {
-                    on_read(ws, &r?);
+                    on_read(ws, &r?)?;
                     while Instant::now() < wake
                         && let Some(r) = read_ready(ws, ctx)
                     {
-                        on_read(ws, &r?);
+                        on_read(ws, &r?)?;
                     }
                 }
             }
@@ -101,8 +106,13 @@ impl Publisher {
     }
 
     /// What the server sent a publisher, before the start or in its measured phase.
-    pub(super) fn heard(&self, ws: &mut Ws, ctx: &WorkerState, m: &Message) {
-        heard(ws, ctx, self.conn, m);
+    pub(super) fn heard(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        m: &Message,
+    ) -> Result<(), Dropped> {
+        heard(ws, ctx, self.conn, &mut self.pace, m)
     }
 
     pub(super) fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
@@ -112,9 +122,27 @@ impl Publisher {
         }
     }
 }
-/// A publisher's read: the conversation's (a heartbeat answered) or unsolicited.
-pub(super) fn heard(ws: &mut Ws, ctx: &WorkerState, conn: u64, m: &Message) {
-    if !converse(ws, ctx, conn, m) && matches!(m, Message::Text(_) | Message::Binary(_)) {
+/// A publisher's read: the conversation's (a heartbeat answered), a delivery (a server that
+/// broadcasts every publish to every connection sends the publisher its own and the
+/// others': counted by the subscribers, not here), or unsolicited.
+pub(super) fn heard(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    conn: u64,
+    pace: &mut ReplyPace,
+    m: &Message,
+) -> Result<(), Dropped> {
+    let Some((text, data)) = data_of(m) else {
+        return Ok(());
+    };
+    if converse(ws, ctx, conn, pace, m)? {
+        return Ok(());
+    }
+    let delivered = ctx.script.delivery().is_some_and(|rule| {
+        !matches!(rule.read(text, data, &mut Default::default()), Delivery::No)
+    });
+    if !delivered {
         count_unsolicited(ctx, Instant::now(), answer_kind(m), m);
     }
+    Ok(())
 }

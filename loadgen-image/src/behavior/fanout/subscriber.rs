@@ -2,8 +2,10 @@
 //! by the sequence number and publish instant each delivery carries.
 
 use super::window::{Window, tally};
-use crate::behavior::read::{answer_kind, converse, count_unsolicited, read, read_ready};
-use crate::behavior::worker::WorkerState;
+use crate::behavior::read::{
+    ReplyPace, answer_kind, converse, count_unsolicited, read, read_ready,
+};
+use crate::behavior::worker::{WorkerState, data_of};
 use crate::connect::Ws;
 use crate::conversation::{Delivery, Published};
 use crate::machine::clock;
@@ -34,6 +36,8 @@ pub(super) struct Subscriber {
     before_publish: u64,
     /// Where the delivery rule found the sequence number and the instant last time.
     memo: [Memo; 2],
+    /// How fast the connection's automatic replies go.
+    pace: ReplyPace,
 }
 
 impl Subscriber {
@@ -55,6 +59,7 @@ impl Subscriber {
             unreadable: 0,
             before_publish: 0,
             memo: Default::default(),
+            pace: ReplyPace::default(),
         }
     }
 
@@ -75,18 +80,19 @@ impl Subscriber {
                 Err(_) => return Ok(()),
                 Ok(r) => r?,
             };
-            self.take(ws, ctx, plan, window, &msg);
+            self.take(ws, ctx, plan, window, &msg)?;
             // What else is buffered, without a timer per message.
             while Instant::now() < until
                 && let Some(r) = read_ready(ws, ctx)
             {
-                self.take(ws, ctx, plan, window, &r?);
+                self.take(ws, ctx, plan, window, &r?)?;
             }
         }
     }
 
     /// One server message: a delivery counted and timed, or the conversation's (a reply, a
-    /// push), or unsolicited.
+    /// push), or unsolicited. `Err` when the conversation ends the connection (its replies ran
+    /// away).
     pub(super) fn take(
         &mut self,
         ws: &mut Ws,
@@ -94,14 +100,12 @@ impl Subscriber {
         plan: &FanoutPlan,
         window: &Window,
         msg: &Message,
-    ) {
-        let (text, data) = match msg {
-            Message::Text(t) => (true, t.as_bytes()),
-            Message::Binary(b) => (false, &b[..]),
-            _ => return,
+    ) -> Result<(), Dropped> {
+        let Some((text, data)) = data_of(msg) else {
+            return Ok(());
         };
         let Some(rule) = ctx.script.delivery() else {
-            return;
+            return Ok(());
         };
         let d = match rule.read(text, data, &mut self.memo) {
             Delivery::Yes(d) => d,
@@ -110,16 +114,15 @@ impl Subscriber {
                 ctx.unreadable(NumberField::Sequence, || {
                     rule.unreadable_example(NumberField::Sequence, data)
                 });
-                return;
+                return Ok(());
             }
             Delivery::No => {
-                if !converse(ws, ctx, self.conn, msg) {
+                if !converse(ws, ctx, self.conn, &mut self.pace, msg)? {
                     count_unsolicited(ctx, Instant::now(), answer_kind(msg), msg);
                 }
-                return;
+                return Ok(());
             }
         };
-        let received_us = clock::conductor_micros();
         let published_us = match d.published {
             Published::At(us) => Some(us),
             Published::NotRead => None,
@@ -131,6 +134,22 @@ impl Subscriber {
                 None
             }
         };
+        self.count(ctx, plan, window, d, published_us, data.len() as u64);
+        Ok(())
+    }
+
+    /// A delivery read: counted against its topic's sequence and timed, when it was published
+    /// in the window.
+    fn count(
+        &mut self,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        window: &Window,
+        d: crate::conversation::Delivered<'_>,
+        published_us: Option<u64>,
+        len: u64,
+    ) {
+        let received_us = clock::conductor_micros();
         let counted = match published_us {
             Some(at) => window.holds(at),
             // Untimed deliveries count by when they arrive.
@@ -162,7 +181,6 @@ impl Subscriber {
             stream.first.min(d.seq)
         };
         stream.last = stream.last.max(d.seq);
-        let len = data.len() as u64;
         let mut m = ctx.stats.borrow_mut();
         m.counts.received += 1;
         m.counts.bytes_received += len;

@@ -180,22 +180,24 @@ fn an_answer_id_needs_the_seq_where_it_reads() {
     assert!(e.contains("carries no ${seq}"), "{e}");
 }
 
+/// wsload answers only what the server sends, never its own messages: an answer equal to
+/// (or matching) what it answers is a heartbeat of that shape, not a loop (a server whose
+/// ping is `{}` and wants `{}` back). A server that echoes every reply is caught at run time.
+/// Before, each of these was refused as a "reply loop".
 #[test]
-fn a_reply_that_answers_itself_is_a_loop() {
-    let e = only("    replies:\n      - {when: {prefix: '2'}, send: {text: '2probe'}}\n");
-    assert_eq!(
-        e,
-        "spec.conversation.replies[0].send: reply loop: the answer \"2probe\" matches replies[0].when itself, so it would be answered again whenever the server sends it back; make replies[0].when match only the server's message (e.g. equals)"
-    );
-    let e = only(
-        "    replies:\n      - {when: {equals: ping}, send: {text: pong}}\n      - {when: {regex: 'on'}, send: {text: ok}}\n",
-    );
-    assert!(e.starts_with("spec.conversation.replies[0].send: reply loop: the answer \"pong\" matches replies[1].when"), "{e}");
-    // A binary answer does not match a text-only rule.
-    assert_eq!(
-        errors("    replies:\n      - {when: {prefix: '2', frame: text}, send: {binary: '2'}}\n"),
-        Vec::<String>::new()
-    );
+fn a_reply_that_matches_what_it_answers_is_accepted() {
+    for replies in [
+        "      - {when: {equals: '{}'}, send: {text: '{}'}}\n",
+        "      - {when: {prefix: '2'}, send: {text: '2probe'}}\n",
+        "      - {when: {equals: ping}, send: {text: pong}}\n      - {when: {regex: 'on'}, send: {text: ok}}\n",
+        "      - {when: {equals: \"\\n\"}, send: {text: \"\\n\"}}\n",
+    ] {
+        assert_eq!(
+            errors(&format!("    replies:\n{replies}")),
+            Vec::<String>::new(),
+            "{replies}"
+        );
+    }
     let e = only(
         "    open:\n      - {name: w, expect: {prefix: '0'}, capture: {sid: {json: sid}}}\n    replies:\n      - {when: {equals: '2'}, send: {text: '3${sid}'}}\n",
     );
@@ -203,6 +205,48 @@ fn a_reply_that_answers_itself_is_a_loop() {
         e.starts_with("spec.conversation.replies[0].send.text: ${sid} is captured on open, but replies answer from the upgrade on"),
         "{e}"
     );
+    let e = only("    replies:\n      - {when: {regex: '[z-a]'}, send: {text: '3'}}\n");
+    assert!(
+        e.starts_with("spec.conversation.replies[0].when.regex: \"[z-a]\" does not compile"),
+        "{e}"
+    );
+}
+
+/// Several kinds of push, each counted by its name (graphql-ws' `next` and `complete`).
+#[test]
+fn push_rules_are_named_once_each_and_not_beside_push() {
+    let gql = "    pushes:\n      - {name: next, match: {json: {field: type, equals: next}}}\n      - {name: complete, match: {json: {field: type, equals: complete}}}\n";
+    assert_eq!(errors(gql), Vec::<String>::new());
+    let e = only(
+        "    pushes:\n      - {name: next, match: {prefix: a}}\n      - {name: next, match: {prefix: b}}\n",
+    );
+    assert_eq!(
+        e,
+        "spec.conversation.pushes[1].name: \"next\" is pushes[0]'s name too; give each rule its own, as pushes are counted by name"
+    );
+    let e = only(&format!("    push: {{prefix: a}}\n{gql}"));
+    assert_eq!(
+        e,
+        format!(
+            "spec.conversation.push: {}",
+            crate::cel::MSG_PUSH_AND_PUSHES
+        )
+    );
+    let e = only("    pushes:\n      - {name: '', match: {prefix: a}}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.pushes[0].name: must be 1 to 64 characters: the pushes are counted under it"
+    );
+    let e = only("    pushes:\n      - {name: tick, match: {regex: '[z-a]'}}\n");
+    assert!(
+        e.starts_with("spec.conversation.pushes[0].match.regex: \"[z-a]\" does not compile"),
+        "{e}"
+    );
+    let many: String = (0..9)
+        .map(|i| format!("      - {{name: p{i}, match: {{prefix: '{i}'}}}}\n"))
+        .collect();
+    let e = only(&format!("    pushes:\n{many}"));
+    assert_eq!(e, "spec.conversation.pushes: 9 rules; at most 8");
 }
 
 #[test]
