@@ -12,15 +12,17 @@ use std::fmt::Write as _;
 pub const KERNEL_LINES: usize = 8;
 
 impl RunResult {
-    /// What a check measured, in its threshold's units (`not measured` when nothing was).
+    /// What a check measured, in its threshold's units; when nothing was, why (`not measured:
+    /// 0 pings were sent`).
     pub fn actual(&self, c: &Check) -> String {
         let metric = self
             .thresholds
             .iter()
             .find(|t| t.text == c.threshold)
             .map(|t| t.metric);
-        match (c.actual, metric) {
-            (Some(a), Some(m)) => in_units(m, a),
+        match (c.actual, metric, &c.reason) {
+            (Some(a), Some(m), _) => in_units(m, a),
+            (_, _, Some(why)) => why.clone(),
             _ => "not measured".to_string(),
         }
     }
@@ -184,10 +186,14 @@ impl RunResult {
                 let _ = writeln!(o, "\nThresholds:");
             }
             for c in &v.checks {
-                let actual = self.actual(c);
+                // A figure never measured says why in place of one.
+                let actual = match (&c.reason, c.actual) {
+                    (Some(why), None) => why.clone(),
+                    _ => format!("actual {}", self.actual(c)),
+                };
                 let _ = writeln!(
                     o,
-                    "  {} {} [{}] actual {actual}",
+                    "  {} {} [{}] {actual}",
                     if c.passed { "PASS" } else { "FAIL" },
                     c.threshold,
                     c.cell
