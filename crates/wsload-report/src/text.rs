@@ -55,7 +55,8 @@ impl RunResult {
     }
 
     /// One line per namespace per cell of what the kernel counted: `kernel [100]
-    /// net:[4026531840] (shards 0-3): TcpExtListenOverflows +12, ...; TCP 1002 in use, ...`;
+    /// net:[4026531840] (machine-wide) (shards 0-3): TcpExtListenOverflows +12, ...; TCP 1002
+    /// in use, ...`;
     /// at most [`KERNEL_LINES`] a cell, then how many more the result holds.
     pub(crate) fn kernel_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -79,9 +80,10 @@ impl RunResult {
                     format!("; {gauges}")
                 };
                 out.push(format!(
-                    "kernel [{}] {}{who}: {grown}{gauges}",
+                    "kernel [{}] {}{}{who}: {grown}{gauges}",
                     c.label,
-                    e.place()
+                    e.place(),
+                    e.scope()
                 ));
             }
             if c.kernel.len() > KERNEL_LINES {
