@@ -342,6 +342,53 @@ fn thresholds_decide_the_exit_code() {
     assert_eq!(verdict.checks.iter().filter(|c| !c.passed).count(), 1);
 }
 
+/// A hold shorter than its ping interval sends no ping: its connections were held (survival
+/// measured), its loss never was. `loss < 0.1%` fails saying so, and the run exits 1 (a
+/// threshold failed), not 0 as a loss of 0 out of 0 once passed, nor 4 (the cell measured
+/// what sustainedHold is for).
+#[test]
+fn a_threshold_never_measured_fails_the_run_with_its_reason() {
+    let server = Server::start(&[]);
+    let dir = Scratch::new("never-measured");
+    let f = dir.file(
+        "hold.yaml",
+        &loadtest(
+            "unpinged",
+            &format!(
+                "  target: {{url: {}/}}\n  scenario: sustainedHold\n  connections: [3]\n  duration: 1s\n  ping: {{interval: 30s}}\n  thresholds: [\"loss < 0.1%\", \"survival > 99%\"]\n",
+                server.ws
+            ),
+        ),
+    );
+    let out = dir.path("hold.json");
+    let o = wsload(&[
+        "run",
+        f.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("  FAIL loss < 0.1% [3] not measured: 0 pings were sent\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  PASS survival > 99% [3] actual 100"),
+        "{text}"
+    );
+    assert!(text.contains("Verdict: FAIL"), "{text}");
+    let r = result(&out);
+    assert_eq!(r.cells[0].measure.counts.expected, 0);
+    let v = r.verdict.expect("judged");
+    assert!(!v.passed && v.unmeasured.is_empty(), "{v:?}");
+    let loss = &v.checks[0];
+    assert_eq!(
+        (loss.passed, loss.actual, loss.reason.as_deref()),
+        (false, None, Some("not measured: 0 pings were sent"))
+    );
+}
+
 #[test]
 fn invalid_files_exit_2_naming_the_field() {
     let dir = Scratch::new("invalid");

@@ -6,8 +6,8 @@ use wsload_control::Conductor;
 use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunResult, ShardClock};
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
-    FanoutTier, LoadTestStatus, MAX_FINDING_BYTES, MAX_FINDINGS, MAX_LISTED, Percentiles,
-    ThresholdResult, TierFigures, Verdict,
+    FanoutTier, LoadTestStatus, MAX_FINDING_BYTES, MAX_FINDINGS, MAX_LISTED, MAX_REASON_BYTES,
+    Percentiles, ThresholdResult, TierFigures, Verdict,
 };
 
 /// What the shards' results add up to.
@@ -135,6 +135,10 @@ pub fn summarize(
             },
             actual: c.actual,
             pass: c.passed,
+            reason: c
+                .reason
+                .as_deref()
+                .map(|why| crate::text::truncate(why, MAX_REASON_BYTES)),
         })
         .collect::<Vec<_>>();
     let verdict = merged.verdict.as_ref().map(|v| {
@@ -144,10 +148,15 @@ pub fn summarize(
             Verdict::Fail
         }
     });
-    let failed: Vec<&str> = thresholds
+    // A check that failed for want of a figure says so: `loss < 1% (not measured: 0 pings
+    // were sent)`.
+    let failed: Vec<String> = thresholds
         .iter()
         .filter(|t| !t.pass)
-        .map(|t| t.threshold.as_str())
+        .map(|t| match &t.reason {
+            Some(why) => format!("{} ({why})", t.threshold),
+            None => t.threshold.clone(),
+        })
         .collect();
     let unmeasured: Vec<String> = merged
         .verdict
@@ -382,6 +391,41 @@ mod tests {
             m.add(*i, &wsload_report::stored::encode(r).expect("encode"), None)?;
         }
         m.finish()
+    }
+
+    /// The fixture's shards time their echoes but send none expecting an answer one by one
+    /// (`expected` 0): their loss was never measured, and status says so beside the check.
+    #[test]
+    fn a_threshold_never_measured_fails_in_status_with_its_reason() {
+        let s = echo_of_two(r#""loss < 1%", "rtt.p99 < 5ms""#);
+        let merged = merge(&[(0, &shard(0, 100, 1, 1)), (1, &shard(1, 100, 1, 2))]).expect("merge");
+        let sum = summary(&s, merged, &[]);
+        assert_eq!(sum.verdict, Some(Verdict::Fail));
+        let why = "not measured: 0 messages expecting an answer were sent";
+        assert_eq!(
+            sum.thresholds,
+            [
+                ThresholdResult {
+                    threshold: "loss < 1%".into(),
+                    actual: None,
+                    pass: false,
+                    reason: Some(why.into()),
+                },
+                ThresholdResult {
+                    threshold: "rtt.p99 < 5ms".into(),
+                    actual: sum.thresholds[1].actual,
+                    pass: true,
+                    reason: None,
+                },
+            ]
+        );
+        assert_eq!(
+            sum.verdict_message,
+            format!("1 of 2 threshold checks failed: loss < 1% ({why})")
+        );
+        let json = serde_json::to_value(&sum.thresholds).expect("json");
+        assert_eq!(json[0]["reason"], why);
+        assert!(json[1].get("reason").is_none(), "{json}");
     }
 
     #[test]
@@ -675,8 +719,9 @@ mod tests {
         let mut checks = vec![
             ThresholdResult {
                 threshold: format!("{:>128}", "rtt.p99 < 5ms [100000 conns x 1 MiB]"),
-                actual: Some(1.0),
-                pass: true,
+                actual: None,
+                pass: false,
+                reason: Some("r".repeat(MAX_REASON_BYTES + 3)),
             };
             cells * wsload_spec::cel::MAX_THRESHOLDS
         ];

@@ -91,6 +91,7 @@ pub fn kernel(shard: u32, inode: u64, overflows: u64) -> KernelFigures {
             inode,
             boot: "2f5a3c1e-0000-4000-8000-000000000001".into(),
         }),
+        machine_wide: false,
         shards: vec![shard],
         summed: Default::default(),
         increases: increases.iter().map(|(n, v)| (n.to_string(), *v)).collect(),

@@ -207,7 +207,7 @@ fn kernel(o: &mut String, r: &RunResult) {
                 o,
                 "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
                 escape(&c.label),
-                escape(&e.place()),
+                escape(&format!("{}{}", e.place(), e.scope())),
                 escape(&e.readers()),
                 escape(&grown),
                 escape(&e.gauges_line())

@@ -143,6 +143,12 @@ pub struct KernelFigures {
     /// The namespace read; `None` on the entry that sums those past [`MAX_NAMESPACES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<Netns>,
+    /// Processes that are not the run's share the namespace (the host's own, where the
+    /// kernel threads live, or one another user listens in): other programs on the machine
+    /// move its counters, so their growth is not the run's alone. Set on the summing entry
+    /// when any namespace in it is; unset in results written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub machine_wide: bool,
     /// The shards that read it, ascending. When several shared it, the figures are the first
     /// one's reading (each read the whole namespace over the same cell).
     pub shards: Vec<u32>,
@@ -191,6 +197,15 @@ impl KernelFigures {
         match self.netns {
             Some(_) => 1,
             None => self.summed.values().map(BTreeSet::len).sum(),
+        }
+    }
+
+    /// ` (machine-wide)` after [`KernelFigures::place`] where other processes share it.
+    pub fn scope(&self) -> &'static str {
+        if self.machine_wide {
+            " (machine-wide)"
+        } else {
+            ""
         }
     }
 
@@ -285,6 +300,7 @@ impl KernelFigures {
             self.summed.entry(boot.clone()).or_default().extend(inodes);
         }
         self.add_shards(&other.shards);
+        self.machine_wide |= other.machine_wide;
         for (k, v) in &other.increases {
             *self.increases.entry(k.clone()).or_default() += v;
         }
@@ -367,14 +383,18 @@ fn add_one(into: &mut Vec<KernelFigures>, entry: &KernelFigures, n: &Netns) {
         let first = |e: &KernelFigures| e.shards.first().copied().unwrap_or(u32::MAX);
         let mut readers = same.shards.clone();
         readers.extend(&entry.shards);
+        // One namespace: shared if any reader found it shared, whose reading is kept.
+        let machine_wide = same.machine_wide || entry.machine_wide;
         if first(entry) < first(same) {
             *same = entry.clone();
         }
         same.add_shards(&readers);
+        same.machine_wide = machine_wide;
         return;
     }
     if let Some(summing) = into.iter_mut().find(|e| e.netns.is_none() && e.sums(n)) {
         summing.add_shards(&entry.shards);
+        summing.machine_wide |= entry.machine_wide;
         return;
     }
     into.push(entry.clone());
@@ -445,6 +465,7 @@ mod tests {
     fn read(shard: u32, inode: u64, overflows: u64, inuse: u64, conntrack: u64) -> KernelFigures {
         KernelFigures {
             netns: Some(ns(inode)),
+            machine_wide: false,
             shards: vec![shard],
             summed: BTreeMap::new(),
             increases: [(LISTEN_OVERFLOWS.to_string(), overflows)].into(),
@@ -480,6 +501,43 @@ mod tests {
         merge(&mut cell, &[other_machine, read(4, 8, 1, 1, 10)]);
         assert_eq!(cell.len(), 3);
         assert_eq!(summed(&cell)[LISTEN_OVERFLOWS], 11 + 5 + 1);
+    }
+
+    #[test]
+    fn a_namespace_one_reader_found_shared_stays_machine_wide() {
+        let mut shared = read(1, 7, 3, 10, 0);
+        shared.machine_wide = true;
+        // Shard 0's reading is kept; shard 1 saw another user's listener in it.
+        let mut cell = vec![shared.clone()];
+        merge(&mut cell, &[read(0, 7, 2, 10, 0)]);
+        assert_eq!((cell.len(), cell[0].shards.clone()), (1, vec![0, 1]));
+        assert!(cell[0].machine_wide);
+        assert_eq!(cell[0].increase(LISTEN_OVERFLOWS), 2);
+        assert_eq!(cell[0].scope(), " (machine-wide)");
+        // Summed past the cap, the sum is machine-wide when one of its namespaces is.
+        let mut many = Vec::new();
+        for shard in 0..33u32 {
+            let mut f = read(shard, 100 + u64::from(shard), 1, 1, 0);
+            f.machine_wide = shard == 32;
+            merge(&mut many, &[f]);
+        }
+        assert!(!many[0].machine_wide && many[0].scope().is_empty());
+        assert!(
+            many.last()
+                .is_some_and(|s| s.netns.is_none() && s.machine_wide)
+        );
+        // In the JSON only when set: results written before read as before.
+        let json = serde_json::to_string(&shared).expect("ser");
+        assert!(json.contains(r#""machineWide":true"#), "{json}");
+        assert!(
+            !serde_json::to_string(&read(0, 7, 2, 10, 0))
+                .expect("ser")
+                .contains("machineWide")
+        );
+        assert_eq!(
+            serde_json::from_str::<KernelFigures>(&json).expect("de"),
+            shared
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! - [`RunResult`]: one run or shard, serialized as JSON with every count and HDR histogram;
 //!   [`RunResult::merge`] adds another shard's result exactly, [`RunResult::judge`] checks
 //!   its thresholds, [`RunResult::render`] prints the tables.
+//! - [`figure`]: the figure each threshold judges in a cell, or why the cell never measured it
+//!   (such a check fails).
 //! - [`findings()`]: known causes the figures show, one line each under the table.
 //! - [`html()`]: the whole result as one self-contained HTML page (tables, charts, spec).
 //! - [`timeline`]: samples of a cell over time (100 ms steps), recorded from running totals.
@@ -19,6 +21,7 @@ mod escape;
 pub mod fanout;
 pub mod fanout_figures;
 mod fanout_text;
+pub mod figure;
 pub mod findings;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;

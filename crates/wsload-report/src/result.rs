@@ -123,8 +123,13 @@ impl CellResult {
 pub struct Check {
     pub threshold: String,
     pub cell: String,
+    /// The figure judged; unset when the cell never measured it (the check then fails).
     pub actual: Option<f64>,
     pub passed: bool,
+    /// Why the check has no figure: `not measured: 0 pings were sent` (unset when it has one,
+    /// and in results written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

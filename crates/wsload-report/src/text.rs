@@ -12,15 +12,17 @@ use std::fmt::Write as _;
 pub const KERNEL_LINES: usize = 8;
 
 impl RunResult {
-    /// What a check measured, in its threshold's units (`not measured` when nothing was).
+    /// What a check measured, in its threshold's units; when nothing was, why (`not measured:
+    /// 0 pings were sent`).
     pub fn actual(&self, c: &Check) -> String {
         let metric = self
             .thresholds
             .iter()
             .find(|t| t.text == c.threshold)
             .map(|t| t.metric);
-        match (c.actual, metric) {
-            (Some(a), Some(m)) => in_units(m, a),
+        match (c.actual, metric, &c.reason) {
+            (Some(a), Some(m), _) => in_units(m, a),
+            (_, _, Some(why)) => why.clone(),
             _ => "not measured".to_string(),
         }
     }
@@ -53,7 +55,8 @@ impl RunResult {
     }
 
     /// One line per namespace per cell of what the kernel counted: `kernel [100]
-    /// net:[4026531840] (shards 0-3): TcpExtListenOverflows +12, ...; TCP 1002 in use, ...`;
+    /// net:[4026531840] (machine-wide) (shards 0-3): TcpExtListenOverflows +12, ...; TCP 1002
+    /// in use, ...`;
     /// at most [`KERNEL_LINES`] a cell, then how many more the result holds.
     pub(crate) fn kernel_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -77,9 +80,10 @@ impl RunResult {
                     format!("; {gauges}")
                 };
                 out.push(format!(
-                    "kernel [{}] {}{who}: {grown}{gauges}",
+                    "kernel [{}] {}{}{who}: {grown}{gauges}",
                     c.label,
-                    e.place()
+                    e.place(),
+                    e.scope()
                 ));
             }
             if c.kernel.len() > KERNEL_LINES {
@@ -184,10 +188,14 @@ impl RunResult {
                 let _ = writeln!(o, "\nThresholds:");
             }
             for c in &v.checks {
-                let actual = self.actual(c);
+                // A figure never measured says why in place of one.
+                let actual = match (&c.reason, c.actual) {
+                    (Some(why), None) => why.clone(),
+                    _ => format!("actual {}", self.actual(c)),
+                };
                 let _ = writeln!(
                     o,
-                    "  {} {} [{}] actual {actual}",
+                    "  {} {} [{}] {actual}",
                     if c.passed { "PASS" } else { "FAIL" },
                     c.threshold,
                     c.cell

@@ -2,29 +2,17 @@
 //! thresholds or not, every cell measured what its scenario measures: a run in which nothing
 //! connected, or no answer came back, never passes.
 
+use crate::figure::{NOT_MEASURED, limit, no_connection, nothing_delivered};
 use crate::result::{CellResult, Check, RunResult, Unmeasured, Verdict};
 use wsload_spec::Scenario;
 use wsload_spec::scenario::{Cells, Measures};
-use wsload_spec::threshold::{Latency, Metric, Stat};
+use wsload_spec::threshold::Metric;
 
 /// What `cell` of a `scenario` run was to measure and did not, if anything.
 fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
     let c = &cell.measure.counts;
     if c.attempted > 0 && c.connected == 0 {
-        let why: Vec<String> = c
-            .failed
-            .iter()
-            .map(|(k, v)| format!("{} x{v}", k.label()))
-            .collect();
-        return Some(format!(
-            "no connection was established ({} attempted: {})",
-            c.attempted,
-            if why.is_empty() {
-                "no reason recorded".to_string()
-            } else {
-                why.join(", ")
-            }
-        ));
+        return Some(no_connection(cell));
     }
     if c.connected == 0 {
         // This part was given no connections (a shard's empty share): nothing was asked.
@@ -58,56 +46,29 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
     }
 }
 
-/// A fanout cell whose subscribers received nothing of the window: why, as far as the
-/// tallies tell (nothing published, or published and never delivered).
-fn nothing_delivered(cell: &CellResult) -> Option<String> {
-    let f = cell.figures.fanout.as_ref();
-    if f.is_some_and(|f| f.delivered > 0) {
-        return None;
-    }
-    let (publishes, expected) = f.map_or((0, 0), |f| (f.publishes, f.expected));
-    Some(if publishes == 0 {
-        "no delivery was received and nothing was published in the measured window".to_string()
-    } else {
-        format!("no delivery was received ({publishes} publishes, {expected} deliveries expected)")
-    })
-}
-
-impl CellResult {
-    /// The value a threshold judges, in canonical units.
-    pub fn value(&self, m: Metric) -> Option<f64> {
-        let f = &self.figures;
-        let h = &self.measure.hists;
-        Some(match m {
-            Metric::Latency(which, stat) => {
-                let hist = match which {
-                    Latency::Rtt => &h.rtt,
-                    Latency::RttRaw => &h.rtt_raw,
-                    Latency::Connect => &h.connect,
-                    Latency::Fanout => &h.fanout,
-                };
-                if hist.is_empty() {
-                    return None;
-                }
-                match stat {
-                    Stat::Min => hist.min(),
-                    Stat::Mean => hist.mean(),
-                    Stat::Max => hist.max(),
-                    Stat::P(p) => hist.percentile(p),
-                }
-            }
-            Metric::Throughput => f.sent_per_sec,
-            Metric::ReceivedRate => f.received_per_sec,
-            Metric::Errors => f.errors,
-            Metric::Loss => f.loss,
-            Metric::Survival => f.survival,
-            Metric::Delivery => f.delivery?,
-            Metric::ConnectRate => f.connect_rate,
-            Metric::Limit => return None,
-            Metric::Gaps => f.fanout.as_ref()?.gaps as f64,
-            Metric::Completeness => f.fanout.as_ref()?.completeness?,
-            Metric::Deliveries => f.fanout.as_ref()?.deliveries_per_sec,
-        })
+/// A check of threshold `text` in `cell`: the figure judged, or failed with why it was never
+/// measured.
+fn check(
+    text: &str,
+    cell: &str,
+    figure: Result<f64, String>,
+    holds: impl Fn(f64) -> bool,
+) -> Check {
+    match figure {
+        Ok(actual) => Check {
+            threshold: text.to_string(),
+            cell: cell.to_string(),
+            actual: Some(actual),
+            passed: holds(actual),
+            reason: None,
+        },
+        Err(why) => Check {
+            threshold: text.to_string(),
+            cell: cell.to_string(),
+            actual: None,
+            passed: false,
+            reason: Some(format!("{NOT_MEASURED}{why}")),
+        },
     }
 }
 
@@ -120,25 +81,20 @@ impl RunResult {
         }
         let mut checks = Vec::new();
         for t in &self.thresholds {
+            let holds = |a| t.holds(a);
             if t.metric == Metric::Limit {
-                let actual = self.limit.map(f64::from);
-                checks.push(Check {
-                    threshold: t.text.clone(),
-                    cell: "all".into(),
-                    actual,
-                    passed: actual.is_some_and(|a| t.holds(a)),
-                });
+                checks.push(check(
+                    &t.text,
+                    "all",
+                    limit(self.limit, &self.probes),
+                    holds,
+                ));
                 continue;
             }
             for c in &self.cells {
-                let actual = c.value(t.metric);
-                // A figure that was never measured cannot pass.
-                checks.push(Check {
-                    threshold: t.text.clone(),
-                    cell: c.label.clone(),
-                    actual,
-                    passed: actual.is_some_and(|a| t.holds(a)),
-                });
+                // A figure that was never measured cannot pass: it fails, saying why.
+                let figure = c.figure(t.metric, self.scenario);
+                checks.push(check(&t.text, &c.label, figure, holds));
             }
         }
         self.verdict = Some(Verdict {
@@ -185,9 +141,17 @@ mod tests {
 
     /// A shard fixture with no thresholds, as `scenario`, its cell measured as `measure`.
     fn judged(scenario: Scenario, measure: Measure) -> crate::RunResult {
+        judged_by(scenario, measure, &[])
+    }
+
+    /// The same, judged by `thresholds`.
+    fn judged_by(scenario: Scenario, measure: Measure, thresholds: &[&str]) -> crate::RunResult {
         let mut r = shard(0, 10, 1, 0);
         r.scenario = scenario;
-        r.thresholds.clear();
+        r.thresholds = thresholds
+            .iter()
+            .map(|t| t.parse().expect("threshold"))
+            .collect();
         r.cells[0].measure = measure;
         r.cells[0].compute();
         r.judge();
@@ -323,6 +287,131 @@ mod tests {
         assert_eq!(r.actual(&v.checks[1]), "1");
         assert_eq!(r.actual(&v.checks[2]), "99.500%");
         assert_eq!(r.actual(&v.checks[3]), "19.9 deliveries/s");
+    }
+
+    /// 3 connections held through a hold shorter than the ping interval: connected, survived,
+    /// and not one ping sent.
+    fn held_without_pings() -> Measure {
+        let mut m = Measure::default();
+        m.counts.attempted = 3;
+        m.counts.connected = 3;
+        m.counts.survived = 3;
+        m
+    }
+
+    #[test]
+    fn a_threshold_whose_figure_was_never_measured_fails_saying_why() {
+        let r = judged_by(
+            Scenario::SustainedHold,
+            held_without_pings(),
+            &["loss < 0.1%", "survival > 99%", "rtt.p99 < 50ms"],
+        );
+        let v = r.verdict.as_ref().expect("judged");
+        // The cell measured what the scenario is for (connections held): a threshold failed
+        // (exit 1), not "measured nothing" (exit 4).
+        assert!(!v.passed && v.unmeasured.is_empty(), "{v:?}");
+        let seen: Vec<(bool, Option<f64>, Option<&str>)> = v
+            .checks
+            .iter()
+            .map(|c| (c.passed, c.actual, c.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (false, None, Some("not measured: 0 pings were sent")),
+                (true, Some(1.0), None),
+                (false, None, Some("not measured: 0 pings were sent")),
+            ]
+        );
+        let text = r.render();
+        assert!(
+            text.contains("  FAIL loss < 0.1% [100] not measured: 0 pings were sent\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  PASS survival > 99% [100] actual 100"),
+            "{text}"
+        );
+        let html = crate::html(&r);
+        assert!(
+            html.contains("<td>not measured: 0 pings were sent</td>"),
+            "{html}"
+        );
+        let json = serde_json::to_string(&r).expect("json");
+        assert!(
+            json.contains(
+                r#""actual":null,"passed":false,"reason":"not measured: 0 pings were sent""#
+            ),
+            "{json}"
+        );
+        // A check with a figure has no reason in the JSON, as results written before.
+        assert_eq!(json.matches(r#""reason""#).count(), 2, "{json}");
+    }
+
+    #[test]
+    fn every_rate_and_count_of_nothing_fails_rather_than_passing_by_absence() {
+        let mut silent = held_without_pings();
+        silent.counts.attempted = 4;
+        silent.counts.connected = 4;
+        let fail = |scenario, m: &Measure, t: &str| {
+            let r = judged_by(scenario, m.clone(), &[t]);
+            let c = &r.verdict.expect("judged").checks[0];
+            assert!(!c.passed && c.actual.is_none(), "{t}: {c:?}");
+            c.reason.clone().unwrap_or_default()
+        };
+        assert_eq!(
+            fail(Scenario::Blast, &silent, "throughput < 1M msg/s"),
+            "not measured: 0 messages were sent"
+        );
+        assert_eq!(
+            fail(Scenario::Echo, &silent, "received_rate < 1M msg/s"),
+            "not measured: 0 messages were received (0 sent)"
+        );
+        assert_eq!(
+            fail(Scenario::Echo, &silent, "loss < 1%"),
+            "not measured: 0 messages expecting an answer were sent"
+        );
+        // A fanout whose subscribers received nothing has no gaps to count, nor a
+        // completeness: it measured nothing (exit 4) and fails its thresholds with why.
+        for t in [
+            "gaps == 0",
+            "completeness > 99%",
+            "fanout.p99 < 50ms",
+            "deliveries < 1M/s",
+        ] {
+            assert_eq!(
+                fail(Scenario::Fanout, &silent, t),
+                "not measured: no delivery was received and nothing was published in the measured window",
+                "{t}"
+            );
+        }
+        // A storm that opened nothing (a shard's empty share) measured no error rate either.
+        assert_eq!(
+            fail(
+                Scenario::ConnectionStorm,
+                &Measure::default(),
+                "errors < 1%"
+            ),
+            "not measured: 0 connections were attempted"
+        );
+        // connectionLimit's limit: none held.
+        let mut r = shard(0, 10, 1, 0);
+        r.scenario = Scenario::ConnectionLimit;
+        r.thresholds = vec!["limit >= 10".parse().expect("threshold")];
+        r.probes = vec![crate::result::Probe {
+            connections: 10,
+            error_rate: 0.5,
+            passed: false,
+        }];
+        r.judge();
+        let c = &r.verdict.expect("judged").checks[0];
+        assert_eq!(
+            (c.passed, c.reason.as_deref()),
+            (
+                false,
+                Some("not measured: none of the 1 probes held its connections")
+            )
+        );
     }
 
     #[test]

@@ -143,6 +143,11 @@ pub const MAX_FINDINGS: usize = 10;
 /// only a pathological one is this long.
 pub const MAX_FINDING_BYTES: usize = 1024;
 
+/// The longest reason a threshold check without a figure holds in status, in bytes (then cut
+/// like a finding; the merged result has it whole): `not measured: 0 pings were sent` fits,
+/// a failed connect's breakdown may not. 128 checks of it take 8 KB of the status bound.
+pub const MAX_REASON_BYTES: usize = 64;
+
 /// One cell of the run, as the operator conducted it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
@@ -397,6 +402,10 @@ pub struct ThresholdResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actual: Option<f64>,
     pub pass: bool,
+    /// Why a check has no figure: `not measured: 0 pings were sent` (at most 64 bytes, the
+    /// merged result has it whole); unset when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -21,6 +21,8 @@ pub struct Proc {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reading {
     pub netns: Option<Netns>,
+    /// Whether processes other than this run's share the namespace ([`Proc::machine_wide`]).
+    pub machine_wide: bool,
     pub counters: BTreeMap<String, i64>,
     pub gauges: BTreeMap<String, u64>,
 }
@@ -41,8 +43,12 @@ impl Proc {
         Proc { root: root.into() }
     }
 
-    fn read(&self, relative: &str) -> Option<String> {
-        let path = self.root.join(relative);
+    pub(super) fn path(&self, relative: &str) -> PathBuf {
+        self.root.join(relative)
+    }
+
+    pub(super) fn read(&self, relative: &str) -> Option<String> {
+        let path = self.path(relative);
         match std::fs::read_to_string(&path) {
             Ok(text) => Some(text),
             Err(e) => {
@@ -113,8 +119,10 @@ impl Proc {
                 gauges.insert(name.into(), v);
             }
         }
+        let netns = self.netns();
         Reading {
-            netns: self.netns(),
+            machine_wide: netns.as_ref().is_some_and(|n| self.machine_wide(n)),
+            netns,
             counters,
             gauges,
         }
@@ -268,6 +276,8 @@ pub fn figures(
     }
     Some(KernelFigures {
         netns: Some(netns),
+        // Shared at either reading: some of the growth in between may be another's.
+        machine_wide: before.machine_wide || after.machine_wide,
         shards: vec![shard],
         summed: BTreeMap::new(),
         increases,
@@ -276,7 +286,7 @@ pub fn figures(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// This machine's /proc/net/netstat, shortened: the format (a names line, then a values
@@ -336,10 +346,10 @@ FRAG: inuse 0 memory 0
     }
 
     /// A /proc tree of `files` under a directory of its own (removed on drop).
-    struct Tree(PathBuf);
+    pub(in crate::machine) struct Tree(PathBuf);
 
     impl Tree {
-        fn new(name: &str, files: &[(&str, &str)]) -> Tree {
+        pub(in crate::machine) fn new(name: &str, files: &[(&str, &str)]) -> Tree {
             let root =
                 std::env::temp_dir().join(format!("wsload-netstat-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&root);
@@ -351,12 +361,21 @@ FRAG: inuse 0 memory 0
             Tree(root)
         }
 
-        fn proc(&self) -> Proc {
+        pub(in crate::machine) fn proc(&self) -> Proc {
             Proc::at(&self.0)
         }
 
         fn write(&self, path: &str, text: &str) {
             std::fs::write(self.0.join(path), text).expect("write");
+        }
+
+        /// `link` made another name of `target`'s inode, as one namespace is to two
+        /// processes.
+        pub(in crate::machine) fn link(self, link: &str, target: &str) -> Tree {
+            let path = self.0.join(link);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::hard_link(self.0.join(target), path).expect("link");
+            self
         }
     }
 
@@ -440,6 +459,15 @@ FRAG: inuse 0 memory 0
         .map(|(n, v)| (n.to_string(), v))
         .collect();
         assert_eq!(f.gauges, want);
+        // Nothing in the tree says another process shares it; a reading that does marks the
+        // cell's figures machine-wide.
+        assert!(!before.machine_wide && !f.machine_wide);
+        let shared = Reading {
+            machine_wide: true,
+            ..after
+        };
+        let f = figures(&before, &shared, &peaks.seen(), 3).expect("figures");
+        assert!(f.machine_wide);
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! that ran out, a connection-tracking table or the orphan sockets at their limit, connections
 //! given up after retransmissions, and who sent the resets the clients saw. The increases are
 //! summed over the namespaces the shards ran in (each counted once); a limit is judged in each.
+//!
+//! A namespace other processes share (the host's, in a local run: `KernelFigures::machine_wide`)
+//! counts their connections too, so its counters may have moved with none of the run's: a
+//! finding that the cell's own figures contradict (a full accept queue blamed in a cell whose
+//! every connect succeeded quickly) is withheld, and every other one made from such counters
+//! says so ([`MACHINE_WIDE`]). In a namespace of its own (a pod) the counters are the shard's.
 
 use super::{Finding, Rule, finding};
 use crate::kernel::{self as k, KernelFigures, Limited};
@@ -39,14 +45,52 @@ pub fn cell(r: &RunResult, c: &CellResult) -> Vec<Finding> {
     .collect()
 }
 
+/// What a finding made from a machine-wide namespace's counters adds to its evidence.
+pub const MACHINE_WIDE: &str = "machine-wide: other processes on this host move these counters";
+
+/// Linux's least retransmission timeout (TCP_RTO_MIN), seconds: a connection whose SYN, or
+/// whose segment completing the handshake, a full queue dropped is sent again no sooner (a
+/// SYN after 1 s), so a cell whose connects met one has a failure or a handshake this slow.
+pub const RETRANSMIT_MIN_SECS: f64 = 0.2;
+
+/// The namespaces in which one of `counters` grew.
+fn grown_in<'a>(c: &'a CellResult, counters: &[&str]) -> Vec<&'a KernelFigures> {
+    c.kernel
+        .iter()
+        .filter(|e| counters.iter().any(|n| e.increase(n) > 0))
+        .collect()
+}
+
+/// Whether processes other than the run's share one of `entries`.
+fn machine_wide(entries: &[&KernelFigures]) -> bool {
+    entries.iter().any(|e| e.machine_wide)
+}
+
+/// `evidence`, and [`MACHINE_WIDE`] when it was read in such a namespace.
+fn scoped(mut evidence: String, entries: &[&KernelFigures]) -> String {
+    if machine_wide(entries) {
+        evidence.push_str("; ");
+        evidence.push_str(MACHINE_WIDE);
+    }
+    evidence
+}
+
+/// Whether the cell's own connects deny that a full queue dropped any of them: it opened none,
+/// or every one it attempted succeeded and the slowest handshake took less than a
+/// retransmission. Only counters another process may have moved are weighed against it.
+fn connects_unharmed(c: &CellResult) -> bool {
+    let counts = &c.measure.counts;
+    let handshakes = &c.measure.hists.connect;
+    counts.attempted == 0
+        || (counts.failed_total() == 0
+            && !handshakes.is_empty()
+            && handshakes.max() < RETRANSMIT_MIN_SECS)
+}
+
 /// `TcpExtListenOverflows +12, TcpExtListenDrops +12` for those of `counters` that grew, and
 /// where: `in net:[4026531840] (shards 0-3)`.
 fn grew(c: &CellResult, counters: &[&str]) -> Option<String> {
-    let grew_in: Vec<&KernelFigures> = c
-        .kernel
-        .iter()
-        .filter(|e| counters.iter().any(|n| e.increase(n) > 0))
-        .collect();
+    let grew_in = grown_in(c, counters);
     if grew_in.is_empty() {
         return None;
     }
@@ -77,33 +121,48 @@ fn places(entries: &[&KernelFigures]) -> String {
 }
 
 /// Listeners whose accept queue was full: the kernel dropped the SYN or the handshake's last
-/// ACK, and the client retransmits (connects of ~1 s and ~3 s) or gives up.
+/// ACK, and the client retransmits (connects of ~1 s and ~3 s) or gives up. Counted where
+/// other processes listen too, and the cell's connects all quick and whole, the listeners
+/// were theirs: nothing to say of this run.
 pub fn listen_overflow(c: &CellResult) -> Option<Finding> {
-    let evidence = grew(c, &[k::LISTEN_OVERFLOWS, k::LISTEN_DROPS])?;
+    let counters = [k::LISTEN_OVERFLOWS, k::LISTEN_DROPS];
+    let entries = grown_in(c, &counters);
+    if machine_wide(&entries) && connects_unharmed(c) {
+        return None;
+    }
+    let evidence = grew(c, &counters)?;
     finding(
         Rule::KernelListenOverflow,
         c,
         "the kernel dropped connections at a full accept queue (ListenOverflows): the server accepted more slowly than connections arrived; raise its listen backlog and net.core.somaxconn, add server replicas, or open connections more slowly (a smaller connect.batchSize, a longer connect.batchInterval)",
-        evidence,
+        scoped(evidence, &entries),
     )
 }
 
-/// SYNs that found the listener's SYN queue full: answered with cookies, or dropped.
+/// SYNs that found the listener's SYN queue full: answered with cookies, or dropped. A
+/// dropped SYN delays its connect as a full accept queue does, and is weighed the same way; a
+/// cookie delays nothing, so where cookies were sent only a cell that opened nothing denies
+/// them.
 pub fn syn_queue(c: &CellResult) -> Option<Finding> {
-    let evidence = grew(
-        c,
-        &[
-            k::SYNCOOKIES_SENT,
-            k::REQ_Q_FULL_DO_COOKIES,
-            k::REQ_Q_FULL_DROP,
-            k::SYNCOOKIES_FAILED,
-        ],
-    )?;
+    let cookies = [k::SYNCOOKIES_SENT, k::REQ_Q_FULL_DO_COOKIES];
+    let counters = [
+        k::SYNCOOKIES_SENT,
+        k::REQ_Q_FULL_DO_COOKIES,
+        k::REQ_Q_FULL_DROP,
+        k::SYNCOOKIES_FAILED,
+    ];
+    let entries = grown_in(c, &counters);
+    let denied = c.measure.counts.attempted == 0
+        || (connects_unharmed(c) && grown_in(c, &cookies).is_empty());
+    if machine_wide(&entries) && denied {
+        return None;
+    }
+    let evidence = grew(c, &counters)?;
     finding(
         Rule::KernelSynQueue,
         c,
         "the SYN queue overflowed: the kernel answered SYNs with cookies (SyncookiesSent) or dropped them (TCPReqQFullDrop); raise net.ipv4.tcp_max_syn_backlog and the server's listen backlog, or open connections more slowly",
-        evidence,
+        scoped(evidence, &entries),
     )
 }
 
@@ -133,6 +192,9 @@ pub fn tcp_memory(c: &CellResult) -> Option<Finding> {
             "TCP memory peaked at {level} pages against net.ipv4.tcp_mem {tcp_mem} (pages; pressure from the second, the limit at the third)"
         ));
     }
+    let mut read_in = grown_in(c, &[k::ABORT_ON_MEMORY, k::MEMORY_PRESSURES]);
+    read_in.extend(fullest.map(|(e, _)| e));
+    let evidence = scoped(evidence, &read_in);
     let cause = if aborted > 0 {
         "TCP ran out of memory (TCPAbortOnMemory; too many orphan sockets count there too): the kernel reset connections; raise net.ipv4.tcp_mem, or hold fewer connections (or smaller buffers) per machine"
     } else {
@@ -167,7 +229,7 @@ pub fn at_limit(c: &CellResult, l: Limited, rule: Rule, cause: &str) -> Option<F
     if full.len() > 1 {
         evidence.push_str(&format!("; {} namespaces at their limit", full.len()));
     }
-    finding(rule, c, cause, evidence)
+    finding(rule, c, cause, scoped(evidence, &full))
 }
 
 /// Connections the kernel gave up after its retransmissions went unanswered, in a cell whose
@@ -183,20 +245,18 @@ pub fn abort_on_timeout(c: &CellResult) -> Option<Finding> {
     {
         return None;
     }
-    let evidence = grew(
-        c,
-        &[
-            k::ABORT_ON_TIMEOUT,
-            k::TIMEOUTS,
-            k::SYN_RETRANS,
-            k::RETRANS_SEGS,
-        ],
-    )?;
+    let counters = [
+        k::ABORT_ON_TIMEOUT,
+        k::TIMEOUTS,
+        k::SYN_RETRANS,
+        k::RETRANS_SEGS,
+    ];
+    let evidence = grew(c, &counters)?;
     finding(
         Rule::KernelTimeout,
         c,
         "the kernel gave up on connections whose retransmissions went unanswered (TCPAbortOnTimeout): the other side stopped answering (an overloaded server, a full queue, packets dropped on the way); look at the server's CPU and queues",
-        evidence,
+        scoped(evidence, &grown_in(c, &counters)),
     )
 }
 
@@ -326,7 +386,10 @@ pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
     };
     // Each shard alone in its namespace, in a run of several: the namespaces hold only the
     // load generators.
-    let own = r.shard_count > 1 && c.kernel.iter().all(|e| e.shards.len() == e.namespaces());
+    let own = r.shard_count > 1
+        && c.kernel
+            .iter()
+            .all(|e| e.shards.len() == e.namespaces() && !e.machine_wide);
     let side = match (own, sent, far_more) {
         (true, _, true) => {
             "the load generators' own namespaces sent far more TCP resets (TcpOutRsts) than connections failed or dropped: most are the ends of connections that succeeded (a socket closed with data unread ends with a reset: TCPAbortOnData), so they do not say which side reset the failed ones; see the server's counters and log"
@@ -351,9 +414,12 @@ pub fn resets(r: &RunResult, c: &CellResult) -> Option<Finding> {
         Rule::KernelResets,
         c,
         &format!("{what}, and {side}"),
-        evidence,
+        scoped(evidence, &all),
     )
 }
+
+#[cfg(test)]
+mod machine_wide;
 
 #[cfg(test)]
 mod tests {
@@ -364,7 +430,11 @@ mod tests {
 
     /// The fixture's cell (100 attempted, 99 connected, 1 refused) with shard `shard`'s
     /// reading: `increases` and `gauges` by name, everything else of the kernel 0.
-    fn read(shard: u32, increases: &[(&str, u64)], gauges: &[(&str, u64)]) -> KernelFigures {
+    pub(super) fn read(
+        shard: u32,
+        increases: &[(&str, u64)],
+        gauges: &[(&str, u64)],
+    ) -> KernelFigures {
         let mut inc: BTreeMap<String, u64> =
             k::COUNTERS.iter().map(|c| (c.to_string(), 0)).collect();
         inc.extend(increases.iter().map(|(n, v)| (n.to_string(), *v)));
@@ -373,6 +443,7 @@ mod tests {
                 inode: 4026531840 + u64::from(shard),
                 boot: "boot".into(),
             }),
+            machine_wide: false,
             shards: vec![shard],
             summed: BTreeMap::new(),
             increases: inc,
@@ -380,14 +451,14 @@ mod tests {
         }
     }
 
-    fn result(kernel: Vec<KernelFigures>) -> RunResult {
+    pub(super) fn result(kernel: Vec<KernelFigures>) -> RunResult {
         let mut r = shard(0, 100, 1, 1);
         r.shard_count = 1;
         r.cells[0].kernel = kernel;
         r
     }
 
-    fn texts(r: &RunResult) -> Vec<String> {
+    pub(super) fn texts(r: &RunResult) -> Vec<String> {
         cell(r, &r.cells[0])
             .iter()
             .map(ToString::to_string)
@@ -396,7 +467,7 @@ mod tests {
 
     /// A busy but healthy cell: connections opened and closed, segments retransmitted,
     /// sockets and memory well under their limits.
-    fn quiet() -> KernelFigures {
+    pub(super) fn quiet() -> KernelFigures {
         read(
             0,
             &[
