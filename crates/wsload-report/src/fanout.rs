@@ -185,6 +185,11 @@ pub struct Fanout {
     /// not counted.
     #[serde(default)]
     pub outside: u64,
+    /// Deliveries read during the measured window, whenever published: what the subscribers
+    /// took in, kept up or not (a subscriber behind reads the window's time in what was
+    /// published before it).
+    #[serde(default)]
+    pub read_in_window: u64,
     /// Messages that matched `delivery.match` but carried no sequence number wsload could read.
     #[serde(default)]
     pub unreadable: u64,
@@ -220,9 +225,33 @@ pub struct TopicTally {
     pub out_of_order: u64,
     /// Received too far below a subscriber's highest to tell (see [`Deliveries::too_late`]).
     pub too_late: u64,
+    /// The lowest- and highest-numbered deliveries read (at any time) whose publish instant
+    /// is known, as (sequence number, Unix µs): the server's publish pace, which the
+    /// subscribers may not have kept up with (`None`: no timed delivery read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_from: Option<(u64, u64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_to: Option<(u64, u64)>,
 }
 
 impl TopicTally {
+    /// Publishes per second the topic's numbers and instants show (the pace its publisher
+    /// kept, whatever the subscribers read of it); `None` without two timed deliveries apart.
+    pub fn publish_pace(&self) -> Option<f64> {
+        let ((s0, t0), (s1, t1)) = (self.paced_from?, self.paced_to?);
+        (s1 > s0 && t1 > t0).then(|| (s1 - s0) as f64 * 1e6 / (t1 - t0) as f64)
+    }
+
+    /// A delivery numbered `seq`, published at `at_us`, read: the pace's ends moved out to it.
+    pub fn paced(&mut self, seq: u64, at_us: u64) {
+        if self.paced_from.is_none_or(|(s, _)| seq < s) {
+            self.paced_from = Some((seq, at_us));
+        }
+        if self.paced_to.is_none_or(|(s, _)| seq > s) {
+            self.paced_to = Some((seq, at_us));
+        }
+    }
+
     pub fn add(&mut self, o: &TopicTally) {
         self.subscribers += o.subscribers;
         self.published += o.published;
@@ -236,6 +265,12 @@ impl TopicTally {
         self.duplicates += o.duplicates;
         self.out_of_order += o.out_of_order;
         self.too_late += o.too_late;
+        if let Some((s, t)) = o.paced_from {
+            self.paced(s, t);
+        }
+        if let Some((s, t)) = o.paced_to {
+            self.paced(s, t);
+        }
     }
 
     /// A subscriber's view of the topic, added in.
@@ -292,6 +327,7 @@ impl Fanout {
         keep_slowest(&mut self.slowest);
         self.by_server |= o.by_server;
         self.outside += o.outside;
+        self.read_in_window += o.read_in_window;
         self.unreadable += o.unreadable;
         self.before_publish += o.before_publish;
         self.publishers += o.publishers;

@@ -12,6 +12,14 @@ use serde::{Deserialize, Serialize};
 pub struct FanoutFigures {
     /// Distinct deliveries per measured second, over subscribers.
     pub deliveries_per_sec: f64,
+    /// Deliveries the subscribers read per measured second, whenever published: what they
+    /// took in, kept up or not.
+    pub read_per_sec: f64,
+    /// Deliveries per second the publishers' pace owed the subscribers, from the numbers and
+    /// instants the deliveries carry (each topic's pace times its subscribers); unset
+    /// without timed deliveries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owed_per_sec: Option<f64>,
     /// Publishes of the window per measured second, over topics.
     pub publishes_per_sec: f64,
     /// Topics that had a subscriber or a publish.
@@ -68,8 +76,15 @@ impl FanoutFigures {
             .iter()
             .filter(|t| t.subscribers > 0 || t.publishes(f.by_server) > 0)
             .count() as u64;
+        let owed = f
+            .topics
+            .iter()
+            .filter_map(|t| Some(t.publish_pace()? * t.subscribers as f64))
+            .fold(None, |sum: Option<f64>, o| Some(sum.unwrap_or(0.0) + o));
         FanoutFigures {
             deliveries_per_sec: per(t.delivered),
+            read_per_sec: per(f.read_in_window),
+            owed_per_sec: owed,
             publishes_per_sec: per(t.publishes),
             topics,
             publishes: t.publishes,
@@ -120,7 +135,7 @@ mod tests {
                     delivered: 298,
                     duplicates: 1,
                     out_of_order: 2,
-                    too_late: 0,
+                    ..TopicTally::default()
                 },
                 TopicTally {
                     subscribers: 2,

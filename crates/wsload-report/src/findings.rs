@@ -39,6 +39,9 @@ pub enum Rule {
     FanoutClock,
     /// Fan-out deliveries expected and never received.
     FanoutIncomplete,
+    /// The subscribers read less than the publishers' pace owed them: the load generator,
+    /// not the server, set the pace; how much more of it would keep up.
+    FanoutBehind,
     /// The server's topic counters against what the subscribers received.
     FanoutServer,
     /// Fan-out deliveries received twice or out of order.
@@ -458,7 +461,7 @@ pub fn loadgen_cpu(c: &CellResult) -> Option<Finding> {
 }
 
 /// Megabytes, to two decimals: the size of traffic in a finding.
-fn mb(bytes: u64) -> String {
+pub(crate) fn mb(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1e6)
 }
 
@@ -494,7 +497,7 @@ pub fn unsolicited(c: &CellResult) -> Option<Finding> {
 /// the server sent faster than the client read, so the client, not the server, set the pace.
 pub fn client_behind(c: &CellResult) -> Option<Finding> {
     let counts = &c.measure.counts;
-    if counts.behind == 0 {
+    if counts.behind == 0 || fanout::behind(c).is_some() {
         return None;
     }
     finding(

@@ -170,7 +170,7 @@ pub fn fanout() -> RunResult {
         delivered,
         duplicates,
         out_of_order,
-        too_late: 0,
+        ..TopicTally::default()
     };
     let fanout = Fanout {
         topics: vec![topic(50_000, 0, 0), topic(49_995, 2, 3)],

@@ -227,6 +227,39 @@ mod tests {
         );
     }
 
+    /// Subscribers behind a server faster than they read take in deliveries published before
+    /// the window: none of the window's, but read: measured (completeness judges it), not
+    /// nothing.
+    #[test]
+    fn a_fanout_that_read_only_older_deliveries_is_measured() {
+        use crate::fanout::{Fanout, TopicTally};
+        let mut m = Measure::default();
+        (m.counts.attempted, m.counts.connected) = (4, 4);
+        m.counts.fanout = Some(Fanout {
+            topics: vec![TopicTally {
+                subscribers: 4,
+                published: 50,
+                ..TopicTally::default()
+            }],
+            read_in_window: 1_000,
+            outside: 1_000,
+            ..Fanout::default()
+        });
+        let r = judged(Scenario::Fanout, m.clone());
+        assert!(
+            r.verdict.as_ref().is_none_or(|v| v.unmeasured.is_empty()),
+            "{:?}",
+            r.verdict
+        );
+        assert_eq!(
+            r.cells[0].figures.fanout.as_ref().map(|f| f.read_per_sec),
+            Some(100.0)
+        );
+        m.counts.fanout.as_mut().expect("tally").read_in_window = 0;
+        let v = judged(Scenario::Fanout, m).verdict.expect("judged");
+        assert_eq!(v.unmeasured.len(), 1);
+    }
+
     #[test]
     fn a_fanout_that_delivered_nothing_fails_and_one_that_did_is_judged() {
         use crate::fanout::{Fanout, TopicTally};

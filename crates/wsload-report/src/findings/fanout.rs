@@ -19,6 +19,7 @@ pub fn cell(c: &CellResult) -> Vec<Finding> {
         return Vec::new();
     };
     let mut out: Vec<Finding> = [
+        behind(c),
         incomplete(c, fig, tally),
         order(c, fig),
         before_publish(c, fig, tally),
@@ -32,6 +33,46 @@ pub fn cell(c: &CellResult) -> Vec<Finding> {
     }
     out
 }
+
+/// How much more load generator would have kept up: the subscribers read `read` deliveries a
+/// second while the publishers' pace owed them `owed` (above by a margin no jitter makes),
+/// and they had deliveries left unread at the deadline. `None` when they kept up, or when no
+/// timed delivery shows the pace.
+pub fn behind(c: &CellResult) -> Option<Finding> {
+    let fig = c.figures.fanout.as_ref()?;
+    let counts = &c.measure.counts;
+    let owed = fig.owed_per_sec?;
+    if counts.behind == 0 || fig.read_per_sec <= 0.0 || owed < fig.read_per_sec * BEHIND_MARGIN {
+        return None;
+    }
+    let times = (owed / fig.read_per_sec).ceil();
+    let mut evidence = format!(
+        "the subscribers read {}/s of the {}/s the publishers' pace owed them ({} of it), {} connections with {} unread at the deadline",
+        num(fig.read_per_sec),
+        num(owed),
+        percent(fig.read_per_sec / owed),
+        num(counts.behind as f64),
+        super::mb(counts.unread_bytes)
+    );
+    if let Some(cpu) = c.loadgen_cpu {
+        evidence.push_str(&format!(
+            "; the busiest load generator at {:.0}% CPU",
+            cpu * 100.0
+        ));
+    }
+    finding(
+        Rule::FanoutBehind,
+        c,
+        &format!(
+            "the load generator could not keep up with the deliveries, so the server's delivery rate is not measured here (completeness counts what the subscribers reached, and they read the window in what was published before it); about {times:.0} times its capacity would keep up: {times:.0} shards of this size, or {times:.0} times its cores"
+        ),
+        evidence,
+    )
+}
+
+/// The share the pace may exceed what was read by before the subscribers count as behind:
+/// more than one read loop's jitter.
+const BEHIND_MARGIN: f64 = 1.1;
 
 /// Deliveries expected and never received: how many, on which topics, the subscribers that
 /// missed most, and whether subscribers' connections ended early.
@@ -504,5 +545,63 @@ mod tests {
         let f = text(&clock_blur(&r));
         assert!(f[0].contains("± 600 us of the truth"), "{f:?}");
         assert!(f[0].contains("which is not measured at all"), "{f:?}");
+    }
+
+    /// A publisher's pace the subscribers did not keep up with, and deliveries left unread at
+    /// the deadline: the load generator is named, with how many times its capacity would
+    /// keep up; the same pace read in full (or nothing unread) is no finding.
+    #[test]
+    fn subscribers_behind_the_pace_name_the_load_generator_and_how_much_more() {
+        let mut r = crate::fixtures::fanout();
+        let c = &mut r.cells[0];
+        let f = c.measure.counts.fanout.as_mut().expect("tally");
+        // 1,000 publishes a second on each topic, seen from the deliveries' numbers and
+        // instants; 50 subscribers each: 100,000 deliveries a second owed.
+        for t in &mut f.topics {
+            t.paced(1, 1_000_000);
+            t.paced(2_001, 3_000_000);
+        }
+        f.read_in_window = 300_000;
+        c.measure.counts.behind = 40;
+        c.measure.counts.unread_bytes = 4_000_000;
+        c.loadgen_cpu = Some(0.97);
+        c.compute();
+        let fig = c.figures.fanout.as_ref().expect("figures");
+        assert_eq!(fig.owed_per_sec, Some(100_000.0));
+        assert_eq!(fig.read_per_sec, 30_000.0);
+        let b = behind(c).expect("behind");
+        assert_eq!(b.rule, Rule::FanoutBehind);
+        assert!(b.cause.contains("about 4 times its capacity would keep up: 4 shards of this size, or 4 times its cores"), "{}", b.cause);
+        assert!(
+            b.evidence.contains("read 30.0K/s of the 100.0K/s"),
+            "{}",
+            b.evidence
+        );
+        assert!(
+            b.evidence.contains("40 connections with 4.00 MB unread"),
+            "{}",
+            b.evidence
+        );
+        assert!(b.evidence.contains("97% CPU"), "{}", b.evidence);
+        // The generic finding gives way to it.
+        assert!(crate::findings::client_behind(c).is_none());
+
+        c.measure
+            .counts
+            .fanout
+            .as_mut()
+            .expect("tally")
+            .read_in_window = 1_000_000;
+        c.compute();
+        assert!(behind(c).is_none(), "read all it was owed");
+        c.measure
+            .counts
+            .fanout
+            .as_mut()
+            .expect("tally")
+            .read_in_window = 300_000;
+        c.measure.counts.behind = 0;
+        c.compute();
+        assert!(behind(c).is_none(), "nothing unread");
     }
 }

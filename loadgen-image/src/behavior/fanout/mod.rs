@@ -135,6 +135,8 @@ impl Part {
                         && let Some(r) = read_ready(ws, ctx)
                     {
                         self.before_start(ws, ctx, plan, &r?)?;
+                        // Taking turns with the other connections (see Subscriber::receive).
+                        tokio::task::consume_budget().await;
                     }
                 }
             }

@@ -81,11 +81,14 @@ impl Subscriber {
                 Ok(r) => r?,
             };
             self.take(ws, ctx, plan, window, &msg)?;
-            // What else is buffered, without a timer per message.
+            // What else is buffered, without a timer per message; taking turns with the
+            // worker's other connections (a socket that is never empty must not leave them
+            // unread: they would all fall behind but this one).
             while Instant::now() < until
                 && let Some(r) = read_ready(ws, ctx)
             {
                 self.take(ws, ctx, plan, window, &r?)?;
+                tokio::task::consume_budget().await;
             }
         }
     }
@@ -150,26 +153,39 @@ impl Subscriber {
         len: u64,
     ) {
         let received_us = clock::conductor_micros();
+        let now = Instant::now();
+        let arrived_in_window = now >= ctx.measure_from && now < ctx.deadline;
+        let at = match (self.streams.len(), d.topic) {
+            (1, _) => Some(0),
+            (_, Some(name)) => plan
+                .spec
+                .topic_index(name)
+                .and_then(|t| self.streams.iter().position(|s| s.topic == t)),
+            (_, None) => None,
+        };
+        {
+            // What the subscribers take in, kept up or not, and the pace the publisher kept
+            // (from every timed delivery, in the window or not): in the worker's tally, where
+            // they add up over its subscribers.
+            let mut m = ctx.stats.borrow_mut();
+            let f = tally(&mut m, plan);
+            f.read_in_window += u64::from(arrived_in_window);
+            if let (Some(i), Some(at)) = (at, published_us)
+                && let Some(t) = f.topics.get_mut(self.streams[i].topic as usize)
+            {
+                t.paced(d.seq, at);
+            }
+        }
         let counted = match published_us {
             Some(at) => window.holds(at),
             // Untimed deliveries count by when they arrive.
-            None => {
-                let now = Instant::now();
-                now >= ctx.measure_from && now < ctx.deadline
-            }
+            None => arrived_in_window,
         };
         if !counted {
             self.outside += 1;
             return;
         }
-        let stream = match (self.streams.len(), d.topic) {
-            (1, _) => self.streams.first_mut(),
-            (_, Some(name)) => plan
-                .spec
-                .topic_index(name)
-                .and_then(|t| self.streams.iter_mut().find(|s| s.topic == t)),
-            (_, None) => None,
-        };
+        let stream = at.and_then(|i| self.streams.get_mut(i));
         let Some(stream) = stream else {
             self.unreadable += 1;
             return;
