@@ -495,16 +495,15 @@ pub fn name_rule() -> kube::core::Rule {
 }
 
 /// The CEL form of `validate.rs`'s one-of messages of the conversation.
-pub const MSG_ONE_PAYLOAD: &str =
-    "set exactly one of text (a text frame) or binary (a binary frame)";
+pub const MSG_ONE_PAYLOAD: &str = "set exactly one of text (a text frame), binary (a binary frame) or bytes (a binary frame written in hex)";
 pub const MSG_STEP_KIND: &str =
     "set exactly one of send (a message to send) or expect (a message to wait for)";
 pub const MSG_CAPTURE_NEEDS_EXPECT: &str =
     "capture needs expect on the same step: values are taken from the message it matched";
-pub const MSG_CAPTURE_KIND: &str =
-    "set exactly one of json (a field's path) or regex (its first group)";
+pub const MSG_CAPTURE_KIND: &str = "set exactly one of json (a field's path), regex (its first group) or at (a binary field's offset)";
+pub const MSG_AT_WIDTH: &str = "at and width go together: width is how many bytes at reads (1, 2, 4 or 8), as a big-endian number";
 pub const MSG_SPLIT_KIND: &str = "set exactly one of separator (the text between messages) or jsonArray (an array of messages after a prefix)";
-pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, regex, json or frame: an empty match matches every message";
+pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, bytes, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
 pub const MSG_PUSH_NAMES: &str = "push rule names must be unique: pushes are counted by name";
 pub const MSG_PUSH_AND_PUSHES: &str = "set push (one rule, counted in the total) or pushes (rules counted by name), not both; move push into pushes with a name";
@@ -520,7 +519,10 @@ fn exactly_one(fields: &[&str]) -> String {
 pub fn payload_rules(schema: &mut Schema) {
     push(
         schema,
-        vec![rule(&exactly_one(&["text", "binary"]), MSG_ONE_PAYLOAD)],
+        vec![rule(
+            &exactly_one(&["text", "binary", "bytes"]),
+            MSG_ONE_PAYLOAD,
+        )],
     );
 }
 
@@ -553,7 +555,16 @@ pub fn split_rules(schema: &mut Schema) {
 pub fn capture_rules(schema: &mut Schema) {
     push(
         schema,
-        vec![rule(&exactly_one(&["json", "regex"]), MSG_CAPTURE_KIND)],
+        vec![
+            rule(&exactly_one(&["json", "regex", "at"]), MSG_CAPTURE_KIND),
+            at(
+                rule(
+                    "has(self.at) == has(self.width) && (!has(self.width) || self.width in [1, 2, 4, 8])",
+                    MSG_AT_WIDTH,
+                ),
+                ".width",
+            ),
+        ],
     );
 }
 
@@ -561,7 +572,7 @@ pub fn match_rules(schema: &mut Schema) {
     push(
         schema,
         vec![rule(
-            "has(self.equals) || has(self.prefix) || has(self.regex) || has(self.json) || has(self.frame)",
+            "has(self.equals) || has(self.prefix) || has(self.bytes) || has(self.regex) || has(self.json) || has(self.frame)",
             MSG_MATCH_EMPTY,
         )],
     );
@@ -600,10 +611,10 @@ pub fn measured_message_rules(schema: &mut Schema) {
     push(
         schema,
         vec![
-            rule(&exactly_one(&["text", "binary"]), MSG_ONE_PAYLOAD),
+            rule(&exactly_one(&["text", "binary", "bytes"]), MSG_ONE_PAYLOAD),
             at(
                 rule(
-                    "!has(self.answer) || !has(self.answer.id) || (has(self.text) && self.text.contains('${seq}')) || (has(self.binary) && self.binary.contains('${seq}'))",
+                    "!has(self.answer) || !has(self.answer.id) || (has(self.text) && self.text.contains('${seq}')) || (has(self.binary) && self.binary.contains('${seq}')) || (has(self.bytes) && self.bytes.contains('${seq'))",
                     MSG_ID_NEEDS_SEQ,
                 ),
                 ".answer.id",

@@ -6,6 +6,7 @@
 //! See docs/loadtest.md, "Your own protocol".
 
 use crate::cel;
+use crate::template::Written;
 use crate::units::{Dur, TimeUnit};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -164,14 +165,17 @@ pub struct Step {
     pub timeout: Option<Dur>,
 }
 
-/// A message to send: a template, as a text or a binary frame (exactly one).
+/// A message to send: a template, as a text or a binary frame (exactly one of `text`,
+/// `binary` and `bytes`).
 ///
 /// Placeholders: `${conn}` (the connection's number over all shards), `${seq}` (the
 /// connection's message sequence number, from 1), `${sendTime}` (microseconds since the Unix
 /// epoch when the message is made), `${random}` (a random 32-bit number), `${hex:N}` (N random
 /// hex digits), `${uuid}` (a random UUID v4), `${pad}` (filler that makes the message
 /// `message.size` bytes) and `${NAME}` for a variable captured on open. `$${` is a literal
-/// `${`.
+/// `${`. In `bytes` (see [`crate::template::bytes`]): hex bytes, text in double quotes,
+/// `${seq:u16}` and the like (big-endian at a fixed width), `${len:varint}` (a length
+/// computed over what follows, to the end of its `( ... )` group or of the message).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = cel::payload_rules)]
@@ -184,6 +188,23 @@ pub struct Payload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TEMPLATE_LEN))]
     pub binary: Option<String>,
+    /// Sent as a binary frame, written as bytes (a binary protocol's, MQTT's): hex, text in
+    /// double quotes, numbers at a fixed width (`${seq:u16}`), computed lengths
+    /// (`${len:varint}`, `(${len:u16} "topic")`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub bytes: Option<String>,
+}
+
+impl Payload {
+    /// The template and how it is written; `None` unless exactly one of the three is set.
+    pub fn written(&self) -> Option<(Written, &str)> {
+        Written::one_of(
+            self.text.as_deref(),
+            self.binary.as_deref(),
+            self.bytes.as_deref(),
+        )
+    }
 }
 
 /// Which server messages match: every field given must hold. The JSON `field` is read from
@@ -200,6 +221,11 @@ pub struct Match {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TEMPLATE_LEN))]
     pub prefix: Option<String>,
+    /// The message starts with these bytes: hex, and text in double quotes (an MQTT PUBACK:
+    /// `'40 02'`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub bytes: Option<String>,
     /// A regular expression (Rust `regex` syntax) found in the message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TEMPLATE_LEN))]
@@ -233,7 +259,7 @@ pub enum FrameType {
     Binary,
 }
 
-/// Where a value is in a message (exactly one of `json` and `regex`).
+/// Where a value is in a message (exactly one of `json`, `regex` and `at`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = cel::capture_rules)]
@@ -247,7 +273,20 @@ pub struct Capture {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TEMPLATE_LEN))]
     pub regex: Option<String>,
+    /// The `width` bytes at this offset from the message's first byte (a binary protocol's
+    /// field: an MQTT PUBACK's packet id is `{at: 2, width: 2}`), read as a big-endian
+    /// number where a number is wanted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_CAPTURE_AT))]
+    pub at: Option<u32>,
+    /// How many bytes `at` reads: 1, 2, 4 or 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 8))]
+    pub width: Option<u8>,
 }
+
+/// The furthest offset a capture reads at (a message's bytes beyond are not a header's).
+pub const MAX_CAPTURE_AT: u32 = 1 << 20;
 
 /// A server message answered automatically.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -294,10 +333,34 @@ pub struct MeasuredMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_TEMPLATE_LEN))]
     pub binary: Option<String>,
+    /// Sent as a binary frame, written as bytes (see [`Payload::bytes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TEMPLATE_LEN))]
+    pub bytes: Option<String>,
     /// How its answer is recognised; without it, nothing answers the message (the server
     /// only receives: throughput counts what was sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<AnswerRule>,
+}
+
+impl MeasuredMessage {
+    /// Its template as a payload.
+    pub fn payload(&self) -> Payload {
+        Payload {
+            text: self.text.clone(),
+            binary: self.binary.clone(),
+            bytes: self.bytes.clone(),
+        }
+    }
+
+    /// The template and how it is written; `None` unless exactly one of the three is set.
+    pub fn written(&self) -> Option<(Written, &str)> {
+        Written::one_of(
+            self.text.as_deref(),
+            self.binary.as_deref(),
+            self.bytes.as_deref(),
+        )
+    }
 }
 
 /// How an answer to the measured message is recognised: a message that matches `match`

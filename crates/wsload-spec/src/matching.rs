@@ -1,6 +1,6 @@
 //! [`Match`] and [`Capture`] compiled once into what runs on every message: a matcher and an
 //! extractor. Neither allocates per message: JSON is read in place ([`crate::json_path`]),
-//! regular expressions run on the bytes.
+//! regular expressions run on the bytes, a binary field is read at its offset.
 //!
 //! Where a message's JSON begins, when a match has a `prefix`, is decided once, from the
 //! prefix alone ([`json_start`]): at the prefix's first `{` or `[` (the prefix is the JSON's
@@ -8,9 +8,11 @@
 //! Socket.IO's `42`, Engine.IO's `0`). A match's `json` and the captures that go with it
 //! read from there alike.
 
-use crate::conversation::{Capture, FrameType, Match};
+use crate::conversation::{Capture, FrameType, MAX_CAPTURE_AT, Match};
 use crate::decimal;
 use crate::json_path::{self, JsonPath, NoNumber, PathError};
+use crate::template::Width;
+use crate::template::bytes::{self, BytesError};
 use regex::bytes::Regex;
 
 /// Why a match or a capture does not compile. [`MatchError::field`] is the sub-field at fault
@@ -35,9 +37,18 @@ pub enum MatchError {
     )]
     NoGroup { regex: String },
     #[error(
-        "set exactly one of json (a field's dotted path, e.g. data.sid) or regex (a regular expression whose first group is the value)"
+        "set exactly one of json (a field's dotted path, e.g. data.sid), regex (a regular expression whose first group is the value) or at (a binary field's offset, with its width)"
     )]
     CaptureNeedsOne,
+    #[error("{source}")]
+    Bytes {
+        #[source]
+        source: BytesError,
+    },
+    #[error("{}", crate::cel::MSG_AT_WIDTH)]
+    Width,
+    #[error("{at}: at most {MAX_CAPTURE_AT}, a binary field being in a message's first bytes")]
+    AtTooFar { at: u32 },
 }
 
 impl MatchError {
@@ -46,6 +57,9 @@ impl MatchError {
         match self {
             MatchError::Regex { field, .. } | MatchError::Path { field, .. } => Some(field),
             MatchError::NoGroup { .. } => Some("regex"),
+            MatchError::Bytes { .. } => Some("bytes"),
+            MatchError::Width => Some("width"),
+            MatchError::AtTooFar { .. } => Some("at"),
             MatchError::CaptureNeedsOne => None,
         }
     }
@@ -85,6 +99,7 @@ pub struct Matcher {
     prefix: Option<Box<[u8]>>,
     /// Where the JSON of a message that has the prefix begins ([`json_start`]).
     json_from: usize,
+    bytes: Option<Box<[u8]>>,
     json: Option<(JsonPath, Box<[u8]>)>,
     regex: Option<Regex>,
 }
@@ -106,6 +121,12 @@ impl Matcher {
             equals: m.equals.as_deref().map(|s| s.as_bytes().into()),
             prefix: m.prefix.as_deref().map(|s| s.as_bytes().into()),
             json_from: m.prefix.as_deref().map_or(0, |p| json_start(p.as_bytes())),
+            bytes: m
+                .bytes
+                .as_deref()
+                .map(|b| bytes::fixed(b).map(Vec::into_boxed_slice))
+                .transpose()
+                .map_err(|source| MatchError::Bytes { source })?,
             json,
             regex: m.regex.as_deref().map(|r| regex("regex", r)).transpose()?,
         })
@@ -119,6 +140,9 @@ impl Matcher {
             return false;
         }
         if self.equals.as_deref().is_some_and(|e| e != data) {
+            return false;
+        }
+        if self.bytes.as_deref().is_some_and(|b| !data.starts_with(b)) {
             return false;
         }
         if self.prefix.as_deref().is_some_and(|p| !data.starts_with(p)) {
@@ -148,6 +172,11 @@ pub struct Extractor {
 enum Extract {
     Json(JsonPath),
     Regex(Regex),
+    /// `width` bytes at offset `at`.
+    At {
+        at: usize,
+        width: Width,
+    },
 }
 
 impl Extractor {
@@ -155,6 +184,22 @@ impl Extractor {
     /// its JSON read from where [`json_start`] says.
     pub fn compile(c: &Capture, prefix: Option<&str>) -> Result<Extractor, MatchError> {
         let how = match (&c.json, &c.regex) {
+            _ if c.at.is_some() || c.width.is_some() => {
+                let (Some(at), Some(width)) = (c.at, c.width) else {
+                    return Err(MatchError::Width);
+                };
+                if c.json.is_some() || c.regex.is_some() {
+                    return Err(MatchError::CaptureNeedsOne);
+                }
+                let width = Width::of_bytes(u64::from(width)).ok_or(MatchError::Width)?;
+                if at > MAX_CAPTURE_AT {
+                    return Err(MatchError::AtTooFar { at });
+                }
+                Extract::At {
+                    at: at as usize,
+                    width,
+                }
+            }
             (Some(path), None) => {
                 Extract::Json(JsonPath::parse(path).map_err(|source| MatchError::Path {
                     field: "json",
@@ -187,7 +232,7 @@ impl Extractor {
         let value = self.as_written(data)?;
         Some(match self.how {
             Extract::Json(_) => json_path::unquoted(value),
-            Extract::Regex(_) => value,
+            Extract::Regex(_) | Extract::At { .. } => value,
         })
     }
 
@@ -197,6 +242,7 @@ impl Extractor {
         match &self.how {
             Extract::Json(path) => path.find(self.body(data)),
             Extract::Regex(re) => re.captures(data)?.get(1).map(|m| m.as_bytes()),
+            Extract::At { at, width } => data.get(*at..at + width.bytes()),
         }
     }
 
@@ -207,7 +253,7 @@ impl Extractor {
             Extract::Json(path) => path
                 .find_memo(self.body(data), memo)
                 .map(json_path::unquoted),
-            Extract::Regex(_) => self.extract(data),
+            Extract::Regex(_) | Extract::At { .. } => self.extract(data),
         }
     }
 
@@ -229,6 +275,12 @@ impl Extractor {
                 let value = self.extract(data).ok_or(NoNumber::Missing)?;
                 decimal::read(value, wanted).ok_or(NoNumber::Unreadable)
             }
+            // A binary field: its bytes, big-endian.
+            Extract::At { .. } => Ok(self
+                .extract(data)
+                .ok_or(NoNumber::Missing)?
+                .iter()
+                .fold(0u64, |n, b| (n << 8) | u64::from(*b))),
         }
     }
 
@@ -242,9 +294,14 @@ impl Extractor {
         }
     }
 
-    /// Whether it reads a JSON field (else a regular expression).
+    /// Whether it reads a JSON field (else a regular expression or a binary field).
     pub fn is_json(&self) -> bool {
         matches!(self.how, Extract::Json(_))
+    }
+
+    /// Whether it reads a binary field at an offset (its value is bytes, not text).
+    pub fn is_binary(&self) -> bool {
+        matches!(self.how, Extract::At { .. })
     }
 }
 
@@ -326,7 +383,7 @@ mod tests {
     fn json_capture(path: &str, prefix: Option<&str>) -> Extractor {
         let c = Capture {
             json: Some(path.into()),
-            regex: None,
+            ..Capture::default()
         };
         Extractor::compile(&c, prefix).expect("compiles")
     }
@@ -428,8 +485,8 @@ mod tests {
         );
         let ack = Extractor::compile(
             &Capture {
-                json: None,
                 regex: Some(r"^43(\S+)\[".into()),
+                ..Capture::default()
             },
             None,
         )
@@ -449,8 +506,8 @@ mod tests {
         // A regex group keeps its quotes: only a JSON string is unquoted.
         let quoted = Extractor::compile(
             &Capture {
-                json: None,
                 regex: Some(r#"sid=("[^"]*")"#.into()),
+                ..Capture::default()
             },
             None,
         )
@@ -464,6 +521,7 @@ mod tests {
             &Capture {
                 json: Some("sid".into()),
                 regex: None,
+                ..Capture::default()
             },
             Some("0"),
         )
@@ -478,6 +536,7 @@ mod tests {
             &Capture {
                 json: Some("id".into()),
                 regex: None,
+                ..Capture::default()
             },
             None,
         )
@@ -488,6 +547,7 @@ mod tests {
             &Capture {
                 json: None,
                 regex: Some(r"^43(\d+)".into()),
+                ..Capture::default()
             },
             None,
         )
@@ -495,6 +555,114 @@ mod tests {
         assert_eq!(ack.extract(b"4317[\"ok\"]"), Some(&b"17"[..]));
         assert_eq!(ack.extract(b"42[\"ok\"]"), None);
         assert!(!ack.is_json());
+    }
+
+    /// A capture of the binary field `width` bytes `at`.
+    fn field(at: Option<u32>, width: Option<u8>) -> Result<Extractor, MatchError> {
+        let c = Capture {
+            at,
+            width,
+            ..Capture::default()
+        };
+        Extractor::compile(&c, None)
+    }
+
+    #[test]
+    fn binary_messages_match_by_their_first_bytes_and_give_fields_at_offsets() {
+        let puback = matcher(Match {
+            bytes: Some("40 02".into()),
+            ..Match::default()
+        });
+        assert!(puback.matches(false, &[0x40, 0x02, 0x00, 0x07]));
+        assert!(puback.matches(true, &[0x40, 0x02]), "either frame kind");
+        assert!(!puback.matches(false, &[0x40]) && !puback.matches(false, &[0xd0, 0x00]));
+        let quoted = matcher(Match {
+            bytes: Some(r#"30 "x""#.into()),
+            frame: Some(FrameType::Binary),
+            ..Match::default()
+        });
+        // 0x30 is "0".
+        assert!(quoted.matches(false, b"0x..."));
+        assert!(!quoted.matches(false, b"0y") && !quoted.matches(true, b"0x"));
+        // The packet id of a PUBACK, bytes 2..4 big-endian: a number, and its bytes.
+        let id = field(Some(2), Some(2)).expect("compiles");
+        let ack = [0x40, 0x02, 0x01, 0x2C];
+        assert_eq!(id.extract(&ack), Some(&ack[2..]));
+        assert_eq!(
+            id.extract_number_memo(
+                &ack,
+                &mut json_path::Memo::default(),
+                decimal::Wanted::Whole
+            ),
+            Ok(300)
+        );
+        assert_eq!(id.extract(&ack[..3]), None, "too short: no field");
+        assert!(id.is_binary() && !id.is_json());
+        for (width, want) in [(1, 0x40), (4, 0x4002_012C), (8, 0x4002_012C_0000_0000)] {
+            let x = field(Some(0), Some(width)).expect("compiles");
+            let mut data = ack.to_vec();
+            data.extend_from_slice(&[0; 4]);
+            assert_eq!(
+                x.extract_number_memo(
+                    &data,
+                    &mut json_path::Memo::default(),
+                    decimal::Wanted::Whole
+                ),
+                Ok(want),
+                "width {width}"
+            );
+        }
+        // JSON carried inside a binary message (an MQTT PUBLISH's payload): a regex on bytes.
+        let seq = Extractor::compile(
+            &Capture {
+                regex: Some(r#""seq":(\d+)"#.into()),
+                ..Capture::default()
+            },
+            None,
+        )
+        .expect("compiles");
+        let publish = b"\x30\x13\x00\x03t/1{\"seq\":42,\"ts\":1}";
+        assert_eq!(
+            seq.extract_number_memo(
+                publish,
+                &mut json_path::Memo::default(),
+                decimal::Wanted::Whole
+            ),
+            Ok(42)
+        );
+    }
+
+    #[test]
+    fn binary_fields_say_what_to_fix() {
+        let e = Matcher::compile(&Match {
+            bytes: Some("40 0".into()),
+            ..Match::default()
+        })
+        .expect_err("odd hex");
+        assert_eq!(e.field(), Some("bytes"));
+        assert!(e.to_string().contains("two digits"), "{e}");
+        for (at, width) in [(Some(2), None), (None, Some(2)), (Some(2), Some(3))] {
+            let e = field(at, width).expect_err("width");
+            assert_eq!(e.field(), Some("width"), "{at:?} {width:?}");
+            assert_eq!(e.to_string(), crate::cel::MSG_AT_WIDTH);
+        }
+        let e = field(Some(MAX_CAPTURE_AT + 1), Some(2)).expect_err("far");
+        assert_eq!(e.field(), Some("at"));
+        assert_eq!(
+            e.to_string(),
+            "1048577: at most 1048576, a binary field being in a message's first bytes"
+        );
+        let e = Extractor::compile(
+            &Capture {
+                at: Some(2),
+                width: Some(2),
+                json: Some("id".into()),
+                ..Capture::default()
+            },
+            None,
+        )
+        .expect_err("two ways");
+        assert!(matches!(e, MatchError::CaptureNeedsOne));
     }
 
     #[test]
@@ -524,6 +692,7 @@ mod tests {
             Capture {
                 json: Some("a".into()),
                 regex: Some("(a)".into()),
+                ..Capture::default()
             },
         ] {
             let e = Extractor::compile(&c, None).expect_err("one of");
@@ -533,6 +702,7 @@ mod tests {
             &Capture {
                 json: None,
                 regex: Some("sid=\\w+".into()),
+                ..Capture::default()
             },
             None,
         )
@@ -542,6 +712,7 @@ mod tests {
             &Capture {
                 json: Some("a..b".into()),
                 regex: None,
+                ..Capture::default()
             },
             None,
         )

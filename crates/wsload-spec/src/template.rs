@@ -1,7 +1,12 @@
 //! Message templates (`{"id":${seq},"t":${sendTime}}`), parsed once into literal byte ranges
 //! and placeholders, so that whoever sends them splices only the placeholders' values into
-//! fixed places. The placeholders are listed on [`crate::conversation::Payload`].
+//! fixed places. The placeholders are listed on [`crate::conversation::Payload`]; a binary
+//! protocol's templates (`bytes:`, hex with fixed-width numbers and computed lengths) are
+//! parsed by [`bytes`] into the same parts and a few of their own.
 
+pub mod bytes;
+
+pub use bytes::{BytesError, LengthKind, Num, Width};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
@@ -16,7 +21,50 @@ pub const BUILT_IN: [&str; 7] = ["conn", "seq", "sendTime", "random", "hex", "uu
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     source: Box<str>,
+    /// The bytes literal parts are ranges of: the source itself for text, the bytes its hex
+    /// and quoted text stand for in a bytes template.
+    literals: Box<[u8]>,
     parts: Vec<Part>,
+}
+
+/// How a template is written, and so which frame it goes in: `text` and `binary` are text
+/// with placeholders, `bytes` is a binary protocol's (see [`bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Text,
+    Binary,
+    Bytes,
+}
+
+impl Written {
+    /// The field it is written in.
+    pub fn name(self) -> &'static str {
+        match self {
+            Written::Text => "text",
+            Written::Binary => "binary",
+            Written::Bytes => "bytes",
+        }
+    }
+
+    /// Whether it goes as a text frame (else binary).
+    pub fn is_text(self) -> bool {
+        self == Written::Text
+    }
+
+    /// The one of `text`, `binary` and `bytes` that is set, with its source; `None` unless
+    /// exactly one is.
+    pub fn one_of<'a>(
+        text: Option<&'a str>,
+        binary: Option<&'a str>,
+        bytes: Option<&'a str>,
+    ) -> Option<(Written, &'a str)> {
+        match (text, binary, bytes) {
+            (Some(t), None, None) => Some((Written::Text, t)),
+            (None, Some(b), None) => Some((Written::Binary, b)),
+            (None, None, Some(b)) => Some((Written::Bytes, b)),
+            _ => None,
+        }
+    }
 }
 
 /// One piece of a template. `V` is how a captured variable is named: by its name as written
@@ -41,6 +89,15 @@ pub enum Part<V = Box<str>> {
     Pad,
     /// `${NAME}`: a variable captured on open.
     Var(V),
+    /// `${seq:u16}` (bytes templates): a number in binary, big-endian, at a fixed width.
+    Binary(Num, Width),
+    /// `${len:varint}` (bytes templates): how many bytes follow it up to the end of its
+    /// group, or of the message.
+    Length(LengthKind),
+    /// `(`: a group begins; a length inside it counts to its end.
+    Open,
+    /// `)`: the group ends.
+    Close,
 }
 
 impl<V> Part<V> {
@@ -56,6 +113,10 @@ impl<V> Part<V> {
             Part::Uuid => Part::Uuid,
             Part::Pad => Part::Pad,
             Part::Var(v) => Part::Var(f(v)),
+            Part::Binary(n, w) => Part::Binary(*n, *w),
+            Part::Length(k) => Part::Length(*k),
+            Part::Open => Part::Open,
+            Part::Close => Part::Close,
         }
     }
 }
@@ -73,6 +134,8 @@ pub enum TemplateError {
     BadHex { text: String },
     #[error("${{pad}} appears more than once; one pad fills the message to message.size")]
     TwoPads,
+    #[error(transparent)]
+    Bytes(#[from] BytesError),
 }
 
 fn known_list(vars: &[String]) -> String {
@@ -127,8 +190,31 @@ impl Template {
         push_literal(&mut parts, literal_start..bytes.len());
         Ok(Template {
             source: source.into(),
+            literals: bytes.into(),
             parts,
         })
+    }
+
+    /// Parses a bytes template (see [`bytes`]); `vars` as for [`Template::parse`].
+    pub fn parse_bytes(source: &str, vars: &[&str]) -> Result<Template, TemplateError> {
+        let (literals, parts) = bytes::parse(source, vars)?;
+        Ok(Template {
+            source: source.into(),
+            literals: literals.into(),
+            parts,
+        })
+    }
+
+    /// Parses `source` as it is `written`.
+    pub fn parse_as(
+        written: Written,
+        source: &str,
+        vars: &[&str],
+    ) -> Result<Template, TemplateError> {
+        match written {
+            Written::Bytes => Template::parse_bytes(source, vars),
+            Written::Text | Written::Binary => Template::parse(source, vars),
+        }
     }
 
     pub fn source(&self) -> &str {
@@ -141,13 +227,15 @@ impl Template {
 
     /// The bytes of a literal part.
     pub fn literal(&self, range: &Range<usize>) -> &[u8] {
-        &self.source.as_bytes()[range.clone()]
+        &self.literals[range.clone()]
     }
 
-    /// Whether the template has this placeholder (`Part::Hex` of any width for a `Hex`).
+    /// Whether the template has this placeholder (`Part::Hex` of any width for a `Hex`; a
+    /// number in digits or in binary, `${seq}` or `${seq:u16}`, for `Seq`, `Conn`, `SendTime`).
     pub fn uses(&self, part: &Part) -> bool {
         self.parts.iter().any(|p| match (p, part) {
             (Part::Hex(_), Part::Hex(_)) => true,
+            (Part::Binary(n, _), wanted) => n.part() == *wanted,
             _ => p == part,
         })
     }
@@ -161,6 +249,10 @@ impl Template {
     /// placeholders into a buffer of its own.
     pub fn render(&self, values: &mut Values<'_>) -> Vec<u8> {
         let mut out = Vec::new();
+        // A bytes template's lengths (and its pad, which they count) are known before it is
+        // written; a text template's pad once the rest is.
+        let framed = self.layout(values);
+        let mut lengths = framed.iter().flat_map(|(l, _)| l.values());
         let mut pad_at = None;
         for part in &self.parts {
             match part {
@@ -182,12 +274,27 @@ impl Template {
                     let uuid = uuid_text(values.next_random(), values.next_random());
                     out.extend_from_slice(&uuid);
                 }
-                Part::Pad => pad_at = Some(out.len()),
+                Part::Pad => match &framed {
+                    Some((_, pad)) => out.extend(std::iter::repeat_n(PAD_BYTE, *pad)),
+                    None => pad_at = Some(out.len()),
+                },
                 Part::Var(name) => {
                     if let Some(v) = values.vars.get(&**name) {
                         out.extend_from_slice(v);
                     }
                 }
+                Part::Binary(n, w) => {
+                    let v = n.value(*w, values.conn, values.seq, values.send_time_us, || {
+                        values.next_random()
+                    });
+                    let (b, from) = w.be(v);
+                    out.extend_from_slice(&b[from..]);
+                }
+                Part::Length(k) => {
+                    let mut b = [0; bytes::MAX_LENGTH_BYTES];
+                    out.extend_from_slice(k.encode(lengths.next().unwrap_or(0), &mut b));
+                }
+                Part::Open | Part::Close => {}
             }
         }
         if let Some(at) = pad_at {
@@ -197,6 +304,42 @@ impl Template {
             out.extend_from_slice(&tail);
         }
         out
+    }
+}
+
+impl Template {
+    /// A bytes template's lengths and pad for `values` (see [`bytes::layout`]); `None` for a
+    /// template without lengths.
+    fn layout(&self, values: &Values<'_>) -> Option<(bytes::Lengths, usize)> {
+        let framed = self.parts.iter().any(|p| matches!(p, Part::Length(_)));
+        framed.then(|| {
+            bytes::layout(&self.parts, values.size, |p| match p {
+                Part::Literal(r) => r.len(),
+                Part::Var(name) => values.vars.get(&**name).map_or(0, Vec::len),
+                other => bytes::width_of(other, values.conn, values.seq, values.send_time_us),
+            })
+        })
+    }
+
+    /// Whether every length fits how it is written when rendered with `values` (a `u8`
+    /// length of 300 bytes would be written as 44).
+    pub fn check_lengths(&self, values: &Values<'_>) -> Result<(), BytesError> {
+        let Some((lengths, _)) = self.layout(values) else {
+            return Ok(());
+        };
+        let kinds = self.parts.iter().filter_map(|p| match p {
+            Part::Length(k) => Some(*k),
+            _ => None,
+        });
+        for (kind, value) in kinds.zip(lengths.values()) {
+            if value > kind.max() {
+                return Err(BytesError::TooLong {
+                    value,
+                    max: kind.max(),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -287,7 +430,7 @@ pub struct Values<'a> {
 }
 
 impl Values<'_> {
-    fn next_random(&mut self) -> u64 {
+    pub(crate) fn next_random(&mut self) -> u64 {
         // splitmix64: reproducible from the seed, and the spec crate needs no RNG.
         self.random = self.random.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.random;

@@ -69,10 +69,18 @@ impl Pinger {
         }
     }
 
-    /// What `msg` is to the pings sent: an id never sent answers nothing.
+    /// What `msg` is to the pings sent: an id never sent answers nothing; an app ping's id
+    /// written in binary wraps (MQTT's 16-bit packet id), and stands for the latest ping sent
+    /// with it.
     pub(super) fn answer(&self, msg: &Message, ctx: &WorkerState) -> Answer {
         match answer::answer(self.asked(ctx), msg) {
-            Answer::To(id) if id == 0 || id > self.out.seq => answer::unsolicited(msg),
+            Answer::To(id) => {
+                let sent = match self.cfg.kind {
+                    PingKind::App => ctx.script.sent_seq(id, self.out.seq),
+                    PingKind::Frame => (id != 0 && id <= self.out.seq).then_some(id),
+                };
+                sent.map_or_else(|| answer::unsolicited(msg), Answer::To)
+            }
             other => other,
         }
     }

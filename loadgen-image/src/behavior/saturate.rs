@@ -86,7 +86,7 @@ fn counted_answer(
     }
     let recognised = script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut());
     match recognised {
-        Recognised::Id(id) => (1..=queued).contains(&id),
+        Recognised::Id(id) => script.sent_seq(id, queued).is_some(),
         Recognised::Next => true,
         Recognised::Unreadable => {
             // Counted by its field, so neither an answer nor unsolicited.

@@ -127,11 +127,14 @@ async fn steps(script: &Script, steps: &[Step], n: u64, d: &mut Dialed) -> Resul
                     last = Some(String::from_utf8_lossy(&data[..data.len().min(512)]).into());
                 };
                 for (var, x) in captures {
-                    // Made text here so that a template splicing it stays valid UTF-8.
                     let value = x.extract(&msg).unwrap_or_default();
-                    d.vars[*var] = bytes::Bytes::from(
-                        String::from_utf8_lossy(value).into_owned().into_bytes(),
-                    );
+                    // Made text here so that a template splicing it stays valid UTF-8; a
+                    // binary field (`at`) stays its bytes, for a bytes template to send back.
+                    d.vars[*var] = if x.is_binary() {
+                        bytes::Bytes::copy_from_slice(value)
+                    } else {
+                        bytes::Bytes::from(String::from_utf8_lossy(value).into_owned().into_bytes())
+                    };
                 }
             }
         }

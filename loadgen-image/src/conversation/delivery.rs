@@ -130,7 +130,7 @@ mod tests {
     fn json(path: &str) -> Capture {
         Capture {
             json: Some(path.into()),
-            regex: None,
+            ..Capture::default()
         }
     }
 

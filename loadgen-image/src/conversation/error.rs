@@ -19,7 +19,7 @@ pub enum ScriptError {
         #[source]
         source: MatchError,
     },
-    #[error("{field}: set exactly one of text or binary")]
+    #[error("{field}: {}", wsload_spec::cel::MSG_ONE_PAYLOAD)]
     Payload { field: String },
     #[error("spec.conversation.message: none (the protocol's built-in message was not filled in)")]
     NoMessage,

@@ -1,5 +1,7 @@
 //! A template ready to send ([`Out`]): literal bytes in one buffer, the pieces in order, the
 //! cell's encoding; and the per-message values it is filled with ([`Fill`], [`SendTime`]).
+//! A bytes template's (a binary protocol's) lengths are computed before it is written, from
+//! its pieces' widths, so that it too is written once, in place.
 
 use super::encoding::Encoding;
 use super::error::ScriptError;
@@ -8,7 +10,8 @@ use std::ops::DerefMut;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use wsload_spec::conversation::Payload;
 use wsload_spec::decimal::parse_u64;
-use wsload_spec::template::{PAD_BYTE, Part, Template, uuid_text};
+use wsload_spec::template::bytes::{self as binary, Lengths, MAX_LENGTH_BYTES};
+use wsload_spec::template::{Num, PAD_BYTE, Part, Template, Written, uuid_text};
 
 /// Messages cut from one arena block (see `message.rs`).
 const ARENA_MESSAGES: usize = 16;
@@ -111,6 +114,10 @@ pub(super) struct Shape {
     /// It draws random parts (`${random}`, `${hex}`, `${uuid}`): no message is the last
     /// one with its numbers written over.
     drawn: bool,
+    /// It writes numbers in binary (`${seq:u16}`): not patched as digits.
+    binary: bool,
+    /// It has lengths (`${len:varint}`): computed before a message is written.
+    lengths: bool,
 }
 
 impl Shape {
@@ -132,7 +139,12 @@ impl Shape {
                     s.drawn = true;
                 }
                 Part::Pad => s.pad = true,
-                Part::Var(_) => {}
+                Part::Var(_) | Part::Open | Part::Close => {}
+                Part::Binary(_, w) => {
+                    s.fixed += w.bytes();
+                    s.binary = true;
+                }
+                Part::Length(_) => s.lengths = true,
             }
         }
         s.drawn |= s.random;
@@ -142,13 +154,15 @@ impl Shape {
 
 impl Out {
     pub(super) fn compile(field: &str, p: &Payload, vars: &[String]) -> Result<Out, ScriptError> {
-        let (text, source) = payload(field, p)?;
+        let (written, source) = payload(field, p)?;
         let names: Vec<&str> = vars.iter().map(String::as_str).collect();
-        let t = Template::parse(source, &names).map_err(|source| ScriptError::Template {
-            field: field.to_string(),
-            source,
+        let t = Template::parse_as(written, source, &names).map_err(|source| {
+            ScriptError::Template {
+                field: format!("{field}.{}", written.name()),
+                source,
+            }
         })?;
-        Ok(Out::of(text, &t, vars))
+        Ok(Out::of(written.is_text(), &t, vars))
     }
 
     fn of(text: bool, t: &Template, vars: &[String]) -> Out {
@@ -189,10 +203,12 @@ impl Out {
     pub(super) fn encode_as(&mut self, encoding: Encoding, size: usize) {
         self.encoding = encoding;
         self.constant = None;
-        let alike = self
-            .pieces
-            .iter()
-            .all(|p| matches!(p, Part::Literal(_) | Part::Pad));
+        let alike = self.pieces.iter().all(|p| {
+            matches!(
+                p,
+                Part::Literal(_) | Part::Pad | Part::Length(_) | Part::Open | Part::Close
+            )
+        });
         if alike {
             let mut rendered = Vec::new();
             self.write_at(
@@ -319,9 +335,35 @@ impl Out {
     }
 
     /// Whether a message can be made from the last by writing its numbers over (see
-    /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them.
+    /// [`Prebuilt`]): not when it draws random parts, or when its pad waits for them, or when
+    /// it writes numbers in binary (only digits are patched).
     pub(super) fn patchable(&self) -> bool {
-        !self.shape.drawn
+        !self.shape.drawn && !self.shape.binary
+    }
+
+    /// How many `${seq}` values its binary `${seq:uN}` holds before they repeat (see
+    /// `wsload_spec::template::bytes::unwrap_seq`); `None` when its `${seq}` does not wrap.
+    pub fn seq_cycle(&self) -> Option<u64> {
+        self.pieces.iter().find_map(|p| match p {
+            Part::Binary(Num::Seq, w) => w.cycle(),
+            _ => None,
+        })
+    }
+
+    /// Whether it writes `${seq}` in decimal digits (which never wrap).
+    pub fn seq_in_digits(&self) -> bool {
+        self.pieces.contains(&Part::Seq)
+    }
+
+    /// A bytes template's lengths and its pad's (see `bytes::layout`) for `fill`.
+    fn layout(&self, fill: &Fill, time: &SendTime) -> (Lengths, usize) {
+        binary::layout(&self.pieces, fill.size, |p| match p {
+            Part::Literal(r) => r.len(),
+            Part::SendTime => time.as_bytes().len(),
+            // Resolved into the literal before a message is made.
+            Part::Var(_) => 0,
+            other => binary::width_of(other, fill.conn, fill.seq, time.us),
+        })
     }
 
     /// Whether `data`, a text (`text`) or binary frame, is a message of this template sent
@@ -335,6 +377,9 @@ impl Out {
         }
         let mut at = 0;
         let mut seq = None;
+        // A `${seq}` in binary narrower than 8 bytes has wrapped; its digits, if the
+        // template writes them too, have not and are the one read.
+        let mut wrapped = None;
         let run = |from: usize, ok: fn(&u8) -> bool| {
             from + data[from..].iter().take_while(|b| ok(b)).count()
         };
@@ -369,6 +414,16 @@ impl Out {
                         .then_some(end)?
                 }
                 Part::Pad => run(at, |b| *b == PAD_BYTE),
+                Part::Binary(num, w) => {
+                    let end = at + w.bytes();
+                    let field = data.get(at..end)?;
+                    if *num == Num::Seq {
+                        wrapped = Some(field.iter().fold(0, |n, b| (n << 8) | u64::from(*b)));
+                    }
+                    end
+                }
+                Part::Length(k) => at + k.read_width(data.get(at..)?)?,
+                Part::Open | Part::Close => at,
                 Part::Var(_) => match self.pieces.get(i + 1) {
                     Some(Part::Literal(r)) => {
                         let next = &self.literal[r.clone()];
@@ -382,7 +437,7 @@ impl Out {
             };
             at = end;
         }
-        (at == data.len()).then_some(seq)
+        (at == data.len()).then_some(seq.or(wrapped))
     }
 
     /// Whether it carries `${sendTime}` (then a sender reads the clock for it).
@@ -410,7 +465,12 @@ impl Out {
         B: BufMut + DerefMut<Target = [u8]>,
     {
         let start = buf.len();
-        let pad = self.pad_len(fill, time);
+        let framed = self.shape.lengths.then(|| self.layout(fill, time));
+        let pad = match &framed {
+            Some((_, pad)) => Some(*pad),
+            None => self.pad_len(fill, time),
+        };
+        let mut length = 0;
         let mut pad_at = None;
         let mut digits = itoa::Buffer::new();
         for p in self.pieces.iter() {
@@ -445,7 +505,17 @@ impl Out {
                     Some(n) => buf.put_bytes(PAD_BYTE, n),
                     None => pad_at = Some(buf.len()),
                 },
-                Part::Var(_) => {}
+                Part::Var(_) | Part::Open | Part::Close => {}
+                Part::Binary(num, w) => {
+                    let v = num.value(*w, fill.conn, fill.seq, time.us, rand::random);
+                    let (b, from) = w.be(v);
+                    buf.put_slice(&b[from..]);
+                }
+                Part::Length(k) => {
+                    let v = framed.as_ref().map_or(0, |(l, _)| l.get(length));
+                    length += 1;
+                    buf.put_slice(k.encode(v, &mut [0; MAX_LENGTH_BYTES]));
+                }
             }
         }
         // A `${random}` is as long as its digits: the pad goes in once the rest is written.
@@ -482,13 +552,9 @@ impl Out {
     }
 }
 
-/// Whether a payload is text or binary, and its template; exactly one must be set.
-pub(super) fn payload<'a>(field: &str, p: &'a Payload) -> Result<(bool, &'a str), ScriptError> {
-    match (&p.text, &p.binary) {
-        (Some(t), None) => Ok((true, t)),
-        (None, Some(b)) => Ok((false, b)),
-        _ => Err(ScriptError::Payload {
-            field: field.to_string(),
-        }),
-    }
+/// How a payload is written, and its template; exactly one must be set.
+pub(super) fn payload<'a>(field: &str, p: &'a Payload) -> Result<(Written, &'a str), ScriptError> {
+    p.written().ok_or_else(|| ScriptError::Payload {
+        field: field.to_string(),
+    })
 }

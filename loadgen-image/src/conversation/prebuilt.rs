@@ -109,7 +109,8 @@ impl Prebuilt {
     }
 
     /// Writes the message whole, noting where its numbers went and what they are. Once per
-    /// burst at most: kept out of the inlined path.
+    /// burst at most (but for a bytes template with binary numbers, written whole every time,
+    /// into the same buffer): kept out of the inlined path.
     #[inline(never)]
     fn rebuild(&mut self, out: &Arc<Out>, fill: &Fill, time: &SendTime) {
         self.bytes.clear();

@@ -9,8 +9,9 @@ use super::out::{Fill, Out, SendTime};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
-use wsload_spec::conversation::{Conversation, MeasuredMessage, Payload};
+use wsload_spec::conversation::{Conversation, MeasuredMessage};
 use wsload_spec::matching::{Extractor, Matcher};
+use wsload_spec::template::bytes::unwrap_seq;
 
 /// How long an `expect` waits when its step gives no timeout.
 pub const DEFAULT_EXPECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,6 +84,9 @@ pub(super) struct PushBy {
 pub(super) struct Measured {
     pub(super) out: Out,
     pub(super) answer: Option<AnswerBy>,
+    /// How many ids an answer can carry before they repeat, when the message writes its
+    /// `${seq}` in binary narrower than 8 bytes (MQTT's 16-bit packet id): ids wrap.
+    pub(super) cycle: Option<u64>,
 }
 
 /// How the measured message's answers are recognised.
@@ -103,11 +107,7 @@ const PROBE_SEQ: u64 = 987_654_321;
 
 impl Measured {
     fn compile(at: &str, m: &MeasuredMessage, vars: &[String]) -> Result<Measured, ScriptError> {
-        let p = Payload {
-            text: m.text.clone(),
-            binary: m.binary.clone(),
-        };
-        let out = Out::compile(at, &p, vars)?;
+        let out = Out::compile(at, &m.payload(), vars)?;
         let answer = match &m.answer {
             None => None,
             Some(a) if a.echoed => Some(AnswerBy::Echoed {
@@ -132,7 +132,14 @@ impl Measured {
                 Some(AnswerBy::Rule { when, id })
             }
         };
-        Ok(Measured { out, answer })
+        // Ids wrap where an answer carries the `${seq}` as the message writes it in binary:
+        // a field read at an offset, or an echo without the decimal one.
+        let cycle = match &answer {
+            Some(AnswerBy::Rule { id: Some(x), .. }) if x.is_binary() => out.seq_cycle(),
+            Some(AnswerBy::Echoed { .. }) if !out.seq_in_digits() => out.seq_cycle(),
+            _ => None,
+        };
+        Ok(Measured { out, answer, cycle })
     }
 }
 
@@ -169,7 +176,7 @@ fn seq_field(out: &Out) -> Option<Extractor> {
     }
     let capture = wsload_spec::conversation::Capture {
         json: Some(path.join(".")),
-        regex: None,
+        ..Default::default()
     };
     Extractor::compile(&capture, None).ok()
 }
@@ -362,6 +369,14 @@ impl Script {
     /// The client heartbeat: how often, and what.
     pub fn heartbeat(&self) -> Option<(Duration, &Out)> {
         self.heartbeat.as_ref().map(|(every, out)| (*every, out))
+    }
+
+    /// The `${seq}` of the message an answer carrying `id` answers, `last` the latest sent:
+    /// `id` itself, or where the message writes its `${seq}` in binary narrower than 8 bytes
+    /// (they wrap), the latest message written with it. `None` if no message sent has it.
+    #[inline]
+    pub fn sent_seq(&self, id: u64, last: u64) -> Option<u64> {
+        unwrap_seq(id, last, self.message.cycle)
     }
 
     /// Whether anything answers the measured message (else nothing is awaited).

@@ -245,3 +245,168 @@ fn a_matched_answer_without_a_readable_id_is_unreadable() {
         answer::Answer::Unreadable
     );
 }
+
+/// MQTT 3.1.1: a PUBLISH QoS 1 whose packet id is `${seq}` in 16 bits, answered by the PUBACK
+/// that carries it at bytes 2..4; the broker's PINGRESP a push.
+const MQTT: &str = r#"    message:
+      bytes: '32 ${len:varint} (${len:u16} "t/${conn}") ${seq:u16} "{\"seq\":${seq},\"p\":\"${pad}\"}"'
+      answer: {match: {bytes: '40 02'}, id: {at: 2, width: 2}}
+    push: {bytes: 'd0 00'}
+"#;
+
+/// The PUBLISH `MQTT` sends for `seq` on connection 7 padded to `size`, built here by hand.
+fn publish(seq: u64, size: usize) -> Vec<u8> {
+    let payload_fixed = format!(r#"{{"seq":{seq},"p":""}}"#);
+    let body_fixed = 2 + 3 + 2 + payload_fixed.len();
+    let varint = |n: usize| {
+        if n < 128 {
+            vec![n as u8]
+        } else {
+            vec![(n & 0x7F) as u8 | 0x80, (n >> 7) as u8]
+        }
+    };
+    // The pad that makes the whole `size`, the remaining length's own width counted.
+    let mut pad = size.saturating_sub(1 + 1 + body_fixed);
+    if 1 + varint(body_fixed + pad).len() + body_fixed + pad > size {
+        pad = size.saturating_sub(1 + 2 + body_fixed);
+    }
+    let mut p = vec![0x32];
+    p.extend(varint(body_fixed + pad));
+    p.extend_from_slice(&[0x00, 0x03, b't', b'/', b'7']);
+    p.extend_from_slice(&((seq - 1) % 65_535 + 1).to_be_bytes()[6..]);
+    p.extend_from_slice(format!(r#"{{"seq":{seq},"p":"{}"}}"#, "x".repeat(pad)).as_bytes());
+    p
+}
+
+#[test]
+fn a_bytes_template_is_written_in_place_with_its_lengths_computed() {
+    let s = script(MQTT);
+    let out = s.shared_message().expect("shared: no variables");
+    assert!(!out.is_text());
+    let mut arena = BytesMut::new();
+    let mut prebuilt = Prebuilt::default();
+    // 64 bytes: a one-byte remaining length; 300: two (0xA9 0x02 = 297); `${seq}` across a
+    // change of its digits' width and past the 16-bit id's wrap (65,536 is packet id 1).
+    for (seq, size) in [
+        (1, 64),
+        (2, 64),
+        (99, 64),
+        (100, 300),
+        (65_535, 300),
+        (65_536, 300),
+    ] {
+        let fill = Fill { conn: 7, seq, size };
+        let want = publish(seq, size);
+        assert_eq!(want.len(), size, "the helper's own arithmetic");
+        let made = out.bytes(&mut arena, &fill);
+        assert_eq!(&made[..], &want[..], "seq {seq}, size {size}");
+        let mut v = Vec::new();
+        out.write(&mut v, &fill);
+        assert_eq!(v, want, "seq {seq}: the write path");
+        // The counting loop's path: rebuilt every time (binary numbers are not patched as
+        // digits), into the same buffer.
+        let made = prebuilt.make(&out, &fill, &SendTime::default());
+        assert_eq!(made, &want[..], "seq {seq}: prebuilt");
+        assert!(matches!(
+            out.message(&mut arena, &fill),
+            tokio_tungstenite::tungstenite::Message::Binary(_)
+        ));
+    }
+    assert_eq!(&publish(100, 300)[..3], [0x32, 0xA9, 0x02]);
+    // Cut from the same arena block: no allocation per message.
+    let mut arena = BytesMut::new();
+    let fill = Fill {
+        conn: 7,
+        seq: 5,
+        size: 64,
+    };
+    let a = out.bytes(&mut arena, &fill);
+    let b = out.bytes(&mut arena, &Fill { seq: 6, ..fill });
+    assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 64);
+}
+
+#[test]
+fn a_puback_answers_the_publish_whose_packet_id_it_carries() {
+    let s = script(MQTT);
+    assert_eq!(
+        s.recognise(false, &[0x40, 0x02, 0x01, 0x2C]),
+        Recognised::Id(300)
+    );
+    // Another packet answers nothing; PINGRESP is a push.
+    assert_eq!(
+        s.recognise(false, &[0x90, 0x03, 0x00, 0x07, 0x01]),
+        Recognised::No
+    );
+    // A PUBACK cut short is one the match takes without an id to read: unreadable, counted
+    // and named, never taken for another packet.
+    assert_eq!(
+        s.recognise(false, &[0x40, 0x02, 0x01]),
+        Recognised::Unreadable
+    );
+    assert_eq!(s.incoming(false, &[0xd0, 0x00]), Incoming::Push(0));
+    assert_eq!(
+        s.incoming(false, &[0x40, 0x02, 0x00, 0x01]),
+        Incoming::Other
+    );
+    // Packet ids wrap after 65,535: an id stands for the latest message sent with it.
+    assert_eq!(s.sent_seq(300, 300), Some(300));
+    assert_eq!(s.sent_seq(301, 300), None, "not sent yet");
+    assert_eq!(s.sent_seq(0, 300), None, "never a packet id");
+    assert_eq!(s.sent_seq(1, 65_536), Some(65_536));
+    assert_eq!(s.sent_seq(65_535, 65_536), Some(65_535));
+    // A text template's ids do not wrap.
+    let json =
+        script("    message:\n      text: '{\"id\":${seq}}'\n      answer: {id: {json: id}}\n");
+    assert_eq!(json.sent_seq(1, 65_536), Some(1));
+    assert_eq!(json.sent_seq(65_537, 65_536), None);
+}
+
+#[test]
+fn a_bytes_message_echoed_is_read_back_field_by_field() {
+    let s = script(
+        "    message:\n      bytes: '30 ${len:varint} ${seq:u16} \"${seq}:${pad}\"'\n      answer: {echoed: true}\n",
+    );
+    let out = s.shared_message().expect("shared");
+    let fill = Fill {
+        conn: 1,
+        seq: 65_537,
+        size: 200,
+    };
+    let sent = out.bytes(&mut BytesMut::new(), &fill);
+    assert_eq!(sent.len(), 200);
+    assert_eq!(
+        &sent[..5],
+        [0x30, 0xC5, 0x01, 0x00, 0x02],
+        "197 in two bytes, then id 2"
+    );
+    // The decimal `${seq}` is read, whole: it has not wrapped, so ids do not.
+    assert_eq!(s.recognise(false, &sent), Recognised::Id(65_537));
+    assert_eq!(s.sent_seq(65_537, 65_540), Some(65_537));
+    assert_eq!(
+        s.recognise(true, &sent),
+        Recognised::No,
+        "a text frame is not its echo"
+    );
+    assert_eq!(s.recognise(false, &sent[..2]), Recognised::No);
+    // Without the digits, the packet id is read, and it wraps.
+    let s = script(
+        "    message:\n      bytes: '30 ${len:varint} ${seq:u16}'\n      answer: {echoed: true}\n",
+    );
+    let sent = s
+        .shared_message()
+        .expect("shared")
+        .bytes(&mut BytesMut::new(), &fill);
+    assert_eq!(&sent[..], [0x30, 0x02, 0x00, 0x02]);
+    assert_eq!(s.recognise(false, &sent), Recognised::Id(2));
+    assert_eq!(s.sent_seq(2, 65_540), Some(65_537));
+}
+
+#[test]
+fn a_binary_capture_is_spliced_as_its_bytes() {
+    let s = script(
+        "    open:\n      - {name: token, expect: {bytes: '20'}, capture: {t: {at: 1, width: 2}}}\n    message: {bytes: '30 ${len:u8} ${t} \"${t}\"'}\n",
+    );
+    let out = s.message_for(&[Bytes::from_static(&[0xFF, 0x00])], &None);
+    let m = out.bytes(&mut BytesMut::new(), &Fill::default());
+    assert_eq!(&m[..], [0x30, 4, 0xFF, 0x00, 0xFF, 0x00]);
+}

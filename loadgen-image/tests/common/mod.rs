@@ -196,6 +196,31 @@ pub fn spec(name: &str, body: &str) -> LoadTest {
     }
 }
 
+/// A hand-made server on a loopback port of its own one-thread runtime, each connection it
+/// accepts served by `connection` in a task of its own: its `ws://` URL, and the runtime
+/// (dropping it stops the server).
+pub fn loopback_server<F, Fut>(connection: F) -> (String, tokio::runtime::Runtime)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let l = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let url = format!("ws://{}/", l.local_addr().expect("addr"));
+    rt.spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(connection(s));
+        }
+    });
+    (url, rt)
+}
+
 /// No test here runs longer than this; a hung run fails instead of hanging the suite.
 pub const WATCHDOG: Duration = Duration::from_secs(90);
 

@@ -12,7 +12,7 @@ use crate::conversation::{
 };
 use crate::matching::{Extractor, Matcher};
 use crate::spec::{Format, LoadTestSpec, Protocol};
-use crate::template::{BUILT_IN, Template, TemplateError, Values};
+use crate::template::{BUILT_IN, Template, TemplateError, Values, Written};
 use std::collections::BTreeMap;
 
 const FIELD: &str = "conversation";
@@ -278,11 +278,11 @@ fn replies(replies: &[Reply], vars: &[String], e: &mut Errors) {
 /// A template that may use only the built-in placeholders; a captured variable is refused
 /// with `why`.
 fn built_in_only(field: &str, p: &Payload, vars: &[String], why: &str, e: &mut Errors) {
-    let Some((which, source)) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e) else {
+    let Some((written, source)) = one_of(field, p.written(), e) else {
         return;
     };
-    let field = format!("{field}.{which}");
-    match Template::parse(source, &[]) {
+    let field = format!("{field}.{}", written.name());
+    match Template::parse_as(written, source, &[]) {
         Err(TemplateError::Unknown { name, .. }) if vars.contains(&name) => {
             e.add(
                 field,
@@ -292,7 +292,7 @@ fn built_in_only(field: &str, p: &Payload, vars: &[String], why: &str, e: &mut E
             );
         }
         parsed => {
-            template_result(&field, source, parsed, e);
+            template_result(&field, source, parsed, 0, e);
         }
     }
 }
@@ -307,10 +307,11 @@ fn message(
     e: &mut Errors,
 ) {
     let field = format!("{FIELD}.{name}");
-    let Some((which, source)) = one_of(&field, m.text.as_deref(), m.binary.as_deref(), e) else {
+    let Some((written, source)) = one_of(&field, m.written(), e) else {
         return;
     };
-    let template = template(&format!("{field}.{which}"), source, vars, e);
+    let which = written.name();
+    let template = template(&format!("{field}.{which}"), written, source, vars, size, e);
     let Some(answer) = &m.answer else { return };
     if answer.echoed && (answer.matches.is_some() || answer.id.is_some()) {
         e.add(
@@ -404,10 +405,19 @@ fn json_for(
     vars: &[String],
     e: &mut Errors,
 ) {
-    let (which, source) = match (&m.text, &m.binary) {
-        (Some(t), None) => ("text", t),
-        (None, Some(b)) => ("binary", b),
-        _ => return,
+    let (which, source) = match m.written() {
+        Some((Written::Bytes, _)) => {
+            e.add(
+                format!("{FIELD}.{name}.bytes"),
+                format!(
+                    "the {} format sends the JSON a template renders to, and bytes are sent as written; send it in the json or binary format",
+                    format.as_str()
+                ),
+            );
+            return;
+        }
+        Some((written, source)) => (written.name(), source),
+        None => return,
     };
     let names: Vec<&str> = vars.iter().map(String::as_str).collect();
     let Ok(t) = Template::parse(source, &names) else {
@@ -427,40 +437,53 @@ fn json_for(
     }
 }
 
-/// `text` or `binary`, exactly one: which, and the template.
+/// `text`, `binary` or `bytes`, exactly one (`written`, as the payload says): which, and the
+/// template.
 fn one_of<'a>(
     field: &str,
-    text: Option<&'a str>,
-    binary: Option<&'a str>,
+    written: Option<(Written, &'a str)>,
     e: &mut Errors,
-) -> Option<(&'static str, &'a str)> {
-    match (text, binary) {
-        (Some(t), None) => Some(("text", t)),
-        (None, Some(b)) => Some(("binary", b)),
-        _ => {
-            e.add(
-                field,
-                "set exactly one of text (sent as a text frame) or binary (a binary frame)",
-            );
-            None
-        }
+) -> Option<(Written, &'a str)> {
+    if written.is_none() {
+        e.add(
+            field,
+            "set exactly one of text (sent as a text frame), binary (a binary frame) or bytes (a binary frame written in hex, e.g. 'c0 00')",
+        );
     }
+    written
 }
 
 fn payload(field: &str, p: &Payload, vars: &[String], e: &mut Errors) -> Option<Template> {
-    let (which, source) = one_of(field, p.text.as_deref(), p.binary.as_deref(), e)?;
-    template(&format!("{field}.{which}"), source, vars, e)
+    let (written, source) = one_of(field, p.written(), e)?;
+    template(
+        &format!("{field}.{}", written.name()),
+        written,
+        source,
+        vars,
+        0,
+        e,
+    )
 }
 
-fn template(field: &str, source: &str, vars: &[String], e: &mut Errors) -> Option<Template> {
+/// A template, and its lengths (in bytes) checked as it renders at `size`.
+fn template(
+    field: &str,
+    written: Written,
+    source: &str,
+    vars: &[String],
+    size: usize,
+    e: &mut Errors,
+) -> Option<Template> {
     let names: Vec<&str> = vars.iter().map(String::as_str).collect();
-    template_result(field, source, Template::parse(source, &names), e)
+    let parsed = Template::parse_as(written, source, &names);
+    template_result(field, source, parsed, size, e)
 }
 
 fn template_result(
     field: &str,
     source: &str,
     parsed: Result<Template, TemplateError>,
+    size: usize,
     e: &mut Errors,
 ) -> Option<Template> {
     if source.len() > MAX_TEMPLATE_LEN {
@@ -469,7 +492,12 @@ fn template_result(
             format!("{} bytes; at most {MAX_TEMPLATE_LEN}", source.len()),
         );
     }
-    parsed.map_err(|err| e.add(field, err.to_string())).ok()
+    let t = parsed.map_err(|err| e.add(field, err.to_string())).ok()?;
+    let vars = BTreeMap::new();
+    if let Err(err) = t.check_lengths(&probe_values(PROBE_SEQ, size, &vars)) {
+        e.add(field, err.to_string());
+    }
+    Some(t)
 }
 
 fn matcher(field: &str, m: &Match, e: &mut Errors) -> Option<Matcher> {
@@ -480,6 +508,7 @@ fn matcher(field: &str, m: &Match, e: &mut Errors) -> Option<Matcher> {
     for (sub, text) in [
         ("equals", m.equals.as_deref()),
         ("prefix", m.prefix.as_deref()),
+        ("bytes", m.bytes.as_deref()),
         ("regex", m.regex.as_deref()),
         ("json.equals", m.json.as_ref().map(|j| j.equals.as_str())),
     ] {
@@ -511,14 +540,19 @@ fn sub_field(field: &str, sub: Option<&str>) -> String {
 }
 
 fn render(t: &Template, seq: u64, size: usize, vars: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
-    t.render(&mut Values {
+    t.render(&mut probe_values(seq, size, vars))
+}
+
+/// The values the checks render a template with.
+fn probe_values(seq: u64, size: usize, vars: &BTreeMap<String, Vec<u8>>) -> Values<'_> {
+    Values {
         conn: 0,
         seq,
         send_time_us: 1_700_000_000_000_000,
         size,
         vars,
         random: 0,
-    })
+    }
 }
 
 /// A message in an error: quoted, and cut short if long.

@@ -86,12 +86,10 @@ pub(super) fn fanout(spec: &LoadTestSpec, e: &mut Errors) {
         );
     }
     if f.publisher == Publisher::Wsload {
-        let text = c
-            .message
-            .as_ref()
-            .and_then(|m| m.text.as_ref().or(m.binary.as_ref()));
+        let written = c.message.as_ref().and_then(|m| m.written());
         let uses = |part: &Part| {
-            text.and_then(|t| Template::parse(t, &["topic"]).ok())
+            written
+                .and_then(|(w, t)| Template::parse_as(w, t, &["topic"]).ok())
                 .is_some_and(|t| t.uses(part))
         };
         if !uses(&Part::Seq) {

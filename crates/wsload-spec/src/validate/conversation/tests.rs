@@ -141,7 +141,7 @@ fn a_step_sends_or_expects_and_only_an_expect_captures() {
     let e = only("    open:\n      - {name: w, send: {binary: a, text: b}}\n");
     assert_eq!(
         e,
-        "spec.conversation.open[0].send: set exactly one of text (sent as a text frame) or binary (a binary frame)"
+        "spec.conversation.open[0].send: set exactly one of text (sent as a text frame), binary (a binary frame) or bytes (a binary frame written in hex, e.g. 'c0 00')"
     );
     let e = only("    open:\n      - {name: w, expect: {json: {field: '', equals: x}}}\n");
     assert!(
@@ -334,5 +334,77 @@ fn a_prefix_that_opens_the_json_is_read_with_it() {
             "    message:\n      text: '42[\"chat\",{\"id\":${seq}}]'\n      answer: {match: {prefix: '42'}, id: {json: 1.id}}\n",
         ),
         Vec::<String>::new()
+    );
+}
+
+/// MQTT 3.1.1 in binary frames: CONNECT and its CONNACK, a PUBLISH QoS 1 answered by the
+/// PUBACK that carries its packet id, PINGREQ as the heartbeat, PINGRESP as a push.
+const MQTT: &str = r#"    open:
+      - {name: connect, send: {bytes: '10 ${len:varint} 00 04 "MQTT" 04 02 00 3c (${len:u16} "wsload${conn}")'}}
+      - {name: connack, expect: {bytes: '20 02 00 00'}}
+    heartbeat: {every: 5s, send: {bytes: 'c0 00'}}
+    message:
+      bytes: '32 ${len:varint} (${len:u16} "wsload/${conn}") ${seq:u16} "{\"seq\":${seq},\"p\":\"${pad}\"}"'
+      answer: {match: {bytes: '40 02'}, id: {at: 2, width: 2}}
+    push: {bytes: 'd0 00'}
+"#;
+
+#[test]
+fn an_mqtt_conversation_is_accepted_and_its_binary_fields_checked() {
+    assert_eq!(errors(MQTT), Vec::<String>::new());
+    let e = only("    message: {bytes: '32 0'}\n");
+    assert_eq!(
+        e,
+        "spec.conversation.message.bytes: the hex digits ending at byte 3 are odd in number; write each byte as two digits (0a, not a)"
+    );
+    let e = only("    message: {bytes: '32 ${seq}'}\n");
+    assert!(
+        e.starts_with(
+            "spec.conversation.message.bytes: ${seq} outside quotes needs a width: ${seq:u16}"
+        ),
+        "{e}"
+    );
+    let e = only("    push: {bytes: 'd0 zz'}\n");
+    assert!(
+        e.starts_with("spec.conversation.push.bytes: 'z' at byte 3 is not a hex byte"),
+        "{e}"
+    );
+    let e = only("    message: {bytes: '32 ${seq:u16}', answer: {id: {at: 2}}}\n");
+    assert_eq!(
+        e,
+        format!(
+            "spec.conversation.message.answer.id.width: {}",
+            crate::cel::MSG_AT_WIDTH
+        )
+    );
+    let e = only("    message: {bytes: '32 00 01', answer: {id: {at: 1, width: 2}}}\n");
+    assert!(
+        e.starts_with("spec.conversation.message.answer.id: message.bytes carries no ${seq}"),
+        "{e}"
+    );
+    let e = only(
+        "    open:\n      - {name: w, expect: {prefix: x}, capture: {v: {at: 0, width: 2, regex: '(a)'}}}\n",
+    );
+    assert!(
+        e.starts_with("spec.conversation.open[0].capture.v: set exactly one of json"),
+        "{e}"
+    );
+    // A u8 length cannot hold message.size's pad.
+    let yaml = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: pingpong\n  message: {size: 1000}\n  conversation:\n    message: {bytes: '30 ${len:u8} \"${pad}\"'}\n";
+    let e = errors_of(yaml);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].starts_with(
+            "spec.conversation.message.bytes: a length of 998 bytes, above the 255 its field holds"
+        ),
+        "{e:?}"
+    );
+    // Bytes are sent as written: no MsgPack or zlib of them.
+    let yaml = "  target: {url: 'ws://127.0.0.1:1/'}\n  scenario: formatComparison\n  formats: [json, msgpack]\n  conversation:\n    message: {bytes: '30 00'}\n";
+    let e = errors_of(yaml);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].starts_with("spec.conversation.message.bytes: the msgpack format sends the JSON"),
+        "{e:?}"
     );
 }
