@@ -3,8 +3,9 @@
 # project, on loopback; prints a per-behavior summary and exits non-zero if any case is
 # FAILED, if a case did not run, or if the suite did not finish.
 #
-# usage: scripts/autobahn.sh [--client]
+# usage: scripts/autobahn.sh [--client | --install]
 #   (no option)  the fuzzingclient (Autobahn is the client) against `wsload-server --profile echo`
+#   --install    only install the suite's virtualenv (cached), for scripts/prepare.sh
 #   --client     the fuzzingserver (Autobahn is the server) against the load generator's own
 #                client (crates/wsload-ws) run by the hidden `wsload autobahn-client`,
 #                which echoes every message back, as the client cases expect
@@ -40,6 +41,7 @@ mode=server
 case "${1:-}" in
 "") ;;
 --client) mode=client ;;
+--install) mode=install ;;
 *) usage ;;
 esac
 [[ $# -le 1 ]] || usage
@@ -162,6 +164,7 @@ EOF
 venv=
 ensure_venv
 install_done=$SECONDS
+[[ $mode != install ]] || exit 0
 
 # Paths given by the caller are relative to where they ran the script, not to the repository.
 mkdir -p "$report_dir"
@@ -235,8 +238,7 @@ if [[ $mode == server ]]; then
     server_bin=$(binary_path WSLOAD_SERVER_BIN "${WSLOAD_SERVER_BIN:-}")
     if [[ -z $server_bin ]]; then
         log "building wsload-server"
-        cargo build --release --quiet -p wsload-server
-        server_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload-server
+        server_bin=$("$repo_root/scripts/cargo-build.sh" release)/wsload-server
     fi
     [[ -x $server_bin ]] || die "server binary $server_bin is not executable"
 
@@ -293,8 +295,7 @@ else
     client_bin=$(binary_path WSLOAD_BIN "${WSLOAD_BIN:-}")
     if [[ -z $client_bin ]]; then
         log "building wsload"
-        cargo build --release --quiet -p wsload
-        client_bin=${CARGO_TARGET_DIR:-$repo_root/target}/release/wsload
+        client_bin=$("$repo_root/scripts/cargo-build.sh" release)/wsload
     fi
     [[ -x $client_bin ]] || die "wsload binary $client_bin is not executable"
 

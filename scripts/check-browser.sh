@@ -26,12 +26,13 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/wsload-check-browser.XXXXXX")"
 at_exit 'rm -rf "$WORK"'
 chromium="$(scripts/browser.sh)"
 
-cargo run -q --locked -p wsload-report --features fixtures --example fixture-html -- "$OUT/report.html" >&2
+# The fixture pages from the suite's debug build (its examples among them: cargo-build.sh).
+FIXTURE="$(scripts/cargo-build.sh debug)/examples/fixture-html"
+"$FIXTURE" "$OUT/report.html" >&2
 log "rendered $OUT/report.html ($(wc -c <"$OUT/report.html") bytes)"
-cargo run -q --locked -p wsload-report --features fixtures --example fixture-html -- "$OUT/fanout.html" fanout >&2
+"$FIXTURE" "$OUT/fanout.html" fanout >&2
 log "rendered $OUT/fanout.html ($(wc -c <"$OUT/fanout.html") bytes)"
-cargo build -q --release --locked -p wsload -p wsload-server >&2
-BIN="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)/release"
+BIN="$(scripts/cargo-build.sh release)"
 # The verdict is the run's business here, not this check's: only the page counts.
 "$BIN/wsload" run examples/ping-latency.yaml --html "$OUT/ping-latency.html" >"$WORK/ping-latency.txt" 2>&1 ||
 	[[ $? -eq 1 ]] || fail "wsload run examples/ping-latency.yaml failed: $(tail -n 5 "$WORK/ping-latency.txt")"

@@ -209,10 +209,8 @@ def main(argv):
     if args.bin_dir:
         bins = os.path.abspath(args.bin_dir)
     else:
-        run(["cargo", "build", "--locked", "-q", "-p", "wsload", "-p", "wsload-server", "-p", "wsload-operator"],
-            "cargo build", timeout=1800)
-        meta = json.loads(run(["cargo", "metadata", "--format-version", "1", "--no-deps"], "cargo metadata"))
-        bins = os.path.join(meta["target_directory"], "debug")
+        # The suite's one debug build, shared with the tests (scripts/cargo-build.sh).
+        bins = run([os.path.join(HERE, "cargo-build.sh"), "debug"], "cargo build", timeout=1800).strip()
     for b in ("wsload", "wsload-server", "wsload-operator"):
         if not os.access(os.path.join(bins, b), os.X_OK):
             raise Failed(f"{bins}/{b} missing")

@@ -61,8 +61,8 @@ sync_dir() {
 	fi
 }
 
-cargo build --quiet --locked -p wsload-operator --bin wsload-operator
-OPERATOR="${CARGO_TARGET_DIR:-$ROOT/target}/debug/wsload-operator"
+# The suite's debug build (scripts/cargo-build.sh says why not `-p wsload-operator` alone).
+OPERATOR="$(scripts/cargo-build.sh debug)/wsload-operator"
 
 generate crds/loadtest.yaml "$OPERATOR" crd
 # The refused inputs' table, spliced into the hand-written rest of the page.

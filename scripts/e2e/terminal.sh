@@ -16,8 +16,7 @@ source scripts/lib/common.sh
 
 need_packages tmux
 step "building wsload and wsload-server (release, as README's first command)"
-cargo build --release --locked -p wsload -p wsload-server >&2
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+BIN="$(scripts/cargo-build.sh release)"
 OUT="$ROOT/target/terminal"
 rm -rf "$OUT"
 mkdir -p "$OUT"
