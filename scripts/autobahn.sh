@@ -18,8 +18,8 @@
 # to 1000 messages of 128 KiB) ~40 s each. Name others in WSLOAD_AUTOBAHN_CASES to run them.
 #
 # Environment:
-#   WSLOAD_SERVER_BIN           server binary to test; unset: `cargo build --release -p wsload-server`
-#   WSLOAD_BIN                  (--client) wsload binary to test; unset: `cargo build --release -p wsload`
+#   WSLOAD_SERVER_BIN           server binary to test; unset: the images' static build (scripts/cargo-build.sh static)
+#   WSLOAD_BIN                  (--client) wsload binary to test; unset: the same build
 #   WSLOAD_AUTOBAHN_REPORT_DIR  report directory (default: target/autobahn in the repository;
 #                               --client writes to its subdirectory client/)
 #   WSLOAD_CACHE                cache root for the suite's virtualenv (default: ~/.cache/wsload)
@@ -238,7 +238,7 @@ if [[ $mode == server ]]; then
     server_bin=$(binary_path WSLOAD_SERVER_BIN "${WSLOAD_SERVER_BIN:-}")
     if [[ -z $server_bin ]]; then
         log "building wsload-server"
-        server_bin=$("$repo_root/scripts/cargo-build.sh" release)/wsload-server
+        server_bin=$("$repo_root/scripts/cargo-build.sh" static)/wsload-server
     fi
     [[ -x $server_bin ]] || die "server binary $server_bin is not executable"
 
@@ -295,7 +295,7 @@ else
     client_bin=$(binary_path WSLOAD_BIN "${WSLOAD_BIN:-}")
     if [[ -z $client_bin ]]; then
         log "building wsload"
-        client_bin=$("$repo_root/scripts/cargo-build.sh" release)/wsload
+        client_bin=$("$repo_root/scripts/cargo-build.sh" static)/wsload
     fi
     [[ -x $client_bin ]] || die "wsload binary $client_bin is not executable"
 

@@ -39,30 +39,12 @@ BUILDER="${WSLOAD_IMAGE_BUILDER:-auto}"
 TMP_DIR=""
 at_exit '[[ -z "$TMP_DIR" ]] || rm -rf "$TMP_DIR"'
 
-ensure_musl_toolchain() {
-	local installed
-	command -v rustup >/dev/null || die "rustup not found; it provides the $MUSL_TARGET standard library"
-	installed="$(rustup target list --installed)"
-	if ! grep -qx "$MUSL_TARGET" <<<"$installed"; then
-		log "adding rust target $MUSL_TARGET"
-		rustup target add "$MUSL_TARGET"
-	fi
-	# C in the dependency tree (mimalloc, ring) must be compiled against musl's
-	# headers; cc-rs looks for musl-gcc for this target.
-	if ! command -v musl-gcc >/dev/null; then
-		need_packages musl-tools
-	fi
-}
-
 build_binary() {
 	log "building $IMAGE_PACKAGE for $MUSL_TARGET${IMAGE_CARGO_FEATURES[*]:+ (${IMAGE_CARGO_FEATURES[*]})}"
-	# --locked: an image is a release artefact; it must not quietly re-resolve
-	# dependencies that the tests did not see.
-	(cd "$WSLOAD_ROOT" && CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-musl-gcc}" \
-		cargo build --locked --release --target "$MUSL_TARGET" -p "$IMAGE_PACKAGE" --bin "$IMAGE_BINARY" \
-			"${IMAGE_CARGO_FEATURES[@]}")
-	BINARY_PATH="$TARGET_DIR/$MUSL_TARGET/release/$IMAGE_BINARY"
-	assert_static "$BINARY_PATH"
+	# Every image's binary in one build (scripts/cargo-build.sh static says why); --locked
+	# there: an image is a release artefact, it must not quietly re-resolve dependencies that
+	# the tests did not see.
+	BINARY_PATH="$("$WSLOAD_ROOT/scripts/cargo-build.sh" static)/$IMAGE_BINARY"
 }
 
 # The build context is staged fresh each run so that nothing left from an
@@ -201,7 +183,6 @@ if ! flock -n "$lock_fd"; then
 	flock "$lock_fd"
 fi
 
-ensure_musl_toolchain
 build_binary
 stage_context
 

@@ -2,7 +2,7 @@
 # The HTML report in a real browser: three pages, the fixture result (wsload-report's `fixtures`:
 # two shards with samples, every chart kind), the fan-out fixture (its table, deliveries
 # section and charts) and a real `wsload run examples/ping-latency.yaml
-# --html` (the release binaries of README's first command). Each is loaded in Debian's headless
+# --html` (the static release binaries the images ship: scripts/cargo-build.sh static). Each is loaded in Debian's headless
 # Chromium (scripts/browser.sh installs it), which fails unless the page rendered without
 # errors, fetched nothing, applied its inline style, and drew its charts (inline SVG with
 # lines) and tables (with rows). A copy of the page gets a small inline script that checks this
@@ -32,7 +32,7 @@ FIXTURE="$(scripts/cargo-build.sh debug)/examples/fixture-html"
 log "rendered $OUT/report.html ($(wc -c <"$OUT/report.html") bytes)"
 "$FIXTURE" "$OUT/fanout.html" fanout >&2
 log "rendered $OUT/fanout.html ($(wc -c <"$OUT/fanout.html") bytes)"
-BIN="$(scripts/cargo-build.sh release)"
+BIN="$(scripts/cargo-build.sh static)"
 # The verdict is the run's business here, not this check's: only the page counts.
 "$BIN/wsload" run examples/ping-latency.yaml --html "$OUT/ping-latency.html" >"$WORK/ping-latency.txt" 2>&1 ||
 	[[ $? -eq 1 ]] || fail "wsload run examples/ping-latency.yaml failed: $(tail -n 5 "$WORK/ping-latency.txt")"

@@ -93,7 +93,7 @@ done < <(
 		dir="$(dirname "$f")"
 		grep -oE '\$\((nice -n [0-9]+ )?"?[^ ")]*\.sh"?' "$f" |
 			sed -E 's/^\$\((nice -n [0-9]+ )?"?//; s/"$//' |
-			sed -E "s|^\\\$ROOT/||; s|^\\\$repo_root/||; s|^\\\$\\{?K8S_DIR\\}?/|scripts/k8s/|; s|^\\\$\\{?HERE\\}?/|$dir/|; s|^\\./||" || true
+			sed -E "s|^\\\$ROOT/||; s|^\\\$repo_root/||; s|^\\\$WSLOAD_ROOT/||; s|^\\\$\\{?K8S_DIR\\}?/|scripts/k8s/|; s|^\\\$\\{?HERE\\}?/|$dir/|; s|^\\./||" || true
 	done
 	for f in "${python[@]}"; do
 		grep -oE 'run\(\[os\.path\.join\((HERE|k8s), "[a-z0-9_-]+\.sh"' "$f" |

@@ -15,8 +15,8 @@ source scripts/lib/common.sh
 [[ $# -eq 0 ]] || usage
 
 need_packages tmux
-step "building wsload and wsload-server (release, as README's first command)"
-BIN="$(scripts/cargo-build.sh release)"
+step "building wsload and wsload-server (static release, as the images ship them)"
+BIN="$(scripts/cargo-build.sh static)"
 OUT="$ROOT/target/terminal"
 rm -rf "$OUT"
 mkdir -p "$OUT"

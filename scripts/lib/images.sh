@@ -140,6 +140,22 @@ print(meta["target_directory"])
 	IMAGE_TAR="$IMAGES_DIR/$IMAGE_BINARY.tar"
 }
 
+# ensure_musl_toolchain: the Rust standard library for $MUSL_TARGET and musl-gcc.
+ensure_musl_toolchain() {
+	local installed
+	command -v rustup >/dev/null || die "rustup not found; it provides the $MUSL_TARGET standard library"
+	installed="$(rustup target list --installed)"
+	if ! grep -qx "$MUSL_TARGET" <<<"$installed"; then
+		log "adding rust target $MUSL_TARGET"
+		rustup target add "$MUSL_TARGET"
+	fi
+	# C in the dependency tree (mimalloc, ring) must be compiled against musl's
+	# headers; cc-rs looks for musl-gcc for this target.
+	if ! command -v musl-gcc >/dev/null; then
+		need_packages musl-tools
+	fi
+}
+
 # assert_static FILE: a static binary has no program interpreter and needs no
 # shared library; anything else would not start in a FROM-scratch image.
 assert_static() {
