@@ -174,11 +174,13 @@ pub async fn run(config: Config, shutdown_signal: impl Future<Output = ()>) -> R
             tracker.clone(),
         ));
     }
+    // Ready before the line that announces the server: whoever reads it (a test, `wsload run`)
+    // may ask /readyz at once, and a server preempted between the two answered 503.
+    shared.stats.set_ready(true);
     println!(
         "{}",
         ServerLine::Metrics(format!("http://{metrics_addr}/metrics")).print("")
     );
-    shared.stats.set_ready(true);
 
     shutdown_signal.await;
     let open = shared.admitted();
