@@ -118,8 +118,15 @@ fn a_full_speed_broadcaster_is_measured_at_every_tier() {
             .owed_per_sec
             .expect("the pace from the deliveries' numbers and instants");
         assert!(owed > 0.0, "{f:?}");
-        let completeness = f.completeness.expect("deliveries were owed");
-        assert!(completeness <= 1.0, "{f:?}");
+        // Completeness is of the window's deliveries the subscribers reached. A client so far
+        // behind that it read only older ones in the window (a loaded machine, connections
+        // still opening: seen at 1,000 on a cold suite run) has none to count, and must then
+        // be behind, and named so below.
+        match f.completeness {
+            Some(c) => assert!(c <= 1.0, "{f:?}"),
+            None => assert!(n.behind > 0 && f.delivered == 0, "{subscribers}: {n:?} {f:?}"),
+        }
+        let completeness = f.completeness.unwrap_or(0.0);
         let behind = wsload_report::findings::fanout::behind(&c);
         if n.behind > 0 && owed > f.read_per_sec * 1.1 {
             let b = behind.expect("a client behind is named");
