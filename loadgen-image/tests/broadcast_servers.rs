@@ -124,7 +124,10 @@ fn a_full_speed_broadcaster_is_measured_at_every_tier() {
         // be behind, and named so below.
         match f.completeness {
             Some(c) => assert!(c <= 1.0, "{f:?}"),
-            None => assert!(n.behind > 0 && f.delivered == 0, "{subscribers}: {n:?} {f:?}"),
+            None => assert!(
+                n.behind > 0 && f.delivered == 0,
+                "{subscribers}: {n:?} {f:?}"
+            ),
         }
         let completeness = f.completeness.unwrap_or(0.0);
         let behind = wsload_report::findings::fanout::behind(&c);
