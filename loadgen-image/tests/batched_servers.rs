@@ -270,18 +270,7 @@ async fn ticker_connection(mut s: TcpStream, ticks: tokio::sync::broadcast::Send
         }
     }
     let mut rx = ticks.subscribe();
-    let closed = tokio::spawn(async move {
-        let (mut buf, mut b) = (Vec::new(), vec![0u8; 4096]);
-        while let Ok(n) = rd.read(&mut b).await {
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&b[..n]);
-            if client_frames(&mut buf).iter().any(|(op, _)| *op == 0x8) {
-                break;
-            }
-        }
-    });
+    let closed = common::until_client_closes(rd);
     let mut batch = String::new();
     loop {
         tokio::select! {

@@ -7,11 +7,11 @@ mod common;
 
 use common::{only, raw_server, run, spec};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use wsload::report::CellResult;
-use wsload_ws::test_server::{client_frames, server_frame as frame, upgrade};
+use wsload_ws::test_server::{server_frame as frame, upgrade};
 
 /// One connection of the broadcast: every message published from its open on, as fast as its
 /// socket takes them; a subscriber too slow for the server's buffer loses what it buffered no
@@ -21,19 +21,8 @@ async fn connection(mut s: TcpStream, published: broadcast::Sender<(u64, f64)>) 
     if upgrade(&mut s).await.is_none() {
         return;
     }
-    let (mut rd, mut wr) = s.into_split();
-    let closed = tokio::spawn(async move {
-        let (mut buf, mut b) = (Vec::new(), vec![0u8; 4096]);
-        while let Ok(n) = rd.read(&mut b).await {
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&b[..n]);
-            if client_frames(&mut buf).iter().any(|(op, _)| *op == 0x8) {
-                break;
-            }
-        }
-    });
+    let (rd, mut wr) = s.into_split();
+    let closed = common::until_client_closes(rd);
     let message = |(seq, ms): (u64, f64)| {
         frame(
             0x1,

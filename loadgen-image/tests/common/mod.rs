@@ -204,21 +204,26 @@ where
     F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let l = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let url = format!("ws://{}/", l.local_addr().expect("addr"));
-    rt.spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(connection(s));
+    raw_server(move |s, _| connection(s))
+}
+
+/// Reads the client's frames until its close frame or the end of the stream, in a task: the
+/// server side's way to know the connection ended while it writes on the other half.
+pub fn until_client_closes(mut rd: tokio::net::tcp::OwnedReadHalf) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncReadExt;
+    tokio::spawn(async move {
+        let (mut buf, mut b) = (Vec::new(), vec![0u8; 4096]);
+        while let Ok(n) = rd.read(&mut b).await {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&b[..n]);
+            let frames = wsload_ws::test_server::client_frames(&mut buf);
+            if frames.iter().any(|(op, _)| *op == 0x8) {
+                break;
+            }
         }
-    });
-    (url, rt)
+    })
 }
 
 /// No test here runs longer than this; a hung run fails instead of hanging the suite.
