@@ -40,7 +40,7 @@ TMP_DIR=""
 at_exit '[[ -z "$TMP_DIR" ]] || rm -rf "$TMP_DIR"'
 
 build_binary() {
-	log "building $IMAGE_PACKAGE for $MUSL_TARGET${IMAGE_CARGO_FEATURES[*]:+ (${IMAGE_CARGO_FEATURES[*]})}"
+	log "building $IMAGE_BINARY for $MUSL_TARGET with the other images' binaries (scripts/cargo-build.sh static)"
 	# Every image's binary in one build (scripts/cargo-build.sh static says why); --locked
 	# there: an image is a release artefact, it must not quietly re-resolve dependencies that
 	# the tests did not see.

@@ -2,9 +2,9 @@
 # Builds, ahead of the parts that ask for them, the cached tools a run of the suite needs
 # (Kubernetes, Prometheus, helm, kube-router, CoreDNS, ... from the Go module proxy; the real
 # servers' npm packages), in the order the parts ask, so that their minutes of CPU fill the
-# time the suite's other parts only wait (tests sleeping on sockets, a browser, a cluster
-# booting) instead of adding to it. scripts/test starts it in the background, niced, when it
-# runs more than one part.
+# time the suite's other parts only wait (a browser, a cluster booting, a build's one-crate
+# stretches) instead of adding to it. scripts/test starts it in the background, niced, when it
+# runs more than one part, and pauses it while cargo's tests run.
 #
 # It only warms caches: every part still calls the same installer itself, which waits on the
 # installer's lock while this one builds the same thing and then finds it cached, or builds it

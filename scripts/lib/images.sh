@@ -87,19 +87,17 @@ loadgen   wsload            wsload            loadgen-image    wsload/loadgen   
 operator  wsload-operator   wsload-operator   operator         wsload/operator   default
 "
 
-# image_spec NAME: sets IMAGE_NAME, IMAGE_PACKAGE, IMAGE_BINARY, IMAGE_DIR, IMAGE_REPO and
-# IMAGE_CARGO_FEATURES (the cargo arguments that choose the features).
+# image_spec NAME: sets IMAGE_NAME, IMAGE_PACKAGE, IMAGE_BINARY, IMAGE_DIR and IMAGE_REPO (the
+# features column is read by scripts/cargo-build.sh static, which builds every image's binary).
 image_spec() {
-	local want="$1" name package binary dir repo features
-	while read -r name package binary dir repo features; do
+	local want="$1" name package binary dir repo
+	while read -r name package binary dir repo _; do
 		[[ -n "$name" && "$name" == "$want" ]] || continue
 		IMAGE_NAME="$name"
 		IMAGE_PACKAGE="$package"
 		IMAGE_BINARY="$binary"
 		IMAGE_DIR="$WSLOAD_ROOT/$dir"
 		IMAGE_REPO="$repo"
-		IMAGE_CARGO_FEATURES=()
-		[[ "$features" == default ]] || IMAGE_CARGO_FEATURES=(--no-default-features --features "$features")
 		[[ -f "$IMAGE_DIR/Dockerfile" ]] || die "image '$want': $dir/Dockerfile does not exist yet"
 		return 0
 	done <<<"$IMAGE_TABLE"
