@@ -3,8 +3,8 @@
 # (Kubernetes, Prometheus, helm, kube-router, CoreDNS, ... from the Go module proxy; the real
 # servers' npm packages), in the order the parts ask, so that their minutes of CPU fill the
 # time the suite's other parts only wait (a browser, a cluster booting, a build's one-crate
-# stretches) instead of adding to it. scripts/test starts it in the background, niced, when it
-# runs more than one part, and pauses it while cargo's tests run.
+# stretches, cargo's tests waiting on sockets) instead of adding to it. scripts/test starts it in
+# the background, niced, when it runs more than one part.
 #
 # It only warms caches: every part still calls the same installer itself, which waits on the
 # installer's lock while this one builds the same thing and then finds it cached, or builds it
@@ -54,6 +54,15 @@ runs chart && warm "helm, kubeconform" "$ROOT/scripts/tools.sh" helm kubeconform
 if runs chart || { runs node && ((EUID == 0)); } || { runs kind && ((EUID == 0)); }; then
 	warm "Prometheus" "$ROOT/scripts/k8s/prometheus.sh" image
 fi
+# The images' static release binaries (cargo-build.sh static), for browser, terminal, autobahn
+# and the image parts: minutes of both cores cold, mostly while cargo's tests wait on sockets.
+# Cargo's own lock on the build directory makes a part asking meanwhile wait, then find them.
+for part in browser terminal autobahn server-image loadgen-image operator-image; do
+	if runs "$part"; then
+		warm "static release binaries" "$ROOT/scripts/cargo-build.sh" static
+		break
+	fi
+done
 runs autobahn && warm "the Autobahn suite (Python 2.7)" "$ROOT/scripts/autobahn.sh" --install
 if ((EUID == 0)) && runs node; then
 	warm "node packages" "$ROOT/scripts/k8s/install-deps.sh" --node

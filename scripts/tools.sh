@@ -151,12 +151,14 @@ main() {
 		esac
 	done
 	mkdir -p "$BIN_DIR"
-	# Two runs on a cold cache (parallel jobs) would both spend the build; the second waits and
-	# then finds the binary.
-	exec {lock_fd}>"$BIN_DIR/.tools.lock"
-	flock "$lock_fd"
 	for tool in "$@"; do
+		# Two runs on a cold cache (the prepare lane and a part) would both spend the build; the
+		# second waits and then finds the binary. One lock per tool: a part asking for a cached
+		# helm never waits while the lane builds kind.
+		exec {lock_fd}>"$BIN_DIR/.$tool.lock"
+		flock "$lock_fd"
 		install_tool "$tool"
+		exec {lock_fd}>&-
 		emit "$BIN_DIR/$tool"
 	done
 }

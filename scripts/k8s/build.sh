@@ -123,12 +123,16 @@ main() {
 	require_go 24 "Kubernetes $K8S_VERSION"
 	check_gomod_versions
 	mkdir -p "$K8S_BIN_DIR"
-	# Two concurrent runs (e.g. parallel test jobs on a cold cache) would both
-	# spend the full build; the second waits and then finds the binaries.
-	exec {lock_fd}>"$K8S_CACHE_DIR/.build.lock"
-	flock "$lock_fd"
 	LDFLAGS="$(version_ldflags)"
-	for c in "${components[@]}"; do build_one "$c"; done
+	for c in "${components[@]}"; do
+		# Two concurrent runs (the prepare lane and a part on a cold cache) would both spend
+		# the full build; the second waits and then finds the binary. One lock per component:
+		# a part asking for a cached kube-apiserver never waits while the lane builds kubelet.
+		exec {lock_fd}>"$K8S_CACHE_DIR/.build-$c.lock"
+		flock "$lock_fd"
+		build_one "$c"
+		exec {lock_fd}>&-
+	done
 }
 
 main "$@"
