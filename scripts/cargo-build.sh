@@ -53,7 +53,9 @@ print(" ".join(args))
 case "$1" in
 debug)
 	cargo build --locked --workspace --lib --bins --tests --examples
-	emit "$(facts | head -n 1)/debug"
+	# sed reads all of it: `head -n 1` closed the pipe before facts wrote its second line, once
+	# on a loaded machine (a BrokenPipeError in the log).
+	emit "$(facts | sed -n 1p)/debug"
 	;;
 static)
 	{

@@ -1,5 +1,5 @@
-//! The four presets of examples/ (socketio, graphql-ws, stomp, jsonrpc) and the Socket.IO
-//! fanout (socketio-fanout) against the real servers they were written for, each started by
+//! The presets of examples/ for real servers (socketio, graphql-ws, stomp, jsonrpc, sockjs)
+//! and the Socket.IO fanout (socketio-fanout) against the real servers they were written for, each started by
 //! the test from its registry package through scripts/test-servers/run.sh (npm packages cached
 //! by scripts/test-servers/install.sh, Debian's RabbitMQ for STOMP). Each preset runs as
 //! shipped, only its port changed, through the `wsload` binary with `--out`; the result is
@@ -281,6 +281,15 @@ fn clean(cell: &Value) {
     }
 }
 
+/// All `n` connections opened and held to the end of a window at least `secs` long.
+fn held_through(cell: &Value, n: u64, secs: f64) {
+    assert_eq!(count(cell, "connected"), n);
+    assert_eq!(count(cell, "survived"), n);
+    assert_eq!(figure(cell, &["survival"]), 1.0);
+    let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
+    assert!(held >= secs, "held {held} s");
+}
+
 fn passed(status: &ExitStatus) {
     assert_eq!(
         status.code(),
@@ -297,12 +306,8 @@ fn socketio_holds_1000_connections_through_heartbeats() {
     let (status, result) = run(&dir, &preset("socketio", "127.0.0.1:3000", &server));
     let cell = only(&result);
     clean(cell);
-    assert_eq!(count(cell, "connected"), 1000);
-    assert_eq!(count(cell, "survived"), 1000);
-    assert_eq!(figure(cell, &["survival"]), 1.0);
     // Six heartbeats in 30 s: every connection still open is one that answered them all.
-    let held = cell["measuredSecs"].as_f64().expect("measuredSecs");
-    assert!(held >= 29.0, "held {held} s");
+    held_through(cell, 1000, 29.0);
     // The acks: every chat answered, their latency percentiles present.
     assert!(count(cell, "sent") >= 1000 * 25, "a chat a second each");
     assert_eq!(count(cell, "lost"), 0);
@@ -376,6 +381,44 @@ fn socketio_rooms_deliver_every_publish_to_every_member() {
     assert_eq!(stat(&stats, "joined"), 200, "{stats}");
     // Subscribers and publishers, all Socket.IO connections, all held to the end.
     assert_eq!(stat(&stats, "socketio"), 204, "{stats}");
+    passed(&status);
+}
+
+/// SockJS frames messages its own way: `o` on open, then messages as `a["...",...]`, a JSON
+/// array of strings, each split into a message of its own. The preset as shipped, against the
+/// server with no ticks and its connection check after 700 ms quiet: between two chats' answers
+/// (a second apart) the server sends a WebSocket ping and closes the connection when its pong
+/// is missing for 10 s, so every connection held 30 s answered ~30 of them.
+#[test]
+fn sockjs_arrays_split_into_messages_through_its_heartbeats() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("sockjs", &["--tick-ms", "0", "--heartbeat-ms", "700"]);
+    let dir = Scratch::new("sockjs");
+    let (status, result) = run(&dir, &preset("sockjs", "127.0.0.1:5000", &server));
+    let cell = only(&result);
+    clean(cell);
+    held_through(cell, 1000, 29.0);
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "joined"), 1000, "{stats}");
+    // Every chat answered and matched by the seq inside the array's string: the
+    // correlation read it from the split part, not from the whole frame.
+    assert_eq!(count(cell, "lost"), 0);
+    assert!(count(cell, "sent") >= 1000 * 25, "a chat a second each");
+    assert_eq!(
+        figure(cell, &["rtt", "count"]) as u64,
+        count(cell, "received")
+    );
+    assert!(stat(&stats, "chats") >= count(cell, "sent"), "{stats}");
+    assert_eq!(stat(&stats, "unreadable"), 0, "{stats}");
+    // No ticks, no `h` (this sockjs pings instead): nothing pushed, nothing unsolicited (an
+    // unsplit array would be).
+    assert_eq!(pushes(cell), 0);
+    assert!(
+        cell["counts"]["unsolicited"].is_null(),
+        "{}",
+        cell["counts"]
+    );
+    // Last: the figures above say what went wrong better than the exit code.
     passed(&status);
 }
 

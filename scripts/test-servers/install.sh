@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the npm packages the test servers here run on (package-lock.json: socket.io,
-# graphql-ws, ws, graphql, rpc-websockets), with `npm ci`, into a cache directory named by
+# graphql-ws, ws, graphql, rpc-websockets, sockjs), with `npm ci`, into a cache directory named by
 # the hash of the lock file and the major version of node, so changed pins get a fresh
 # directory and an unchanged one is reused; earlier ones are removed. Needs node and npm
 # (Debian's `nodejs` and `npm` when missing). Package install scripts are not run: every
@@ -50,7 +50,7 @@ if [[ ! -f $dir/.complete ]]; then
 		cp "$HERE/package.json" "$HERE/package-lock.json" "$dir/"
 		(cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) >&2 ||
 			die "npm ci failed in $dir"
-		NODE_PATH=$dir/node_modules node -e 'for (const m of ["socket.io", "graphql-ws/use/ws", "ws", "graphql", "rpc-websockets"]) require(m)' ||
+		NODE_PATH=$dir/node_modules node -e 'for (const m of ["socket.io", "graphql-ws/use/ws", "ws", "graphql", "rpc-websockets", "sockjs"]) require(m)' ||
 			die "the packages installed in $dir do not load"
 		touch "$dir/.complete"
 		for old in "$cache_root"/test-servers-*; do
