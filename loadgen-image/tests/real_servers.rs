@@ -1,4 +1,4 @@
-//! The presets of examples/ for real servers (socketio, graphql-ws, stomp, jsonrpc, sockjs)
+//! The presets of examples/ for real servers (socketio, graphql-ws, stomp, jsonrpc, sockjs, mqtt)
 //! and the Socket.IO fanout (socketio-fanout) against the real servers they were written for, each started by
 //! the test from its registry package through scripts/test-servers/run.sh (npm packages cached
 //! by scripts/test-servers/install.sh, Debian's RabbitMQ for STOMP). Each preset runs as
@@ -529,3 +529,37 @@ fn jsonrpc_answers_by_id() {
     // Last: the figures above say what went wrong better than the exit code.
     passed(&status);
 }
+
+#[test]
+fn mqtt_packets_are_read_whole_from_aedes_frames() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("mqtt", &[]);
+    let dir = Scratch::new("mqtt");
+    let (status, result) = run(&dir, &preset("mqtt", "127.0.0.1:1882", &server));
+    let cell = only(&result);
+    clean(cell);
+    // aedes writes its CONNACK a byte a frame: every connection that read one whole is open,
+    // and stays so through twelve keep-alives the broker enforces (1.5 x 15 s).
+    held_through(cell, 1000, 59.0);
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "clients"), 1000, "{stats}");
+    assert_eq!(stat(&stats, "errors"), 0, "{stats}");
+    // Every QoS 1 PUBLISH acknowledged by its packet id, the broker's count the same.
+    let sent = count(cell, "sent");
+    assert!(sent >= 1000 * 55, "a PUBLISH a second each: {sent}");
+    assert_eq!(count(cell, "lost"), 0);
+    assert_eq!(count(cell, "received"), sent);
+    assert_eq!(stats["published"]["1"].as_u64(), Some(sent), "{stats}");
+    assert_eq!(figure(cell, &["rtt", "count"]) as u64, sent);
+    // Each PINGRESP a push: every keep-alive answered, none taken for an answer.
+    let pongs = pushes(cell);
+    assert!(pongs >= 1000 * 11, "PINGRESPs: {pongs}");
+    assert!(pongs <= stat(&stats, "pings"), "{pongs} > {stats}");
+    passed(&status);
+}
+
+// @corpus-socketio2 (Socket.IO 2's tests go above this line)
+
+// @corpus-python (Ariadne's and Django Channels' tests go above this line)
+
+// @corpus-nats (NATS's tests go above this line)

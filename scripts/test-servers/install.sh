@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the npm packages the test servers here run on (package-lock.json: socket.io,
+# Installs the npm packages the test servers here run on (package-lock.json: socket.io, aedes,
 # graphql-ws, ws, graphql, rpc-websockets, sockjs), with `npm ci`, into a cache directory named by
 # the hash of the lock file and the major version of node, so changed pins get a fresh
 # directory and an unchanged one is reused; earlier ones are removed. Needs node and npm

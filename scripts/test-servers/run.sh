@@ -5,7 +5,7 @@
 # and runs until TERM or INT.
 #
 # usage: scripts/test-servers/run.sh SERVER [--host H] [--port N] [OPTION VALUE...]
-#   SERVER  socketio, graphql-ws, jsonrpc, sockjs (node, npm packages) or stomp (RabbitMQ
+#   SERVER  socketio, graphql-ws, jsonrpc, sockjs, mqtt (node, npm packages) or stomp (RabbitMQ
 #           web-stomp)
 #   --host  listen address (default 127.0.0.1); --port: default a free one
 #   other options are the server's own: see the head of scripts/test-servers/SERVER.js
@@ -20,7 +20,7 @@ server=$1
 shift
 case "$server" in
 stomp) exec "$HERE/stomp.sh" "$@" ;;
-socketio | graphql-ws | jsonrpc | sockjs)
+socketio | graphql-ws | jsonrpc | sockjs | mqtt)
 	modules=$("$HERE/install.sh")
 	NODE_PATH=$modules exec node "$HERE/$server.js" "$@"
 	;;

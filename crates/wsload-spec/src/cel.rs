@@ -502,7 +502,7 @@ pub const MSG_CAPTURE_NEEDS_EXPECT: &str =
     "capture needs expect on the same step: values are taken from the message it matched";
 pub const MSG_CAPTURE_KIND: &str = "set exactly one of json (a field's path), regex (its first group) or at (a binary field's offset)";
 pub const MSG_AT_WIDTH: &str = "at and width go together: width is how many bytes at reads (1, 2, 4 or 8), as a big-endian number";
-pub const MSG_SPLIT_KIND: &str = "set exactly one of separator (the text between messages) or jsonArray (an array of messages after a prefix)";
+pub const MSG_SPLIT_KIND: &str = "set exactly one of separator (the text between messages), jsonArray (an array of messages after a prefix) or packets (binary packets that say their length)";
 pub const MSG_MATCH_EMPTY: &str = "set at least one of equals, prefix, bytes, regex, json or frame: an empty match matches every message";
 pub const MSG_STEP_NAMES: &str = "step names must be unique: misses are counted by name";
 pub const MSG_PUSH_NAMES: &str = "push rule names must be unique: pushes are counted by name";
@@ -546,7 +546,7 @@ pub fn split_rules(schema: &mut Schema) {
     push(
         schema,
         vec![rule(
-            &exactly_one(&["separator", "jsonArray"]),
+            &exactly_one(&["separator", "jsonArray", "packets"]),
             MSG_SPLIT_KIND,
         )],
     );

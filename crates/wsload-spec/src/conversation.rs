@@ -86,7 +86,7 @@ pub struct Conversation {
 /// Longest separator, and longest prefix of a JSON array envelope.
 pub const MAX_SPLIT_LEN: usize = 16;
 
-/// How a frame splits into messages: exactly one of `separator` and `jsonArray`.
+/// How a frame splits into messages: exactly one of `separator`, `jsonArray` and `packets`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(transform = cel::split_rules)]
@@ -101,6 +101,43 @@ pub struct Split {
     /// prefix and an array (SockJS' `o`, `h`) is one message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_array: Option<JsonArraySplit>,
+    /// Binary frames as one stream of packets that each say their length (MQTT: `{at: 1,
+    /// length: varint}`), however the server cuts them into frames: a packet written in
+    /// several frames is one message, several in a frame are several. Text frames are each
+    /// one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<PacketSplit>,
+}
+
+/// Most bytes before a packet's length field.
+pub const MAX_LENGTH_AT: u8 = 64;
+
+/// Packets that say their length.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PacketSplit {
+    /// Where the length field starts, in bytes from the packet's first (MQTT: 1, after the
+    /// type and flags byte).
+    #[serde(default)]
+    #[schemars(range(max = MAX_LENGTH_AT))]
+    pub at: u8,
+    /// How the length is written; it counts the bytes after the length field.
+    pub length: PacketLength,
+}
+
+/// How a packet writes its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PacketLength {
+    /// MQTT's variable byte integer: 7 bits a byte, low first, at most 4 bytes.
+    #[default]
+    Varint,
+    /// Big-endian, 1 byte.
+    U8,
+    /// Big-endian, 2 bytes.
+    U16,
+    /// Big-endian, 4 bytes.
+    U32,
 }
 
 /// A JSON array envelope.

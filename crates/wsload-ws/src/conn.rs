@@ -9,7 +9,7 @@ use crate::io::Io;
 use crate::limits::Limits;
 use crate::message::{Fragments, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
-use crate::split::{Cursor, Split, unescape};
+use crate::split::{Cursor, Packet, Split, unescape};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Sink, Stream};
 use std::future::Future;
@@ -45,17 +45,43 @@ fn count(
     tallies[at].add(payload.len());
 }
 
+/// What a connection splits frames with, as a counting read takes it: the split, where an
+/// escaped part is unescaped to be looked at, what a packet stream carries between frames,
+/// and the most it may carry.
+struct Splitting<'a> {
+    split: &'a Split,
+    scratch: &'a mut Vec<u8>,
+    carry: &'a mut Vec<u8>,
+    max: usize,
+}
+
 /// Counts every part of a frame the server packed several messages into, each a message; an
-/// escaped part is looked at unescaped (in `scratch`).
+/// escaped part is looked at unescaped (in `scratch`); a packet a stream's frames began is
+/// counted in the frame that completes it.
 fn count_parts(
     tallies: &mut [Tally; 3],
     expected: &mut impl FnMut(bool, &[u8]) -> bool,
     is_text: bool,
     frame: &[u8],
-    split: &Split,
-    scratch: &mut Vec<u8>,
-) {
+    s: &mut Splitting<'_>,
+) -> Result<(), WsError> {
+    let (split, scratch) = (s.split, &mut *s.scratch);
     let mut cursor = Cursor::default();
+    if split.streams() {
+        if is_text {
+            count(tallies, expected, is_text, frame);
+            return Ok(());
+        }
+        if !s.carry.is_empty() {
+            let (used, head) = split.complete(s.carry, frame);
+            if head == Packet::Short {
+                return within(s.carry, s.max);
+            }
+            count(tallies, expected, is_text, s.carry);
+            s.carry.clear();
+            cursor = Cursor::at(used);
+        }
+    }
     while let Some((part, next)) = split.next(frame, cursor) {
         cursor = next;
         let raw = &frame[part.range];
@@ -68,6 +94,20 @@ fn count_parts(
         }
         count(tallies, expected, is_text, raw);
     }
+    s.carry.extend_from_slice(split.carried(frame, cursor));
+    within(s.carry, s.max)
+}
+
+/// A packet carried across frames may grow to the message limit, no further: a server that
+/// announces a bigger one fails the connection as a message too big, as an unsplit one would.
+fn within(carry: &[u8], max: usize) -> Result<(), WsError> {
+    if carry.len() > max {
+        return Err(WsError::Capacity(CapacityError::MessageTooLong {
+            size: carry.len(),
+            max_size: max,
+        }));
+    }
+    Ok(())
 }
 
 /// Frames and their payload bytes.
@@ -112,6 +152,8 @@ struct Extra {
     /// serves many (see `next_part`); and where a counting read unescapes one to look at it.
     unescaped: BytesMut,
     scratch: Vec<u8>,
+    /// What a packet stream's frames hold of a packet not yet whole.
+    carry: Vec<u8>,
 }
 
 /// A frame whose parts are being handed on as messages.
@@ -583,17 +625,35 @@ impl Ws {
     /// when the server packs several in a frame (the others follow, `next_part`); `None` for a
     /// frame with no part at all.
     fn message_of(&mut self, text: bool, payload: Bytes) -> Result<Option<Message>, WsError> {
+        let max = self.limits.max_message as usize;
         match self.extra.as_mut() {
             Some(e) if e.split.is_some() => {
                 if text && !is_utf8(&payload) {
                     return Err(invalid_utf8());
                 }
+                let mut cursor = Cursor::default();
+                let mut first = None;
+                if let Some(split) = e.split.as_ref().filter(|s| s.streams()) {
+                    if text {
+                        cursor = Cursor::whole();
+                    } else if !e.carry.is_empty() {
+                        let (used, head) = split.complete(&mut e.carry, &payload);
+                        if head == Packet::Short {
+                            return within(&e.carry, max).map(|()| None);
+                        }
+                        first = Some(Bytes::from(std::mem::take(&mut e.carry)));
+                        cursor = Cursor::at(used);
+                    }
+                }
                 e.pending = Some(Pending {
                     text,
                     frame: payload,
-                    cursor: Cursor::default(),
+                    cursor,
                 });
-                self.next_part()
+                match first {
+                    Some(packet) => data_message(false, packet).map(Some),
+                    None => self.next_part(),
+                }
             }
             _ => data_message(text, payload).map(Some),
         }
@@ -614,6 +674,7 @@ impl Ws {
     /// The next part of the frame being split, as a message: a slice of the frame, or an
     /// escaped string's text cut from the unescaped block. `None` once the frame is done.
     fn next_part(&mut self) -> Result<Option<Message>, WsError> {
+        let max = self.limits.max_message as usize;
         let Some(e) = self.extra.as_mut() else {
             return Ok(None);
         };
@@ -621,8 +682,9 @@ impl Ws {
             return Ok(None);
         };
         let Some((part, next)) = split.next(&p.frame, p.cursor) else {
+            e.carry.extend_from_slice(split.carried(&p.frame, p.cursor));
             e.pending = None;
-            return Ok(None);
+            return within(&e.carry, max).map(|()| None);
         };
         p.cursor = next;
         let raw = &p.frame[part.range.clone()];
@@ -793,11 +855,17 @@ impl Ws {
             if self.frag().is_none() && !self.close_received {
                 let deflate = self.deflates();
                 let max_frame = self.limits.max_frame as usize;
+                let max = self.limits.max_message as usize;
                 let (rd, extra) = (&mut self.rd, &mut self.extra);
                 // A frame the server packed several messages into is counted part by part.
-                let mut split = extra
-                    .as_mut()
-                    .and_then(|e| Some((e.split.as_ref()?, &mut e.scratch)));
+                let mut split = extra.as_mut().and_then(|e| {
+                    Some(Splitting {
+                        split: e.split.as_ref()?,
+                        scratch: &mut e.scratch,
+                        carry: &mut e.carry,
+                        max,
+                    })
+                });
                 loop {
                     let h = match frame::peek(rd, deflate, max_frame) {
                         Ok(Some(h)) => h,
@@ -816,8 +884,11 @@ impl Ws {
                     }
                     match &mut split {
                         None => count(&mut tallies, expected, is_text, payload),
-                        Some((split, scratch)) => {
-                            count_parts(&mut tallies, expected, is_text, payload, split, scratch)
+                        Some(s) => {
+                            if let Err(e) = count_parts(&mut tallies, expected, is_text, payload, s)
+                            {
+                                return self.fail(cx, e);
+                            }
                         }
                     }
                     rd.advance(head + len);

@@ -66,4 +66,4 @@ pub use handshake::{Agreed, Head, Offer, new_key};
 pub use io::Io;
 pub use limits::{Limits, MAX_PENDING_WRITE};
 pub use message::MAX_MESSAGE;
-pub use split::Split;
+pub use split::{Length, Split};

@@ -1,7 +1,8 @@
 //! Frames that carry several messages of the server's protocol: newline-delimited JSON, a
-//! line protocol's lines (NATS), records after `\x1e`, SockJS' `a["m1","m2"]`. A connection
-//! told how its server packs them ([`Split`], [`crate::Ws::split_messages`]) hands each part on
-//! as a message of its own; a frame of another form is one message, as without a split.
+//! line protocol's lines (NATS), records after `\x1e`, SockJS' `a["m1","m2"]`, and binary
+//! packets that announce their length (MQTT), which may also span frames. A connection told
+//! how its server packs them ([`Split`], [`crate::Ws::split_messages`]) hands each part on as a
+//! message of its own; a frame of another form is one message, as without a split.
 //!
 //! Parts are found in place: a separator's parts and a JSON string without escapes are ranges
 //! of the frame (zero-copy slices of its payload); only a string with escapes is written out
@@ -19,6 +20,65 @@ pub enum Split {
     /// message: a string's text unescaped, any other value as written. A frame that is not
     /// `prefix` and an array (SockJS' `o`, `h`, `c[...]`) is one message.
     JsonArray { prefix: Box<[u8]> },
+    /// Binary frames as one byte stream of packets, each with its length at byte `at` (MQTT:
+    /// at 1, after the type byte, as a variable-length integer) counting the bytes after the
+    /// length field. Frame edges mean nothing: a broker may write one packet in several frames
+    /// (aedes writes a CONNACK as four one-byte frames) or several packets in one; what a frame
+    /// leaves of a packet is carried to the next. Text frames are each one message.
+    Packets { at: usize, length: Length },
+}
+
+/// How a packet writes its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Length {
+    /// MQTT's variable byte integer: 7 bits a byte, low first, the top bit set on all but the
+    /// last; at most 4 bytes.
+    Varint,
+    /// Big-endian, 1, 2 or 4 bytes.
+    Fixed(u8),
+}
+
+/// What the head of a packet stream says: the whole packet's size, more bytes needed to
+/// read it, or a length that is not one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Packet {
+    Size(usize),
+    Short,
+    Malformed,
+}
+
+impl Length {
+    /// The size of the packet `bytes` starts with (`at` bytes, the length field, what it
+    /// counts), as far as `bytes` shows it.
+    pub(crate) fn packet(self, at: usize, bytes: &[u8]) -> Packet {
+        let field = bytes.get(at..).unwrap_or_default();
+        let (value, width) = match self {
+            Length::Varint => {
+                let mut value = 0usize;
+                let mut width = None;
+                for (i, b) in field.iter().take(4).enumerate() {
+                    value |= usize::from(b & 0x7f) << (7 * i);
+                    if b & 0x80 == 0 {
+                        width = Some(i + 1);
+                        break;
+                    }
+                }
+                match width {
+                    Some(w) => (value, w),
+                    None if field.len() >= 4 => return Packet::Malformed,
+                    None => return Packet::Short,
+                }
+            }
+            Length::Fixed(w) => {
+                let w = usize::from(w);
+                let Some(b) = field.get(..w) else {
+                    return Packet::Short;
+                };
+                (b.iter().fold(0usize, |v, &b| v << 8 | usize::from(b)), w)
+            }
+        };
+        Packet::Size(at + width + value)
+    }
 }
 
 /// One part of a frame: where it is, and whether it is a JSON string's content still escaped.
@@ -40,6 +100,57 @@ pub(crate) struct Cursor {
 }
 
 impl Split {
+    /// Whether parts span frames: then a frame's bytes after its last whole part are carried
+    /// to the next one (`carried`), and only binary frames are split.
+    pub(crate) fn streams(&self) -> bool {
+        matches!(self, Split::Packets { .. })
+    }
+
+    /// What a packet stream's frame leaves of a packet once `next` found no more whole ones at
+    /// `cursor`: the bytes to carry to the next frame.
+    pub(crate) fn carried<'a>(&self, frame: &'a [u8], cursor: Cursor) -> &'a [u8] {
+        match self {
+            Split::Packets { .. } if !cursor.whole && !cursor.done => {
+                frame.get(cursor.at..).unwrap_or_default()
+            }
+            _ => &[],
+        }
+    }
+
+    /// Completes the packet `carry` began with the head of `frame`: how many bytes of the
+    /// frame it took, and whether the packet is whole (`Malformed`: its length is not one,
+    /// and the carry is handed on as it is). The rest of the frame is parsed from there.
+    pub(crate) fn complete(&self, carry: &mut Vec<u8>, frame: &[u8]) -> (usize, Packet) {
+        let Split::Packets { at, length } = *self else {
+            return (0, Packet::Short);
+        };
+        let mut used = 0;
+        loop {
+            match length.packet(at, carry) {
+                Packet::Size(size) => {
+                    let take = size.saturating_sub(carry.len()).min(frame.len() - used);
+                    carry.extend_from_slice(&frame[used..used + take]);
+                    used += take;
+                    return (
+                        used,
+                        if carry.len() >= size {
+                            Packet::Size(size)
+                        } else {
+                            Packet::Short
+                        },
+                    );
+                }
+                Packet::Malformed => return (used, Packet::Malformed),
+                // The head is a few bytes: taken one at a time until it reads.
+                Packet::Short if used < frame.len() => {
+                    carry.push(frame[used]);
+                    used += 1;
+                }
+                Packet::Short => return (used, Packet::Short),
+            }
+        }
+    }
+
     /// The part of `frame` at `cursor`, and the cursor after it; `None` when no part is left.
     pub(crate) fn next(&self, frame: &[u8], cursor: Cursor) -> Option<(Part, Cursor)> {
         if cursor.done {
@@ -53,6 +164,22 @@ impl Split {
             return Some((part(0..frame.len()), end));
         }
         match self {
+            Split::Packets { at, length } => {
+                let rest = frame.get(cursor.at..).unwrap_or_default();
+                match length.packet(*at, rest) {
+                    Packet::Size(size) if size <= rest.len() => {
+                        let c = Cursor {
+                            at: cursor.at + size,
+                            ..cursor
+                        };
+                        Some((part(cursor.at..cursor.at + size), c))
+                    }
+                    Packet::Size(_) | Packet::Short => None,
+                    // Not a length: the stream is lost; the rest is one message, for a
+                    // finding to name, and nothing is carried.
+                    Packet::Malformed => Some((part(cursor.at..frame.len()), end)),
+                }
+            }
             Split::Separator(sep) => {
                 let mut at = cursor.at;
                 loop {
@@ -74,11 +201,11 @@ impl Split {
             Split::JsonArray { prefix } => {
                 if !cursor.in_array {
                     let Some(rest) = frame.strip_prefix(&prefix[..]) else {
-                        return self.next(frame, whole());
+                        return self.next(frame, Cursor::whole());
                     };
                     let open = prefix.len() + skip_space(rest);
                     if frame.get(open) != Some(&b'[') || !closes_array(&frame[open..]) {
-                        return self.next(frame, whole());
+                        return self.next(frame, Cursor::whole());
                     }
                     let c = Cursor {
                         at: open + 1,
@@ -113,10 +240,23 @@ impl Split {
     }
 }
 
-fn whole() -> Cursor {
-    Cursor {
-        whole: true,
-        ..Cursor::default()
+impl Cursor {
+    /// A frame's offset `at`, where a packet stream's frame resumes once the head of it
+    /// completed the packet carried from the frames before.
+    pub(crate) fn at(at: usize) -> Cursor {
+        Cursor {
+            at,
+            ..Cursor::default()
+        }
+    }
+
+    /// A frame handed on as one message: not of the split's form, or a text frame of a
+    /// packet stream.
+    pub(crate) fn whole() -> Cursor {
+        Cursor {
+            whole: true,
+            ..Cursor::default()
+        }
     }
 }
 
@@ -341,6 +481,66 @@ mod tests {
         assert_eq!(
             parts(&bare, br#"[{"id":1,"p":[1,2]}, {"id":2,"s":"a,]b"} ,3]"#),
             [r#"{"id":1,"p":[1,2]}"#, r#"{"id":2,"s":"a,]b"}"#, "3"]
+        );
+    }
+
+    #[test]
+    fn packets_are_read_by_their_length_across_frames() {
+        let mqtt = Split::Packets {
+            at: 1,
+            length: Length::Varint,
+        };
+        // A SUBACK and a PINGRESP in one frame, then a PUBLISH cut short.
+        let frame = [0x90, 3, 0, 1, 0, 0xd0, 0, 0x30, 5, 0, 1];
+        let mut cursor = Cursor::default();
+        let mut got = Vec::new();
+        while let Some((p, next)) = mqtt.next(&frame, cursor) {
+            got.push(frame[p.range].to_vec());
+            cursor = next;
+        }
+        assert_eq!(got, [vec![0x90, 3, 0, 1, 0], vec![0xd0, 0]]);
+        let mut carry = mqtt.carried(&frame, cursor).to_vec();
+        assert_eq!(carry, [0x30, 5, 0, 1]);
+        // The next frames complete it: the first one byte short, the second with more after.
+        assert_eq!(mqtt.complete(&mut carry, b"ab"), (2, Packet::Short));
+        assert_eq!(
+            mqtt.complete(&mut carry, &[b'c', 0xd0, 0]),
+            (1, Packet::Size(7))
+        );
+        assert_eq!(carry, [0x30, 5, 0, 1, b'a', b'b', b'c']);
+        // A CONNACK a byte a frame (aedes), its length read once its byte arrives.
+        let mut carry = Vec::new();
+        for (i, b) in [0x20u8, 2, 0, 0].iter().enumerate() {
+            let head = if i == 3 {
+                Packet::Size(4)
+            } else {
+                Packet::Short
+            };
+            assert_eq!(mqtt.complete(&mut carry, &[*b]), (1, head), "byte {i}");
+        }
+        // Lengths of several bytes, and one that never ends: the rest is one part.
+        assert_eq!(
+            Length::Varint.packet(1, &[0x30, 0x80, 0x01]),
+            Packet::Size(131)
+        );
+        assert_eq!(Length::Varint.packet(1, &[0x30, 0xff, 0xff]), Packet::Short);
+        assert_eq!(
+            Length::Varint.packet(1, &[0x30, 0xff, 0xff, 0xff, 0xff, 0x7f]),
+            Packet::Malformed
+        );
+        let lost = [0x30, 0xff, 0xff, 0xff, 0xff, 1, 2];
+        let (p, end) = mqtt.next(&lost, Cursor::default()).expect("the rest");
+        assert_eq!(p.range, 0..7);
+        assert!(mqtt.next(&lost, end).is_none());
+        assert!(mqtt.carried(&lost, end).is_empty());
+        // A big-endian u16 length at 0.
+        let u16s = Split::Packets {
+            at: 0,
+            length: Length::Fixed(2),
+        };
+        assert_eq!(
+            parts(&u16s, &[0, 1, b'x', 0, 2, b'y', b'z']),
+            ["\0\u{1}x", "\0\u{2}yz"]
         );
     }
 

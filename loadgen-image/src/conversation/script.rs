@@ -230,10 +230,20 @@ fn compile_steps(
 
 /// `conversation.split` as the connection takes it.
 fn split(s: &wsload_spec::conversation::Split) -> Result<wsload_ws::Split, ScriptError> {
-    match (&s.separator, &s.json_array) {
-        (Some(sep), None) => Ok(wsload_ws::Split::Separator(sep.as_bytes().into())),
-        (None, Some(a)) => Ok(wsload_ws::Split::JsonArray {
+    use wsload_spec::conversation::PacketLength;
+    match (&s.separator, &s.json_array, &s.packets) {
+        (Some(sep), None, None) => Ok(wsload_ws::Split::Separator(sep.as_bytes().into())),
+        (None, Some(a), None) => Ok(wsload_ws::Split::JsonArray {
             prefix: a.prefix.as_bytes().into(),
+        }),
+        (None, None, Some(p)) => Ok(wsload_ws::Split::Packets {
+            at: usize::from(p.at),
+            length: match p.length {
+                PacketLength::Varint => wsload_ws::Length::Varint,
+                PacketLength::U8 => wsload_ws::Length::Fixed(1),
+                PacketLength::U16 => wsload_ws::Length::Fixed(2),
+                PacketLength::U32 => wsload_ws::Length::Fixed(4),
+            },
         }),
         _ => Err(ScriptError::Split),
     }

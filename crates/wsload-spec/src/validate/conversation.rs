@@ -7,7 +7,7 @@
 use super::Errors;
 use crate::cel;
 use crate::conversation::{
-    Capture, Conversation, MAX_NAME_LEN, MAX_PUSH_RULES, MAX_SPLIT_LEN, MAX_STEPS,
+    Capture, Conversation, MAX_LENGTH_AT, MAX_NAME_LEN, MAX_PUSH_RULES, MAX_SPLIT_LEN, MAX_STEPS,
     MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, PushRule, Reply, Split, Step,
 };
 use crate::matching::{Extractor, Matcher};
@@ -154,8 +154,8 @@ fn counts(c: &Conversation, e: &mut Errors) {
 /// How a frame splits: one way, its text within bounds.
 fn split(s: &Split, e: &mut Errors) {
     let at = format!("{FIELD}.split");
-    match (&s.separator, &s.json_array) {
-        (Some(sep), None) => {
+    match (&s.separator, &s.json_array, &s.packets) {
+        (Some(sep), None, None) => {
             if sep.is_empty() || sep.len() > MAX_SPLIT_LEN {
                 e.add(
                     format!("{at}.separator"),
@@ -163,11 +163,19 @@ fn split(s: &Split, e: &mut Errors) {
                 );
             }
         }
-        (None, Some(a)) => {
+        (None, Some(a), None) => {
             if a.prefix.len() > MAX_SPLIT_LEN {
                 e.add(
                     format!("{at}.jsonArray.prefix"),
                     format!("at most {MAX_SPLIT_LEN} bytes"),
+                );
+            }
+        }
+        (None, None, Some(p)) => {
+            if p.at > MAX_LENGTH_AT {
+                e.add(
+                    format!("{at}.packets.at"),
+                    format!("at most {MAX_LENGTH_AT}: the length field's offset in the packet"),
                 );
             }
         }
@@ -371,8 +379,11 @@ fn message(
 
 /// The messages a frame `sent` carries, split as `split` says: by its separator, or as the
 /// elements of a JSON array (a string's text, any other value as written), its prefix
-/// optional (a SockJS client's frames have none).
+/// optional (a SockJS client's frames have none). A packet stream's message is one packet.
 fn parts_as_sent(sent: &[u8], split: &Split) -> Vec<Vec<u8>> {
+    if split.packets.is_some() {
+        return vec![sent.to_vec()];
+    }
     if let Some(sep) = split.separator.as_deref().filter(|s| !s.is_empty()) {
         let text = String::from_utf8_lossy(sent);
         return text

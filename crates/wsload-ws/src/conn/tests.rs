@@ -640,3 +640,106 @@ async fn a_json_array_envelope_gives_its_strings_unescaped() {
     };
     assert_eq!((expected.frames, expected.bytes), (2, 18));
 }
+
+/// MQTT over WebSocket as aedes writes it: a packet in several frames (its CONNACK a byte a
+/// frame), several in one (a SUBACK and a PINGRESP), one straddling two; each packet one
+/// message on the message path and one counted on the counting read, a text frame whole.
+#[tokio::test]
+async fn packets_are_read_whole_whatever_the_frames() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = pair(1024).await;
+    ws.split_messages(Split::Packets {
+        at: 1,
+        length: crate::Length::Varint,
+    });
+    let mut burst = Vec::new();
+    for b in [0x20u8, 2, 0, 0] {
+        burst.extend(server_frame(0x82, &[b]));
+    }
+    burst.extend(server_frame(0x82, &[0x90, 3, 0, 1, 0, 0xd0, 0, 0x40]));
+    burst.extend(server_frame(0x82, &[2, 0, 7]));
+    burst.extend(server_frame(0x81, b"not mqtt"));
+    s.write_all(&burst).await.expect("write");
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        match ws.next().await.expect("a message").expect("ok") {
+            Message::Binary(b) => got.push(b.to_vec()),
+            Message::Text(t) => got.push(t.as_bytes().to_vec()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            vec![0x20, 2, 0, 0],
+            vec![0x90, 3, 0, 1, 0],
+            vec![0xd0, 0],
+            vec![0x40, 2, 0, 7],
+            b"not mqtt".to_vec(),
+        ]
+    );
+    // The counting read: three PUBACKs over two frames (one cut in the middle), then one more
+    // in the next read.
+    s.write_all(
+        &[
+            server_frame(0x82, &[0x40, 2, 0, 8, 0x40, 2, 0, 9, 0x40, 2]),
+            server_frame(0x82, &[0, 10]),
+        ]
+        .concat(),
+    )
+    .await
+    .expect("write");
+    let mut seen = Vec::new();
+    let mut pubacks = 0;
+    while pubacks < 3 {
+        let got = std::future::poll_fn(|cx| {
+            ws.poll_recv(cx, &mut |_, p| {
+                seen.push(p.to_vec());
+                p.starts_with(&[0x40, 2])
+            })
+        })
+        .await;
+        let Some(Ok(Recv::Data {
+            expected, binary, ..
+        })) = got
+        else {
+            panic!("data: {got:?}");
+        };
+        assert_eq!(binary.frames, 0);
+        assert_eq!(expected.bytes, 4 * expected.frames);
+        pubacks += expected.frames;
+    }
+    assert_eq!(pubacks, 3);
+    assert_eq!(seen, [[0x40, 2, 0, 8], [0x40, 2, 0, 9], [0x40, 2, 0, 10]]);
+}
+
+/// A packet stream may carry a packet up to the message limit, no further: a length that
+/// announces more fails the connection as a message too big once the carry passes the limit.
+#[tokio::test]
+async fn a_carried_packet_past_the_message_limit_is_too_big() {
+    use futures_util::StreamExt;
+    let (mut ws, mut s) = limited_pair(small_limits()).await;
+    ws.split_messages(Split::Packets {
+        at: 1,
+        length: crate::Length::Varint,
+    });
+    // A PUBLISH announcing 1 MiB, sent in frames within the frame limit.
+    let mut head = vec![0x30, 0x80, 0x80, 0x40];
+    head.extend(vec![b'x'; 8 * 1024]);
+    s.write_all(&server_frame(0x82, &head))
+        .await
+        .expect("write");
+    for _ in 0..8 {
+        s.write_all(&server_frame(0x82, &[b'x'; 8 * 1024]))
+            .await
+            .expect("write");
+    }
+    let e = ws.next().await.expect("an item").expect_err("too big");
+    assert!(
+        matches!(
+            e,
+            WsError::Capacity(CapacityError::MessageTooLong { max_size, .. }) if max_size == 64 * 1024
+        ),
+        "{e:?}"
+    );
+}
