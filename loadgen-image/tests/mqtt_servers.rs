@@ -1,9 +1,10 @@
 //! An MQTT 3.1.1 broker of a few dozen lines, started by the test (raw TCP, the WebSocket
-//! upgrade with subprotocol `mqtt`, every packet in binary frames as mochi-mqtt sends them),
-//! and the preset `examples/mqtt.yaml` run against it: CONNECT answered by CONNACK, each
-//! PUBLISH QoS 1 by the PUBACK carrying its packet id (in order, or each pair reversed),
-//! PINGREQ by PINGRESP. The broker checks what it is sent as a broker would: a packet it
-//! cannot parse, a text frame or a packet id of 0 ends the connection.
+//! upgrade with subprotocol `mqtt`, packets in binary frames: one a frame, all of a read's
+//! answers in one frame, or a byte a frame, as brokers differ), and the preset
+//! `examples/mqtt.yaml` run against it: CONNECT answered by CONNACK, each PUBLISH QoS 1 by the
+//! PUBACK carrying its packet id (in order, or each pair reversed), PINGREQ by PINGRESP. The
+//! broker checks what it is sent as a broker would: a packet it cannot parse, a text frame or a
+//! packet id of 0 ends the connection.
 
 mod common;
 
@@ -41,6 +42,32 @@ enum Acks {
     Reversed,
 }
 
+/// How the broker cuts its packets into WebSocket frames (MQTT over WebSocket leaves it free).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Framing {
+    /// One packet a frame (mochi-mqtt, mostly).
+    PerPacket,
+    /// Every answer to one read in one frame (mochi-mqtt with two deliveries pending).
+    Packed,
+    /// A byte a frame (npm aedes writes its CONNACK so).
+    Bytewise,
+}
+
+impl Framing {
+    fn frames(self, packets: &[Vec<u8>]) -> Vec<u8> {
+        match self {
+            Framing::PerPacket => packets.iter().flat_map(|p| frame(0x2, p)).collect(),
+            Framing::Packed if packets.is_empty() => Vec::new(),
+            Framing::Packed => frame(0x2, &packets.concat()),
+            Framing::Bytewise => packets
+                .iter()
+                .flatten()
+                .flat_map(|b| frame(0x2, &[*b]))
+                .collect(),
+        }
+    }
+}
+
 /// One MQTT packet off the stream: its first byte and its body; `None` until whole.
 fn packet(stream: &mut Vec<u8>) -> Option<(u8, Vec<u8>)> {
     let mut len = 0usize;
@@ -68,8 +95,8 @@ fn string(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((b.get(2..2 + n)?, &b[2 + n..]))
 }
 
-/// The broker's answer to one packet; `None` ends the connection (as a broker does on a
-/// protocol violation: no close frame, the TCP connection closed).
+/// The broker's answer to one packet, its packets unframed; `None` ends the connection (as a
+/// broker does on a protocol violation: no close frame, the TCP connection closed).
 fn answer(
     first: u8,
     body: &[u8],
@@ -77,7 +104,7 @@ fn answer(
     held: &mut Option<Vec<u8>>,
     acks: Acks,
     seen: &Seen,
-) -> Option<Vec<u8>> {
+) -> Option<Vec<Vec<u8>>> {
     let violation = || {
         seen.violations.fetch_add(1, Ordering::Relaxed);
         None
@@ -92,7 +119,7 @@ fn answer(
             }
             *connected = true;
             seen.connects.fetch_add(1, Ordering::Relaxed);
-            Some(frame(0x2, &[0x20, 0x02, 0x00, 0x00]))
+            Some(vec![vec![0x20, 0x02, 0x00, 0x00]])
         }
         (3, true) if first & 0x06 == 0x02 => {
             let (topic, rest) = string(body)?;
@@ -105,9 +132,9 @@ fn answer(
             }
             seen.publishes.fetch_add(1, Ordering::Relaxed);
             seen.max_seq.fetch_max(seq, Ordering::Relaxed);
-            let puback = frame(0x2, &[0x40, 0x02, (id >> 8) as u8, id as u8]);
+            let puback = vec![0x40, 0x02, (id >> 8) as u8, id as u8];
             if acks == Acks::InOrder {
-                return Some(puback);
+                return Some(vec![puback]);
             }
             match held.take() {
                 None => {
@@ -116,19 +143,19 @@ fn answer(
                 }
                 Some(first) => {
                     seen.reversed.fetch_add(1, Ordering::Relaxed);
-                    Some([puback, first].concat())
+                    Some(vec![puback, first])
                 }
             }
         }
         (12, true) if body.is_empty() => {
             seen.pingreqs.fetch_add(1, Ordering::Relaxed);
-            Some(frame(0x2, &[0xd0, 0x00]))
+            Some(vec![vec![0xd0, 0x00]])
         }
         _ => violation(),
     }
 }
 
-async fn connection(mut s: TcpStream, acks: Acks, seen: Arc<Seen>) {
+async fn connection(mut s: TcpStream, acks: Acks, framing: Framing, seen: Arc<Seen>) {
     let mut head = Vec::new();
     let mut b = vec![0u8; 64 * 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -164,7 +191,7 @@ async fn connection(mut s: TcpStream, acks: Acks, seen: Arc<Seen>) {
             Ok(n) => n,
         };
         buf.extend_from_slice(&b[..n]);
-        let mut out = Vec::new();
+        let (mut out, mut packets) = (Vec::new(), Vec::new());
         let mut closing = false;
         for (op, payload) in client_frames(&mut buf) {
             match op {
@@ -181,10 +208,11 @@ async fn connection(mut s: TcpStream, acks: Acks, seen: Arc<Seen>) {
         }
         while let Some((first, body)) = packet(&mut stream) {
             match answer(first, &body, &mut connected, &mut held, acks, &seen) {
-                Some(a) => out.extend(a),
+                Some(a) => packets.extend(a),
                 None => return,
             }
         }
+        out.extend(framing.frames(&packets));
         if closing {
             out.extend(frame(0x8, &1000u16.to_be_bytes()));
         }
@@ -196,10 +224,10 @@ async fn connection(mut s: TcpStream, acks: Acks, seen: Arc<Seen>) {
 
 /// The broker on a loopback port of its own runtime: its URL, what it saw, and the runtime
 /// (dropping it stops the broker).
-fn start(acks: Acks) -> (String, Arc<Seen>, tokio::runtime::Runtime) {
+fn start(acks: Acks, framing: Framing) -> (String, Arc<Seen>, tokio::runtime::Runtime) {
     let seen = Arc::new(Seen::default());
     let counted = Arc::clone(&seen);
-    let (url, rt) = loopback_server(move |s| connection(s, acks, Arc::clone(&counted)));
+    let (url, rt) = loopback_server(move |s| connection(s, acks, framing, Arc::clone(&counted)));
     (url, seen, rt)
 }
 
@@ -217,7 +245,7 @@ fn report(name: &str, c: &CellResult, seen: &Seen) {
 /// 500 ms each. Before: `bytes` was an unknown field, and the preset did not parse.
 #[test]
 fn the_mqtt_preset_holds_with_every_publish_acked_by_its_packet_id() {
-    let (url, seen, _broker) = start(Acks::InOrder);
+    let (url, seen, _broker) = start(Acks::InOrder, Framing::PerPacket);
     let mut lt = preset();
     lt.spec.target.url = Some(url);
     lt.spec.connections = vec![4];
@@ -264,7 +292,7 @@ fn the_mqtt_preset_holds_with_every_publish_acked_by_its_packet_id() {
 /// Before: `bytes` was an unknown field.
 #[test]
 fn pubacks_out_of_order_are_matched_by_packet_id() {
-    let (url, seen, _broker) = start(Acks::Reversed);
+    let (url, seen, _broker) = start(Acks::Reversed, Framing::PerPacket);
     let conversation = serde_json::to_string(&preset().spec.conversation).expect("json");
     let lt = spec(
         "mqtt-reversed",
@@ -302,7 +330,7 @@ fn packet_ids_wrap_past_65535_without_a_zero() {
         ("pingpong", "  duration: 8s\n  ping: {timeout: 2s}\n"),
         ("throughput", "  duration: 2s\n  window: 256\n"),
     ] {
-        let (url, seen, _broker) = start(Acks::InOrder);
+        let (url, seen, _broker) = start(Acks::InOrder, Framing::PerPacket);
         let name = format!("mqtt-wrap-{scenario}");
         let lt = spec(
             &name,
@@ -340,4 +368,55 @@ fn packet_ids_wrap_past_65535_without_a_zero() {
             );
         }
     }
+}
+
+/// The preset's conversation in an open loop against a broker that cuts its packets as it
+/// likes: all of a read's answers in one frame (a reversed pair of PUBACKs together), or a
+/// byte a frame (aedes' CONNACK, and here every packet). `split: {packets: ...}` reads each
+/// packet whole either way: every PUBACK times its own PUBLISH. Without the split, the
+/// byte-a-frame CONNACK is never seen whole: every connection waits out its `connack` step.
+#[test]
+fn packets_are_read_whole_however_the_broker_frames_them() {
+    let conversation = serde_json::to_value(&preset().spec.conversation).expect("json");
+    let load = |url: &str, conversation: &serde_json::Value, name: &str| {
+        spec(
+            name,
+            &format!(
+                "  target: {{url: {url}}}\n  subprotocols: [mqtt]\n  warmup: 0s\n  scenario: constantRate\n  connections: [2]\n  duration: 1s\n  rate: {{messagesPerSecond: 100}}\n  ping: {{timeout: 2s}}\n  connect: {{timeout: 2s}}\n  conversation: {conversation}\n"
+            ),
+        )
+    };
+    for framing in [Framing::Packed, Framing::Bytewise] {
+        let (url, seen, _broker) = start(Acks::Reversed, framing);
+        let r = run(&load(&url, &conversation, "mqtt-framing"));
+        let c = only(&r);
+        report(&format!("mqtt-{framing:?}"), c, &seen);
+        let n = &c.measure.counts;
+        assert_eq!((n.connected, n.failed_total()), (2, 0), "{framing:?} {n:?}");
+        assert_eq!(seen.violations.load(Ordering::Relaxed), 0);
+        assert_eq!(seen.publishes.load(Ordering::Relaxed), 100, "{framing:?}");
+        assert_eq!(seen.reversed.load(Ordering::Relaxed), 50, "{framing:?}");
+        assert_eq!(
+            (n.received, n.lost, n.mismatched),
+            (100, 0, 0),
+            "{framing:?} {n:?}"
+        );
+        assert_eq!(c.measure.hists.rtt.len(), 100);
+        assert!(n.unsolicited.is_empty(), "{framing:?} {n:?}");
+    }
+    let mut unsplit = conversation.clone();
+    unsplit
+        .as_object_mut()
+        .expect("a conversation")
+        .remove("split")
+        .expect("the preset splits");
+    let (url, seen, _broker) = start(Acks::InOrder, Framing::Bytewise);
+    let r = run(&load(&url, &unsplit, "mqtt-unsplit"));
+    let c = only(&r);
+    report("mqtt-unsplit", c, &seen);
+    let n = &c.measure.counts;
+    assert_eq!(seen.connects.load(Ordering::Relaxed), 2);
+    assert_eq!(n.connected, 0, "{n:?}");
+    assert_eq!(n.failed_total(), 2, "{n:?}");
+    assert_eq!(n.expect_missed.get("connack"), Some(&2), "{n:?}");
 }
