@@ -5,7 +5,9 @@
 // silent for 1.5 x its keep-alive is dropped). aedes writes each packet through a stream, so
 // one packet may come in several WebSocket frames (a CONNACK as four one-byte frames): what
 // the preset's `split: {packets: ...}` is for. /stats: clients connected and disconnected,
-// PUBLISHes received from clients by QoS, PINGREQs, client errors.
+// PUBLISHes received from clients by QoS, the deliveries those owe by the broker's
+// subscription table (`routed`: the subscribers of the PUBLISH's topic, exact topic names
+// only, no wildcards), SUBSCRIBEs, PINGREQs, client errors.
 //
 // usage: node mqtt.js [--host H] [--port N]
 'use strict';
@@ -18,6 +20,8 @@ const stats = {
   clients: 0, // CONNECTs accepted
   disconnected: 0,
   published: { 0: 0, 1: 0, 2: 0 }, // PUBLISHes from clients, by QoS
+  routed: 0, // deliveries those PUBLISHes owe: their topic's subscribers when published
+  subscriptions: 0, // topics subscribed to, over all SUBSCRIBEs
   pings: 0, // PINGREQs
   errors: 0, // client errors (a malformed packet ends its connection)
 };
@@ -27,13 +31,32 @@ async function main() {
   // the path comes from require's resolution, which does.
   const { Aedes } = await import(pathToFileURL(require.resolve('aedes')).href);
   const broker = await Aedes.createBroker();
+  // topic -> the ids of the clients subscribed to it (clean sessions: gone at disconnect).
+  const subscribers = new Map();
+  const unsubscribe = (topic, id) => {
+    const set = subscribers.get(topic);
+    if (set && set.delete(id) && set.size === 0) subscribers.delete(topic);
+  };
   broker.on('client', () => stats.clients++);
-  broker.on('clientDisconnect', () => stats.disconnected++);
+  broker.on('clientDisconnect', (client) => {
+    stats.disconnected++;
+    for (const topic of [...subscribers.keys()]) unsubscribe(topic, client.id);
+  });
+  broker.on('subscribe', (subs, client) => {
+    for (const { topic } of subs) {
+      stats.subscriptions++;
+      if (!subscribers.has(topic)) subscribers.set(topic, new Set());
+      subscribers.get(topic).add(client.id);
+    }
+  });
+  broker.on('unsubscribe', (topics, client) => topics.forEach((t) => unsubscribe(t, client.id)));
   broker.on('clientError', () => stats.errors++);
   broker.on('ping', () => stats.pings++);
   broker.on('publish', (packet, client) => {
     // The broker's own $SYS messages have no client.
-    if (client) stats.published[packet.qos]++;
+    if (!client) return;
+    stats.published[packet.qos]++;
+    stats.routed += (subscribers.get(packet.topic) || new Set()).size;
   });
   const httpServer = statsServer(() => stats);
   const wss = new WebSocketServer({ server: httpServer });

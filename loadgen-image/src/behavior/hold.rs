@@ -3,6 +3,7 @@
 //! answered. The state of every held connection: kept small (see `hold`). A held connection
 //! is served from its open ([`held`], [`keep_until`]), not only from the measured phase.
 
+use super::beat::Beat;
 use super::end::finish;
 use super::pinger::{Pinger, answer_due, poll_answer, send_ping, settle_ping};
 use super::read::{ReplyPace, account, converse, count_unsolicited};
@@ -122,9 +123,9 @@ pub(super) fn hold<'a>(
 
 /// A held connection before the measured phase begins (`begun`), while the cell's other
 /// connections still open: what the server sends is read and answered (a ping's pong, the
-/// conversation's replies) and counted nowhere, and every `every` an unsolicited pong (RFC
+/// conversation's replies) and counted nowhere, every `every` an unsolicited pong (RFC
 /// 6455 5.5.3: a heartbeat that wants no answer) tells a server that times idle connections
-/// out that this one is alive. Left unread instead, the first connections of a long connect
+/// out that this one is alive, and the conversation's heartbeat goes out on its schedule. Left unread instead, the first connections of a long connect
 /// phase met wsload-server's 60 s idle timeout (300,000 connections took four minutes to
 /// open here) and the server's pings went unanswered. `Err`: the connection ended meanwhile.
 #[allow(clippy::manual_async_fn)] // not an async fn: it would store `begun` twice (see `behavior::run`)
@@ -137,8 +138,15 @@ pub(super) fn keep_until<'a>(
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     async move {
         let mut begun = std::pin::pin!(begun);
-        let first = every.map_or(early.deadline, |e| Instant::now() + e);
-        let mut timer = std::pin::pin!(tokio::time::sleep_until(first));
+        // Two schedules on one timer: the unsolicited pong every `every`, and the
+        // conversation's own heartbeat (an MQTT PINGREQ: a broker counts only its protocol's
+        // packets against its keep-alive, not WebSocket pongs).
+        let mut next_pong = every.map(|e| Instant::now() + e);
+        let mut conv = Beat::start(early);
+        let wake = |next_pong: Option<Instant>, conv: &Beat| {
+            conv.wake(next_pong.unwrap_or(early.deadline))
+        };
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(wake(next_pong, &conv)));
         let mut beat_due = false;
         let mut pace = ReplyPace::default();
         std::future::poll_fn(|cx| {
@@ -160,12 +168,21 @@ pub(super) fn keep_until<'a>(
                 }
                 if beat_due && let Poll::Ready(ready) = ws.poll_ready_unpin(cx) {
                     ready.map_err(write_drop)?;
-                    ws.start_send_unpin(Message::Pong(Default::default()))
-                        .map_err(write_drop)?;
-                    beat_due = false;
-                    if let Some(e) = every {
-                        timer.as_mut().reset(Instant::now() + e);
+                    let now = Instant::now();
+                    // One at a time: when both are due, the timer fires again at once.
+                    let msg = match conv.take(early, conn) {
+                        Some(m) => Some(m),
+                        None if next_pong.is_some_and(|t| now >= t) => {
+                            next_pong = every.map(|e| now + e);
+                            Some(Message::Pong(Default::default()))
+                        }
+                        None => None,
+                    };
+                    if let Some(m) = msg {
+                        ws.start_send_unpin(m).map_err(write_drop)?;
                     }
+                    beat_due = false;
+                    timer.as_mut().reset(wake(next_pong, &conv));
                     continue;
                 }
                 // The pong and any reply out, without waiting on a server that reads slowly.

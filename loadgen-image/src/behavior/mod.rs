@@ -22,6 +22,7 @@
 //! `flush` per burst unless per-message flushing is asked for, and records into its worker's
 //! statistics (or into a discard bin during warm-up).
 
+pub mod beat;
 pub mod blast;
 pub mod end;
 pub mod fanout;

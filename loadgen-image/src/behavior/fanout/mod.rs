@@ -20,10 +20,12 @@ pub mod publisher;
 pub mod subscriber;
 pub mod window;
 
+use super::beat::Beat;
 use super::end::finish;
 use super::read::{read, read_ready};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
+use super::write::write;
 use crate::connect::{Role, Ws};
 use crate::conversation::Out;
 use crate::model::{Behavior, Cell, FanoutPlan};
@@ -82,12 +84,14 @@ pub(super) fn task(
             return;
         };
         let mut part = Part::of(plan, n);
-        let early = Box::pin(part.serve(&mut ws, &serving, plan)).await;
+        // One heartbeat schedule over the connection's life, before and in the window.
+        let mut beat = Beat::start(&serving.early);
+        let early = Box::pin(part.serve(&mut ws, &serving, plan, n, &mut beat)).await;
         let ctx = serving.measured().await;
         let ctx = &*ctx;
         let began = ms_since(ctx.start);
         let ended = match early {
-            Ok(()) => Box::pin(part.run(&mut ws, ctx, plan, &message)).await,
+            Ok(()) => Box::pin(part.run(&mut ws, ctx, plan, &message, &mut beat)).await,
             Err(why) => Err(why),
         };
         part.settle(ctx, plan, ended);
@@ -111,13 +115,16 @@ impl Part {
     }
 
     /// Reads until the measured phase begins, answering what the conversation answers (a
-    /// heartbeat); a subscriber's deliveries then are outside the window, as those published
-    /// before it that arrive later are. `Err` when the connection ended meanwhile.
+    /// server's heartbeat) and sending the conversation's own heartbeat; a subscriber's
+    /// deliveries then are outside the window, as those published before it that arrive
+    /// later are. `Err` when the connection ended meanwhile.
     async fn serve(
         &mut self,
         ws: &mut Ws,
         serving: &Serving,
         plan: &FanoutPlan,
+        n: u64,
+        beat: &mut Beat,
     ) -> Result<(), Dropped> {
         let ctx = &serving.early;
         let begun = serving.begun.notified();
@@ -126,9 +133,19 @@ impl Part {
             if serving.measured.get().is_some() {
                 return Ok(());
             }
+            if let Some(m) = beat.take(ctx, n) {
+                write(ws, m, true).await?;
+            }
+            let due = beat.due();
             tokio::select! {
                 biased;
                 _ = &mut begun => {}
+                () = async {
+                    match due {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 r = read(ws, ctx) => {
                     self.before_start(ws, ctx, plan, &r?)?;
                     while serving.measured.get().is_none()
@@ -163,11 +180,12 @@ impl Part {
         ctx: &WorkerState,
         plan: &FanoutPlan,
         message: &Out,
+        beat: &mut Beat,
     ) -> Result<(), Dropped> {
         let window = Window::of(ctx);
         match self {
-            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window).await,
-            Part::Publisher(p) => p.publish(ws, ctx, plan, &window, message).await,
+            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window, beat).await,
+            Part::Publisher(p) => p.publish(ws, ctx, plan, &window, message, beat).await,
         }
     }
 

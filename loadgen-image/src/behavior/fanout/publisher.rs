@@ -3,6 +3,7 @@
 //! clock, and counts the window's publishes.
 
 use super::window::{Window, micros, tally};
+use crate::behavior::beat::Beat;
 use crate::behavior::read::{
     ReplyPace, answer_kind, converse, count_unsolicited, read, read_ready,
 };
@@ -48,6 +49,7 @@ impl Publisher {
         plan: &FanoutPlan,
         window: &Window,
         message: &Out,
+        beat: &mut Beat,
     ) -> Result<(), Dropped> {
         let schedule = plan
             .schedule
@@ -60,6 +62,9 @@ impl Publisher {
             let now = Instant::now();
             if now >= ctx.deadline {
                 return Ok(());
+            }
+            if let Some(m) = beat.take(ctx, conn) {
+                write_reading(ws, ctx, Some(m), true, &mut on_read).await?;
             }
             let mut burst = 0u32;
             while let Some(t) = due
@@ -90,7 +95,7 @@ impl Publisher {
             if burst > 0 {
                 write_reading(ws, ctx, None, true, &mut on_read).await?;
             }
-            let wake = due.map_or(ctx.deadline, |t| t.min(ctx.deadline));
+            let wake = beat.wake(due.map_or(ctx.deadline, |t| t.min(ctx.deadline)));
             tokio::select! {
                 _ = tokio::time::sleep_until(wake) => {}
                 r = read(ws, ctx) => {

@@ -2,10 +2,12 @@
 //! by the sequence number and publish instant each delivery carries.
 
 use super::window::{Window, tally};
+use crate::behavior::beat::Beat;
 use crate::behavior::read::{
     ReplyPace, answer_kind, converse, count_unsolicited, read, read_ready,
 };
 use crate::behavior::worker::{WorkerState, data_of};
+use crate::behavior::write::write;
 use crate::connect::Ws;
 use crate::conversation::{Delivery, Published};
 use crate::machine::clock;
@@ -63,21 +65,26 @@ impl Subscriber {
         }
     }
 
-    /// Reads until the window's end plus the drain, whatever the server sends.
+    /// Reads until the window's end plus the drain, whatever the server sends, sending the
+    /// conversation's heartbeat when due.
     pub(super) async fn receive(
         &mut self,
         ws: &mut Ws,
         ctx: &WorkerState,
         plan: &FanoutPlan,
         window: &Window,
+        beat: &mut Beat,
     ) -> Result<(), Dropped> {
         let until = ctx.deadline + plan.drain;
         loop {
             if Instant::now() >= until {
                 return Ok(());
             }
-            let msg = match tokio::time::timeout_at(until, read(ws, ctx)).await {
-                Err(_) => return Ok(()),
+            if let Some(m) = beat.take(ctx, self.conn) {
+                write(ws, m, true).await?;
+            }
+            let msg = match tokio::time::timeout_at(beat.wake(until), read(ws, ctx)).await {
+                Err(_) => continue,
                 Ok(r) => r?,
             };
             self.take(ws, ctx, plan, window, &msg)?;
