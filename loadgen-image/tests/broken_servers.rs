@@ -780,3 +780,40 @@ fn a_flood_of_small_messages_is_counted_unsolicited_and_ends_on_time() {
         "quiet {quiet} KiB, flood {peak} KiB"
     );
 }
+
+/// A server that closes the connection with its 101 (the upgrade and the FIN in one go):
+/// every connection of a hold is gone before its first ping. Nothing was measured, whatever
+/// survival says: the run exits 4 naming why. Before: "Survival 0.00%", no verdict, exit 0.
+#[test]
+fn a_hold_whose_connections_all_die_before_a_ping_exits_4() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    });
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("broken-died-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let file = dir.join("lt.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata:\n  name: died\nspec:\n{}",
+            hold(port, 2, 2, "")
+        ),
+    )
+    .expect("write the spec");
+    let out = Command::new(env!("CARGO_BIN_EXE_wsload"))
+        .arg("run")
+        .arg(&file)
+        .env(var::THREADS, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("wsload runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{stdout}");
+    assert!(
+        stdout.contains("no connection survived to measure: all 2 ended before any round trip"),
+        "{stdout}"
+    );
+}

@@ -48,6 +48,26 @@ pub(crate) fn no_connection(cell: &CellResult) -> String {
     )
 }
 
+/// A cell whose every connection ended before a round trip was measured (none survived):
+/// how many, and why they ended.
+pub(crate) fn none_survived(cell: &CellResult) -> String {
+    let c = &cell.measure.counts;
+    let why: Vec<String> = c
+        .dropped
+        .iter()
+        .map(|(k, v)| format!("{} x{v}", k.label()))
+        .collect();
+    format!(
+        "no connection survived to measure: all {} ended before any round trip ({})",
+        c.connected,
+        if why.is_empty() {
+            "no reason recorded".to_string()
+        } else {
+            why.join(", ")
+        }
+    )
+}
+
 /// A fanout cell whose subscribers received nothing of the window: why, as far as the
 /// tallies tell (nothing published, or published and never delivered); `None` when something
 /// was delivered.

@@ -2,7 +2,7 @@
 //! thresholds or not, every cell measured what its scenario measures: a run in which nothing
 //! connected, or no answer came back, never passes.
 
-use crate::figure::{NOT_MEASURED, limit, no_connection, nothing_delivered};
+use crate::figure::{NOT_MEASURED, limit, no_connection, none_survived, nothing_delivered};
 use crate::result::{CellResult, Check, RunResult, Unmeasured, Verdict};
 use wsload_spec::Scenario;
 use wsload_spec::scenario::{Cells, Measures};
@@ -26,6 +26,13 @@ fn missing(scenario: Scenario, cell: &CellResult) -> Option<String> {
                 "no round trip was answered ({} sent expecting an answer)",
                 c.expected
             ))
+        }
+        // Every connection gone before its first round trip (a server that closes with the
+        // 101, a half-close, a frame past the limits): survival 0% of nothing measured.
+        Measures::RoundTrips { .. } | Measures::PacedRoundTrips
+            if c.survived == 0 && cell.measure.hists.rtt.is_empty() =>
+        {
+            Some(none_survived(cell))
         }
         Measures::Echoes
             if c.sent > 0 && c.received == 0 && cell.server_received.unwrap_or(0) == 0 =>
@@ -225,6 +232,36 @@ mod tests {
                 .verdict
                 .is_none()
         );
+    }
+
+    /// Every connection gone before its first ping (a server that closes in the write of its
+    /// 101, a half-close, a 1 GiB frame header): nothing measured, whatever survival says.
+    /// Before: Survival 0.00%, no verdict, exit 0.
+    #[test]
+    fn a_cell_whose_connections_all_died_before_a_round_trip_fails() {
+        let mut died = Measure::default();
+        died.counts.attempted = 2;
+        died.counts.connected = 2;
+        died.counts.drop(crate::measure::Dropped::ServerClose);
+        died.counts.drop(crate::measure::Dropped::MessageTooBig);
+        for scenario in [
+            Scenario::SustainedHold,
+            Scenario::PingLatency,
+            Scenario::Pingpong,
+        ] {
+            let v = judged(scenario, died.clone()).verdict.expect("judged");
+            assert!(!v.passed, "{scenario:?}");
+            assert_eq!(
+                v.unmeasured[0].missing,
+                "no connection survived to measure: all 2 ended before any round trip \
+                 (server_close x1, message_too_big x1)",
+                "{scenario:?}"
+            );
+        }
+        // One that lived: its survival is a measured figure.
+        let mut lived = died.clone();
+        lived.counts.survived = 1;
+        assert!(judged(Scenario::SustainedHold, lived).verdict.is_none());
     }
 
     /// Subscribers behind a server faster than they read take in deliveries published before
