@@ -50,6 +50,8 @@ if runs cargo || runs chart || runs dashboards || runs control-plane; then
 	warm "kube-apiserver, kubectl" "$ROOT/scripts/k8s/build.sh" kube-apiserver kubectl
 fi
 runs cargo && warm "real servers (npm, RabbitMQ)" "$ROOT/scripts/test-servers/install.sh" --stomp
+# The NATS corpus server of the same tests (~35 s cold), which its nats.sh would build first.
+runs cargo && warm "nats-server" "$ROOT/scripts/tools.sh" nats-server
 runs chart && warm "helm, kubeconform" "$ROOT/scripts/tools.sh" helm kubeconform
 if runs chart || { runs node && ((EUID == 0)); } || { runs kind && ((EUID == 0)); }; then
 	warm "Prometheus" "$ROOT/scripts/k8s/prometheus.sh" image

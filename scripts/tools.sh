@@ -6,14 +6,15 @@
 # (CGO off), version ldflags so the binary says what it is.
 #
 # usage: scripts/tools.sh TOOL...      TOOL: helm | kubeconform | helm-values-schema-json | kind |
-#                                            coredns | kube-router
+#                                            coredns | kube-router | nats-server
 #   e.g. helm="$(scripts/tools.sh helm)"
 #
 # Why from source: no release tarball can be downloaded on the project machines, but the Go
 # module proxy serves these modules (it is an allow-list: check a new version is served with
 # `go list -m MODULE@VERSION` before bumping; for helm-values-schema-json it refuses the version
 # list itself, hence build_in_module). Cold: helm ~5 min, kubeconform ~30 s,
-# helm-values-schema-json ~10 s, kind ~1 min, coredns ~5 min on 2 busy cores; warm: milliseconds.
+# helm-values-schema-json ~10 s, kind ~1 min, coredns ~5 min, nats-server ~35 s on 2 busy cores;
+# warm: milliseconds.
 #
 # Environment:
 #   WSLOAD_CACHE  cache root (default ~/.cache/wsload)
@@ -47,6 +48,10 @@ COREDNS_MODULE="github.com/coredns/coredns"
 # ship it, never run it outside a throwaway test cluster.
 KUBE_ROUTER_VERSION="v2.1.0"
 KUBE_ROUTER_MODULE="github.com/cloudnativelabs/kube-router/v2"
+# The NATS corpus server of the real-server tests (scripts/test-servers/nats.sh), with its
+# WebSocket listener; the version it reports is compiled in (server.VERSION).
+NATS_SERVER_VERSION="v2.15.2"
+NATS_SERVER_MODULE="github.com/nats-io/nats-server/v2"
 
 # The Kubernetes minor helm's own client-go modules implement. helm's Makefile passes it as
 # ldflags (lint's deprecation check and `.Capabilities.KubeVersion` of `helm template` use it);
@@ -112,6 +117,11 @@ install_tool() { # tool
 		version_args=(--version)
 		ldflags="-s -w -X $KUBE_ROUTER_MODULE/pkg/version.Version=$version"
 		;;
+	nats-server)
+		module="$NATS_SERVER_MODULE" pkg="$NATS_SERVER_MODULE" version="$NATS_SERVER_VERSION"
+		version_args=(--version)
+		ldflags="-s -w"
+		;;
 	*) usage ;;
 	esac
 	if [[ "$(reported_version "$BIN_DIR/$tool" "${version_args[@]}")" == "${version#v}" ]]; then
@@ -146,7 +156,7 @@ main() {
 	(($#)) || usage
 	for tool in "$@"; do
 		case "$tool" in
-		helm | kubeconform | helm-values-schema-json | kind | coredns | kube-router) ;;
+		helm | kubeconform | helm-values-schema-json | kind | coredns | kube-router | nats-server) ;;
 		*) usage ;;
 		esac
 	done

@@ -33,6 +33,9 @@ struct TestServer {
     host: String,
     port: u16,
     stats: Option<String>,
+    /// Where `stats` is served: the line's `statsPort` (nats-server's monitoring port), else
+    /// `port`.
+    stats_port: u16,
 }
 
 /// How long a server may take to print its line: RabbitMQ boots in ~10 s, and a cold cache
@@ -65,6 +68,7 @@ impl TestServer {
             host: String::new(),
             port: 0,
             stats: None,
+            stats_port: 0,
         };
         let line = rx
             .recv_timeout(START_TIMEOUT)
@@ -78,6 +82,10 @@ impl TestServer {
             .and_then(|p| u16::try_from(p).ok())
             .expect("port");
         server.stats = v["stats"].as_str().map(str::to_string);
+        server.stats_port = v["statsPort"]
+            .as_u64()
+            .map_or(Some(server.port), |p| u16::try_from(p).ok())
+            .expect("statsPort");
         eprintln!(
             "{name} listening on port {} after {:?}",
             server.port,
@@ -86,17 +94,22 @@ impl TestServer {
         server
     }
 
-    /// The server's GET /stats.
+    /// The server's GET /stats (the path and port its line names).
     fn stats(&self) -> Value {
         let path = self.stats.as_deref().expect("this server has stats");
-        let mut s = TcpStream::connect((self.host.as_str(), self.port)).expect("connect for stats");
+        let mut s =
+            TcpStream::connect((self.host.as_str(), self.stats_port)).expect("connect for stats");
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
         write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.host).expect("request");
         let mut resp = String::new();
         s.read_to_string(&mut resp).expect("response");
         let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        // Go's net/http answers an HTTP/1.0 request in kind.
+        assert!(
+            head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+            "{head}"
+        );
         serde_json::from_str(body).expect("stats are JSON")
     }
 
@@ -542,6 +555,7 @@ const CORPUS: &[(&str, fn())] = &[
         "mqtt-fanout",
         mqtt_subscribers_receive_every_publish_of_their_topic,
     ),
+    ("nats", nats_lines_split_into_messages_through_its_pings),
 ];
 
 /// Every corpus proof, at the same time, each on a thread named for its server (its panic
@@ -651,5 +665,136 @@ fn mqtt_subscribers_receive_every_publish_of_their_topic() {
 // @corpus-socketio2 (Socket.IO 2's tests go above this line)
 
 // @corpus-python (Ariadne's and Django Channels' tests go above this line)
+
+/// NATS (nats-server from the Go module proxy) over its WebSocket listener: a line protocol,
+/// several lines packed in a binary frame, split on "\r\n" so that a MSG's header line and
+/// its payload line are two messages. One server, its two presets in turn, each held against
+/// the server's own counters (GET /varz on its monitoring port, taken before and after: the
+/// counters are the server's whole life, its readiness probe's connection among them).
+fn nats_lines_split_into_messages_through_its_pings() {
+    let server = TestServer::start("nats", &[]);
+    let delta = |before: &Value, after: &Value, name: &str| stat(after, name) - stat(before, name);
+
+    // examples/nats.yaml: 1,000 connections a minute, a PUB every 5 s to a subject of its own,
+    // answered by the MSG that delivers it back (the seq read from the header's subject).
+    let dir = Scratch::new("nats");
+    let before = server.stats();
+    let (status, result) = run(&dir, &preset("nats", "127.0.0.1:8080", &server));
+    let after = server.stats();
+    let cell = only(&result);
+    clean(cell);
+    // The server PINGs a connection quiet for 2 s (between PUBs) and closes one that leaves
+    // two PINGs unanswered: a minute held, none stale, is every PING answered.
+    held_through(cell, 1000, 59.0);
+    assert_eq!(delta(&before, &after, "total_connections"), 1000, "{after}");
+    assert_eq!(delta(&before, &after, "stale_connections"), 0, "{after}");
+    let pongs = count_or_zero(cell, "replies");
+    assert!(pongs >= 1000 * 6, "PONGs to the server's PINGs: {pongs}");
+    // Every PUB answered by its own MSG: the server received each once and delivered each
+    // once, to the one subscriber of its subject.
+    let sent = count(cell, "sent");
+    assert!(sent >= 1000 * 11, "a PUB every 5 s each: {sent}");
+    assert_eq!(count(cell, "lost"), 0);
+    assert_eq!(count(cell, "mismatched"), 0);
+    assert_eq!(count(cell, "received"), sent);
+    assert_eq!(figure(cell, &["rtt", "count"]) as u64, sent);
+    assert_eq!(delta(&before, &after, "in_msgs"), sent, "{after}");
+    assert_eq!(delta(&before, &after, "out_msgs"), sent, "{after}");
+    // Each MSG's payload line, read apart from its header, a push; nothing unsolicited.
+    let by_name = &cell["counts"]["pushesByName"];
+    assert_eq!(by_name["payload"]["frames"], sent, "{by_name}");
+    eprintln!(
+        "nats: 1000 held {} s, {pongs} PINGs answered, {sent} PUBs answered (the server: {} in, {} out)",
+        cell["measuredSecs"],
+        delta(&before, &after, "in_msgs"),
+        delta(&before, &after, "out_msgs")
+    );
+    assert!(
+        cell["counts"]["unsolicited"].is_null(),
+        "{}",
+        cell["counts"]
+    );
+    passed(&status);
+
+    // examples/nats-fanout.yaml: 1,000 subscribers of four subjects, four publishers at 5 a
+    // second each, every delivery timed from the instant its payload carries.
+    let dir = Scratch::new("nats-fanout");
+    let before = server.stats();
+    let (status, result) = run(&dir, &preset("nats-fanout", "127.0.0.1:8080", &server));
+    let after = server.stats();
+    let cell = only(&result);
+    clean(cell);
+    assert_eq!(count(cell, "survived"), 1004);
+    assert_eq!(delta(&before, &after, "total_connections"), 1004, "{after}");
+    assert_eq!(delta(&before, &after, "stale_connections"), 0, "{after}");
+    assert_eq!(delta(&before, &after, "slow_consumers"), 0, "{after}");
+    let f = &cell["counts"]["fanout"];
+    let n = |v: &Value, name: &str| {
+        v[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name} in the fanout tally {v}"))
+    };
+    assert_eq!(
+        (n(f, "publishers"), n(f, "publishersFailed")),
+        (4, 0),
+        "{f}"
+    );
+    assert_eq!(n(f, "unreadable"), 0, "{f}");
+    let topics = f["topics"].as_array().expect("a tally per subject");
+    assert_eq!(topics.len(), 4);
+    let (mut delivered, mut published) = (0, 0);
+    for t in topics {
+        // Every publish of the window reached every subscriber, once, in order.
+        assert_eq!(n(t, "subscribers"), 1000, "{t}");
+        let p = n(t, "published");
+        assert!(p >= 90, "5 a second for 20 s: {t}");
+        assert_eq!(n(t, "delivered"), p * 1000, "{t}");
+        assert_eq!(n(t, "lastSeq") - n(t, "firstSeq") + 1, p, "{t}");
+        for k in ["duplicates", "outOfOrder", "tooLate"] {
+            assert_eq!(n(t, k), 0, "{k}: {t}");
+        }
+        delivered += n(t, "delivered");
+        // The publishers' PUBs, warm-up's included, are numbered 1..lastSeq.
+        published += n(t, "lastSeq");
+    }
+    assert_eq!(figure(cell, &["fanout", "completeness"]), 1.0);
+    assert_eq!(figure(cell, &["fanout", "gaps"]), 0.0);
+    assert_eq!(
+        figure(cell, &["fanout", "latency", "count"]) as u64,
+        delivered
+    );
+    assert!(figure(cell, &["fanout", "latency", "p50"]) > 0.0);
+    // The server's own counts: every PUB the publishers made, and every MSG it delivered
+    // read by a subscriber, in the window (delivered) or out of it (outside).
+    assert_eq!(delta(&before, &after, "in_msgs"), published, "{after}");
+    assert_eq!(
+        delta(&before, &after, "out_msgs"),
+        delivered + n(f, "outside"),
+        "{after}"
+    );
+    // A MSG header line for each payload read in the window, but where a window's edge fell
+    // between the two lines of one MSG (at most one a subscriber at each edge); nothing
+    // unsolicited.
+    let by_name = &cell["counts"]["pushesByName"];
+    let headers = by_name["msg"]["frames"].as_u64().expect("msg pushes");
+    assert!(
+        headers.abs_diff(n(f, "readInWindow")) <= 2 * 1000,
+        "{headers} MSG headers, {f}"
+    );
+    assert!(
+        cell["counts"]["unsolicited"].is_null(),
+        "{}",
+        cell["counts"]
+    );
+    // Subscribers PUB nothing: the server PINGed them, and they answered.
+    assert!(count_or_zero(cell, "replies") > 0);
+    eprintln!(
+        "nats-fanout: {delivered} delivered + {} outside = the server's out_msgs {}; {published} PUBs = its in_msgs; {headers} MSG headers, {} payloads read in the window",
+        n(f, "outside"),
+        delta(&before, &after, "out_msgs"),
+        n(f, "readInWindow")
+    );
+    passed(&status);
+}
 
 // @corpus-nats (NATS's tests go above this line)

@@ -5,6 +5,8 @@
 //   {"server":"socketio","host":"127.0.0.1","port":40123,"stats":"/stats"}
 //
 // on stdout, alone, once the server accepts connections; nothing else is written to stdout.
+// A server whose stats are served on a port of their own adds it as "statsPort" (nats.sh:
+// nats-server's monitoring port, "stats":"/varz").
 // Options: --host H (default 127.0.0.1), --port N (default 0: the kernel picks), and the
 // server's own (--name value), read by option(). Everything else a server says goes to stderr.
 'use strict';
