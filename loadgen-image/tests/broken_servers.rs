@@ -817,3 +817,37 @@ fn a_hold_whose_connections_all_die_before_a_ping_exits_4() {
         "{stdout}"
     );
 }
+
+/// A server that floods empty pings and reads nothing. Before, a held connection whose ping
+/// write waited on the full socket read nothing meanwhile: the server blocked writing its
+/// flood to us, we blocked writing our ping (and the pongs before it) to it, and the run hung
+/// (1 in 3 here, 2 of 3 in the issue, still running at 90 s). Now a write reads while it
+/// waits, and may not wait past the cell's deadline (its grace aside): the cell ends on time,
+/// every connection survived or ended as `server_not_reading` with its evidence, and no round
+/// trip was measured.
+#[test]
+fn a_hold_against_a_ping_flood_that_never_reads_ends_on_time() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let flood = [0x89u8, 0x00].repeat(4096);
+        while s.write_all(&flood).is_ok() {}
+    });
+    let (r, _, elapsed) = run_child("ping-flood-hold", &hold(port, 2, 5, ""));
+    let c = only(&r);
+    let n = &c.measure.counts;
+    assert_eq!(n.connected, 2, "{n:?}");
+    let not_reading = dropped(c, Dropped::ServerNotReading);
+    assert_eq!(n.survived + not_reading, 2, "{n:?}");
+    assert_eq!(n.received, 0, "{n:?}");
+    if not_reading > 0 {
+        let e = evidence(c, "server_not_reading");
+        assert!(
+            e.starts_with("no write progress for")
+                || e.starts_with("a write still waiting at the cell's deadline"),
+            "{e}"
+        );
+    }
+    // 5 s, then at most the goodbye's 2 s and the grace of an answer in flight: a hang is
+    // the watchdog's 90 s.
+    assert!(elapsed < Duration::from_secs(20), "ran {elapsed:?}");
+}

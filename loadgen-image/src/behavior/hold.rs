@@ -5,11 +5,11 @@
 
 use super::beat::Beat;
 use super::end::finish;
-use super::pinger::{Pinger, answer_due, poll_answer, send_ping, settle_ping};
-use super::read::{ReplyPace, account, converse, count_unsolicited};
+use super::pinger::{Pinger, Reply, answer_due, cutoff, poll_answer, send_ping, settle_ping};
+use super::read::{ReplyPace, account, converse, count_unsolicited, heard_meanwhile};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
-use super::write::{write, write_drop};
+use super::write::{write_drop, write_reading};
 use crate::connect::Ws;
 use crate::conversation::answer::{self, Answer};
 use crate::conversation::{Fill, Out};
@@ -31,11 +31,18 @@ use wsload_report::measure::Dropped;
 /// task, ~330 bytes inline instead of a 680-byte box, and a ping round allocates nothing.
 /// Not an `async fn`, for the reason `behavior::run` gives.
 #[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
+///
+/// `beat`: when the conversation's heartbeat is next due (`since`), if the connection kept it
+/// before the phase (`keep_until`): its schedule goes on, rather than restarting an interval
+/// in (a gap of up to two intervals, past a server's deadline: Engine.IO 3 closed connections
+/// that took long to open). `NEVER`: an interval in. (Milliseconds, not an `Instant`: this is
+/// the state of every held connection.)
 pub(super) fn hold<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
     every: Option<Duration>,
     mut pinger: Pinger,
+    beat: u32,
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     async move {
         // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
@@ -56,7 +63,11 @@ pub(super) fn hold<'a>(
                 every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
             )
         };
-        let mut next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
+        let mut next_beat = match (every_beat, beat) {
+            (None, _) => NEVER,
+            (Some(e), NEVER) => since(ctx, now + e),
+            (Some(_), kept) => kept,
+        };
         let mut timer = std::pin::pin!(tokio::time::sleep_until(at(ctx, next_ping.min(next_beat))));
         loop {
             // Idle: whatever arrives answers nothing (no ping is out), until the timer fires;
@@ -89,28 +100,41 @@ pub(super) fn hold<'a>(
             if now >= ctx.deadline {
                 return Ok(());
             }
-            if now >= at(ctx, next_beat)
-                && let Some((e, out)) = ctx.script.heartbeat()
-            {
-                next_beat = since(ctx, now + e);
-                let fill = Fill {
-                    conn: pinger.conn(),
-                    seq: 0,
-                    size: ctx.size,
-                };
-                let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
-                write(ws, msg, true).await?;
+            // (No binding of the interval here, nor below: its storage would last across the
+            // await, in every held connection's state.)
+            if now >= at(ctx, next_beat) && every_beat.is_some() {
+                next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
+                Box::pin(send_beat(ws, ctx, &mut pinger)).await?;
             }
             if every.is_some() && now >= at(ctx, next_ping) {
                 let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
                 if pinger.awaits(ctx) {
-                    timer
-                        .as_mut()
-                        .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
-                    let reply = std::future::poll_fn(|cx| {
-                        poll_answer(ws, ctx, &mut pinger, id, sent_at, timer.as_mut(), cx)
-                    })
-                    .await;
+                    let reply = match every_beat {
+                        None => {
+                            timer
+                                .as_mut()
+                                .reset(answer_due(ctx, sent_at, pinger.cfg.timeout));
+                            std::future::poll_fn(|cx| {
+                                poll_answer(ws, ctx, &mut pinger, id, sent_at, timer.as_mut(), cx)
+                            })
+                            .await
+                        }
+                        // Boxed, its arguments made in the call: a local here would keep
+                        // its storage in every held connection's state across the await.
+                        Some(_) => {
+                            Box::pin(answer_beating(
+                                ws,
+                                ctx,
+                                &mut pinger,
+                                id,
+                                sent_at,
+                                timer.as_mut(),
+                                every_beat,
+                                &mut next_beat,
+                            ))
+                            .await
+                        }
+                    };
                     settle_ping(ctx, sent_at, reply)?;
                 }
                 let due = every.map_or(ctx.deadline, |e| (Instant::now() + e).min(ctx.deadline));
@@ -119,6 +143,62 @@ pub(super) fn hold<'a>(
             timer.as_mut().reset(at(ctx, next_ping.min(next_beat)));
         }
     }
+}
+
+/// Awaits the answer to ping `id`, sent at `sent_at`, as `poll_answer` does, the
+/// conversation's heartbeat going on meanwhile (every `every`, next at `next_beat`): the timer
+/// wakes for whichever comes first (a ping's timeout is longer than many a server's
+/// keep-alive: Engine.IO 3's, MQTT's). Boxed by its caller: only a conversation with a
+/// heartbeat pays for its state.
+async fn answer_beating(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    pinger: &mut Pinger,
+    id: u64,
+    sent_at: Instant,
+    mut timer: std::pin::Pin<&mut tokio::time::Sleep>,
+    every: Option<Duration>,
+    next_beat: &mut u32,
+) -> Result<Reply, Dropped> {
+    let due = answer_due(ctx, sent_at, pinger.cfg.timeout);
+    let every = every.unwrap_or(Duration::MAX);
+    loop {
+        timer.as_mut().reset(due.min(at(ctx, *next_beat)));
+        let reply = std::future::poll_fn(|cx| {
+            poll_answer(ws, ctx, pinger, id, sent_at, timer.as_mut(), cx)
+        })
+        .await;
+        let now = Instant::now();
+        match reply {
+            Ok(Reply::TimedOut | Reply::Cut) if now < due => {
+                *next_beat = now.checked_add(every).map_or(NEVER, |t| since(ctx, t));
+                send_beat(ws, ctx, pinger).await?;
+            }
+            // The wait's own end: cut by the cell's deadline, or timed out.
+            Ok(Reply::TimedOut | Reply::Cut) => {
+                let cut = due < sent_at + pinger.cfg.timeout;
+                return Ok(if cut { Reply::Cut } else { Reply::TimedOut });
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Sends the conversation's heartbeat, reading while the write waits. Boxed by its callers:
+/// a heartbeat is rare, and its write's state would grow every held connection's task.
+async fn send_beat(ws: &mut Ws, ctx: &WorkerState, pinger: &mut Pinger) -> Result<(), Dropped> {
+    let Some((_, out)) = ctx.script.heartbeat() else {
+        return Ok(());
+    };
+    let fill = Fill {
+        conn: pinger.conn(),
+        seq: 0,
+        size: ctx.size,
+    };
+    let msg = out.message(&mut ctx.scratch.arena.borrow_mut(), &fill);
+    let (conn, pace) = (pinger.out.conn, &mut pinger.pace);
+    let mut heard = |ws: &mut Ws, m: &Message| heard_meanwhile(ws, ctx, conn, pace, m);
+    write_reading(ws, ctx, Some(msg), true, cutoff(ctx), &mut heard).await
 }
 
 /// A held connection before the measured phase begins (`begun`), while the cell's other
@@ -134,6 +214,7 @@ pub(super) fn keep_until<'a>(
     early: &'a WorkerState,
     conn: u64,
     every: Option<Duration>,
+    conv: &'a mut Beat,
     begun: impl std::future::Future + 'a,
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     async move {
@@ -142,11 +223,10 @@ pub(super) fn keep_until<'a>(
         // conversation's own heartbeat (an MQTT PINGREQ: a broker counts only its protocol's
         // packets against its keep-alive, not WebSocket pongs).
         let mut next_pong = every.map(|e| Instant::now() + e);
-        let mut conv = Beat::start(early);
         let wake = |next_pong: Option<Instant>, conv: &Beat| {
             conv.wake(next_pong.unwrap_or(early.deadline))
         };
-        let mut timer = std::pin::pin!(tokio::time::sleep_until(wake(next_pong, &conv)));
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(wake(next_pong, conv)));
         let mut beat_due = false;
         let mut pace = ReplyPace::default();
         std::future::poll_fn(|cx| {
@@ -182,7 +262,7 @@ pub(super) fn keep_until<'a>(
                         ws.start_send_unpin(m).map_err(write_drop)?;
                     }
                     beat_due = false;
-                    timer.as_mut().reset(wake(next_pong, &conv));
+                    timer.as_mut().reset(wake(next_pong, conv));
                     continue;
                 }
                 // The pong and any reply out, without waiting on a server that reads slowly.
@@ -197,7 +277,7 @@ pub(super) fn keep_until<'a>(
 }
 
 /// A hold's "not scheduled" (see `since`).
-const NEVER: u32 = u32::MAX;
+pub(super) const NEVER: u32 = u32::MAX;
 
 /// An instant of a held connection's schedule, as milliseconds from the phase's start
 /// (rounded up, so it is never early); 49 days at most.
@@ -225,12 +305,16 @@ pub(super) fn held(
 ) -> impl Future<Output = ()> {
     async move {
         let begun = serving.measured();
-        let early = keep_until(&mut ws, &serving.early, n, every, begun).await;
+        let mut beat = Beat::start(&serving.early);
+        let early = keep_until(&mut ws, &serving.early, n, every, &mut beat, begun).await;
         let ctx = serving.measured().await;
         let ctx = &*ctx;
         let began = ms_since(ctx.start);
         let ended = match early {
-            Ok(()) => hold(&mut ws, ctx, every, Pinger::new(ping, message, n)).await,
+            Ok(()) => {
+                let beat = beat.due().map_or(NEVER, |t| since(ctx, t));
+                hold(&mut ws, ctx, every, Pinger::new(ping, message, n), beat).await
+            }
             Err(why) => Err(why),
         };
         Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;

@@ -101,7 +101,14 @@ pub fn run(
         let ended = match &behavior {
             Behavior::Close => Ok(()),
             Behavior::Hold { every, ping } => {
-                hold(&mut ws, ctx, *every, Pinger::new(*ping, message, n)).await
+                hold(
+                    &mut ws,
+                    ctx,
+                    *every,
+                    Pinger::new(*ping, message, n),
+                    hold::NEVER,
+                )
+                .await
             }
             Behavior::Ping {
                 count,
@@ -207,7 +214,11 @@ mod tests {
         // number for the replies. A 768-byte task allocation instead of 640. 608 with the
         // connection's limits in its `Ws`; 616 with the pace of its automatic replies (a
         // reply loop's watch, 8 bytes in the pinger): 720 bytes with tokio's, still the same
-        // 768-byte allocation.
-        assert!(size <= 616, "a held connection's future is {size} bytes");
+        // 768-byte allocation. 648 with a ping's write that reads while it waits, its watch
+        // cut off at the deadline (a server that floods and never reads left both sides
+        // blocked writing: issue 39); 688 with the heartbeat going on while a ping's answer
+        // is awaited (its wait boxed, yet its await point costs 24 bytes): 792 with tokio's,
+        // 40 bytes a connection more than before (12 MB in 300,000).
+        assert!(size <= 688, "a held connection's future is {size} bytes");
     }
 }

@@ -68,7 +68,7 @@ async fn paced_until_answered(
         {
             let (msg, id) = pinger.next(ctx);
             let len = data_len(&msg).unwrap_or(0);
-            write_reading(ws, ctx, Some(msg), per_message, &mut |ws, m| {
+            write_reading(ws, ctx, Some(msg), per_message, None, &mut |ws, m| {
                 settle(ws, ctx, &mut pinger, m, pending)
             })
             .await?;
@@ -84,7 +84,7 @@ async fn paced_until_answered(
             due = schedule.next(origin, t, ctx.deadline);
         }
         if burst > 0 && !per_message {
-            write_reading(ws, ctx, None, true, &mut |ws, m| {
+            write_reading(ws, ctx, None, true, None, &mut |ws, m| {
                 settle(ws, ctx, &mut pinger, m, pending)
             })
             .await?;

@@ -2,15 +2,18 @@
 //! its answer recognised by what it carries, timed, or counted lost. Shared by the
 //! behaviors that time each message: hold, ping, pingpong, paced.
 
-use super::read::{ReplyPace, account, converse, count_unreadable_answer, count_unsolicited};
+use super::read::{
+    ReplyPace, account, converse, count_unreadable_answer, count_unsolicited, heard_meanwhile,
+};
 use super::sender::Outgoing;
+use super::stall::Stall;
 use super::worker::{WorkerState, data_len};
-use super::write::write;
+use super::write::poll_write_reading;
 use crate::connect::Ws;
 use crate::conversation::Out;
 use crate::conversation::answer::{self, Answer, Asked};
 use crate::model::PingCfg;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -99,6 +102,12 @@ pub(super) enum Reply {
 /// enough for a round trip in flight, short enough that the cell ends on time.
 const ANSWER_GRACE: Duration = Duration::from_millis(250);
 
+/// Past when a connection's write may not wait, in a timed cell: its deadline and the grace
+/// of a round trip in flight. (pingLatency's count of pings is not timed.)
+pub(super) fn cutoff(ctx: &WorkerState) -> Option<Instant> {
+    ctx.timed.then(|| ctx.deadline + ANSWER_GRACE)
+}
+
 /// When the wait for a ping sent at `sent_at` ends: its timeout, or the cell's deadline
 /// (plus the grace), whichever comes first, in a timed cell.
 pub(super) fn answer_due(ctx: &WorkerState, sent_at: Instant, timeout: Duration) -> Instant {
@@ -111,20 +120,27 @@ pub(super) fn answer_due(ctx: &WorkerState, sent_at: Instant, timeout: Duration)
 }
 
 /// Sends the next ping (written out and flushed) and counts it: its id and when it left.
-/// The ping is made at the call. A hand-made future: an `async` one would hold the write's
-/// future twice (rust-lang/rust#62958), in every held connection's state.
+/// While the write waits, what arrives is read and answered (`heard_meanwhile`). The ping is
+/// made at the call. A hand-made future: an `async` one would hold the write's state twice
+/// (rust-lang/rust#62958), in every held connection's state.
 pub(super) fn send_ping<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
-    pinger: &mut Pinger,
+    pinger: &'a mut Pinger,
 ) -> impl std::future::Future<Output = Result<(u64, Instant), Dropped>> + 'a {
     let (msg, id) = pinger.next(ctx);
     let awaited = pinger.awaits(ctx);
     let len = data_len(&msg);
     let sent_at = Instant::now();
-    let mut written = write(ws, msg, true);
+    let conn = pinger.out.conn;
+    let pace = &mut pinger.pace;
+    let mut msg = Some(msg);
+    let mut stall = Stall::until(cutoff(ctx));
     std::future::poll_fn(move |cx| {
-        std::task::ready!(written.poll_unpin(cx))?;
+        let mut heard = |ws: &mut Ws, m: &Message| heard_meanwhile(ws, ctx, conn, pace, m);
+        std::task::ready!(poll_write_reading(
+            ws, ctx, &mut msg, true, &mut stall, &mut heard, cx
+        ))?;
         if let Some(len) = len {
             ctx.sent(sent_at, 1, len);
         }

@@ -201,6 +201,26 @@ impl ReplyPace {
     }
 }
 
+/// What a connection read while it waited to write: the conversation's (a reply queued), or
+/// unsolicited. Read rather than left: a server that floods us while it reads nothing would
+/// otherwise leave both sides blocked writing; its pings' pongs then pile up to the
+/// pending-write limit instead (`server_not_reading`). Nothing read then answers what is
+/// being written: it is not out yet.
+pub(super) fn heard_meanwhile(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    conn: u64,
+    pace: &mut ReplyPace,
+    msg: &Message,
+) -> Result<(), Dropped> {
+    if !converse(ws, ctx, conn, pace, msg)?
+        && let Answer::Unsolicited(kind) = answer::unsolicited(msg)
+    {
+        count_unsolicited(ctx, Instant::now(), kind, msg);
+    }
+    Ok(())
+}
+
 /// Counts a frame that answered nothing sent in the measured phase as unsolicited, by kind
 /// and payload bytes.
 pub(super) fn count_unsolicited(ctx: &WorkerState, now: Instant, kind: FrameKind, msg: &Message) {

@@ -13,9 +13,13 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use wsload_ws::Io;
 
-/// One connection's write watch: empty until a write first waits.
+/// One connection's write watch: empty until a write first waits; with a cutoff, the
+/// instant past which a write may not wait at all (a timed cell's deadline and its grace).
 #[derive(Default)]
-pub struct Stall(Option<Box<Watch>>);
+pub struct Stall {
+    watch: Option<Box<Watch>>,
+    cutoff: Option<Instant>,
+}
 
 struct Watch {
     timer: Pin<Box<Sleep>>,
@@ -24,16 +28,41 @@ struct Watch {
     since: Instant,
 }
 
+/// Why a write's wait ended.
+pub enum Stalled {
+    /// Nothing written for the limit while nothing waited unread.
+    NoProgress,
+    /// Still waiting at the cutoff: a server that never reads, flooding us meanwhile, keeps
+    /// something unread, so `NoProgress` alone would never come.
+    Cutoff,
+}
+
 impl Stall {
+    /// A watch whose write may not wait past `cutoff`, if any.
+    pub fn until(cutoff: Option<Instant>) -> Stall {
+        Stall {
+            watch: None,
+            cutoff,
+        }
+    }
+
     /// Called when a write step of `ws` is pending: `Ready` once nothing has been written for
     /// `limit` while nothing sent to us waited unread (a server blocked writing to a client
-    /// that does not read, as in a blast against an echo server, is not the server's fault).
-    pub fn poll_stalled(&mut self, ws: &mut Ws, limit: Duration, cx: &mut Context<'_>) -> Poll<()> {
+    /// that does not read, as in a blast against an echo server, is not the server's fault),
+    /// or at the cutoff.
+    pub fn poll_stalled(
+        &mut self,
+        ws: &mut Ws,
+        limit: Duration,
+        cx: &mut Context<'_>,
+    ) -> Poll<Stalled> {
         let written = ws.write_progress();
-        let w = self.0.get_or_insert_with(|| {
+        let cutoff = self.cutoff;
+        let wake = |due: Instant| cutoff.map_or(due, |c| due.min(c));
+        let w = self.watch.get_or_insert_with(|| {
             let now = Instant::now();
             Box::new(Watch {
-                timer: Box::pin(tokio::time::sleep_until(now + limit)),
+                timer: Box::pin(tokio::time::sleep_until(wake(now + limit))),
                 mark: written,
                 since: now,
             })
@@ -45,16 +74,20 @@ impl Stall {
         loop {
             ready!(w.timer.as_mut().poll(cx));
             let now = Instant::now();
+            if cutoff.is_some_and(|c| now >= c) {
+                return Poll::Ready(Stalled::Cutoff);
+            }
             let due = w.since + limit;
             if now < due {
-                w.timer.as_mut().reset(due);
+                w.timer.as_mut().reset(wake(due));
                 continue;
             }
             if ws.has_unread(cx) {
                 w.since = now;
+                w.timer.as_mut().reset(wake(now + limit));
                 continue;
             }
-            return Poll::Ready(());
+            return Poll::Ready(Stalled::NoProgress);
         }
     }
 }
@@ -62,6 +95,19 @@ impl Stall {
 /// What a stalled connection's evidence says: how long nothing was written, what wsload
 /// still had queued, and what the kernel still held unacknowledged in its send queue.
 pub fn evidence(ws: &Ws, limit: Duration) -> String {
+    format!("no write progress for {limit:?}: {}", queues(ws))
+}
+
+/// The evidence of a write still waiting at the cell's deadline.
+pub fn evidence_at_cutoff(ws: &Ws) -> String {
+    format!(
+        "a write still waiting at the cell's deadline: {}",
+        queues(ws)
+    )
+}
+
+/// What wsload still had queued, and what the kernel held unacknowledged.
+fn queues(ws: &Ws) -> String {
     let tcp = match ws.get_ref() {
         Io::Plain(s) => s,
         Io::Tls(s) => s.get_ref().0,
@@ -74,10 +120,7 @@ pub fn evidence(ws: &Ws, limit: Duration) -> String {
     let kernel = unacked.map_or_else(String::new, |n| {
         format!(", {n} bytes unacknowledged in the socket's send queue")
     });
-    format!(
-        "no write progress for {limit:?}: {} bytes waiting to be written{kernel}",
-        ws.queued()
-    )
+    format!("{} bytes waiting to be written{kernel}", ws.queued())
 }
 
 /// The send queue (bytes not yet acknowledged by the peer) of the TCP socket `local` →

@@ -25,7 +25,7 @@ use super::end::finish;
 use super::read::{read, read_ready};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
-use super::write::write;
+use super::write::write_reading;
 use crate::connect::{Role, Ws};
 use crate::conversation::Out;
 use crate::model::{Behavior, Cell, FanoutPlan};
@@ -134,7 +134,8 @@ impl Part {
                 return Ok(());
             }
             if let Some(m) = beat.take(ctx, n) {
-                write(ws, m, true).await?;
+                let mut heard = |ws: &mut Ws, m: &Message| self.before_start(ws, ctx, plan, m);
+                write_reading(ws, ctx, Some(m), true, None, &mut heard).await?;
             }
             let due = beat.due();
             tokio::select! {

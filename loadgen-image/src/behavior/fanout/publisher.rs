@@ -64,7 +64,7 @@ impl Publisher {
                 return Ok(());
             }
             if let Some(m) = beat.take(ctx, conn) {
-                write_reading(ws, ctx, Some(m), true, &mut on_read).await?;
+                write_reading(ws, ctx, Some(m), true, None, &mut on_read).await?;
             }
             let mut burst = 0u32;
             while let Some(t) = due
@@ -84,7 +84,7 @@ impl Publisher {
                     &SendTime::from_micros(at),
                 );
                 let len = data_len(&msg).unwrap_or(0);
-                write_reading(ws, ctx, Some(msg), false, &mut on_read).await?;
+                write_reading(ws, ctx, Some(msg), false, None, &mut on_read).await?;
                 ctx.sent(t, 1, len);
                 if window.holds(at) {
                     self.in_window += 1;
@@ -93,7 +93,7 @@ impl Publisher {
                 due = schedule.next(origin, t, ctx.deadline);
             }
             if burst > 0 {
-                write_reading(ws, ctx, None, true, &mut on_read).await?;
+                write_reading(ws, ctx, None, true, None, &mut on_read).await?;
             }
             let wake = beat.wake(due.map_or(ctx.deadline, |t| t.min(ctx.deadline)));
             tokio::select! {

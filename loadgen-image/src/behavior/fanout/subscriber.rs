@@ -7,7 +7,7 @@ use crate::behavior::read::{
     ReplyPace, answer_kind, converse, count_unsolicited, read, read_ready,
 };
 use crate::behavior::worker::{WorkerState, data_of};
-use crate::behavior::write::write;
+use crate::behavior::write::write_reading;
 use crate::connect::Ws;
 use crate::conversation::{Delivery, Published};
 use crate::machine::clock;
@@ -81,7 +81,8 @@ impl Subscriber {
                 return Ok(());
             }
             if let Some(m) = beat.take(ctx, self.conn) {
-                write(ws, m, true).await?;
+                let mut heard = |ws: &mut Ws, m: &Message| self.take(ws, ctx, plan, window, m);
+                write_reading(ws, ctx, Some(m), true, Some(until), &mut heard).await?;
             }
             let msg = match tokio::time::timeout_at(beat.wake(until), read(ws, ctx)).await {
                 Err(_) => continue,
