@@ -126,8 +126,7 @@ pub(super) fn hold<'a>(
                                 ws,
                                 ctx,
                                 &mut pinger,
-                                id,
-                                sent_at,
+                                Sent { id, at: sent_at },
                                 timer.as_mut(),
                                 every_beat,
                                 &mut next_beat,
@@ -145,7 +144,13 @@ pub(super) fn hold<'a>(
     }
 }
 
-/// Awaits the answer to ping `id`, sent at `sent_at`, as `poll_answer` does, the
+/// A ping sent: its id, and when it left.
+struct Sent {
+    id: u64,
+    at: Instant,
+}
+
+/// Awaits the answer to ping `sent` as `poll_answer` does, the
 /// conversation's heartbeat going on meanwhile (every `every`, next at `next_beat`): the timer
 /// wakes for whichever comes first (a ping's timeout is longer than many a server's
 /// keep-alive: Engine.IO 3's, MQTT's). Boxed by its caller: only a conversation with a
@@ -154,12 +159,12 @@ async fn answer_beating(
     ws: &mut Ws,
     ctx: &WorkerState,
     pinger: &mut Pinger,
-    id: u64,
-    sent_at: Instant,
+    sent: Sent,
     mut timer: std::pin::Pin<&mut tokio::time::Sleep>,
     every: Option<Duration>,
     next_beat: &mut u32,
 ) -> Result<Reply, Dropped> {
+    let Sent { id, at: sent_at } = sent;
     let due = answer_due(ctx, sent_at, pinger.cfg.timeout);
     let every = every.unwrap_or(Duration::MAX);
     loop {
