@@ -12,6 +12,11 @@
 #                  for a tier past one process's open-file limit a Node cluster of as many
 #                  workers as it needs, rooms spanning them through @socket.io/cluster-adapter
 #                  (as Socket.IO applications scale on one machine), marked so
+#   broadcast      wsload-server's `broadcast` profile at full speed, started here (a fresh
+#                  process per tier): BROADCAST_BATCH messages every millisecond to every
+#                  connection, no subscribe message, each stamped `"ts"` in float milliseconds
+#                  (`--broadcast-timestamp ms`); read with `publisher: server`. One run per tier
+#                  (the server sets the pace: no fixed rate, no saturation search); 1 s warm-up.
 # Load-generator shards are derived from the open-file limit per process (`ulimit -Hn`, the
 # most a shard can raise its own to): each holds its share of subscribers and publishers.
 #
@@ -23,13 +28,21 @@
 #
 # Prints a markdown table on stdout (a row per server x tier x rate): publishes/s,
 # deliveries/s, completeness, gaps, latency p50/p99/p99.9 from each publish's intended instant,
-# and for wsload-server its own delivered/owed counts over the cell. Each run's result JSON,
-# LoadTest and output are in the result directory.
+# for wsload-server its own delivered/owed counts over the cell, and the load generator's CPU
+# over the measured window (cpu.py: `wsload run` and its shards, a managed server not
+# included) with the deliveries it read per CPU-second; then, for `broadcast`, a table of
+# what the subscribers were owed and read, and the server's CPU and its sent and skipped
+# counts. Each run's result JSON, LoadTest, output and CPU samples are in the result directory.
+#
+# Run time: about (DURATION + 15 s) per fixed-rate run and per saturation step of each
+# server x tier (more at 10,000+ subscribers, which take a while to connect), plus one run per
+# tier of `broadcast`: the default list's ~60 runs take ~30 minutes at the default duration.
 #
 # Environment (all optional):
 #   WSLOAD_BIN, WSLOAD_SERVER_BIN  prebuilt binaries; unset: `cargo build --release`
 #   WSLOAD_BENCH_OUT               result directory (default: target/bench-fanout)
-#   WSLOAD_FANOUT_SERVERS          servers to run, in order (default: "wsload-server socketio")
+#   WSLOAD_FANOUT_SERVERS          servers to run, in order (default: "wsload-server socketio
+#                                  broadcast")
 #   WSLOAD_FANOUT_TIERS            subscriber tiers (default: "10 100 1000 10000 20000")
 #   WSLOAD_FANOUT_TOPICS           topics (default: 10; each subscriber takes one)
 #   WSLOAD_FANOUT_RATE             the fixed publish rate, messages/s over all topics (default: 100)
@@ -37,6 +50,9 @@
 #   WSLOAD_FANOUT_SATURATION       0: the fixed rate only (default: 1)
 #   WSLOAD_FANOUT_STEPS            most doublings of the saturation search (default: 8)
 #   SATURATION_P99_X               see above (default: 10)
+#   WSLOAD_FANOUT_BROADCAST_BATCH  `broadcast`: messages per millisecond (default: 100, so
+#                                  100,000 a second: more than a load generator on these cores
+#                                  reads from 10 subscribers)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,7 +62,7 @@ LOG_NAME=bench-fanout
 source "$here/../lib.sh"
 
 out=${WSLOAD_BENCH_OUT:-$repo_root/target/bench-fanout}
-servers=${WSLOAD_FANOUT_SERVERS:-wsload-server socketio}
+servers=${WSLOAD_FANOUT_SERVERS:-wsload-server socketio broadcast}
 tiers=${WSLOAD_FANOUT_TIERS:-10 100 1000 10000 20000}
 topics=${WSLOAD_FANOUT_TOPICS:-10}
 fixed_rate=${WSLOAD_FANOUT_RATE:-100}
@@ -54,6 +70,9 @@ duration=${WSLOAD_FANOUT_DURATION:-10}
 saturation=${WSLOAD_FANOUT_SATURATION:-1}
 steps=${WSLOAD_FANOUT_STEPS:-8}
 p99_x=${SATURATION_P99_X:-10}
+broadcast_batch=${WSLOAD_FANOUT_BROADCAST_BATCH:-100}
+# Where take_ports (bench/lib.sh) looks for the broadcast server's ports.
+next_port=23100
 mkdir -p "$out/runs"
 rows=$out/rows.jsonl
 : >"$rows"
@@ -84,12 +103,22 @@ processes_for() { echo $((($1 + per_process - 1) / per_process)); }
 # run's settings) and appends it to $rows. Fails (status 1) when the run left no result.
 run_one() {
     local server=$1 tier=$2 rate=$3 name spec result shards replicas=1 publisher=wsload target
+    local warmup=0 run_topics=$topics server_pid_here=0 sent lagged pid sampler
     name=$server-$tier-$rate
     spec=$out/runs/$name.yaml
     result=$out/runs/$name.json
     # Each shard: its share of subscribers and of the publishers (one per topic).
     shards=$(processes_for $((tier + topics)))
     case $server in
+    broadcast)
+        # One stream to every connection; no publisher connections.
+        run_topics=1
+        shards=$(processes_for "$tier")
+        publisher=server
+        warmup=1
+        server_pid_here=$server_pid
+        target="target: {url: 'ws://127.0.0.1:$server_port/'}"
+        ;;
     wsload-server)
         replicas=$(processes_for $((tier + topics)))
         if ((replicas > 1)); then
@@ -109,31 +138,79 @@ run_one() {
         printf '  %s\n' "$target"
         printf '  scenario: fanout\n  connections: [%s]\n  shards: %s\n' "$tier" "$shards"
         # No warm-up: the publish window is then the measured one (measuredSecs), which the
-        # rates are over.
-        printf '  duration: %ss\n  warmup: 0s\n' "$duration"
+        # rates are over. The broadcast publishes all along: a second for the subscribers'
+        # first reads to settle.
+        printf '  duration: %ss\n  warmup: %ss\n' "$duration" "$warmup"
         # Across shards the measured phase begins at the release plus connect.timeout (every
         # subscriber subscribed by then): a tier that takes long to open needs the room.
         ((shards > 1)) && printf '  connect: {timeout: %ss}\n' "$((10 + tier / 200))"
-        printf '  fanout: {topics: %s, publisher: %s, drain: 2s}\n' "$topics" "$publisher"
-        printf '  rate: {messagesPerSecond: %s}\n  message: {size: 64}\n' "$rate"
+        printf '  fanout: {topics: %s, publisher: %s, drain: 2s}\n' "$run_topics" "$publisher"
+        if [[ $server == broadcast ]]; then
+            # No subscribe step: every connection gets every message from its open.
+            printf '  conversation:\n    delivery:\n      sequence: {json: seq}\n'
+            printf '      publishedAt: {json: ts}\n      publishedAtUnit: ms\n'
+        else
+            printf '  rate: {messagesPerSecond: %s}\n  message: {size: 64}\n' "$rate"
+        fi
         [[ $server == socketio ]] && sed -n '/^  conversation:/,/^  thresholds:/p' \
             "$repo_root/examples/socketio-fanout.yaml" | sed '$d'
     } >"$spec"
     rm -f "$result"
     log "$name: $tier subscribers over $topics topics at $rate publishes/s ($shards shard(s), publisher $publisher${replicas:+, $replicas server process(es)})"
+    [[ $server == socketio ]] && server_pid_here=$socketio_pid
     timeout $((duration + 300)) "$WSLOAD_BIN" run "$spec" --out "$result" \
-        >"$out/runs/$name.out" 2>"$out/runs/$name.err" || true
+        >"$out/runs/$name.out" 2>"$out/runs/$name.err" &
+    pid=$!
+    # The CPU of the load generator (and of the server) through the run, for its window's.
+    python3 "$here/cpu.py" sample "$out/runs/$name.cpu" "$pid" "$server_pid_here" &
+    sampler=$!
+    wait "$pid" || true
+    wait "$sampler" || true
     [[ -s $result ]] || {
         log "$name: no result: $(tail -3 "$out/runs/$name.err")"
         return 1
     }
+    sent='' lagged=''
+    if [[ $server == broadcast ]]; then
+        sent=$(broadcast_metric 'wsload_server_messages_sent_total{profile="broadcast",format="text"}')
+        lagged=$(broadcast_metric 'wsload_server_broadcast_lagged_total')
+    fi
     python3 "$here/summary.py" "$result" | python3 -c '
-import json, sys
+import json, subprocess, sys
 row = json.load(sys.stdin)
 row.update(target=sys.argv[1], rate=float(sys.argv[2]), shards=int(sys.argv[3]),
            replicas=int(sys.argv[4]), publisher=sys.argv[5], kind=sys.argv[6])
-print(json.dumps(row))' "$server" "$rate" "$shards" "$replicas" "$publisher" "${kind:-fixed}" |
+start = row["started"] + float(sys.argv[8])
+cpu = json.loads(subprocess.check_output(["python3", sys.argv[9], "window", sys.argv[7],
+                                          str(start), str(start + row["measured_secs"])]))
+row.update(client_cpu=cpu["client"], server_cpu=cpu["server"],
+           server_sent=float(sys.argv[10]) if sys.argv[10] else None,
+           server_lagged=float(sys.argv[11]) if sys.argv[11] else None)
+print(json.dumps(row))' "$server" "$rate" "$shards" "$replicas" "$publisher" "${kind:-fixed}" \
+        "$out/runs/$name.cpu" "$warmup" "$here/cpu.py" "$sent" "$lagged" |
         tee -a "$rows"
+}
+
+# broadcast_metric SERIES: its value on the broadcast server's /metrics (empty if absent).
+broadcast_metric() {
+    curl -s "http://127.0.0.1:$metrics_port/metrics" |
+        awk -v s="$1" 'index($0, s " ") == 1 { print $2 }'
+}
+
+# start_broadcast: a fresh wsload-server broadcasting at full speed (no tick or count left
+# from the last tier). No server pings and no idle timeout: it sends only the feed.
+start_broadcast() {
+    local rc=0
+    take_ports
+    RUST_LOG=warn "$WSLOAD_SERVER_BIN" --profile broadcast \
+        --listen "127.0.0.1:$server_port" --metrics-listen "127.0.0.1:$metrics_port" \
+        --broadcast-interval 1ms --broadcast-batch "$broadcast_batch" \
+        --broadcast-timestamp ms --broadcast-payload-size 64 \
+        --ping-interval 0 --idle-timeout 0 --drain-timeout 2s >"$out/broadcast.err" 2>&1 &
+    server_pid=$!
+    started_pids+=("$server_pid")
+    WAIT_INTERVAL=0.1 wait_until 10 --pid "$server_pid" listening "$server_port" || rc=$?
+    ((rc == 0)) || die "the broadcast server did not start: $(tail -3 "$out/broadcast.err")"
 }
 
 # saturated ROW FIXED_P99: whether a run fell short (completeness, or latency climbing).
@@ -149,6 +226,12 @@ sys.exit(0 if bad else 1)' "$1" "$2" "$p99_x"
 # tier SERVER TIER: the fixed-rate run, then the saturation search.
 tier() {
     local server=$1 n=$2 row base rate last="" i saturated_at=""
+    if [[ $server == broadcast ]]; then
+        # Full speed: the server's pace, one run.
+        kind="full speed"
+        run_one "$server" "$n" "$((broadcast_batch * 1000))" >/dev/null || true
+        return 0
+    fi
     kind=fixed
     row=$(run_one "$server" "$n" "$fixed_rate" | tail -1) || return 0
     ((saturation)) || return 0
@@ -196,27 +279,58 @@ stop_socketio() {
 for server in $servers; do
     for n in $tiers; do
         [[ $server == socketio ]] && start_socketio "$(processes_for $((n + topics)))"
+        [[ $server == broadcast ]] && start_broadcast
         tier "$server" "$n"
         [[ $server == socketio ]] && stop_socketio
+        [[ $server == broadcast ]] && stop_server
     done
 done
 
-python3 - "$rows" "$topics" "$duration" <<'PY'
+python3 - "$rows" "$topics" "$duration" "$broadcast_batch" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-topics, duration = sys.argv[2], sys.argv[3]
+topics, duration, batch = sys.argv[2], sys.argv[3], int(sys.argv[4])
 ms = lambda s: "-" if s is None else f"{s*1000:.2f}"
-print(f"\nfanout: {topics} topics, one per subscriber, {duration} s measured per run, 64 B payloads\n")
-print("| server | subscribers | run | publishes/s | deliveries/s | completeness | gaps | p50 ms | p99 ms | p99.9 ms | server delivered/owed | shards x servers |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for r in rows:
-    if r.get("kind") == "step":
-        continue
-    c = r["completeness"]
+pct = lambda c: "-" if c is None else f"{c*100:.3f}%"
+k = lambda v: "-" if v is None else f"{v/1000:.1f}K"
+
+
+def cpu(r):
+    """The load generator's cores over the window, and what it read per CPU-second."""
+    c, secs = r.get("client_cpu"), r.get("measured_secs") or 0
+    read = (r.get("read_per_sec") or r["deliveries_per_sec"]) * secs
+    if not c or not secs:
+        return "-", "-"
+    return f"{c/secs:.2f}", k(read / c)
+
+
+pubsub = [r for r in rows if r["target"] != "broadcast" and r.get("kind") != "step"]
+if pubsub:
+    print(f"\nfanout: {topics} topics, one per subscriber, {duration} s measured per run, 64 B payloads\n")
+    print("| server | subscribers | run | publishes/s | deliveries/s | completeness | gaps | p50 ms | p99 ms | p99.9 ms | server delivered/owed | shards x servers | client CPU cores | read per client CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for r in pubsub:
     s = r.get("server") or {}
     owed = f"{s.get('delivered', 0)}/{s.get('fanout', 0)}" if s else "-"
     pub = " (ticker)" if r.get("publisher") == "server" else (" (cluster)" if r["target"] == "socketio" and r["replicas"] > 1 else "")
+    cores, per_cpu = cpu(r)
     print(f"| {r['target']} | {r['subscribers']} | {r['kind']}{pub} @ {r['rate']:.0f}/s | {r['publishes_per_sec']:.0f} | "
-          f"{r['deliveries_per_sec']:.0f} | {'-' if c is None else f'{c*100:.3f}%'} | {r['gaps']} | "
-          f"{ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | {owed} | {r['shards']} x {r['replicas']} |")
+          f"{r['deliveries_per_sec']:.0f} | {pct(r['completeness'])} | {r['gaps']} | "
+          f"{ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | {owed} | {r['shards']} x {r['replicas']} | {cores} | {per_cpu} |")
+
+broadcast = [r for r in rows if r["target"] == "broadcast"]
+if broadcast:
+    print(f"\nbroadcast: wsload-server at full speed ({batch} messages a millisecond to every connection, "
+          f"no subscribe), {duration} s measured per run after 1 s of warm-up\n")
+    print("| subscribers | owed/s | read/s | deliveries/s | completeness | gaps | behind | p50 ms | p99 ms | client CPU cores | deliveries per client CPU-s | server CPU cores | server sent / skipped | measured |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for r in broadcast:
+    cores, per_cpu = cpu(r)
+    secs = r.get("measured_secs") or 0
+    srv = "-" if not r.get("server_cpu") or not secs else f"{r['server_cpu']/secs:.2f}"
+    sent = "-" if r.get("server_sent") is None else f"{r['server_sent']/1e6:.2f}M / {(r.get('server_lagged') or 0)/1e6:.2f}M"
+    measured = "no (exit 4)" if r.get("unmeasured") else "yes"
+    print(f"| {r['subscribers']} | {k(r.get('owed_per_sec'))} | {k(r.get('read_per_sec'))} | {k(r['deliveries_per_sec'])} | "
+          f"{pct(r['completeness'])} | {r['gaps']} | {r.get('behind', 0)} | {ms(r['p50'])} | {ms(r['p99'])} | "
+          f"{cores} | {per_cpu} | {srv} | {sent} | {measured} |")
 PY

@@ -1,5 +1,6 @@
 """One row of bench/fanout/run.sh's table from a `wsload run --out` result of a fanout:
-deliveries/s, completeness, gaps, latency p50/p99/p99.9, the server's own topic counters.
+deliveries/s, completeness, gaps, latency p50/p99/p99.9, the server's own topic counters, what
+the subscribers read and were owed a second, and whether the cell measured anything.
 
 usage: python3 summary.py RESULT.json  -> one JSON object on stdout
 
@@ -109,6 +110,7 @@ def row(path):
     else:
         p50 = p99 = p999 = None
     counts = c["counts"]
+    unmeasured = ((r.get("verdict") or {}).get("unmeasured")) or []
     failed = sum((counts.get("failed") or {}).values()) + sum((counts.get("dropped") or {}).values())
     return {
         "subscribers": c["connections"],
@@ -125,6 +127,16 @@ def row(path):
         "p999": p999,
         "failed": failed,
         "server": c.get("serverTopics"),
+        # What the subscribers read in the window, whenever published, and what the
+        # publishers' pace owed them: a client behind reads less than it is owed.
+        "read_per_sec": figures.get("readPerSec"),
+        "owed_per_sec": figures.get("owedPerSec"),
+        "behind": counts.get("behind", 0),
+        "unmeasured": len(unmeasured),
+        # The cell's start (its warm-up's, Unix seconds) and measured seconds: run.sh reads
+        # the client's CPU over the window from them.
+        "started": (c.get("startedFirstMicros") or 0) / 1e6,
+        "measured_secs": secs,
     }
 
 

@@ -54,6 +54,20 @@ impl Profile {
     }
 }
 
+/// Most broadcast messages a tick publishes: the feed's backlog holds 16 ticks' worth
+/// (`state::broadcast_backlog`), each slot a message.
+pub const MAX_BROADCAST_BATCH: u32 = 4096;
+
+/// How a broadcast message carries its publish instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Timestamp {
+    /// `"ts_us": MICROS`, an integer of microseconds since the Unix epoch.
+    Us,
+    /// `"ts": MILLIS.FFF`, milliseconds since the Unix epoch as a float with the microseconds
+    /// as its fraction, as many real servers write it.
+    Ms,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -165,6 +179,23 @@ pub struct Cli {
         default_value_t = 64
     )]
     pub broadcast_payload_size: usize,
+
+    /// Broadcast messages published at each tick, each with its own `seq` and instant. The
+    /// timer ticks at most once a millisecond, so a feed faster than 1,000 messages a second
+    /// takes a batch: `--broadcast-interval 1ms --broadcast-batch 100` publishes 100,000 a
+    /// second, more than a client on one core reads (a broadcaster at full speed).
+    #[arg(long, env = var::SERVER_BROADCAST_BATCH, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BROADCAST_BATCH)))]
+    pub broadcast_batch: u32,
+
+    /// How each broadcast message carries its publish instant.
+    #[arg(
+        long,
+        env = var::SERVER_BROADCAST_TIMESTAMP,
+        value_enum,
+        default_value = "us"
+    )]
+    pub broadcast_timestamp: Timestamp,
 
     /// Deliveries a topic subscriber's connection may have waiting (pubsub and wse profiles);
     /// a publish that finds the queue full drops that delivery and counts it
@@ -347,6 +378,8 @@ pub struct Config {
     pub wse_allow_anonymous: bool,
     pub broadcast_interval: Duration,
     pub broadcast_payload_size: usize,
+    pub broadcast_batch: u32,
+    pub broadcast_timestamp: Timestamp,
     pub topics: Topics,
     pub read_buffer_size: usize,
 }
@@ -425,6 +458,8 @@ impl Config {
             wse_allow_anonymous: cli.wse_allow_anonymous,
             broadcast_interval: cli.broadcast_interval,
             broadcast_payload_size: cli.broadcast_payload_size,
+            broadcast_batch: cli.broadcast_batch,
+            broadcast_timestamp: cli.broadcast_timestamp,
             topics: topics_of(cli)?,
             read_buffer_size: cli.read_buffer_size,
         };
@@ -597,6 +632,32 @@ mod tests {
         );
         assert!(c.serves_topics());
         assert!(!config(&[]).expect("valid").serves_topics());
+    }
+
+    #[test]
+    fn broadcast_batch_and_timestamp() {
+        let c = config(&[]).expect("valid");
+        assert_eq!(
+            (c.broadcast_batch, c.broadcast_timestamp),
+            (1, Timestamp::Us)
+        );
+        let c =
+            config(&["--broadcast-batch", "100", "--broadcast-timestamp", "ms"]).expect("valid");
+        assert_eq!(
+            (c.broadcast_batch, c.broadcast_timestamp),
+            (100, Timestamp::Ms)
+        );
+        let max = MAX_BROADCAST_BATCH.to_string();
+        assert_eq!(
+            config(&["--broadcast-batch", &max]).map(|c| c.broadcast_batch),
+            Ok(MAX_BROADCAST_BATCH)
+        );
+        for bad in ["0", &(MAX_BROADCAST_BATCH + 1).to_string()] {
+            let err = config(&["--broadcast-batch", bad]).expect_err(bad);
+            assert!(err.contains("--broadcast-batch"), "{err}");
+        }
+        let err = config(&["--broadcast-timestamp", "s"]).expect_err("no such form");
+        assert!(err.contains("us") && err.contains("ms"), "{err}");
     }
 
     #[test]

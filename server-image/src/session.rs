@@ -28,6 +28,9 @@ pub type Ws = WebSocketStream<TcpStream>;
 /// replies indefinitely.
 const MAX_BATCH: usize = 256;
 
+/// Broadcast messages written in one flush (~130 KB of 64-byte ticks).
+const MAX_BROADCAST_FLUSH: usize = 1024;
+
 /// How long to wait for the client's close frame after ours.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
@@ -302,10 +305,19 @@ async fn serve<H: Handler>(
             msg = recv_broadcast(&mut broadcast) => match msg {
                 Ok(msg) => {
                     out.push(msg);
-                    // Deliver every tick already waiting in one flush.
+                    // Deliver what is already waiting in one flush, up to a bound that keeps
+                    // one write (and the time away from this connection's reads) short.
                     if let Some(rx) = broadcast.as_mut() {
-                        while let Ok(more) = rx.try_recv() {
-                            out.push(more);
+                        while out.len() < MAX_BROADCAST_FLUSH {
+                            match rx.try_recv() {
+                                Ok(more) => out.push(more),
+                                // Skipped here as in `recv`: counted, or a connection that
+                                // falls behind while draining would skip uncounted.
+                                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                    shared.stats.broadcast_lagged(n);
+                                }
+                                Err(_) => break,
+                            }
                         }
                     }
                     if let Err(e) = flush_out(ws, shared, profile, &mut out).await {

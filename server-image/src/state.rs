@@ -11,8 +11,18 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_util::sync::CancellationToken;
 use wsload_proto::jwt::Validation;
 
-/// Broadcast messages a slow connection may fall behind before it skips some.
+/// Broadcast messages a slow connection may fall behind before it skips some, at least.
 const BROADCAST_BACKLOG: usize = 1024;
+
+/// Ticks a connection may fall behind before it skips: with a batch per tick, 1,024 messages
+/// could be less than one tick, and every connection would skip at every tick however fast it
+/// read.
+const BROADCAST_BACKLOG_TICKS: usize = 16;
+
+/// The broadcast feed's backlog for `batch` messages a tick.
+pub fn broadcast_backlog(batch: u32) -> usize {
+    BROADCAST_BACKLOG.max(BROADCAST_BACKLOG_TICKS * batch as usize)
+}
 
 /// What every task of the server reads: the configuration, the counters, the shutdown signal,
 /// the JWT checks, the WebSocket limits, the broadcast feed, the topics, and the admission count.
@@ -40,7 +50,7 @@ impl ServerState {
             .max_frame_size(Some(config.max_message_size));
         let broadcast = config
             .serves(Profile::Broadcast)
-            .then(|| broadcast::channel(BROADCAST_BACKLOG).0);
+            .then(|| broadcast::channel(broadcast_backlog(config.broadcast_batch)).0);
         let stats = Stats::new(config.profiles());
         if let Some(limit) = open_files_limit {
             stats.set_open_files_limit(limit);
@@ -133,6 +143,17 @@ impl AcceptErrorLog {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_broadcast_backlog_holds_sixteen_ticks() {
+        assert_eq!(broadcast_backlog(1), 1024);
+        assert_eq!(broadcast_backlog(64), 1024);
+        assert_eq!(broadcast_backlog(100), 1600);
+        assert_eq!(
+            broadcast_backlog(crate::config::MAX_BROADCAST_BATCH),
+            65_536
+        );
+    }
 
     #[test]
     fn accept_errors_are_logged_at_most_once_a_second() {

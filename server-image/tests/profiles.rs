@@ -187,6 +187,78 @@ async fn broadcast_reaches_every_client_with_increasing_timestamps() {
     );
 }
 
+/// `--broadcast-batch 5`: five messages at each tick, numbered one after the other (ticks hold
+/// 1..=5, 6..=10, ...), each stamped by `--broadcast-timestamp ms` as `"ts"`, a float of
+/// milliseconds near now; `ts_us` is then not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_publishes_a_batch_per_tick_stamped_in_float_milliseconds() {
+    const BATCH: u64 = 5;
+    const TICKS: usize = 4;
+    let server = Server::start(&[
+        "--profile",
+        "broadcast",
+        "--broadcast-interval",
+        "50ms",
+        "--broadcast-batch",
+        "5",
+        "--broadcast-timestamp",
+        "ms",
+    ]);
+    let mut ws = connect(&server.url("/")).await;
+    let mut ticks: Vec<Vec<(u64, f64)>> = Vec::new();
+    let mut last_seq = None;
+    while ticks.len() < TICKS || ticks.last().map(Vec::len) != Some(BATCH as usize) {
+        let Message::Text(t) = next_data(&mut ws).await else {
+            panic!("ticks are text")
+        };
+        let v: serde_json::Value = serde_json::from_str(&t).expect("tick is JSON");
+        assert_eq!(v["t"], "tick");
+        assert!(v.get("ts_us").is_none(), "{t}");
+        let written = t
+            .split_once(r#""ts":"#)
+            .and_then(|(_, rest)| rest.split_once(','))
+            .map(|(number, _)| number)
+            .expect("a ts field");
+        let (whole, fraction) = written.split_once('.').expect("ts written as a float");
+        assert!(
+            whole.len() == 13 && fraction.len() == 3,
+            "milliseconds, microseconds as the fraction: {written}"
+        );
+        let ts = v["ts"].as_f64().expect("ts is a number");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_micros() as f64
+            / 1000.0;
+        assert!(
+            ts <= now_ms && now_ms - ts < 5_000.0,
+            "tick at {ts} ms, now {now_ms} ms"
+        );
+        let seq = v["seq"].as_u64().expect("seq");
+        if let Some(last) = last_seq {
+            assert_eq!(seq, last + 1, "one number per message, none skipped");
+        }
+        last_seq = Some(seq);
+        // The first tick may have been joined midway: counted from the next one on.
+        if (seq - 1) % BATCH == 0 {
+            ticks.push(Vec::new());
+        }
+        if let Some(tick) = ticks.last_mut() {
+            tick.push((seq, ts));
+        }
+    }
+    for tick in &ticks {
+        assert_eq!(tick.len(), BATCH as usize, "{ticks:?}");
+        let spread = tick[tick.len() - 1].1 - tick[0].1;
+        assert!((0.0..20.0).contains(&spread), "one tick's batch: {tick:?}");
+    }
+    for pair in ticks.windows(2) {
+        let apart = pair[1][0].1 - pair[0][0].1;
+        assert!(apart >= 30.0, "ticks 50 ms apart: {ticks:?}");
+    }
+    ws.close(None).await.expect("close");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_and_pinned_listeners_choose_the_profile() {
     let server = Server::start_with_listeners(

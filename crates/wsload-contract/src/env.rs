@@ -115,6 +115,11 @@ pub const SERVER_BROADCAST_INTERVAL: &str = "WSLOAD_SERVER_BROADCAST_INTERVAL";
 /// Each broadcast message's padding, bytes. Read by `wsload-server`
 /// (`--broadcast-payload-size`).
 pub const SERVER_BROADCAST_PAYLOAD_SIZE: &str = "WSLOAD_SERVER_BROADCAST_PAYLOAD_SIZE";
+/// Broadcast messages published at each tick. Read by `wsload-server` (`--broadcast-batch`).
+pub const SERVER_BROADCAST_BATCH: &str = "WSLOAD_SERVER_BROADCAST_BATCH";
+/// How each broadcast message carries its publish instant (`us` or `ms`). Read by
+/// `wsload-server` (`--broadcast-timestamp`).
+pub const SERVER_BROADCAST_TIMESTAMP: &str = "WSLOAD_SERVER_BROADCAST_TIMESTAMP";
 /// Deliveries a topic subscriber's connection may have waiting before more are dropped (and
 /// counted). Read by `wsload-server` (`--subscriber-queue`).
 pub const SERVER_SUBSCRIBER_QUEUE: &str = "WSLOAD_SERVER_SUBSCRIBER_QUEUE";
@@ -220,6 +225,8 @@ pub const ALL: &[&str] = &[
     SERVER_WSE_ALLOW_ANONYMOUS,
     SERVER_BROADCAST_INTERVAL,
     SERVER_BROADCAST_PAYLOAD_SIZE,
+    SERVER_BROADCAST_BATCH,
+    SERVER_BROADCAST_TIMESTAMP,
     SERVER_SUBSCRIBER_QUEUE,
     SERVER_TICKER_TOPICS,
     SERVER_TICKER_RATE,
