@@ -25,8 +25,8 @@ stdout_is_data
 PURGE=(etcd-server containerd runc containernetworking-plugins iptables ipset musl-tools buildah prometheus shellcheck chromium rabbitmq-server docker.io mmdebstrap)
 # Installed by the scripts when missing, but part of every project machine (purging them would
 # take the machine's TLS certificates, git, every program's fonts, the tmux a person runs this
-# in, or the machine's own Node.js with them): left installed.
-BASE=(openssl curl jq fonts-dejavu-core tmux nodejs npm)
+# in, or the machine's own Node.js and Python with them): left installed.
+BASE=(openssl curl jq fonts-dejavu-core tmux nodejs npm python3 python3-venv)
 
 yes=0 warm=0 dir=""
 parts=()

@@ -45,13 +45,15 @@ warm() {
 # In the order of the parts in scripts/test. The cluster parts skip themselves without root,
 # so their tools are only built for root.
 runs generated && warm "helm-values-schema-json" "$ROOT/scripts/tools.sh" helm-values-schema-json
+# The real servers the cargo part's first tests start (real_servers runs first, the longest):
+# before kube-apiserver, which only the operator's tests, beside the others, wait for.
+runs cargo && warm "real servers (npm, RabbitMQ)" "$ROOT/scripts/test-servers/install.sh" --stomp
+runs cargo && warm "real servers (PyPI)" "$ROOT/scripts/test-servers/python-install.sh"
+runs cargo && warm "nats-server" "$ROOT/scripts/tools.sh" nats-server
 if runs cargo || runs chart || runs dashboards || runs control-plane; then
 	warm "control plane packages" "$ROOT/scripts/k8s/install-deps.sh"
 	warm "kube-apiserver, kubectl" "$ROOT/scripts/k8s/build.sh" kube-apiserver kubectl
 fi
-runs cargo && warm "real servers (npm, RabbitMQ)" "$ROOT/scripts/test-servers/install.sh" --stomp
-# The NATS corpus server of the same tests (~35 s cold), which its nats.sh would build first.
-runs cargo && warm "nats-server" "$ROOT/scripts/tools.sh" nats-server
 runs chart && warm "helm, kubeconform" "$ROOT/scripts/tools.sh" helm kubeconform
 if runs chart || { runs node && ((EUID == 0)); } || { runs kind && ((EUID == 0)); }; then
 	warm "Prometheus" "$ROOT/scripts/k8s/prometheus.sh" image

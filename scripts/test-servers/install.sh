@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the npm packages the test servers here run on (package-lock.json: socket.io, aedes,
-# graphql-ws, ws, graphql, rpc-websockets, sockjs), with `npm ci`, into a cache directory named by
-# the hash of the lock file and the major version of node, so changed pins get a fresh
-# directory and an unchanged one is reused; earlier ones are removed. Needs node and npm
-# (Debian's `nodejs` and `npm` when missing). Package install scripts are not run: every
-# package used has a pure JavaScript path (ws's native helpers are optional).
+# Installs the npm packages the test servers here run on (package-lock.json: socket.io 4 and
+# socket.io 2 as socket.io-v2, aedes, graphql-ws, ws, graphql, rpc-websockets, sockjs), with
+# `npm ci`, into a cache directory named by the hash of the lock file and the major version of
+# node, so changed pins get a fresh directory and an unchanged one is reused; earlier ones are
+# removed. Needs node and npm (Debian's `nodejs` and `npm` when missing). Package install
+# scripts are not run: every package used has a pure JavaScript path (ws's native helpers are
+# optional).
 #
 # usage: scripts/test-servers/install.sh [--stomp]
 #   --stomp  also Debian's rabbitmq-server (the STOMP broker stomp.sh runs; ~13 s cold)
@@ -50,7 +51,7 @@ if [[ ! -f $dir/.complete ]]; then
 		cp "$HERE/package.json" "$HERE/package-lock.json" "$dir/"
 		(cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) >&2 ||
 			die "npm ci failed in $dir"
-		NODE_PATH=$dir/node_modules node -e 'for (const m of ["socket.io", "graphql-ws/use/ws", "ws", "graphql", "rpc-websockets", "sockjs"]) require(m)' ||
+		NODE_PATH=$dir/node_modules node -e 'for (const m of ["socket.io", "socket.io-v2", "graphql-ws/use/ws", "ws", "graphql", "rpc-websockets", "sockjs"]) require(m)' ||
 			die "the packages installed in $dir do not load"
 		touch "$dir/.complete"
 		for old in "$cache_root"/test-servers-*; do

@@ -6,10 +6,12 @@
 # or INT.
 #
 # usage: scripts/test-servers/run.sh SERVER [--host H] [--port N] [OPTION VALUE...]
-#   SERVER  socketio, graphql-ws, jsonrpc, sockjs, mqtt (node, npm packages) or stomp (RabbitMQ
-#           web-stomp) or nats (nats-server's WebSocket listener)
+#   SERVER  socketio, socketio2, graphql-ws, jsonrpc, sockjs, mqtt (node, npm packages) or
+#           stomp (RabbitMQ web-stomp) or nats (nats-server's WebSocket listener) or ariadne,
+#           channels (Python, PyPI packages: python-install.sh)
 #   --host  listen address (default 127.0.0.1); --port: default a free one
-#   other options are the server's own: see the head of scripts/test-servers/SERVER.js (.sh)
+#   other options are the server's own: see the head of scripts/test-servers/SERVER.js (.sh,
+#           _server.py)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_NAME=test-servers/run
@@ -22,7 +24,11 @@ shift
 case "$server" in
 stomp) exec "$HERE/stomp.sh" "$@" ;;
 nats) exec "$HERE/nats.sh" "$@" ;;
-socketio | graphql-ws | jsonrpc | sockjs | mqtt)
+ariadne | channels)
+	python=$("$HERE/python-install.sh")
+	exec "$python" "$HERE/${server}_server.py" "$@"
+	;;
+socketio | socketio2 | graphql-ws | jsonrpc | sockjs | mqtt)
 	modules=$("$HERE/install.sh")
 	NODE_PATH=$modules exec node "$HERE/$server.js" "$@"
 	;;
