@@ -191,8 +191,24 @@ async fn a_managed_server_and_two_shards_run_to_a_verdict_in_status() {
         "{ahead:?}"
     );
     assert!(on_time.samples >= 8 && ahead.samples >= 8);
+    // Released at one instant: within 25 ms on a quiet machine, plus twice what this test's
+    // own thread oversleeps now (run beside the real-server corpus at the lowest priority,
+    // the shards woke 42 ms late: a machine's load, not the release). The 50 ms offset
+    // removed is what a quiet machine shows.
     let skew = st.start_skew_millis.expect("skew measured");
-    assert!((0.0..25.0).contains(&skew), "start skew {skew} ms");
+    let late = (0..20)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::thread::sleep(Duration::from_millis(2));
+            t.elapsed().saturating_sub(Duration::from_millis(2))
+        })
+        .max()
+        .unwrap_or_default();
+    let bound = 25.0 + 2.0 * late.as_secs_f64() * 1000.0;
+    assert!(
+        (0.0..bound).contains(&skew),
+        "start skew {skew} ms, bound {bound} ms"
+    );
     // One cell, conducted by the operator: both shards finished it, and the server's counter
     // (read before it and settled after it) took in exactly what they sent.
     assert!(st.server_received_baseline.is_some());
