@@ -377,17 +377,8 @@ fn socketio_rooms_deliver_every_publish_to_every_member() {
     assert_eq!(topics.len(), 4);
     let mut delivered = 0;
     for t in topics {
-        // 200 subscribers over 4 rooms; every publish of the window reached every member,
-        // once, in order: publishes x subscribers exactly, the span seen is the span published.
-        assert_eq!(n(t, "subscribers"), 50, "{t}");
-        let published = n(t, "published");
-        assert!(published >= 450, "25 a second for 20 s: {t}");
-        assert_eq!(n(t, "delivered"), published * 50, "{t}");
-        assert_eq!(n(t, "lastSeq") - n(t, "firstSeq") + 1, published, "{t}");
-        for k in ["duplicates", "outOfOrder", "tooLate"] {
-            assert_eq!(n(t, k), 0, "{k}: {t}");
-        }
-        delivered += n(t, "delivered");
+        // 200 subscribers over 4 rooms, 25 publishes a second for 20 s.
+        delivered += every_member_read_every_publish(t, 50, 450);
     }
     // Every delivery read was timed from its publish instant.
     assert_eq!(count(cell, "received"), delivered);
@@ -690,7 +681,10 @@ fn mqtt_subscribers_receive_every_publish_of_their_topic() {
     let (status, result) = run(&dir, &preset("mqtt-fanout", "127.0.0.1:1882", &server));
     let cell = only(&result);
     clean(cell);
-    held_through(cell, 1010, 59.0);
+    // 30 s: past aedes' keep-alive deadline (1.5 x 15 s) once over, which only the
+    // heartbeat from each connection's open holds (the fan-out is not a minute's hold: the
+    // server's minute is examples/mqtt.yaml's).
+    held_through(cell, 1010, 29.0);
     let f = &cell["counts"]["fanout"];
     assert_eq!(f["publishers"].as_u64(), Some(10), "{f}");
     assert_eq!(f["unreadable"].as_u64(), Some(0), "{f}");
@@ -698,15 +692,8 @@ fn mqtt_subscribers_receive_every_publish_of_their_topic() {
     assert_eq!(topics.len(), 10);
     let mut delivered = 0;
     for t in topics {
-        let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
-        // 100 subscribers a topic; 5 publishes a second for 60 s; each reached every one.
-        assert_eq!(n("subscribers"), 100, "{t}");
-        assert!(n("published") >= 290, "{t}");
-        assert_eq!(n("delivered"), n("published") * 100, "{t}");
-        for k in ["duplicates", "outOfOrder", "tooLate"] {
-            assert_eq!(n(k), 0, "{k}: {t}");
-        }
-        delivered += n("delivered");
+        // 100 subscribers a topic, 5 publishes a second for 30 s.
+        delivered += every_member_read_every_publish(t, 100, 140);
     }
     assert_eq!(count(cell, "received"), delivered);
     assert_eq!(figure(cell, &["fanout", "completeness"]), 1.0);
@@ -717,8 +704,8 @@ fn mqtt_subscribers_receive_every_publish_of_their_topic() {
     assert_eq!(stat(&stats, "subscriptions"), 1000, "{stats}");
     assert_eq!(stat(&stats, "errors"), 0, "{stats}");
     // A PINGREQ every 5 s from all 1,010 connections, each answered.
-    assert!(stat(&stats, "pings") >= 1010 * 11, "{stats}");
-    assert!(pushes(cell) >= 1000 * 11, "PINGRESPs: {}", pushes(cell));
+    assert!(stat(&stats, "pings") >= 1010 * 5, "{stats}");
+    assert!(pushes(cell) >= 1000 * 5, "PINGRESPs: {}", pushes(cell));
     passed(&status);
 }
 
@@ -791,8 +778,8 @@ fn socketio2_client_pings_hold_engineio3_connections() {
 
 /// Our own broadcaster: wsload-server's broadcast profile, every connection every message, no
 /// subscribe message, each message's instant a float in milliseconds. The server pings each
-/// connection every 5 s and closes one silent for 12 s (the client sends nothing else): a
-/// minute held is every ping answered. Its arguments are those examples/broadcast.yaml's
+/// connection every 5 s and closes one silent for 12 s (the client sends nothing else): 30 s
+/// held is every ping answered. Its arguments are those examples/broadcast.yaml's
 /// comment starts it with.
 fn broadcast_subscribers_read_every_message_of_the_feed() {
     let server = common::Server::start(&[
@@ -816,20 +803,18 @@ fn broadcast_subscribers_read_every_message_of_the_feed() {
     let (status, result) = run(&dir, &yaml);
     let cell = only(&result);
     clean(cell);
-    held_through(cell, 1000, 59.0);
+    held_through(cell, 1000, 29.0);
     let f = &cell["counts"]["fanout"];
     assert_eq!(f["byServer"].as_bool(), Some(true), "{f}");
     assert_eq!(f["unreadable"].as_u64(), Some(0), "{f}");
     let t = &f["topics"][0];
     let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
     assert_eq!(n("subscribers"), 1000, "{t}");
-    // 20 a second for 60 s, every one read by every subscriber, once, in order.
+    // 20 a second for 30 s, every one read by every subscriber, once, in order.
     let span = n("lastSeq") - n("firstSeq") + 1;
-    assert!(span >= 1150, "{t}");
+    assert!(span >= 570, "{t}");
     assert_eq!(n("delivered"), span * 1000, "{t}");
-    for k in ["duplicates", "outOfOrder", "tooLate"] {
-        assert_eq!(n(k), 0, "{k}: {t}");
-    }
+    in_order_once(t);
     assert_eq!(figure(cell, &["fanout", "completeness"]), 1.0);
     assert_eq!(figure(cell, &["fanout", "gaps"]), 0.0);
     assert_eq!(count(cell, "received"), n("delivered"));
@@ -866,6 +851,33 @@ fn pings_answered(stats: &Value, conns: u64, each: u64) -> u64 {
     pongs
 }
 
+/// None of a topic's deliveries read twice, out of its publishes' order, or after the drain.
+fn in_order_once(t: &Value) {
+    for k in ["duplicates", "outOfOrder", "tooLate"] {
+        assert_eq!(t[k].as_u64(), Some(0), "{k}: {t}");
+    }
+}
+
+/// One topic's tally: at least `min_published` publishes in the window, each read by every one
+/// of its `subscribers` subscribers, once, in order, and the span of sequence numbers read is
+/// the span published. Returns the topic's deliveries.
+fn every_member_read_every_publish(t: &Value, subscribers: u64, min_published: u64) -> u64 {
+    let n = |k: &str| {
+        t[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} in the tally {t}"))
+    };
+    assert_eq!(n("subscribers"), subscribers, "{t}");
+    let published = n("published");
+    assert!(
+        published >= min_published,
+        "{min_published} publishes or more: {t}"
+    );
+    assert_eq!(n("delivered"), published * subscribers, "{t}");
+    assert_eq!(n("lastSeq") - n("firstSeq") + 1, published, "{t}");
+    in_order_once(t);
+    n("delivered")
+}
+
 /// A fan-out over `topics` topics of `per_topic` subscribers each, with wsload's publishers:
 /// every publish of the window reached every subscriber of its topic, once, in order, timed
 /// from its own instant. Returns (deliveries read in and outside the window, the publishers'
@@ -889,15 +901,7 @@ fn every_publish_delivered(cell: &Value, topics: usize, per_topic: u64) -> (u64,
     assert_eq!(tallies.len(), topics);
     let (mut delivered, mut published) = (0, 0);
     for t in tallies {
-        assert_eq!(n(t, "subscribers"), per_topic, "{t}");
-        let p = n(t, "published");
-        assert!(p >= 4, "{t}");
-        assert_eq!(n(t, "delivered"), p * per_topic, "{t}");
-        assert_eq!(n(t, "lastSeq") - n(t, "firstSeq") + 1, p, "{t}");
-        for k in ["duplicates", "outOfOrder", "tooLate"] {
-            assert_eq!(n(t, k), 0, "{k}: {t}");
-        }
-        delivered += n(t, "delivered");
+        delivered += every_member_read_every_publish(t, per_topic, 4);
         published += n(t, "lastSeq");
     }
     assert_eq!(figure(cell, &["fanout", "completeness"]), 1.0);
@@ -1202,16 +1206,8 @@ fn nats_lines_split_into_messages_through_its_pings() {
     assert_eq!(topics.len(), 4);
     let (mut delivered, mut published) = (0, 0);
     for t in topics {
-        // Every publish of the window reached every subscriber, once, in order.
-        assert_eq!(n(t, "subscribers"), 1000, "{t}");
-        let p = n(t, "published");
-        assert!(p >= 90, "5 a second for 20 s: {t}");
-        assert_eq!(n(t, "delivered"), p * 1000, "{t}");
-        assert_eq!(n(t, "lastSeq") - n(t, "firstSeq") + 1, p, "{t}");
-        for k in ["duplicates", "outOfOrder", "tooLate"] {
-            assert_eq!(n(t, k), 0, "{k}: {t}");
-        }
-        delivered += n(t, "delivered");
+        // 1,000 subscribers a subject, 5 publishes a second for 20 s.
+        delivered += every_member_read_every_publish(t, 1000, 90);
         // The publishers' PUBs, warm-up's included, are numbered 1..lastSeq.
         published += n(t, "lastSeq");
     }
