@@ -10,7 +10,7 @@ use wsload_http::AtomicHistogram;
 use wsload_http::buckets::{self, Counts};
 use wsload_report::measure::{ConnectError, Dropped};
 
-pub const FAIL_REASONS: [ConnectError; 11] = [
+pub const FAIL_REASONS: [ConnectError; 12] = [
     ConnectError::Refused,
     ConnectError::Timeout,
     ConnectError::FileLimit,
@@ -21,6 +21,7 @@ pub const FAIL_REASONS: [ConnectError; 11] = [
     ConnectError::AuthFailed,
     ConnectError::Tls,
     ConnectError::ExpectTimeout,
+    ConnectError::CaptureMissed,
     ConnectError::Other,
 ];
 pub const DROP_REASONS: [Dropped; 8] = [

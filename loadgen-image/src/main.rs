@@ -21,7 +21,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Runs a LoadTest file (apiVersion wsload.dev/v1alpha1, the same file `kubectl apply` takes)
 /// on this machine and prints seed-style tables and a verdict. Exit codes: 0 passed (or no
-/// thresholds), 1 a threshold failed, 2 invalid input, 3 the run could not be done.
+/// thresholds), 1 a threshold failed, 2 invalid input, 3 the run could not be done, 4 it
+/// measured nothing of what it was for (nothing connected, no answer came back, no connection
+/// survived to measure, or a threshold's figure was never measured).
 #[derive(Parser)]
 #[command(name = "wsload", version, about, long_about)]
 struct Cli {

@@ -137,6 +137,23 @@ fn violation(
     flood: Option<fn() -> Vec<u8>>,
     extra: &str,
 ) -> (CellResult, Closed) {
+    violation_in(
+        "  scenario: sustainedHold\n  connections: [1]\n  duration: 2s\n",
+        name,
+        bytes,
+        flood,
+        extra,
+    )
+}
+
+/// [`violation`] in another scenario (its `scenario`, `connections` and other lines).
+fn violation_in(
+    scenario: &str,
+    name: &str,
+    bytes: &'static [u8],
+    flood: Option<fn() -> Vec<u8>>,
+    extra: &str,
+) -> (CellResult, Closed) {
     let (port, rx) = serve(move |mut s, tx| {
         upgrade(&mut s);
         s.write_all(bytes).expect("the violation");
@@ -166,13 +183,7 @@ fn violation(
         closed.fin &= flood_ok;
         let _ = tx.send(closed);
     });
-    let r = run(&spec(
-        name,
-        &format!(
-            "{}  scenario: sustainedHold\n  connections: [1]\n  duration: 2s\n{extra}",
-            target(port)
-        ),
-    ));
+    let r = run(&spec(name, &format!("{}{scenario}{extra}", target(port))));
     let closed = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the server read a close frame");
@@ -287,6 +298,80 @@ fn a_1_gib_frame_is_message_too_big_closed_with_1009() {
     assert_message_too_big("gib", &HEADER, zeros, "", "1073741824");
 }
 
+/// A storm's connection reads what came with the 101 before its close goes out: a violation
+/// there is that violation, named with its rule and answered with its code on the wire.
+/// Before: `reset` 1 of 1, no evidence (the finding blamed "another machine"), and wsload's
+/// close carried no code.
+#[test]
+fn a_storm_names_a_violation_and_answers_it_with_its_code() {
+    const RSV: [u8; 2] = [0xC1, 0x00];
+    const GIB: [u8; 10] = [0x82, 127, 0, 0, 0, 0, 0x40, 0, 0, 0];
+    /// A case: its name, what the server sends after the 101 (and floods after it), the drop
+    /// and its label, the close code owed, and what the evidence names.
+    struct Case {
+        name: &'static str,
+        bytes: &'static [u8],
+        flood: Option<fn() -> Vec<u8>>,
+        why: Dropped,
+        label: &'static str,
+        code: u16,
+        rule: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "storm-rsv",
+            bytes: &RSV,
+            flood: None,
+            why: Dropped::ProtocolError,
+            label: "protocol_error",
+            code: 1002,
+            rule: "Reserved bits are non-zero",
+        },
+        Case {
+            name: "storm-gib",
+            bytes: &GIB,
+            flood: Some(zeros),
+            why: Dropped::MessageTooBig,
+            label: "message_too_big",
+            code: 1009,
+            rule: "1073741824",
+        },
+    ];
+    for Case {
+        name,
+        bytes,
+        flood,
+        why,
+        label,
+        code,
+        rule,
+    } in cases
+    {
+        let (c, closed) = violation_in(
+            "  scenario: connectionStorm\n  connections: [1]\n",
+            name,
+            bytes,
+            flood,
+            "",
+        );
+        let n = &c.measure.counts;
+        assert_eq!(n.dropped, [(why, 1)].into(), "{name}: {n:?}");
+        let e = evidence(&c, label);
+        assert!(
+            e.contains(rule) && e.contains(&format!("close {code} sent")),
+            "{name}: {e}"
+        );
+        assert_eq!(
+            closed,
+            Closed {
+                code: Some(code),
+                fin: true
+            },
+            "{name}"
+        );
+    }
+}
+
 /// A close frame without a status: the server closed, with no code, which reports as 1005.
 /// Before: counted as `server_close` with no code at all.
 #[test]
@@ -352,6 +437,57 @@ fn a_wrong_accept_key_names_the_header_and_both_values() {
     assert!(
         e.starts_with("Sec-WebSocket-Accept: \"abc\" (expected \""),
         "{e}"
+    );
+}
+
+/// A header flood: a valid status line, then header lines past the response head's limit
+/// with no blank line. Before: "not an HTTP response: \"HTTP/1.1 101 Switching Protocols\"",
+/// which it is.
+#[test]
+fn a_header_flood_is_named_as_one() {
+    let flood: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\n{}",
+            "X-Flood: aaaaaaaaaaaaaaaa\r\n".repeat(4096)
+        )
+        .into_boxed_str(),
+    );
+    let r = storm_against("header-flood", flood);
+    let c = only(&r);
+    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
+    assert_eq!(
+        evidence(c, "upgrade_invalid"),
+        "no blank line ended the response head within its limit (a header flood, or not HTTP): it began \"HTTP/1.1 101 Switching Protocols\""
+    );
+}
+
+/// A server that reads everything and never answers a close: each connection's closing
+/// handshake waits its bound (2 s) and no longer, counted in `closeUnanswered` and said in the
+/// report. Before, the 2 s past a cell's duration were said nowhere.
+#[test]
+fn closes_the_server_never_answers_are_counted_and_said() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        let mut sink = [0u8; 4096];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let r = run(&spec(
+        "close-unanswered",
+        &format!(
+            "{}  scenario: sustainedHold\n  connections: [2]\n  duration: 1s\n  ping: {{interval: 30s}}\n",
+            target(port)
+        ),
+    ));
+    let c = only(&r);
+    let n = &c.measure.counts;
+    assert_eq!((n.survived, n.close_unanswered), (2, 2), "{n:?}");
+    let report = r.render();
+    assert!(
+        report.contains(&format!(
+            "closing handshake [{}]: 2 of 2 closes unanswered within 2 s",
+            c.label
+        )),
+        "{report}"
     );
 }
 

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use wsload::measure::ConnectError;
+use wsload::measure::{ConnectError, Dropped, MAX_REPLIES_PER_SECOND};
 use wsload::report::RunResult;
 use wsload_contract::env as var;
 
@@ -436,12 +436,13 @@ fn invalid_files_exit_2_naming_the_field() {
 
 /// URLs the one parser refuses (`wsload_spec::target_url::CORPUS` holds them all; the API
 /// server refuses them too, see operator/tests/crd_validation.rs).
-const BAD_URLS: [&str; 5] = [
+const BAD_URLS: [&str; 6] = [
     "ws://127.0.0.1:99999/",
     "ws://127.0.0.1:65536/",
     "ws://127.0.0.1:abc/",
     "ws://[::1/",
     "ws://h:8080:9090/",
+    "ws://h/%zz",
 ];
 
 #[test]
@@ -491,6 +492,61 @@ fn a_bad_target_url_is_refused_by_validate_and_run_alike() {
         err.contains("spec.target.url") && err.contains("port \"99999\""),
         "{err}"
     );
+}
+
+/// Issue 39's loop: a reply `t${sendTime}` to any message starting `t17` and a digit, against an
+/// echo server. `wsload validate` cannot see the loop (it fills `${sendTime}` with a sample),
+/// so the run must: each connection ends as `reply_loop` once its replies pass the bound, the
+/// rule named, and the run exits 4 (no connection survived to measure). Before: 27.0K replies
+/// in 4 s over 2 connections, exit 0, no finding.
+#[test]
+fn a_reply_loop_validate_cannot_see_ends_at_run_time() {
+    let server = Server::start(&[]);
+    let dir = Scratch::new("reply-loop");
+    let f = dir.file(
+        "loop.yaml",
+        &loadtest(
+            "loop",
+            &format!(
+                "  target: {{url: {}/}}\n  scenario: sustainedHold\n  connections: [2]\n  duration: 4s\n  conversation:\n    open:\n      - {{name: kick, send: {{text: 't${{sendTime}}'}}}}\n    replies:\n      - {{when: {{regex: '^t17[1-9]'}}, send: {{text: 't${{sendTime}}'}}}}\n",
+                server.ws
+            ),
+        ),
+    );
+    let path = f.to_str().expect("utf-8 path");
+    let o = wsload(&["validate", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = dir.path("loop.json");
+    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(4), "{text}{}", stderr(&o));
+    assert!(text.contains("reply_loop: 2 of 2 connections"), "{text}");
+    let r = result(&out);
+    let n = &r.cells[0].measure.counts;
+    assert_eq!(n.dropped, [(Dropped::ReplyLoop, 2)].into(), "{n:?}");
+    assert_eq!(n.replies, 2 * u64::from(MAX_REPLIES_PER_SECOND), "{n:?}");
+    assert!(
+        n.evidence["reply_loop"].starts_with("replies[0] (when "),
+        "{:?}",
+        n.evidence
+    );
+}
+
+/// `wsload --help` names every exit code the binary ends with (4 was missing).
+#[test]
+fn the_help_names_every_exit_code() {
+    let o = wsload(&["--help"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    for said in [
+        "0 passed".to_string(),
+        "1 a threshold failed".into(),
+        "2 invalid input".into(),
+        "3 the run could not be done".into(),
+        format!("{} it measured nothing", wsload::EXIT_MEASURED_NOTHING),
+    ] {
+        assert!(help.contains(&said), "{said:?} not in: {help}");
+    }
 }
 
 #[test]

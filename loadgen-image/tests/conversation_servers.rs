@@ -403,3 +403,40 @@ fn a_captured_variable_is_sent_in_the_measured_message() {
         "no push rule, no push: {n:?}"
     );
 }
+
+/// A capture that finds nothing in its step's message (a JSON field the message lacks, a
+/// regular expression that does not match) fails the connection as `capture_missed`, the
+/// message quoted: before, `${sid}` was spliced empty and the run measured as if all was well.
+#[test]
+fn a_capture_that_finds_nothing_fails_the_connection_with_the_message() {
+    for (name, capture) in [
+        ("conv-capture-json", "{json: session}"),
+        ("conv-capture-regex", "{regex: 'id=(\\w+)'}"),
+    ] {
+        let c = run_against(
+            Protocol {
+                session: true,
+                ..Protocol::default()
+            },
+            name,
+            &format!(
+                "  scenario: pingLatency\n  connections: [3]\n  ping: {{count: 4, timeout: 2s}}\n  conversation:\n    open:\n      - {{name: hello, expect: {{regex: sid}}, capture: {{sid: {capture}}}}}\n    message:\n      text: '{{\"id\":${{seq}},\"sid\":\"${{sid}}\"}}'\n      answer: {{id: {{json: id}}}}\n"
+            ),
+        );
+        let n = &c.measure.counts;
+        assert_eq!(n.connected, 0, "{name}: {n:?}");
+        assert_eq!(
+            n.failed.get(&ConnectError::CaptureMissed).copied(),
+            Some(3),
+            "{name}: {n:?}"
+        );
+        assert_eq!(n.expected, 0, "{name}: nothing sent: {n:?}");
+        assert!(n.expect_missed.is_empty(), "{name}: {n:?}");
+        let evidence = &n.evidence["capture_missed"];
+        assert!(
+            evidence.starts_with("step \"hello\" got \"{\\\"sid\\\":\\\"s-")
+                && evidence.ends_with("in which its capture \"sid\" found nothing"),
+            "{name}: {evidence}"
+        );
+    }
+}

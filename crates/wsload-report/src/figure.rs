@@ -111,10 +111,13 @@ impl CellResult {
         if c.connected == 0 && !matches!(m, Metric::Errors | Metric::Limit) {
             return Err(no_connection(self));
         }
-        let timed = || {
-            (self.measured_secs > 0.0)
-                .then_some(())
-                .ok_or_else(|| "the cell had no measured time".to_string())
+        let timed = || match self.measured_secs {
+            s if s <= 0.0 => Err("the cell had no measured time".to_string()),
+            s if s < crate::result::MIN_RATE_SECS => Err(format!(
+                "the cell measured for {:.1} ms, too short for a rate",
+                s * 1000.0
+            )),
+            _ => Ok(()),
         };
         Ok(match m {
             Metric::Latency(which, stat) => {
@@ -297,6 +300,44 @@ mod tests {
             why(&unanswered, "rtt.p50", Scenario::PingLatency).as_deref(),
             Some("no round trip was answered (9 sent expecting an answer)")
         );
+    }
+
+    /// A throughput cell closed 2 ms in (issue 39: "Msg/s 61.6K" for 128 messages): no rate in
+    /// the figures, `-` in the table, and a threshold on it not measured, saying why.
+    #[test]
+    fn a_window_too_short_for_a_rate_gives_none() {
+        let mut m = connected(2);
+        m.counts.sent = 128;
+        m.counts.received = 128;
+        m.counts.bytes_sent = 128 * 1024;
+        let mut c = shard(0, 10, 1, 0).cells.remove(0);
+        c.measure = m;
+        c.measured_secs = 0.002;
+        c.compute();
+        assert_eq!(
+            (c.figures.sent_per_sec, c.figures.received_per_sec),
+            (0.0, 0.0)
+        );
+        assert_eq!(
+            c.figure(metric("throughput"), Scenario::Throughput)
+                .err()
+                .as_deref(),
+            Some("the cell measured for 2.0 ms, too short for a rate")
+        );
+        let mut r = shard(0, 10, 1, 0);
+        r.scenario = Scenario::Throughput;
+        r.cells = vec![c.clone()];
+        let table = crate::table::cell_table(&r);
+        assert_eq!(
+            table.rows[0][1..5],
+            ["-", "-", "-", "-"],
+            "{:?}",
+            table.rows
+        );
+        // A tenth of a second is a rate.
+        c.measured_secs = 0.1;
+        c.compute();
+        assert_eq!(c.figures.sent_per_sec, 1280.0);
     }
 
     #[test]

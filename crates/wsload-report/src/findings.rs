@@ -300,6 +300,9 @@ fn connect_meaning(why: ConnectError) -> &'static str {
         ConnectError::ExpectTimeout => {
             "a step on open (spec.conversation.open) did not get the message it expects within its timeout: check what the server sends first (the evidence), or raise the step's timeout"
         }
+        ConnectError::CaptureMissed => {
+            "a step on open (spec.conversation.open) got its message but a capture found nothing in it: the message lacks the field the capture names, or its regular expression does not match (the evidence quotes the message)"
+        }
         ConnectError::Other => "connections failed to open (see the log)",
     }
 }

@@ -32,6 +32,10 @@ pub enum ConnectError {
     /// A step on open of the conversation did not get the message it expects within its
     /// timeout (counted by step in `expectMissed`, the last message seen as evidence).
     ExpectTimeout,
+    /// A step on open got its message, but a capture of the step found nothing in it (a JSON
+    /// field missing, a regular expression that did not match): the values spliced later would
+    /// be empty. The step, the capture and the message are the evidence.
+    CaptureMissed,
     /// Anything else (see the log).
     Other,
 }
@@ -49,6 +53,7 @@ impl ConnectError {
             ConnectError::AuthFailed => "auth_failed",
             ConnectError::Tls => "tls",
             ConnectError::ExpectTimeout => "expect_timeout",
+            ConnectError::CaptureMissed => "capture_missed",
             ConnectError::Other => "other",
         }
     }
@@ -79,6 +84,11 @@ pub enum Dropped {
     /// reply rule (its index and `when`) is the evidence; the client sent close 1008.
     ReplyLoop,
 }
+
+/// How long a healthy connection's closing handshake may take at its cell's end (our close
+/// written, the server's read): a server that never answers a close holds the cell's end this
+/// long past its deadline, and no longer.
+pub const CLOSING_HANDSHAKE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Most automatic replies one connection may send within a second before it ends as
 /// [`Dropped::ReplyLoop`]. Heartbeats come every few seconds (Socket.IO's every 25 s,
@@ -211,6 +221,10 @@ pub struct Counts {
     /// Bytes those connections left unread at the deadline (their socket and read buffer).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unread_bytes: u64,
+    /// Connections whose closing handshake the server never finished within
+    /// [`CLOSING_HANDSHAKE_BOUND`]: each held its cell's end that long past the deadline.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub close_unanswered: u64,
     /// How long connections had been open in the measured phase when they ended, by the
     /// reason they ended (a drop's label): "closed by the server after ~8 s" is a heartbeat
     /// that was never answered, "at once" is a refusal.
@@ -391,6 +405,7 @@ impl Counts {
         }
         self.behind += o.behind;
         self.unread_bytes += o.unread_bytes;
+        self.close_unanswered += o.close_unanswered;
         for (k, v) in &o.expect_missed {
             *self.expect_missed.entry(k.clone()).or_default() += v;
         }

@@ -85,6 +85,11 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+/// The shortest measured time a message rate is given for: over less, a rate is one burst's
+/// size over a few milliseconds (128 messages over 2 ms read as 61.6K/s), so it is 0 in the
+/// figures, `-` in the tables, and a threshold on it is not measured.
+pub const MIN_RATE_SECS: f64 = 0.1;
+
 impl CellResult {
     /// How far apart the shards began this cell, milliseconds (when more than one did).
     pub fn shard_skew_ms(&self) -> Option<f64> {
@@ -96,11 +101,18 @@ impl CellResult {
         let c = &self.measure.counts;
         let h = &self.measure.hists;
         let per = |n: u64, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let rate = |n: u64| {
+            if self.measured_secs >= MIN_RATE_SECS {
+                per(n, self.measured_secs)
+            } else {
+                0.0
+            }
+        };
         let frac = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
         self.figures = Figures {
-            sent_per_sec: per(c.sent, self.measured_secs),
-            received_per_sec: per(c.received, self.measured_secs),
-            bytes_sent_per_sec: per(c.bytes_sent, self.measured_secs),
+            sent_per_sec: rate(c.sent),
+            received_per_sec: rate(c.received),
+            bytes_sent_per_sec: rate(c.bytes_sent),
             connect_rate: per(c.connected, self.connect_secs),
             // A connection the server refused after the upgrade, or dropped later, failed too.
             errors: frac(c.failed_total() + c.dropped_total(), c.attempted),

@@ -114,12 +114,15 @@ fn throughput(cells: &[CellResult]) -> Table {
             _ => "-".into(),
         };
         let errors = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        // Too short a window for a rate (see MIN_RATE_SECS): none shown.
+        let rates = c.measured_secs >= crate::result::MIN_RATE_SECS;
+        let rate = |text: String| if rates { text } else { "-".into() };
         vec![
             c.label.clone(),
-            num(f.sent_per_sec),
-            format!("{:.1}", f.bytes_sent_per_sec / 1e6),
-            num(f.sent_per_sec / f64::from(c.connections.max(1))),
-            num(f.received_per_sec),
+            rate(num(f.sent_per_sec)),
+            rate(format!("{:.1}", f.bytes_sent_per_sec / 1e6)),
+            rate(num(f.sent_per_sec / f64::from(c.connections.max(1)))),
+            rate(num(f.received_per_sec)),
             server,
             errors.to_string(),
         ]

@@ -127,7 +127,12 @@ impl RunResult {
                 let _ = writeln!(o, "{line}");
             }
         }
-        let talk: Vec<String> = self.cells.iter().filter_map(conversation_line).collect();
+        let talk: Vec<String> = self
+            .cells
+            .iter()
+            .flat_map(|c| [conversation_line(c), closing_line(c)])
+            .flatten()
+            .collect();
         if !talk.is_empty() {
             o.push('\n');
             for line in &talk {
@@ -235,6 +240,21 @@ fn conversation_line(c: &crate::result::CellResult) -> Option<String> {
         parts.push(format!("negotiated: {agreed}"));
     }
     (!parts.is_empty()).then(|| format!("conversation [{}]: {}", c.label, parts.join("; ")))
+}
+
+/// Connections whose server never finished the closing handshake: each held the cell's end
+/// up to the bound past its duration.
+fn closing_line(c: &crate::result::CellResult) -> Option<String> {
+    let n = &c.measure.counts;
+    (n.close_unanswered > 0).then(|| {
+        format!(
+            "closing handshake [{}]: {} of {} closes unanswered within {} s (its bound: the cell's end waited that long past its duration)",
+            c.label,
+            num(n.close_unanswered as f64),
+            num(n.survived as f64),
+            crate::measure::CLOSING_HANDSHAKE_BOUND.as_secs()
+        )
+    })
 }
 
 fn markdown_table(r: &RunResult) -> String {

@@ -337,12 +337,12 @@ pub fn target_rules(schema: &mut Schema) {
 }
 
 /// The grammar of `target_url` as RE2 (CEL's `matches`): host a name or `[...]`, port 1-65535
-/// without leading zeros, path and query of RFC 3986 characters. What a regular expression
+/// without leading zeros, path and query of RFC 3986 characters, each `%` starting an escape. What a regular expression
 /// cannot say (an IPv6 address's form) is `url_rules`' `isIP` rule.
 const URL_RE: &str = concat!(
     r"^wss?://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])",
     r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
-    r"([/?][A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?$",
+    r"([/?]([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$",
 );
 /// A host of digits and dots, which the resolver would read as an address.
 const DIGITS_HOST_RE: &str = r"^wss?://[0-9.]+([:/?#]|$)";

@@ -29,7 +29,8 @@ pub const MAX_NAME_LEN: usize = 64;
 pub struct Conversation {
     /// Steps after the upgrade, in order: the connection counts as open (connected) once the
     /// last one is done. A step that does not complete within its timeout fails the
-    /// connection as `expect_timeout`, counted by the step's name.
+    /// connection as `expect_timeout`, counted by the step's name; a capture that finds
+    /// nothing in the step's message fails it as `capture_missed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_STEPS))]
     pub open: Vec<Step>,

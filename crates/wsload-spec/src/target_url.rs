@@ -49,6 +49,10 @@ pub enum UrlProblem {
     UserInformation,
     #[error("has {0:?} in its path or query; percent-encode it")]
     PathCharacter(char),
+    #[error(
+        "has {0:?} in its path or query, a '%' without two hex digits after it; write a '%' as %25"
+    )]
+    Escape(String),
     #[error("has an IPv6 address without its closing ']'")]
     UnclosedIpv6,
     #[error("has {0}, which is not an IPv6 address")]
@@ -76,9 +80,21 @@ impl fmt::Display for UrlError {
 impl std::error::Error for UrlError {}
 
 /// The characters a path or query may hold unencoded (RFC 3986 `pchar`, `/`, `?`, and `%` of
-/// an escape).
+/// an escape, which [`bad_escape`] checks).
 fn path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/?%".contains(c)
+}
+
+/// The first `%` not followed by two hex digits, with what follows it (at most two characters):
+/// a server would refuse the request line, or read another path than the one written.
+fn bad_escape(path: &str) -> Option<String> {
+    let b = path.as_bytes();
+    let at = (0..b.len()).find(|&i| {
+        b[i] == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })?;
+    Some(path[at..].chars().take(3).collect())
 }
 
 fn name_char(c: char) -> bool {
@@ -112,6 +128,9 @@ impl TargetUrl {
         let (host, port) = host_port(authority).map_err(fail)?;
         if let Some(c) = path.chars().find(|&c| !path_char(c)) {
             return Err(fail(UrlProblem::PathCharacter(c)));
+        }
+        if let Some(escape) = bad_escape(path) {
+            return Err(fail(UrlProblem::Escape(escape)));
         }
         Ok(TargetUrl {
             tls,
@@ -231,6 +250,11 @@ pub const CORPUS: &[(&str, bool)] = &[
     ("ws://h/#frag", false),
     ("ws://h/a b", false),
     ("ws://h/<x>", false),
+    ("ws://h/%zz", false),
+    ("ws://h/a%2", false),
+    ("ws://h/a%", false),
+    ("ws://h/?q=%g1", false),
+    ("ws://h/a%2fb?c=%7E", true),
     ("ws://h i/", false),
     ("ws:///x", false),
     ("ws://", false),

@@ -38,14 +38,29 @@ pub enum HandshakeError {
 }
 
 /// A response that is not an HTTP response head: what gave it away, and a line of it as
-/// evidence. Only the line is shown: it is what the reports have always named.
+/// evidence, said by its fault (a valid status line is never called "not HTTP": a header
+/// flood's is one).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not an HTTP response: {line:?}")]
+#[error("{}", self.said())]
 pub struct NotHttp {
     pub fault: HeadFault,
     /// The first non-empty line of what came (for [`HeadFault::HeaderLine`], of the header
     /// line), trimmed and cut to an excerpt; empty when there was none.
     pub line: String,
+}
+
+impl NotHttp {
+    fn said(&self) -> String {
+        let line = &self.line;
+        match self.fault {
+            HeadFault::StatusLine => format!("not an HTTP response: {line:?}"),
+            HeadFault::NotText => format!("a response head that is not UTF-8: {line:?}"),
+            HeadFault::HeaderLine => format!("a header line without a colon: {line:?}"),
+            HeadFault::TooLong => format!(
+                "no blank line ended the response head within its limit (a header flood, or not HTTP): it began {line:?}"
+            ),
+        }
+    }
 }
 
 /// What made a response head not HTTP.
@@ -268,6 +283,15 @@ mod tests {
             })
             .to_string(),
             "upgrade: not an HTTP response: \"SSH-2.0-OpenSSH_9.6\""
+        );
+        // A header flood's status line is valid: the head's end is what never came.
+        assert_eq!(
+            HandshakeError::from(NotHttp {
+                fault: HeadFault::TooLong,
+                line: "HTTP/1.1 101 Switching Protocols".into(),
+            })
+            .to_string(),
+            "upgrade: no blank line ended the response head within its limit (a header flood, or not HTTP): it began \"HTTP/1.1 101 Switching Protocols\""
         );
     }
 

@@ -2,6 +2,7 @@
 //! failed for a violation, whether it fell behind what the server sent, and how it ended
 //! counted (survived, or dropped and why).
 
+use super::read::{drop_of, violation_after_close};
 use super::worker::WorkerState;
 use crate::connect::Ws;
 use crate::model::Behavior;
@@ -12,7 +13,8 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use wsload_report::measure::Dropped;
+use wsload_report::measure::{CLOSING_HANDSHAKE_BOUND, Dropped};
+use wsload_ws::failure_code;
 
 /// Ends the connection (a goodbye, or a failed connection's linger) and counts how it ended.
 /// Boxed by its callers: one await for both, as a second suspension point would grow every
@@ -50,9 +52,18 @@ fn concluded(
                 // The stream ended or failed with no close frame at all: the server had already
                 // dropped it (after refusing it, then giving up waiting for our close).
                 (Behavior::Close, Goodbye::Broken) => ctx.dropped(Dropped::Reset),
+                // What the server sent broke RFC 6455 or a limit: that, with its evidence, not
+                // a reset (the read that failed named the rule).
+                (Behavior::Close, Goodbye::Violated(why)) => ctx.dropped(why),
                 // Other behaviors read until the deadline: they were healthy then, whatever the
                 // goodbye brings.
-                _ => ctx.stats.borrow_mut().counts.survived += 1,
+                (_, goodbye) => {
+                    let mut m = ctx.stats.borrow_mut();
+                    m.counts.survived += 1;
+                    if matches!(goodbye, Goodbye::Unanswered) {
+                        m.counts.close_unanswered += 1;
+                    }
+                }
             },
             (Err(why), _) => {
                 ctx.dropped(why);
@@ -104,7 +115,9 @@ async fn wind_up(ws: &mut Ws, ctx: &WorkerState, behavior: &Behavior) -> Goodbye
     if let Some(allowance) = allowance {
         behind(ws, ctx, allowance).await;
     }
-    goodbye(ws, allowance).await
+    // A storm's connection never read: what came with the 101 is read before its close.
+    let read_first = matches!(behavior, Behavior::Close);
+    goodbye(ws, ctx, allowance, read_first).await
 }
 
 /// Unread bytes at a connection's deadline beyond what it was owed past which it is counted
@@ -165,18 +178,25 @@ async fn unread(ws: &Ws, ctx: &WorkerState, max: usize) -> usize {
 /// this one; any other code in the first close frame we get was the server's own decision.
 const NORMAL_CLOSE: u16 = 1000;
 
-/// How long the closing handshake may take.
-const GOODBYE_WAIT: Duration = Duration::from_secs(2);
-
 /// How the closing handshake went.
 pub(super) enum Goodbye {
-    /// The server answered our close, or never answered within the bound (still open).
+    /// The server answered our close.
     Answered,
+    /// The server never answered our close within [`CLOSING_HANDSHAKE_BOUND`] (or pushed on
+    /// past its allowance instead): still open when the wait ended.
+    Unanswered,
     /// The first close frame from the server carried this code: it had closed on its own.
     ServerClosed(u16),
     /// The stream ended or failed before any close frame from the server.
     Broken,
+    /// The server broke RFC 6455 or a limit in what it sent (counted as the read loop counts
+    /// it, its evidence witnessed).
+    Violated(Dropped),
 }
+
+/// How many frames a storm's connection reads before its close goes out: what a server sends
+/// with or right after its 101, not a stream to drain.
+const READ_FIRST_FRAMES: usize = 16;
 
 /// The client's closing handshake, bounded (a server that never answers the close must not
 /// stall the cell).
@@ -188,12 +208,42 @@ pub(super) enum Goodbye {
 ///
 /// With an `allowance`, a server that sends more data than that after our close went out is
 /// not closing but pushing (a flood): the wait ends there, rather than reading its backlog.
-async fn goodbye(ws: &mut Ws, allowance: Option<usize>) -> Goodbye {
+///
+/// With `read_first` (a connection that never read), what is already there is read before
+/// our close goes out: a violation in it is answered with its own code (the codec sends
+/// 1002, 1007 or 1009) instead of a close without one. A violation read after our close is
+/// counted the same, though no second close can go out.
+async fn goodbye(
+    ws: &mut Ws,
+    ctx: &WorkerState,
+    allowance: Option<usize>,
+    read_first: bool,
+) -> Goodbye {
     let mut sent = false;
     let mut after_close = 0usize;
     let mut first_close: Option<Option<u16>> = None;
-    let until = Instant::now() + GOODBYE_WAIT;
+    let mut violated: Option<Dropped> = None;
+    let mut read_first = read_first.then_some(READ_FIRST_FRAMES);
+    let until = Instant::now() + CLOSING_HANDSHAKE_BOUND;
     let handshake = std::future::poll_fn(|cx| {
+        while let Some(left) = read_first.as_mut().filter(|n| **n > 0) {
+            *left -= 1;
+            match ws.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(Message::Close(frame)))) => {
+                    first_close.get_or_insert(frame.map(|f| u16::from(f.code)));
+                }
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(e))) => {
+                    if failure_code(&e).is_some() {
+                        violated = Some(drop_of(ctx, &e));
+                    }
+                    return Poll::Ready(true);
+                }
+                Poll::Ready(None) => return Poll::Ready(true),
+                Poll::Pending => break,
+            }
+        }
+        read_first = None;
         if !sent {
             match ws.poll_close_unpin(cx) {
                 Poll::Ready(_) => sent = true,
@@ -215,7 +265,14 @@ async fn goodbye(ws: &mut Ws, allowance: Option<usize>) -> Goodbye {
                         return Poll::Ready(false);
                     }
                 }
-                Poll::Ready(_) => return Poll::Ready(true),
+                Poll::Ready(Some(Err(e))) => {
+                    if failure_code(&e).is_some() {
+                        let why = violation_after_close(ctx, &e);
+                        violated = Some(why);
+                    }
+                    return Poll::Ready(true);
+                }
+                Poll::Ready(None) => return Poll::Ready(true),
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -223,10 +280,17 @@ async fn goodbye(ws: &mut Ws, allowance: Option<usize>) -> Goodbye {
     let finished = tokio::time::timeout_at(until, handshake)
         .await
         .unwrap_or(false);
+    if let Some(why) = violated {
+        if !sent {
+            // The codec queued its close with the violation's code: let it reach the server.
+            ws.linger(Instant::now() + LINGER).await;
+        }
+        return Goodbye::Violated(why);
+    }
     match first_close {
         Some(Some(code)) if code != NORMAL_CLOSE => Goodbye::ServerClosed(code),
         Some(_) => Goodbye::Answered,
         None if finished => Goodbye::Broken,
-        None => Goodbye::Answered,
+        None => Goodbye::Unanswered,
     }
 }

@@ -220,6 +220,7 @@ pub(super) fn keep_until<'a>(
     conn: u64,
     every: Option<Duration>,
     conv: &'a mut Beat,
+    pace: &'a mut ReplyPace,
     begun: impl std::future::Future + 'a,
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     async move {
@@ -233,7 +234,6 @@ pub(super) fn keep_until<'a>(
         };
         let mut timer = std::pin::pin!(tokio::time::sleep_until(wake(next_pong, conv)));
         let mut beat_due = false;
-        let mut pace = ReplyPace::default();
         std::future::poll_fn(|cx| {
             loop {
                 if begun.as_mut().poll(cx).is_ready() {
@@ -241,7 +241,7 @@ pub(super) fn keep_until<'a>(
                 }
                 if let Poll::Ready(item) = ws.poll_next_unpin(cx) {
                     let msg = account(early, item)?;
-                    if !converse(ws, early, conn, &mut pace, &msg)?
+                    if !converse(ws, early, conn, pace, &msg)?
                         && let Answer::Unsolicited(kind) = answer::unsolicited(&msg)
                     {
                         count_unsolicited(early, Instant::now(), kind, &msg);
@@ -311,14 +311,26 @@ pub(super) fn held(
     async move {
         let begun = serving.measured();
         let mut beat = Beat::start(&serving.early);
-        let early = keep_until(&mut ws, &serving.early, n, every, &mut beat, begun).await;
+        // One pace of automatic replies from the open: a loop that began while the tier
+        // opened is not given a second bound's worth in the measured phase.
+        let mut pinger = Pinger::new(ping, message, n);
+        let early = keep_until(
+            &mut ws,
+            &serving.early,
+            n,
+            every,
+            &mut beat,
+            &mut pinger.pace,
+            begun,
+        )
+        .await;
         let ctx = serving.measured().await;
         let ctx = &*ctx;
         let began = ms_since(ctx.start);
         let ended = match early {
             Ok(()) => {
                 let beat = beat.due().map_or(NEVER, |t| since(ctx, t));
-                hold(&mut ws, ctx, every, Pinger::new(ping, message, n), beat).await
+                hold(&mut ws, ctx, every, pinger, beat).await
             }
             Err(why) => Err(why),
         };

@@ -27,6 +27,16 @@ pub(super) fn drop_of(ctx: &WorkerState, err: &WsError) -> Dropped {
     why
 }
 
+/// A violation read after wsload's own close went out: counted as [`drop_of`] counts it, the
+/// evidence saying that its code could not be sent (a close was sent already).
+pub(super) fn violation_after_close(ctx: &WorkerState, err: &WsError) -> Dropped {
+    let why = classify(err);
+    ctx.witness(why, || {
+        format!("{err} (read after wsload's close: no second close sent)")
+    });
+    why
+}
+
 /// What a connection whose replies passed `connect.limits.maxPendingWriteBytes` shows.
 const PENDING_WRITE_EVIDENCE: &str = "replies (pongs, automatic replies) waiting to be written passed connect.limits.maxPendingWriteBytes: the server sends and reads nothing";
 

@@ -44,6 +44,19 @@ pub(super) fn expect_missed(step: &str, waited: Duration, last: Option<&str>) ->
     }
 }
 
+/// A step's message that left one of its captures empty: the connection ends there rather
+/// than send an empty value where the server expects the captured one.
+pub(super) fn capture_missed(step: &str, capture: &str, msg: &[u8]) -> DialError {
+    DialError {
+        why: ConnectError::CaptureMissed,
+        evidence: Some(bounded_evidence(&format!(
+            "step {step:?} got {:?}, in which its capture {capture:?} found nothing",
+            String::from_utf8_lossy(&msg[..msg.len().min(512)])
+        ))),
+        step: None,
+    }
+}
+
 /// The evidence of a server that closed during a step on open.
 pub(super) fn closed_at(
     step: &str,

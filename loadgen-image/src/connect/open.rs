@@ -3,7 +3,7 @@
 //! handshake, a subscriber's subscribe steps), their captures kept for its messages.
 
 use super::dialer::{Dialed, Dialer};
-use super::failure::{DialError, closed_at, closed_why, expect_missed, ws_error};
+use super::failure::{DialError, capture_missed, closed_at, closed_why, expect_missed, ws_error};
 use crate::conversation::{Action, Fill, Incoming, Script, Step};
 use futures_util::{SinkExt, StreamExt};
 use tokio::time::Instant;
@@ -127,7 +127,9 @@ async fn steps(script: &Script, steps: &[Step], n: u64, d: &mut Dialed) -> Resul
                     last = Some(String::from_utf8_lossy(&data[..data.len().min(512)]).into());
                 };
                 for (var, x) in captures {
-                    let value = x.extract(&msg).unwrap_or_default();
+                    let Some(value) = x.extract(&msg) else {
+                        return Err(capture_missed(&step.name, script.var_name(*var), &msg));
+                    };
                     // Made text here so that a template splicing it stays valid UTF-8; a
                     // binary field (`at`) stays its bytes, for a bytes template to send back.
                     d.vars[*var] = if x.is_binary() {

@@ -354,6 +354,11 @@ impl Script {
         self.delivery.as_ref()
     }
 
+    /// The name of the connection's variable `i` (its capture's, or `topic`).
+    pub fn var_name(&self, i: usize) -> &str {
+        self.vars.get(i).map_or("?", String::as_str)
+    }
+
     /// How many variables a connection captures on open.
     pub fn var_count(&self) -> usize {
         self.vars.len()
