@@ -5,7 +5,9 @@
 
 use super::beat::Beat;
 use super::end::finish;
-use super::pinger::{Pinger, Reply, answer_due, cutoff, poll_answer, send_ping, settle_ping};
+use super::pinger::{
+    Pinger, Reply, answer_due, cutoff, may_send, poll_answer, send_ping, settle_ping,
+};
 use super::read::{ReplyPace, account, converse, count_unsolicited, heard_meanwhile};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
@@ -106,7 +108,10 @@ pub(super) fn hold<'a>(
                 next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
                 Box::pin(send_beat(ws, ctx, &mut pinger)).await?;
             }
-            if every.is_some() && now >= at(ctx, next_ping) {
+            if every.is_some() && now >= at(ctx, next_ping) && !may_send(ctx, now) {
+                // Too late for a ping's answer: the deadline is the next thing to wake for.
+                next_ping = since(ctx, ctx.deadline);
+            } else if every.is_some() && now >= at(ctx, next_ping) {
                 let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
                 if pinger.awaits(ctx) {
                     let reply = match every_beat {

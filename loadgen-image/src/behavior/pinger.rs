@@ -102,6 +102,14 @@ pub(super) enum Reply {
 /// enough for a round trip in flight, short enough that the cell ends on time.
 const ANSWER_GRACE: Duration = Duration::from_millis(250);
 
+/// Whether a ping due now may still be sent: not in a timed cell's last [`ANSWER_GRACE`],
+/// where its answer could only be waited for that long and more (twice the grace at least)
+/// before the cell's end counted it lost. A slower server's answers near the end were lost by
+/// the deadline, not by the server: a Python server under load lost 22 of 6,000 queries so.
+pub(super) fn may_send(ctx: &WorkerState, now: Instant) -> bool {
+    !ctx.timed || now + ANSWER_GRACE < ctx.deadline
+}
+
 /// Past when a connection's write may not wait, in a timed cell: its deadline and the grace
 /// of a round trip in flight. (pingLatency's count of pings is not timed.)
 pub(super) fn cutoff(ctx: &WorkerState) -> Option<Instant> {
