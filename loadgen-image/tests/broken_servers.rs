@@ -127,7 +127,7 @@ fn zeros() -> Vec<u8> {
     vec![0u8; 64 * 1024]
 }
 
-/// One connection held against a server that upgrades it and sends `bytes`: the cell, and
+/// One connection held against a server that upgrades it and sends `bytes` with its 101: the cell, and
 /// what the server read back. With `flood`, the server keeps sending what it makes (zeros,
 /// frames) after them until it reads the client's close frame, then ends its side of the
 /// stream, as a server does. `extra`: more lines of the spec.
@@ -155,8 +155,13 @@ fn violation_in(
     extra: &str,
 ) -> (CellResult, Closed) {
     let (port, rx) = serve(move |mut s, tx| {
-        upgrade(&mut s);
-        s.write_all(bytes).expect("the violation");
+        // With its 101, in one write: a client that reads what came with the 101 before it
+        // sends anything meets the violation first, whatever the scheduler does (sent apart,
+        // a storm's close once went out before the violation arrived: no code owed).
+        let accept = read_request(&mut s);
+        let mut first = response_101(&accept, "").into_bytes();
+        first.extend_from_slice(bytes);
+        s.write_all(&first).expect("the 101 and the violation");
         let stop = Arc::new(AtomicBool::new(false));
         // The flood's end: `false` if a write failed (the client reset the connection).
         let flooding = flood.map(|make| {
