@@ -389,12 +389,10 @@ fn merge(args: MergeArgs) -> Result<ExitCode> {
 }
 
 /// A result file: plain JSON (`--out`) or gzip-compressed, as the operator stores results.
+/// What reading it may hold is bounded (`wsload_report::stored`); `merge` holds one file's
+/// bytes and result at a time besides the sum.
 fn read_result(p: &std::path::Path) -> Result<RunResult> {
-    let bytes = wsload_spec::file::read_bounded(
-        &p.to_string_lossy(),
-        wsload_report::stored::MAX_RESULT_BYTES,
-        "a result file",
-    )?;
+    let bytes = wsload_report::stored::read_file(&p.to_string_lossy())?;
     wsload_report::stored::decode(&bytes).map_err(|e| Error::invalid(p.display().to_string(), e))
 }
 

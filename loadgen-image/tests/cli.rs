@@ -592,6 +592,48 @@ fn input_files_are_read_within_a_limit() {
     );
 }
 
+/// `report` and `merge` read a result of as many cells as a LoadTest can run, and refuse one
+/// of more before reading its cells, naming the cap: a result's cells are what reading it
+/// holds (issue 39).
+#[test]
+fn a_result_of_more_cells_than_a_loadtest_runs_is_refused() {
+    let dir = Scratch::new("cells");
+    // `n` copies of a fixture cell whose histograms are not empty.
+    let result = |n: usize| {
+        let mut r = wsload_report::fixtures::shard(0, 200, 3, 1_000_000);
+        let h = &mut r.cells[0].measure.hists;
+        for i in 1..40 {
+            h.connect.record(Duration::from_micros(i * 137));
+            h.tcp.record(Duration::from_micros(i * 41));
+        }
+        let mut v = serde_json::to_value(&r).expect("json");
+        let cell = v["cells"][0].take();
+        v["cells"] = serde_json::Value::Array(vec![cell; n]);
+        serde_json::to_string(&v).expect("json")
+    };
+    let cap = wsload_spec::status::MAX_CELLS;
+    let at = dir.file("at.json", &result(cap));
+    let past = dir.file("past.json", &result(cap + 1));
+    let (at, past) = (
+        at.to_str().expect("utf-8 path"),
+        past.to_str().expect("utf-8 path"),
+    );
+    let o = wsload(&["report", at]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Verdict: PASS"), "{}", stdout(&o));
+    for cmd in ["report", "merge"] {
+        let o = wsload(&[cmd, past]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim(),
+            format!(
+                "wsload: {past}: the result holds 2049 cells, more than the 2048 a valid LoadTest can run (64 tiers x 32 message sizes)"
+            ),
+            "{cmd}"
+        );
+    }
+}
+
 #[test]
 fn a_run_that_connected_nothing_fails_with_its_own_code() {
     let dir = Scratch::new("nothing");

@@ -229,3 +229,26 @@ pub fn replica(
         closed: map(closed),
     }
 }
+
+/// xorshift64*: reproducible numbers (histograms, results) without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Log-uniform in 1..=hi: every octave as likely, as latencies spread.
+    pub fn spread(&mut self, hi: u64) -> u64 {
+        let bits = 1 + self.below(u64::from(64 - hi.leading_zeros()));
+        (self.next_u64() >> (64 - bits)).clamp(1, hi)
+    }
+}
