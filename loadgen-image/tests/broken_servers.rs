@@ -580,6 +580,70 @@ fn throughput_against_a_server_that_never_reads_is_server_not_reading() {
     );
 }
 
+/// The same server against the default `writeTimeout` (10 s), longer than the cell (issue 39,
+/// case 2). Before: a 5 s cell of 64 KiB messages took 20.8 s (each connection waited out its
+/// write timeout past the deadline), and the report said no message was sent although ~3.7 MB
+/// per connection sat in the socket. Now the cell ends at its deadline: no connection is
+/// dropped (none waited its timeout), what left wsload counts as sent (the kernel took it),
+/// what was still queued does not, and a finding says which writes still waited and why.
+#[test]
+fn throughput_against_a_server_that_stops_reading_ends_on_time_counting_what_left() {
+    let (port, _rx) = serve::<()>(|mut s, _| {
+        upgrade(&mut s);
+        std::thread::sleep(Duration::from_secs(30));
+        drop(s);
+    });
+    let began = Instant::now();
+    let r = run(&spec(
+        "throughput-stops-reading",
+        &format!(
+            "{}  connections: [2]\n  duration: 2s\n  scenario: throughput\n  message: {{size: 65536}}\n",
+            target(port)
+        ),
+    ));
+    let took = began.elapsed();
+    let c = only(&r);
+    let n = &c.measure.counts;
+    assert_eq!(n.dropped_total(), 0, "{n:?}");
+    assert_eq!((n.unwritten, n.received), (2, 0), "{n:?}");
+    // What the kernel took: something, and no more than the first burst (64 in flight).
+    assert!(n.sent > 0 && n.sent < 2 * 64, "{n:?}");
+    assert_eq!(n.bytes_sent, n.sent * 65536, "{n:?}");
+    // Each still had the rest of its burst queued.
+    assert!(n.unwritten_bytes >= 2 * 65536, "{n:?}");
+    let e = evidence(c, "unwritten");
+    assert!(
+        e.starts_with("a write still waiting at the cell's deadline: ")
+            && e.contains("bytes waiting to be written")
+            && e.contains("; nothing written for "),
+        "{e}"
+    );
+    assert!(
+        (c.measured_secs - 2.0).abs() < 0.5,
+        "measured {} s",
+        c.measured_secs
+    );
+    // The deadline, then the closing handshake's bound (our close cannot even be written).
+    assert_eq!(n.close_unanswered, 2, "{n:?}");
+    assert!(
+        took < Duration::from_secs(2 + 2 + 3),
+        "the run took {took:?}"
+    );
+    let text = r.render();
+    assert!(
+        text.contains("2 connections had") && text.contains("still queued at the deadline"),
+        "{text}"
+    );
+    // Nothing measured: no echo, and no server counter to say what arrived.
+    assert!(
+        text.contains(&format!(
+            "no echo came back and no server counted a message ({} sent)",
+            n.sent
+        )),
+        "{text}"
+    );
+}
+
 /// Paced sending (open loop) writes whatever the server reads; against one that reads
 /// nothing, its writes stall too.
 #[test]

@@ -31,6 +31,10 @@ pub enum Rule {
     /// Connections failed or ended for one reason: its count and its example.
     Failure,
     Unsolicited,
+    /// Answers to messages answered before (copies) or already given up on.
+    Mismatched,
+    /// Writes still waiting for the server to read at the deadline.
+    Unwritten,
     ClientBehind,
     /// A shard's clock offset is known only loosely: instants compared across shards are
     /// uncertain by that much.
@@ -96,12 +100,14 @@ pub const CLOCK_UNCERTAINTY_MICROS: u64 = 1_000;
 /// Every rule over every cell, in cell order (the kernel's after the others of the cell),
 /// then the run's shard clocks.
 pub fn findings(r: &RunResult) -> Vec<Finding> {
-    let rules: [fn(&CellResult) -> Option<Finding>; 6] = [
+    let rules: [fn(&CellResult) -> Option<Finding>; 8] = [
         syn_retransmits,
         server_short,
         connection_cap,
         loadgen_cpu,
         unsolicited,
+        mismatched,
+        unwritten,
         client_behind,
     ];
     r.cells
@@ -491,8 +497,52 @@ pub fn unsolicited(c: &CellResult) -> Option<Finding> {
     finding(
         Rule::Unsolicited,
         c,
-        "the server sent frames that answer nothing sent (pushes, a flood, copies beyond what was sent); they were not counted as answers",
+        "the server sent frames that answer nothing sent (pushes, a flood); they were not counted as answers",
         format!("{} were not counted as answers", kinds.join(", ")),
+    )
+}
+
+/// Answers that answered nothing outstanding: copies of an answer counted before (a server
+/// that sends an echo twice, told apart by the `${seq}` it carries, or beyond the messages
+/// outstanding), or answers to messages already given up on. Left out of the answers and the
+/// latencies, and said so here.
+pub fn mismatched(c: &CellResult) -> Option<Finding> {
+    let n = c.measure.counts.mismatched;
+    if n == 0 {
+        return None;
+    }
+    finding(
+        Rule::Mismatched,
+        c,
+        "the server answered messages already answered (copies) or given up on (answers after their timeout); they were not counted as answers",
+        format!(
+            "{} answers to messages already answered or given up on were not counted",
+            num(n as f64)
+        ),
+    )
+}
+
+/// Connections whose writes still waited for the server at the deadline: the server read
+/// slower than they wrote, or had stopped (for less than `writeTimeout`). The cell ended on
+/// time; what was still queued is not in the figures.
+pub fn unwritten(c: &CellResult) -> Option<Finding> {
+    let counts = &c.measure.counts;
+    if counts.unwritten == 0 {
+        return None;
+    }
+    let example = counts
+        .evidence
+        .get(crate::measure::UNWRITTEN)
+        .map_or_else(String::new, |e| format!("; e.g. {e}"));
+    finding(
+        Rule::Unwritten,
+        c,
+        "the server read slower than the load generator wrote, or stopped reading: writes were still waiting at the deadline; the cell ended on time, and what was still queued is not counted as sent",
+        format!(
+            "{} connections had {} still queued at the deadline{example}",
+            num(counts.unwritten as f64),
+            mb(counts.unwritten_bytes)
+        ),
     )
 }
 
@@ -755,6 +805,36 @@ mod tests {
         assert_eq!(
             f.evidence,
             "1200 unsolicited text frames (2.50 MB), 3 unsolicited pong frames (0.00 MB) were not counted as answers"
+        );
+    }
+
+    #[test]
+    fn copies_and_answers_given_up_on_are_named() {
+        let mut c = cell();
+        assert_eq!(mismatched(&c), None);
+        c.measure.counts.mismatched = 13_690;
+        let f = mismatched(&c).expect("mismatched");
+        assert_eq!(
+            f.evidence,
+            "13.7K answers to messages already answered or given up on were not counted"
+        );
+        assert!(f.cause.contains("copies"), "{}", f.cause);
+    }
+
+    #[test]
+    fn writes_waiting_at_the_deadline_are_named_with_their_queues() {
+        let mut c = cell();
+        assert_eq!(unwritten(&c), None);
+        c.measure.counts.unwritten = 2;
+        c.measure.counts.unwritten_bytes = 1_000_000;
+        c.measure.counts.witness(
+            crate::measure::UNWRITTEN,
+            "a write still waiting at the cell's deadline: 500000 bytes waiting to be written",
+        );
+        let f = unwritten(&c).expect("unwritten");
+        assert_eq!(
+            f.evidence,
+            "2 connections had 1.00 MB still queued at the deadline; e.g. a write still waiting at the cell's deadline: 500000 bytes waiting to be written"
         );
     }
 

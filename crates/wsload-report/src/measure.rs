@@ -221,6 +221,14 @@ pub struct Counts {
     /// Bytes those connections left unread at the deadline (their socket and read buffer).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unread_bytes: u64,
+    /// Connections whose writes were still waiting for the server to read at the deadline
+    /// (it read slower than they wrote, or stopped): the cell ended on time, and what was
+    /// still queued in wsload is not counted as sent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwritten: u64,
+    /// Bytes those connections still had queued at the deadline.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwritten_bytes: u64,
     /// Connections whose closing handshake the server never finished within
     /// [`CLOSING_HANDSHAKE_BOUND`]: each held its cell's end that long past the deadline.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -303,6 +311,8 @@ impl Lifetime {
 /// The `evidence` key of the first data frame that answered nothing: a heartbeat nobody
 /// answered shows itself there.
 pub const UNSOLICITED: &str = "unsolicited";
+/// The evidence label of writes still waiting at the deadline (`Counts::unwritten`).
+pub const UNWRITTEN: &str = "unwritten";
 
 /// The `evidence` key under which a cell keeps what its server negotiated in the upgrade
 /// (a subprotocol, compression), or declined.
@@ -405,6 +415,8 @@ impl Counts {
         }
         self.behind += o.behind;
         self.unread_bytes += o.unread_bytes;
+        self.unwritten += o.unwritten;
+        self.unwritten_bytes += o.unwritten_bytes;
         self.close_unanswered += o.close_unanswered;
         for (k, v) in &o.expect_missed {
             *self.expect_missed.entry(k.clone()).or_default() += v;
@@ -613,6 +625,8 @@ mod tests {
         a.unsolicited(FrameKind::Text, 3, 300);
         a.behind = 1;
         a.unread_bytes = 70_000;
+        a.unwritten = 1;
+        a.unwritten_bytes = 65_550;
         let mut b = a.clone();
         b.unsolicited(FrameKind::Pong, 1, 0);
         a.add(&b);
@@ -626,6 +640,7 @@ mod tests {
         assert_eq!(a.unsolicited[&FrameKind::Pong].frames, 1);
         assert_eq!(a.unsolicited_total().frames, 7);
         assert_eq!((a.behind, a.unread_bytes), (2, 140_000));
+        assert_eq!((a.unwritten, a.unwritten_bytes), (2, 131_100));
         let json = serde_json::to_string(&a).expect("serialize");
         assert!(
             json.contains(
@@ -634,6 +649,7 @@ mod tests {
             "{json}"
         );
         assert!(json.contains(r#""unreadBytes":140000"#), "{json}");
+        assert!(json.contains(r#""unwrittenBytes":131100"#), "{json}");
         let back: Counts = serde_json::from_str(&json).expect("read back");
         assert_eq!(back, a);
     }

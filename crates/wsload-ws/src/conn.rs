@@ -321,6 +321,47 @@ impl Ws {
         matches!(tcp.poll_peek(cx, &mut buf), Poll::Ready(Ok(n)) if n > 0)
     }
 
+    /// Takes back the data frames queued that not a byte of has been written: a writer that
+    /// stops (a cell's deadline, the server not reading) sends them never, instead of later,
+    /// so what it counts as sent is what the server can have received. The frame being
+    /// written stays (it must end), and so do control frames (pongs, a close). `(frames,
+    /// payload bytes)` taken back. None with permessage-deflate: the frames after them would
+    /// be compressed against data the server never saw.
+    pub fn withdraw_unwritten(&mut self) -> (u64, u64) {
+        if self.extra.as_ref().is_some_and(|e| e.deflate.is_some()) {
+            return (0, 0);
+        }
+        let (mut frames, mut payload) = (0u64, 0u64);
+        let mut at = 0;
+        let mut keep = at;
+        while at < self.wr.len() {
+            let Some(h) = frame::parse_header(&self.wr[at..]) else {
+                break;
+            };
+            let end = at + h.header_len + h.payload_len as usize;
+            if end > self.wr.len() {
+                break;
+            }
+            if at >= self.wr_pos && !h.is_control() {
+                frames += 1;
+                payload += h.payload_len;
+            } else {
+                self.wr.copy_within(at..end, keep);
+                keep += end - at;
+            }
+            at = end;
+        }
+        if frames > 0 {
+            let gone = at - keep;
+            self.wr.copy_within(at.., keep);
+            self.wr.truncate(self.wr.len() - gone);
+            self.own_queued = self
+                .own_queued
+                .saturating_sub(u32::try_from(gone).unwrap_or(u32::MAX));
+        }
+        (frames, payload)
+    }
+
     /// Whether enough is queued that it should be written before more is queued.
     pub fn over_soft_limit(&self) -> bool {
         self.queued() >= WRITE_SOFT_LIMIT

@@ -15,13 +15,14 @@
 //! Shared by them: [`worker`] (the worker's clock, figures and scratch space every
 //! connection records into), [`read`] and [`write`] (every frame accounted for; writes
 //! watched for a server that stops reading, [`stall`]), [`pinger`] (timed messages and their
-//! answers), [`sender`] (counted messages), [`serving`] (connections served from their open,
+//! answers), [`sender`] (counted messages), [`answered`] (which counted messages were answered), [`serving`] (connections served from their open,
 //! before the measured phase: [`serve`]), [`end`] (the close, and how the connection ended).
 //!
 //! Every behavior owns its stream (no `split`, which locks per poll), writes with `feed` and one
 //! `flush` per burst unless per-message flushing is asked for, and records into its worker's
 //! statistics (or into a discard bin during warm-up).
 
+pub mod answered;
 pub mod beat;
 pub mod blast;
 pub mod end;

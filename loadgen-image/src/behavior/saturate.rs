@@ -2,11 +2,11 @@
 //! message written straight into the worker's write buffer, at most a window of them
 //! unanswered when the server answers, answers counted per read without building messages.
 
+use super::answered::Answered;
 use super::read::{ReplyPace, account, count_unsolicited, drop_of, reply};
 use super::sender::Sender;
-use super::stall::Stall;
+use super::stall::{self, Stall, Stalled};
 use super::worker::WorkerState;
-use super::write::stalled;
 use crate::connect::Ws;
 use crate::conversation::{Fill, Incoming, Recognised};
 use std::task::Poll;
@@ -16,16 +16,17 @@ use wsload_report::measure::{Dropped, FrameKind, FrameTally, NumberField, PushTa
 use wsload_ws::Recv;
 
 /// What a counting loop has queued and had answered. An answer is recognised by the answer
-/// rule, by the `${seq}` it carries (one of those queued) or in order, and never more of them
-/// are counted than were queued: answers beyond that answer nothing.
+/// rule, by the `${seq}` it carries (one of those queued, answered once: a copy is no answer)
+/// or in order, and never more of them are counted than were queued: answers beyond that are
+/// copies.
 struct Echoes {
     /// Whether the server answers at all (a window is kept): if not, every frame is
     /// unsolicited.
     awaited: bool,
     queued: u64,
     echoed: u64,
-    /// Whether the messages go as text frames (else binary): what answers are counted as.
-    text: bool,
+    /// Which messages, by `${seq}`, were answered.
+    answered: Answered,
     /// How fast the connection's automatic replies go.
     pace: ReplyPace,
 }
@@ -39,6 +40,8 @@ struct Taken {
     pushes: PushTallies,
     text: FrameTally,
     binary: FrameTally,
+    /// Answers to messages answered before.
+    copies: u64,
 }
 
 impl Taken {
@@ -57,6 +60,7 @@ impl Taken {
 fn counted_answer(
     ctx: &WorkerState,
     echoes: (bool, u64),
+    answered: &mut Answered,
     taken: &mut Taken,
     text: bool,
     data: &[u8],
@@ -86,7 +90,15 @@ fn counted_answer(
     }
     let recognised = script.recognise_with(text, data, &mut ctx.scratch.memo.borrow_mut());
     match recognised {
-        Recognised::Id(id) => script.sent_seq(id, queued).is_some(),
+        Recognised::Id(id) => match script.sent_seq(id, queued) {
+            Some(seq) if answered.first(seq) => true,
+            Some(_) => {
+                taken.copies += 1;
+                taken.add(text, data.len());
+                false
+            }
+            None => false,
+        },
         Recognised::Next => true,
         Recognised::Unreadable => {
             // Counted by its field, so neither an answer nor unsolicited.
@@ -112,7 +124,9 @@ fn poll_echoes(
     let awaited = echoes.awaited;
     let mut taken = Taken::default();
     let state = (awaited, echoes.queued);
-    let mut is_echo = |text: bool, data: &[u8]| counted_answer(ctx, state, &mut taken, text, data);
+    let answered = &mut echoes.answered;
+    let mut is_echo =
+        |text: bool, data: &[u8]| counted_answer(ctx, state, answered, &mut taken, text, data);
     let polled = std::task::ready!(ws.poll_recv(cx, &mut is_echo));
     // A reply loop ends the connection once what this read took is counted.
     let conversed = converse_counted(ws, ctx, &taken, &mut echoes.pace);
@@ -136,13 +150,9 @@ fn poll_echoes(
             // Answers need not be as long as what they answer.
             let len = expected.bytes / expected.frames.max(1);
             ctx.received(now, got, got * len);
-            let extra = expected.frames - got;
-            let kind = if echoes.text {
-                FrameKind::Text
-            } else {
-                FrameKind::Binary
-            };
-            ctx.unsolicited(now, kind, extra, extra * len);
+            // Answers beyond those outstanding (a message alike every time, so without an
+            // id) are copies, as are those whose id was answered before.
+            ctx.copies(now, expected.frames - got + taken.copies);
             ctx.unsolicited(now, FrameKind::Text, text.frames, text.bytes);
             ctx.unsolicited(now, FrameKind::Binary, binary.frames, binary.bytes);
             Ok(got as u32)
@@ -181,15 +191,27 @@ fn converse_counted(
     Ok(())
 }
 
+/// How a counting loop's write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wrote {
+    /// Everything asked for went out.
+    Out,
+    /// The deadline came first: the server was taking what was queued slower than it was
+    /// written, or not at all (but for less than `writeTimeout`). What is still queued is not
+    /// sent, and the cell ends on time.
+    Cut,
+}
+
 /// Writes what is queued (all of it if `all`, else until below the soft limit), reading
-/// echoes whenever the write has to wait (see `write_reading`), until the deadline at most.
+/// echoes whenever the write has to wait (see `write_reading`), until the deadline at most;
+/// `stall` watches the wait (`server_not_reading` after `writeTimeout` with nothing written).
 async fn write_out_counting(
     ws: &mut Ws,
     ctx: &WorkerState,
     all: bool,
     echoes: &mut Echoes,
-) -> Result<(), Dropped> {
-    let mut stall = Stall::default();
+    stall: &mut Stall,
+) -> Result<Wrote, Dropped> {
     std::future::poll_fn(|cx| {
         loop {
             let step = if all {
@@ -198,7 +220,7 @@ async fn write_out_counting(
                 ws.poll_room(cx)
             };
             match step {
-                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(Wrote::Out)),
                 Poll::Ready(Err(e)) => {
                     return Poll::Ready(Err(if matches!(e, WsError::Io(_)) {
                         Dropped::Reset
@@ -208,13 +230,27 @@ async fn write_out_counting(
                 }
                 Poll::Pending => match poll_echoes(ws, ctx, echoes, cx) {
                     // A server that sends without end must not keep the write waiting past
-                    // the deadline; what is queued goes out before the close.
+                    // the deadline.
                     Poll::Ready(Ok(_)) if Instant::now() >= ctx.deadline => {
-                        return Poll::Ready(Ok(()));
+                        return Poll::Ready(Ok(Wrote::Cut));
                     }
                     Poll::Ready(Ok(_)) => {}
                     Poll::Ready(Err(why)) => return Poll::Ready(Err(why)),
-                    Poll::Pending => return stalled(ws, ctx, &mut stall, cx),
+                    Poll::Pending => {
+                        return match std::task::ready!(stall.poll_stalled(
+                            ws,
+                            ctx.write_timeout,
+                            cx
+                        )) {
+                            Stalled::NoProgress => {
+                                ctx.witness(Dropped::ServerNotReading, || {
+                                    stall::evidence(ws, ctx.write_timeout)
+                                });
+                                Poll::Ready(Err(Dropped::ServerNotReading))
+                            }
+                            Stalled::Cutoff => Poll::Ready(Ok(Wrote::Cut)),
+                        };
+                    }
                 },
             }
         }
@@ -254,7 +290,7 @@ pub(super) async fn saturate(
         awaited: window.is_some(),
         queued: 0,
         echoed: 0,
-        text: sender.text(),
+        answered: Answered::default(),
         pace: ReplyPace::default(),
     };
     // Without echoes, bursts are sized to fill the write buffer without waiting on it.
@@ -268,19 +304,42 @@ pub(super) async fn saturate(
         // Echoes read while a write waits count against the window.
         let echoed_before = echoes.echoed;
         let mut bytes = 0u64;
+        let mut queued = 0u32;
         sender.burst();
+        // Bounded by the deadline: a server that reads slowly, or has stopped reading for
+        // less than `writeTimeout`, does not hold the cell past its duration.
+        let mut stall = Stall::until(Some(ctx.deadline));
         let written = async {
             for _ in 0..n {
-                if per_message || ws.over_soft_limit() {
-                    write_out_counting(ws, ctx, per_message, &mut echoes).await?;
+                if (per_message || ws.over_soft_limit())
+                    && write_out_counting(ws, ctx, per_message, &mut echoes, &mut stall).await?
+                        == Wrote::Cut
+                {
+                    return Ok(Wrote::Cut);
                 }
                 bytes += sender.queue(ws, ctx);
+                queued += 1;
                 echoes.queued += 1;
             }
-            write_out_counting(ws, ctx, true, &mut echoes).await
+            write_out_counting(ws, ctx, true, &mut echoes, &mut stall).await
         }
         .await;
-        written?;
+        if written? == Wrote::Cut {
+            // What was queued and not begun is taken back and never sent: what counts as sent
+            // is what the server can have received (the frame being written is finished
+            // before the close).
+            let waiting = ws.queued();
+            if waiting > 0 {
+                ctx.unwritten(waiting, || stall::evidence_waiting(ws, stall.idle()));
+            }
+            let (frames, payload) = ws.withdraw_unwritten();
+            ctx.sent(
+                now,
+                u64::from(queued).saturating_sub(frames),
+                bytes.saturating_sub(payload),
+            );
+            break;
+        }
         ctx.sent(now, u64::from(n), bytes);
         if window.is_some() {
             let echoed = (echoes.echoed - echoed_before) as u32;

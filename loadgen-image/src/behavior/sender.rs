@@ -69,16 +69,11 @@ impl Sender {
         }
     }
 
-    /// Whether it sends text frames (else binary).
-    pub(super) fn text(&self) -> bool {
-        self.out.message.is_text()
-    }
-
     /// Queues the next message on `ws`; its length.
     pub(super) fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
         let fill = self.out.next_fill(ctx.size);
         let out = &self.out.message;
-        if let Some(bytes) = out.constant() {
+        if let Some(bytes) = out.constant().or_else(|| out.from_ring(fill.seq)) {
             ws.queue_data(out.is_text(), bytes);
             return bytes.len() as u64;
         }

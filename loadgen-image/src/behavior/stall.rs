@@ -92,6 +92,13 @@ impl Stall {
     }
 }
 
+impl Stall {
+    /// How long the write has waited with nothing written, once it has waited at all.
+    pub fn idle(&self) -> Option<Duration> {
+        self.watch.as_ref().map(|w| w.since.elapsed())
+    }
+}
+
 /// What a stalled connection's evidence says: how long nothing was written, what wsload
 /// still had queued, and what the kernel still held unacknowledged in its send queue.
 pub fn evidence(ws: &Ws, limit: Duration) -> String {
@@ -102,6 +109,18 @@ pub fn evidence(ws: &Ws, limit: Duration) -> String {
 pub fn evidence_at_cutoff(ws: &Ws) -> String {
     format!(
         "a write still waiting at the cell's deadline: {}",
+        queues(ws)
+    )
+}
+
+/// The evidence of a counting loop's write still waiting at the deadline, the cell ended on
+/// time: what was queued, and how long nothing had been written.
+pub fn evidence_waiting(ws: &Ws, idle: Option<Duration>) -> String {
+    let idle = idle.map_or_else(String::new, |d| {
+        format!("; nothing written for {:.1} s", d.as_secs_f64())
+    });
+    format!(
+        "a write still waiting at the cell's deadline: {}{idle}",
         queues(ws)
     )
 }

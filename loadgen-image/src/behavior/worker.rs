@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
-use wsload_report::measure::{Dropped, FrameKind, Measure, NumberField};
+use wsload_report::measure::{Dropped, FrameKind, Measure, NumberField, UNWRITTEN};
 use wsload_spec::json_path::Memo;
 
 /// What the connections of one worker share in the measured phase: its clock, its statistics,
@@ -179,7 +179,14 @@ impl WorkerState {
         self.stats.borrow_mut().counts.replies += n;
     }
     pub(super) fn mismatched(&self, now: Instant) {
-        self.bin(now).borrow_mut().counts.mismatched += 1;
+        self.copies(now, 1);
+    }
+    /// Answers that answer nothing outstanding: copies of answers counted before, or answers
+    /// to messages already given up on (counted as `mismatched`, never as answers).
+    pub(super) fn copies(&self, now: Instant, n: u64) {
+        if n > 0 {
+            self.bin(now).borrow_mut().counts.mismatched += n;
+        }
     }
     pub(super) fn rtt(&self, now: Instant, corrected: Duration, raw: Duration) {
         let mut m = self.bin(now).borrow_mut();
@@ -218,6 +225,16 @@ impl WorkerState {
     }
     /// Keeps `text()` as the evidence of `why` unless the worker has one already: described
     /// once per reason, on the failure path only.
+    /// A connection whose write still waited at the deadline with `bytes` queued: counted
+    /// over the whole cell (as `behind` is), the first one's queues as the evidence.
+    pub(super) fn unwritten(&self, bytes: usize, evidence: impl FnOnce() -> String) {
+        let mut m = self.stats.borrow_mut();
+        m.counts.unwritten += 1;
+        m.counts.unwritten_bytes += bytes as u64;
+        if !m.counts.has_evidence(UNWRITTEN) {
+            m.counts.witness(UNWRITTEN, &evidence());
+        }
+    }
     pub(super) fn witness(&self, why: Dropped, text: impl FnOnce() -> String) {
         let mut m = self.stats.borrow_mut();
         if !m.counts.has_evidence(why.label()) {

@@ -132,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn throughput_s_echo_is_the_same_bytes_every_time_compared_whole() {
+    fn throughput_s_echo_carries_its_seq_in_every_format_and_a_changed_one_answers_nothing() {
         for format in [Format::Json, Format::Msgpack, Format::Zlib, Format::Binary] {
             let c = builtin::conversation(Protocol::Echo).expect("parses");
             let s = Script::compile(&c).expect("compiles").for_cell(
@@ -140,9 +140,10 @@ mod tests {
                 Encoding::of(format, 6),
                 128,
             );
-            let msg = sent(&s, 1);
-            assert_eq!(sent(&s, 2), msg, "{format:?}: alike every time");
-            assert_eq!(answer(Asked::Script(&s), &msg), Answer::Copy, "{format:?}");
+            let msg = sent(&s, 2);
+            assert_ne!(sent(&s, 1), msg, "{format:?}: each message its own");
+            assert_eq!(answer(Asked::Script(&s), &msg), Answer::To(2), "{format:?}");
+            assert_eq!(s.sent_seq(2, 7), Some(2), "{format:?}");
             let mut changed = match &msg {
                 Message::Text(t) => t.as_bytes().to_vec(),
                 Message::Binary(b) => b.to_vec(),
@@ -161,6 +162,39 @@ mod tests {
                 "{format:?}: a changed echo"
             );
         }
+    }
+
+    #[test]
+    fn in_msgpack_and_zlib_a_cycle_of_messages_is_made_once_and_ids_unwrap() {
+        for format in [Format::Msgpack, Format::Zlib] {
+            let c = builtin::conversation(Protocol::Echo).expect("parses");
+            let s = Script::compile(&c).expect("compiles").for_cell(
+                false,
+                Encoding::of(format, 6),
+                128,
+            );
+            let cycle = s.message.out.seq_cycle().expect("a cycle");
+            assert_eq!(cycle, 1024, "{format:?}");
+            let ring = s.message.out.ring.as_ref().expect("a ring");
+            assert!(ring.indexed(), "{format:?}: echoes found without decoding");
+            // Message 1025 is message 1's bytes, and its answer names the latest sent with it.
+            assert_eq!(sent(&s, 1 + cycle), sent(&s, 1), "{format:?}");
+            assert_eq!(
+                answer(Asked::Script(&s), &sent(&s, 1 + cycle)),
+                Answer::To(1)
+            );
+            assert_eq!(s.sent_seq(1, 1 + cycle), Some(1 + cycle), "{format:?}");
+            assert_eq!(s.sent_seq(1024, 1 + cycle), Some(1024), "{format:?}");
+        }
+        // Messages too large for a cycle in memory are made as they are sent, ids unwrapped.
+        let c = builtin::conversation(Protocol::Echo).expect("parses");
+        let s = Script::compile(&c).expect("compiles").for_cell(
+            false,
+            Encoding::of(Format::Msgpack, 6),
+            1 << 20,
+        );
+        assert_eq!(s.message.out.seq_cycle(), None);
+        assert_eq!(answer(Asked::Script(&s), &sent(&s, 5000)), Answer::To(5000));
     }
 
     #[test]

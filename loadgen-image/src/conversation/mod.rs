@@ -12,6 +12,7 @@
 //! - [`encoding`]: a cell's wire format (text, binary, `M:` MsgPack, `C:` zlib);
 //! - [`recognise`] and [`answer`]: what a frame read is to the conversation (a reply rule's,
 //!   a push) and to what was sent (the answer to which message, or unsolicited);
+//!   [`seq_echo`]: the echo of a message whose only number is its `${seq}`, read the short way;
 //! - [`delivery`]: what a fanout subscriber reads from a delivery;
 //! - `unreadable`: what a report shows of a number an answer or a delivery carried that could
 //!   not be read.
@@ -28,6 +29,7 @@ pub mod out;
 pub mod prebuilt;
 pub mod recognise;
 pub mod script;
+pub mod seq_echo;
 mod unreadable;
 
 pub use delivery::{Delivered, Delivery, DeliveryRule, Published};

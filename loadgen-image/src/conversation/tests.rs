@@ -5,6 +5,7 @@ use super::*;
 use bytes::{Bytes, BytesMut};
 use wsload_spec::LoadTest;
 use wsload_spec::json_path::Memo;
+use wsload_spec::{Format, Protocol, builtin};
 
 fn script(conversation: &str) -> Script {
     let yaml = format!(
@@ -409,4 +410,65 @@ fn a_binary_capture_is_spliced_as_its_bytes() {
     let out = s.message_for(&[Bytes::from_static(&[0xFF, 0x00])], &None);
     let m = out.bytes(&mut BytesMut::new(), &Fill::default());
     assert_eq!(&m[..], [0x30, 4, 0xFF, 0x00, 0xFF, 0x00]);
+}
+
+/// [`seq_echo::SeqEcho::seq`] as the message's own echo check asks it.
+fn fast_seq(out: &Out, data: &[u8]) -> Option<u64> {
+    let f = out.seq_echo.as_ref().expect("read the short way");
+    f.seq(data, |seq, size| {
+        let mut b = Vec::new();
+        let fill = Fill {
+            seq,
+            size,
+            ..Fill::default()
+        };
+        out.write_at(&mut b, &fill, &SendTime::default());
+        b
+    })
+}
+
+#[test]
+fn the_echo_messages_are_read_the_short_way_and_anything_else_is_left_to_the_walk() {
+    let c = builtin::conversation(Protocol::Echo).expect("parses");
+    for size in [16, 64, 1024] {
+        let s = Script::compile(&c).expect("compiles").for_cell(
+            false,
+            Encoding::of(Format::Json, 6),
+            size,
+        );
+        let out = s.shared_message().expect("no variables");
+        for seq in [1, 9, 10, 99, 100, 12_345, 999_999_999_999] {
+            let fill = Fill { conn: 1, seq, size };
+            let msg = out.bytes(&mut BytesMut::new(), &fill);
+            assert_eq!(fast_seq(&out, &msg), Some(seq), "{size}: {seq}");
+            assert_eq!(out.echoed_seq(true, &msg), Some(Some(seq)), "{size}: {seq}");
+            let mut changed = msg.to_vec();
+            let last = changed.len() - 1;
+            changed[last] ^= 1;
+            assert_eq!(fast_seq(&out, &changed), None, "{size}: {seq} changed");
+            assert_eq!(
+                out.echoed_seq(true, &changed),
+                None,
+                "{size}: {seq} changed"
+            );
+        }
+        // Digits with a leading zero were never sent; past 12 digits the walk reads them.
+        let zero = br#"{"type":"msg","id":07,"#;
+        assert_eq!(fast_seq(&out, zero), None);
+        let long = 1_000_000_000_000u64;
+        let fill = Fill {
+            conn: 1,
+            seq: long,
+            size,
+        };
+        let msg = out.bytes(&mut BytesMut::new(), &fill);
+        assert_eq!(fast_seq(&out, &msg), None);
+        assert_eq!(out.echoed_seq(true, &msg), Some(Some(long)));
+    }
+    // The ping carries its send time too: read by the walk.
+    let ping =
+        Script::compile(&c)
+            .expect("compiles")
+            .for_cell(true, Encoding::of(Format::Json, 6), 64);
+    assert!(ping.shared_message().expect("shared").seq_echo.is_none());
 }

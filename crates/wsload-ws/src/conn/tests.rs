@@ -743,3 +743,29 @@ async fn a_carried_packet_past_the_message_limit_is_too_big() {
         "{e:?}"
     );
 }
+
+/// What a writer that stops takes back is exactly the data frames not begun: the frame being
+/// written is finished and a pong queued after them still goes, so the server reads whole
+/// frames, and the count taken back is what it never gets.
+#[tokio::test]
+async fn unwritten_data_frames_are_withdrawn_whole_and_control_frames_stay() {
+    let (mut ws, mut server) = pair(1024).await;
+    ws.queue_data(true, b"first");
+    ws.queue_data(true, b"second");
+    ws.frame(OP_PONG, b"p");
+    ws.queue_data(false, &[7u8; 300]);
+    // Two bytes of the first frame already out: it is begun, and stays.
+    ws.wr_pos = 2;
+    let queued = ws.queued();
+    assert_eq!(ws.withdraw_unwritten(), (2, 6 + 300));
+    assert_eq!(ws.queued(), queued - (2 + 4 + 6) - (2 + 2 + 4 + 300));
+    // Nothing left to take back.
+    assert_eq!(ws.withdraw_unwritten(), (0, 0));
+    // The bytes "written" never reached the server here: put them back and send the rest.
+    ws.wr_pos = 0;
+    std::future::poll_fn(|cx| ws.poll_flush_all(cx))
+        .await
+        .expect("write");
+    assert_eq!(client_frame(&mut server).await, (0x81, b"first".to_vec()));
+    assert_eq!(client_frame(&mut server).await, (0x8A, b"p".to_vec()));
+}
