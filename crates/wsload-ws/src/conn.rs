@@ -187,6 +187,8 @@ pub struct Ws {
     close_received: bool,
     /// A pong or a close reply waits in `wr`: reads push it out.
     reply_pending: bool,
+    /// An automatic reply (a data frame, `queue_reply`) is queued and not written yet.
+    data_replies_queued: bool,
     /// The stream has ended (closed, or failed): reads return `None`.
     ended: bool,
     /// Bytes handed to the transport since the connection opened, wrapping: whether writes
@@ -221,6 +223,7 @@ impl Ws {
             close_sent: false,
             close_received: false,
             reply_pending: false,
+            data_replies_queued: false,
             ended: false,
             written: 0,
             own_queued: 0,
@@ -325,10 +328,12 @@ impl Ws {
     /// stops (a cell's deadline, the server not reading) sends them never, instead of later,
     /// so what it counts as sent is what the server can have received. The frame being
     /// written stays (it must end), and so do control frames (pongs, a close). `(frames,
-    /// payload bytes)` taken back. None with permessage-deflate: the frames after them would
-    /// be compressed against data the server never saw.
+    /// payload bytes)` taken back. None with permessage-deflate (the frames after them would
+    /// be compressed against data the server never saw), nor while an automatic reply waits.
     pub fn withdraw_unwritten(&mut self) -> (u64, u64) {
-        if self.extra.as_ref().is_some_and(|e| e.deflate.is_some()) {
+        // Automatic replies queued among them are data frames too, and not the writer's own
+        // to count: nothing is taken back while one waits.
+        if self.extra.as_ref().is_some_and(|e| e.deflate.is_some()) || self.data_replies_queued {
             return (0, 0);
         }
         let (mut frames, mut payload) = (0u64, 0u64);
@@ -415,6 +420,7 @@ impl Ws {
         }
         self.data_frame(if text { OP_TEXT } else { OP_BINARY }, payload);
         self.reply_pending = true;
+        self.data_replies_queued = true;
     }
 
     /// Writes what is queued, all of it; `Ready(Ok)` once the buffer is empty.
@@ -430,6 +436,7 @@ impl Ws {
         self.wr.clear();
         self.wr_pos = 0;
         self.own_queued = 0;
+        self.data_replies_queued = false;
         self.give_back_write();
         Poll::Ready(Ok(()))
     }

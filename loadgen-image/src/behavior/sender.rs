@@ -73,7 +73,7 @@ impl Sender {
     pub(super) fn queue(&mut self, ws: &mut Ws, ctx: &WorkerState) -> u64 {
         let fill = self.out.next_fill(ctx.size);
         let out = &self.out.message;
-        if let Some(bytes) = out.constant().or_else(|| out.from_ring(fill.seq)) {
+        if let Some(bytes) = out.constant() {
             ws.queue_data(out.is_text(), bytes);
             return bytes.len() as u64;
         }

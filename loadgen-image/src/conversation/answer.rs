@@ -132,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn throughput_s_echo_carries_its_seq_in_every_format_and_a_changed_one_answers_nothing() {
+    fn throughput_s_echo_carries_its_seq_in_every_format_and_a_changed_copy_answers_nothing() {
         for format in [Format::Json, Format::Msgpack, Format::Zlib, Format::Binary] {
             let c = builtin::conversation(Protocol::Echo).expect("parses");
             let s = Script::compile(&c).expect("compiles").for_cell(
@@ -144,6 +144,10 @@ mod tests {
             assert_ne!(sent(&s, 1), msg, "{format:?}: each message its own");
             assert_eq!(answer(Asked::Script(&s), &msg), Answer::To(2), "{format:?}");
             assert_eq!(s.sent_seq(2, 7), Some(2), "{format:?}");
+            if Encoding::of(format, 6).transforms() {
+                // Decoded, and answered by the id read from it (a server may re-encode).
+                continue;
+            }
             let mut changed = match &msg {
                 Message::Text(t) => t.as_bytes().to_vec(),
                 Message::Binary(b) => b.to_vec(),
@@ -165,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn in_msgpack_and_zlib_a_cycle_of_messages_is_made_once_and_ids_unwrap() {
+    fn in_msgpack_and_zlib_each_message_is_encoded_with_its_own_id() {
         for format in [Format::Msgpack, Format::Zlib] {
             let c = builtin::conversation(Protocol::Echo).expect("parses");
             let s = Script::compile(&c).expect("compiles").for_cell(
@@ -173,28 +177,17 @@ mod tests {
                 Encoding::of(format, 6),
                 128,
             );
-            let cycle = s.message.out.seq_cycle().expect("a cycle");
-            assert_eq!(cycle, 1024, "{format:?}");
-            let ring = s.message.out.ring.as_ref().expect("a ring");
-            assert!(ring.indexed(), "{format:?}: echoes found without decoding");
-            // Message 1025 is message 1's bytes, and its answer names the latest sent with it.
-            assert_eq!(sent(&s, 1 + cycle), sent(&s, 1), "{format:?}");
+            // Ids never wrap: a message made once and sent again would carry an id a later
+            // message also carries, and a window as large as the cycle would take one's echo
+            // for the other's.
+            assert_eq!(s.message.out.seq_cycle(), None, "{format:?}");
+            assert_ne!(sent(&s, 1025), sent(&s, 1), "{format:?}");
             assert_eq!(
-                answer(Asked::Script(&s), &sent(&s, 1 + cycle)),
-                Answer::To(1)
+                answer(Asked::Script(&s), &sent(&s, 1025)),
+                Answer::To(1025),
+                "{format:?}"
             );
-            assert_eq!(s.sent_seq(1, 1 + cycle), Some(1 + cycle), "{format:?}");
-            assert_eq!(s.sent_seq(1024, 1 + cycle), Some(1024), "{format:?}");
         }
-        // Messages too large for a cycle in memory are made as they are sent, ids unwrapped.
-        let c = builtin::conversation(Protocol::Echo).expect("parses");
-        let s = Script::compile(&c).expect("compiles").for_cell(
-            false,
-            Encoding::of(Format::Msgpack, 6),
-            1 << 20,
-        );
-        assert_eq!(s.message.out.seq_cycle(), None);
-        assert_eq!(answer(Asked::Script(&s), &sent(&s, 5000)), Answer::To(5000));
     }
 
     #[test]

@@ -7,7 +7,6 @@ use super::encoding::Encoding;
 use super::error::ScriptError;
 use super::seq_echo::SeqEcho;
 use bytes::{BufMut, Bytes, BytesMut};
-use std::collections::HashMap;
 use std::ops::DerefMut;
 use std::sync::Arc;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -15,15 +14,6 @@ use wsload_spec::conversation::Payload;
 use wsload_spec::decimal::parse_u64;
 use wsload_spec::template::bytes::{self as binary, Lengths, MAX_LENGTH_BYTES};
 use wsload_spec::template::{Num, PAD_BYTE, Part, Template, Written, uuid_text};
-
-/// How many messages of a MsgPack or zlib template whose only number is its `${seq}` are
-/// made once per cell (see [`Out::ring`]): far more than a window of answers in flight, so that
-/// an answer's id, which wraps at this, names one message.
-const RING: usize = 1024;
-/// Fewer than this many, and the ids would wrap within a window of answers: no ring.
-const MIN_RING: usize = 256;
-/// The most a ring may hold, in encoded bytes.
-const RING_BYTES: usize = 32 << 20;
 
 /// Messages cut from one arena block (see `message.rs`).
 const ARENA_MESSAGES: usize = 16;
@@ -89,66 +79,6 @@ fn pad_end(data: &[u8], at: usize) -> usize {
     end + data[end..].iter().take_while(|b| **b == PAD_BYTE).count()
 }
 
-/// The messages of a cycle made once (see [`Out::ring`]), and where each is by its ends: an
-/// echo is found by them and then compared whole, without decoding it.
-#[derive(Debug)]
-pub struct Ring {
-    messages: Box<[Bytes]>,
-    /// Message index by the hash of its length and first and last [`RING_KEY`] bytes; `None`
-    /// when two messages share one (then answers are decoded and read by their id).
-    by_ends: Option<HashMap<u64, u32>>,
-}
-
-/// How many of a message's first and last bytes find it in its cycle: where the id is,
-/// whichever end it is written at (zlib keeps the JSON's order, so its first block holds
-/// it; MsgPack sorts the keys, so the pad's may come first, and its checksum differs at
-/// the end).
-const RING_KEY: usize = 32;
-
-impl Ring {
-    fn of(messages: Box<[Bytes]>) -> Ring {
-        let mut by_ends = HashMap::with_capacity(messages.len());
-        let unique = messages
-            .iter()
-            .enumerate()
-            .all(|(i, m)| by_ends.insert(ends_key(m), i as u32).is_none());
-        Ring {
-            messages,
-            by_ends: unique.then_some(by_ends),
-        }
-    }
-
-    /// `Some(Some(id))` if `data` is message `id` byte for byte, `Some(None)` if it is no
-    /// message of the cycle, `None` without an index.
-    #[inline]
-    fn id_of(&self, data: &[u8]) -> Option<Option<u64>> {
-        let by_ends = self.by_ends.as_ref()?;
-        Some(by_ends.get(&ends_key(data)).and_then(|&i| {
-            let m = self.messages.get(i as usize)?;
-            (m[..] == *data).then_some(u64::from(i) + 1)
-        }))
-    }
-}
-
-impl Ring {
-    /// Whether echoes are found without decoding them.
-    pub fn indexed(&self) -> bool {
-        self.by_ends.is_some()
-    }
-}
-
-/// FNV-1a of a message's length and its first and last [`RING_KEY`] bytes.
-#[inline]
-fn ends_key(data: &[u8]) -> u64 {
-    let head = &data[..data.len().min(RING_KEY)];
-    let tail = &data[data.len().saturating_sub(RING_KEY)..];
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ data.len() as u64;
-    for b in head.iter().chain(tail) {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// The per-message values of a template.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fill {
@@ -181,11 +111,6 @@ pub struct Out {
     /// The message, encoded, when every message is the same at the cell's size (literal
     /// bytes and a pad): made once.
     pub(super) constant: Option<Bytes>,
-    /// A MsgPack or zlib message whose only number is its `${seq}` (the echo conversation's):
-    /// the messages of `${seq}` 1 to its length, made and encoded once per cell (encoding
-    /// each message as it is sent would cost more than sending it). Message `n` is the one of
-    /// `(n - 1) % len + 1`: its id wraps (see [`Out::seq_cycle`]).
-    pub(super) ring: Option<Arc<Ring>>,
     /// A message whose only number is its `${seq}`, in digits, not encoded: its echoes are
     /// read the short way ([`SeqEcho`]).
     pub(super) seq_echo: Option<Arc<SeqEcho>>,
@@ -283,7 +208,6 @@ impl Out {
             pieces,
             encoding: Encoding::AsWritten,
             constant: None,
-            ring: None,
             seq_echo: None,
         }
     }
@@ -297,7 +221,6 @@ impl Out {
     pub(super) fn encode_as(&mut self, encoding: Encoding, size: usize) {
         self.encoding = encoding;
         self.constant = None;
-        self.ring = None;
         self.seq_echo = None;
         let alike = |p: &Piece| {
             matches!(
@@ -305,13 +228,6 @@ impl Out {
                 Part::Literal(_) | Part::Pad | Part::Length(_) | Part::Open | Part::Close
             )
         };
-        if encoding.transforms()
-            && self.seq_in_digits()
-            && self.pieces.iter().all(|p| alike(p) || *p == Part::Seq)
-        {
-            self.ring = self.encoded_ring(size);
-            return;
-        }
         if !encoding.transforms() {
             let render = |seq, size| self.rendered(seq, size);
             self.seq_echo = SeqEcho::of(&self.pieces, size, render).map(Arc::new);
@@ -334,21 +250,6 @@ impl Out {
         }
     }
 
-    /// The messages of `${seq}` 1 to [`RING`] at `size`, encoded; `None` when [`MIN_RING`]
-    /// of them would take more than [`RING_BYTES`] (each is then made as it is sent).
-    fn encoded_ring(&self, size: usize) -> Option<Arc<Ring>> {
-        let encoded =
-            |seq: u64| -> Bytes { self.encoding.encode(&self.rendered(seq, size)).into() };
-        // The longest: the widest number.
-        let widest = encoded(RING as u64);
-        let len = RING_BYTES / widest.len().max(1);
-        if len < MIN_RING {
-            return None;
-        }
-        let len = len.min(RING);
-        Some(Arc::new(Ring::of((1..=len as u64).map(encoded).collect())))
-    }
-
     /// The message of `${seq}` `seq` at `size`, as written, before any encoding.
     fn rendered(&self, seq: u64, size: usize) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(self.literal.len() + 20 + size);
@@ -364,21 +265,6 @@ impl Out {
     /// The message every message is, when they are all alike (see [`Out::encode_as`]).
     pub fn constant(&self) -> Option<&Bytes> {
         self.constant.as_ref()
-    }
-
-    /// The encoded message `${seq}` `seq` sends, when they were made once (see [`Out::ring`]).
-    #[inline]
-    pub fn from_ring(&self, seq: u64) -> Option<&Bytes> {
-        let ring = &self.ring.as_ref()?.messages;
-        ring.get((seq.max(1) - 1) as usize % ring.len())
-    }
-
-    /// With a cycle of messages made once (see [`Out::ring`]) and indexed: `Some(Some(id))`
-    /// when `data` is message `id` byte for byte, `Some(None)` when it is none of them; `None`
-    /// without such a cycle (an answer is then decoded and its id read).
-    #[inline]
-    pub fn ring_id(&self, data: &[u8]) -> Option<Option<u64>> {
-        self.ring.as_ref()?.id_of(data)
     }
 
     /// Whether a message is made, then encoded (MsgPack, zlib): not patched in place.
@@ -421,7 +307,6 @@ impl Out {
         let mut out = Out::new(self.text, literal.into(), pieces.into());
         out.encoding = self.encoding;
         out.constant = self.constant.clone();
-        out.ring = self.ring.clone();
         out.seq_echo = self.seq_echo.clone();
         out
     }
@@ -438,7 +323,7 @@ impl Out {
 
     /// [`Out::bytes`] with `${sendTime}` given (a publish's intended instant).
     pub fn bytes_at(&self, arena: &mut BytesMut, fill: &Fill, time: &SendTime) -> Bytes {
-        if let Some(c) = self.constant.as_ref().or_else(|| self.from_ring(fill.seq)) {
+        if let Some(c) = &self.constant {
             return c.clone();
         }
         if self.encoding.transforms() {
@@ -495,9 +380,6 @@ impl Out {
     /// How many `${seq}` values its binary `${seq:uN}` holds before they repeat (see
     /// `wsload_spec::template::bytes::unwrap_seq`); `None` when its `${seq}` does not wrap.
     pub fn seq_cycle(&self) -> Option<u64> {
-        if let Some(ring) = &self.ring {
-            return Some(ring.messages.len() as u64);
-        }
         self.pieces.iter().find_map(|p| match p {
             Part::Binary(Num::Seq, w) => w.cycle(),
             _ => None,

@@ -76,14 +76,6 @@ impl Script {
                 Recognised::No
             };
         }
-        // A cycle of messages made once (MsgPack, zlib): an echo is one of them, byte for
-        // byte, found without decoding it.
-        if let (AnswerBy::Echoed { .. }, Some(found)) = (by, self.message.out.ring_id(data)) {
-            return match found {
-                Some(id) if text == self.message.out.is_text() => Recognised::Id(id),
-                _ => Recognised::No,
-            };
-        }
         let decoded;
         let transformed = self.encoding.transforms() && !text;
         let (text, data) = if transformed {

@@ -345,10 +345,6 @@ impl Script {
             s.message = ping;
         }
         s.message.out.encode_as(encoding, size);
-        if s.message.out.ring.is_some() {
-            // Made once per cell, its ids wrap.
-            s.message.cycle = s.message.out.seq_cycle();
-        }
         s.encoding = encoding;
         s
     }

@@ -769,3 +769,19 @@ async fn unwritten_data_frames_are_withdrawn_whole_and_control_frames_stay() {
     assert_eq!(client_frame(&mut server).await, (0x81, b"first".to_vec()));
     assert_eq!(client_frame(&mut server).await, (0x8A, b"p".to_vec()));
 }
+
+/// An automatic reply queued among them is not the writer's to count: nothing is taken back
+/// while one waits, and once the buffer has drained the writer's own frames are again.
+#[tokio::test]
+async fn nothing_is_withdrawn_while_an_automatic_reply_waits() {
+    let (mut ws, _server) = pair(1024).await;
+    ws.queue_data(true, b"first");
+    ws.queue_reply(true, b"reply");
+    ws.queue_data(true, b"second");
+    assert_eq!(ws.withdraw_unwritten(), (0, 0));
+    std::future::poll_fn(|cx| ws.poll_flush_all(cx))
+        .await
+        .expect("write");
+    ws.queue_data(true, b"third");
+    assert_eq!(ws.withdraw_unwritten(), (1, 5));
+}
