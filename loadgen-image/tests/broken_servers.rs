@@ -396,6 +396,15 @@ fn a_close_without_a_status_is_a_server_close_coded_1005() {
 
 /// A storm of 3 against a server that answers the upgrade with `response` (the key's accept
 /// value substituted for `{accept}`).
+/// [`storm_against`] a response every attempt must fail as `upgrade_invalid` (3 of 3): its
+/// evidence.
+fn upgrade_invalid(name: &str, response: &'static str) -> String {
+    let r = storm_against(name, response);
+    let c = only(&r);
+    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3, "{name}");
+    evidence(c, "upgrade_invalid").to_string()
+}
+
 fn storm_against(name: &str, response: &'static str) -> wsload::report::RunResult {
     let (port, _rx) = serve::<()>(move |mut s, _| {
         let accept = read_request(&mut s);
@@ -432,13 +441,10 @@ fn an_http_500_names_its_status_and_body() {
 /// Before: `upgrade_rejected`, the wrong value nowhere.
 #[test]
 fn a_wrong_accept_key_names_the_header_and_both_values() {
-    let r = storm_against(
+    let e = upgrade_invalid(
         "bad-accept",
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n",
     );
-    let c = only(&r);
-    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
-    let e = evidence(c, "upgrade_invalid");
     assert!(
         e.starts_with("Sec-WebSocket-Accept: \"abc\" (expected \""),
         "{e}"
@@ -457,11 +463,8 @@ fn a_header_flood_is_named_as_one() {
         )
         .into_boxed_str(),
     );
-    let r = storm_against("header-flood", flood);
-    let c = only(&r);
-    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
     assert_eq!(
-        evidence(c, "upgrade_invalid"),
+        upgrade_invalid("header-flood", flood),
         "no blank line ended the response head within its limit (a header flood, or not HTTP): it began \"HTTP/1.1 101 Switching Protocols\""
     );
 }
@@ -499,14 +502,11 @@ fn closes_the_server_never_answers_are_counted_and_said() {
 /// Before: `upgrade_rejected`, the missing header unnamed.
 #[test]
 fn a_101_without_upgrade_names_the_missing_header() {
-    let r = storm_against(
-        "no-upgrade",
-        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n",
-    );
-    let c = only(&r);
-    assert_eq!(failed(c, ConnectError::UpgradeInvalid), 3);
     assert_eq!(
-        evidence(c, "upgrade_invalid"),
+        upgrade_invalid(
+            "no-upgrade",
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n",
+        ),
         "no Upgrade: websocket header"
     );
 }
