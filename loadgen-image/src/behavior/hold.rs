@@ -112,7 +112,7 @@ pub(super) fn hold<'a>(
                 // Too late for a ping's answer: the deadline is the next thing to wake for.
                 next_ping = since(ctx, ctx.deadline);
             } else if every.is_some() && now >= at(ctx, next_ping) {
-                let (id, sent_at) = send_ping(ws, ctx, &mut pinger).await?;
+                let (id, sent_at) = send_ping(ws, ctx, &mut pinger, Instant::now()).await?;
                 if pinger.awaits(ctx) {
                     let reply = match every_beat {
                         None => {

@@ -18,7 +18,7 @@ pub(super) async fn pings(
         if i > 0 && !interval.is_zero() {
             tokio::time::sleep(interval).await;
         }
-        match ping_once(ws, ctx, &mut pinger).await {
+        match ping_once(ws, ctx, &mut pinger, tokio::time::Instant::now()).await {
             // A lost ping is counted and the next one goes out: the connection is still open.
             Err(Dropped::PingTimeout) => {}
             other => {

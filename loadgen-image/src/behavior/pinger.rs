@@ -127,19 +127,21 @@ pub(super) fn answer_due(ctx: &WorkerState, sent_at: Instant, timeout: Duration)
     }
 }
 
-/// Sends the next ping (written out and flushed) and counts it: its id and when it left.
-/// While the write waits, what arrives is read and answered (`heard_meanwhile`). The ping is
-/// made at the call. A hand-made future: an `async` one would hold the write's state twice
+/// Sends the next ping (written out and flushed) and counts it as sent at `sent_at`: its id
+/// and that instant. The caller reads the clock once, to decide to send and to time the ping:
+/// read twice, a ping let through just before the deadline could be counted past it, sent
+/// to the server yet in no figure. While the write waits, what arrives is read and answered
+/// (`heard_meanwhile`). The ping is made at the call. A hand-made future: an `async` one would hold the write's state twice
 /// (rust-lang/rust#62958), in every held connection's state.
 pub(super) fn send_ping<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
     pinger: &'a mut Pinger,
+    sent_at: Instant,
 ) -> impl std::future::Future<Output = Result<(u64, Instant), Dropped>> + 'a {
     let (msg, id) = pinger.next(ctx);
     let awaited = pinger.awaits(ctx);
     let len = data_len(&msg);
-    let sent_at = Instant::now();
     let conn = pinger.out.conn;
     let pace = &mut pinger.pace;
     let mut msg = Some(msg);
@@ -185,13 +187,14 @@ pub(super) fn settle_ping(
     }
 }
 
-/// Sends one ping and waits for its answer (see `settle_ping`).
+/// Sends one ping, timed from `now`, and waits for its answer (see `settle_ping`).
 pub(super) async fn ping_once(
     ws: &mut Ws,
     ctx: &WorkerState,
     pinger: &mut Pinger,
+    now: Instant,
 ) -> Result<(), Dropped> {
-    let (id, sent_at) = send_ping(ws, ctx, pinger).await?;
+    let (id, sent_at) = send_ping(ws, ctx, pinger, now).await?;
     if !pinger.awaits(ctx) {
         // Nothing to wait for: let the worker's other connections run between sends.
         tokio::task::yield_now().await;

@@ -11,13 +11,16 @@ pub(super) async fn pingpong(
     ctx: &WorkerState,
     mut pinger: Pinger,
 ) -> Result<(), Dropped> {
-    while Instant::now() < ctx.deadline {
-        match ping_once(ws, ctx, &mut pinger).await {
+    loop {
+        let now = Instant::now();
+        if now >= ctx.deadline {
+            return Ok(());
+        }
+        match ping_once(ws, ctx, &mut pinger, now).await {
             Err(Dropped::PingTimeout) => {}
             other => {
                 other?;
             }
         }
     }
-    Ok(())
 }
