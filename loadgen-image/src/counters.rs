@@ -50,6 +50,9 @@ pub struct Slot {
     lost: AtomicU64,
     rtt: AtomicHistogram,
     connect: AtomicHistogram,
+    /// Reconnect attempts begun after a drop, and the connections they opened again.
+    reconnect_attempts: AtomicU64,
+    reconnected: AtomicU64,
 }
 
 impl Slot {
@@ -67,7 +70,17 @@ impl Slot {
             lost: AtomicU64::new(0),
             rtt: AtomicHistogram::default(),
             connect: AtomicHistogram::default(),
+            reconnect_attempts: AtomicU64::new(0),
+            reconnected: AtomicU64::new(0),
         }
+    }
+    pub fn reconnect_attempt(&self) {
+        self.reconnect_attempts.fetch_add(1, Relaxed);
+    }
+    /// A dropped connection open again (also counted as opened: it is one more open).
+    pub fn reconnected(&self, connect: Duration) {
+        self.reconnected.fetch_add(1, Relaxed);
+        self.opened(connect);
     }
     #[inline]
     pub fn sent(&self, n: u64, bytes: u64) {
@@ -199,6 +212,14 @@ impl Counters {
             lost: self.sum(|s| s.lost.load(Relaxed)),
             rtt,
         }
+    }
+
+    /// Reconnect attempts begun, and the connections they opened again.
+    pub fn reconnects(&self) -> (u64, u64) {
+        (
+            self.sum(|s| s.reconnect_attempts.load(Relaxed)),
+            self.sum(|s| s.reconnected.load(Relaxed)),
+        )
     }
 
     /// Failed connection attempts by reason, in [`FAIL_REASONS`]' order.

@@ -28,6 +28,8 @@ pub struct LineChart {
     /// Formats a y value for the axis.
     pub y_format: fn(f64) -> String,
     pub series: Vec<Series>,
+    /// Instants to mark with a vertical line and a label (a disruption).
+    pub markers: Vec<(f64, String)>,
 }
 
 /// A tick step of 1, 2 or 5 times a power of ten giving about four steps up to `max`.
@@ -101,6 +103,18 @@ impl LineChart {
             ly = H - 6.0,
             xl = escape(&self.x_label)
         );
+        for (x, label) in &self.markers {
+            let _ = write!(
+                o,
+                r##"<line x1="{x}" x2="{x}" y1="{y1}" y2="{y2}" class="marker" stroke="#b00" stroke-dasharray="3 3"/><text x="{tx}" y="{ty}" class="marker" fill="#b00">{label}</text>"##,
+                x = px(*x),
+                y1 = TOP,
+                y2 = H - BOTTOM,
+                tx = px(*x) + 3.0,
+                ty = TOP + 10.0,
+                label = escape(label)
+            );
+        }
         let mut legend_x = LEFT;
         for (i, s) in self.series.iter().enumerate() {
             let colour = COLOURS[i % COLOURS.len()];
@@ -158,6 +172,7 @@ mod tests {
                 name: "sent & acked".into(),
                 points: vec![(0.0, 10.0), (1.0, 90.0), (2.0, 40.0)],
             }],
+            markers: vec![(1.5, "kill 1 replica".into())],
         };
         let svg = chart.svg();
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"), "{svg}");
@@ -168,5 +183,10 @@ mod tests {
             "{svg}"
         );
         assert_eq!(svg.matches("<circle").count(), 3);
+        // The marker at 1.5 of an axis 0..2 across 400 px from 64: x = 364.
+        assert!(
+            svg.contains(r#"<line x1="364" x2="364""#) && svg.contains(">kill 1 replica</text>"),
+            "{svg}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use crate::result::{CellResult, RunResult};
 pub mod fanout;
 pub mod fields;
 pub mod kernel;
+pub mod reconnect;
 pub mod server;
 
 /// One explained observation about one cell.
@@ -80,6 +81,11 @@ pub enum Rule {
     /// Connections reset that the servers' counters leave unexplained, and the resets the
     /// namespaces read sent.
     KernelResets,
+    /// Reconnections that came as one burst, their handshakes far slower than the first
+    /// connections'.
+    ReconnectHerd,
+    /// Dropped connections not back by the cell's end.
+    NeverBack,
 }
 
 impl std::fmt::Display for Finding {
@@ -120,6 +126,7 @@ pub fn findings(r: &RunResult) -> Vec<Finding> {
                 .chain(fields::cell(c))
                 .chain(fanout::cell(c))
                 .chain(server::cell(c))
+                .chain(reconnect::cell(c))
                 .chain(kernel::cell(r, c))
         })
         .chain(clock_uncertain(r))

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use wsload_spec::scenario::Measures;
 
 mod fanout;
+mod reconnect;
 
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#212529;max-width:1040px;margin:24px auto;padding:0 16px}
@@ -81,6 +82,7 @@ pub fn html(r: &RunResult) -> String {
     verdict(&mut o, r);
     cells(&mut o, r);
     fanout::deliveries(&mut o, r);
+    reconnect::storms(&mut o, r);
     latency_chart(&mut o, r);
     throughput_charts(&mut o, r);
     shards(&mut o, r);
@@ -271,6 +273,7 @@ fn latency_chart(o: &mut String, r: &RunResult) {
         x_label: "percentile".into(),
         y_format: axis_ms,
         series,
+        markers: Vec::new(),
     };
     let _ = write!(o, "<div class=\"charts\">{}</div></section>", chart.svg());
 }
@@ -351,12 +354,21 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
                 format!("{} s", seconds(step))
             }
         );
+        // The disruptions' instants on every chart of the cell: where the storm began.
+        let markers: Vec<(f64, String)> = c
+            .measure
+            .reconnect
+            .iter()
+            .flat_map(|r| r.storms.iter().filter(|s| !s.what.is_empty()))
+            .map(|s| (s.from_ms as f64 / 1000.0, s.what.clone()))
+            .collect();
         let rates = LineChart {
             title: format!("{}: {what}", c.label),
             x_ticks,
             x_label,
             y_format: num,
             series,
+            markers: markers.clone(),
         };
         o.push_str(&rates.svg());
         // The cell's other charts share the rates chart's axis, with one line each.
@@ -369,6 +381,7 @@ fn throughput_charts(o: &mut String, r: &RunResult) {
                 name: name.into(),
                 points,
             }],
+            markers: markers.clone(),
         };
         let open = beside(
             "open connections",
@@ -591,6 +604,40 @@ mod tests {
         for external in ["<script", "<link", "src=", "@import", "url("] {
             assert!(!page.contains(external), "{external} in the page");
         }
+    }
+
+    #[test]
+    fn reconnects_are_tabled_per_disruption_and_marked_on_the_charts() {
+        let mut r = crate::fixtures::report();
+        let mut rc = crate::reconnect::Reconnects::new(
+            "exponential (100ms..5s doubling, full jitter)".into(),
+            true,
+            &[(4_000, "kill 1 replica at 4s".into())],
+        );
+        for i in 0..250 {
+            rc.dropped(1);
+            rc.attempt(1, 4_000 + i);
+            rc.back(
+                1,
+                4_010 + i,
+                std::time::Duration::from_millis(120),
+                std::time::Duration::from_millis(3),
+            );
+        }
+        r.cells[1].measure.reconnect = Some(rc);
+        let page = html(&r);
+        for part in [
+            "id=\"reconnects\"",
+            "Policy: exponential (100ms..5s doubling, full jitter).",
+            "<td>kill 1 replica at 4s</td><td>250</td><td>250</td><td>0</td><td>0</td><td>250</td>",
+            // The busiest 100 ms held 100 attempts: 1,000 a second.
+            "<td>1000</td>",
+            ">kill 1 replica at 4s</text>",
+        ] {
+            assert!(page.contains(part), "{part} missing");
+        }
+        // On each of the cell's three charts over time, none of the other cell's.
+        assert_eq!(page.matches(">kill 1 replica at 4s</text>").count(), 3);
     }
 
     #[test]

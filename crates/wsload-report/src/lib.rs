@@ -33,6 +33,8 @@ mod merge;
 mod numbers;
 mod percentiles;
 mod pushes;
+pub mod reconnect;
+mod reconnect_text;
 mod result;
 pub mod server_connections;
 mod spec_copy;

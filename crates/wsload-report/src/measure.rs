@@ -518,12 +518,19 @@ impl Hists {
 pub struct Measure {
     pub counts: Counts,
     pub hists: Hists,
+    /// How dropped connections came back (`spec.reconnect`, `spec.disruptions`); absent when
+    /// the cell neither reconnects nor disrupts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<crate::reconnect::Reconnects>,
 }
 
 impl Measure {
     pub fn add(&mut self, o: &Measure) {
         self.counts.add(&o.counts);
         self.hists.add(&o.hists);
+        if let Some(r) = &o.reconnect {
+            self.reconnect.get_or_insert_with(Default::default).add(r);
+        }
     }
 }
 

@@ -113,6 +113,17 @@ impl RunResult {
                 let _ = writeln!(o, "{line}");
             }
         }
+        let reconnect: Vec<String> = self
+            .cells
+            .iter()
+            .flat_map(crate::reconnect_text::lines)
+            .collect();
+        if !reconnect.is_empty() {
+            o.push('\n');
+            for line in &reconnect {
+                let _ = writeln!(o, "{line}");
+            }
+        }
         let findings = crate::findings::findings(self);
         if !findings.is_empty() {
             o.push('\n');

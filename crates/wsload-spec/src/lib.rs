@@ -17,6 +17,7 @@ pub mod file;
 pub mod fixtures;
 pub mod json_path;
 pub mod matching;
+pub mod reconnect;
 pub mod refused;
 pub mod scenario;
 pub mod server_connections;

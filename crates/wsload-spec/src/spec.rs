@@ -5,6 +5,7 @@ use crate::cel;
 use crate::cluster::{LoadgenSpec, Placement, PullPolicy, RunPolicy};
 use crate::conversation::{Compression, Conversation};
 use crate::env_var::EnvVar;
+use crate::reconnect::{Disruption, ReconnectSpec};
 pub use crate::scenario::Scenario;
 use crate::threshold::Threshold;
 use crate::units::{Dur, Percent};
@@ -128,6 +129,15 @@ pub struct LoadTestSpec {
     /// Local addresses connections bind to, beyond one address's ephemeral ports.
     #[serde(default)]
     pub sources: SourcesSpec,
+    /// How dropped connections come back (sustainedHold): off unless a policy is named. See
+    /// docs/loadtest.md, "Reconnect storms".
+    #[serde(default, skip_serializing_if = "is_default_reconnect")]
+    pub reconnect: ReconnectSpec,
+    /// What is done to the server at instants of each measured phase (a replica killed);
+    /// every one is a window of the report's reconnect figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::reconnect::MAX_DISRUPTIONS))]
+    pub disruptions: Vec<Disruption>,
     /// Load-generator pods sharing the load; `wsload run` runs them all in one process.
     #[serde(default = "default_shards")]
     #[schemars(range(min = 1, max = cel::MAX_SHARDS))]
@@ -149,6 +159,9 @@ pub struct LoadTestSpec {
     pub run: RunPolicy,
 }
 
+fn is_default_reconnect(r: &ReconnectSpec) -> bool {
+    *r == ReconnectSpec::default()
+}
 fn is_default_fanout(f: &crate::fanout::FanoutSpec) -> bool {
     *f == crate::fanout::FanoutSpec::default()
 }

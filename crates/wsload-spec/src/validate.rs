@@ -11,6 +11,7 @@ use std::fmt;
 mod conversation;
 mod fanout;
 mod negotiation;
+mod reconnect;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -55,6 +56,7 @@ pub fn validate(spec: &LoadTestSpec) -> Result<(), Vec<FieldError>> {
     cluster(spec, &mut e);
     conversation::conversation(spec, &mut e);
     fanout::fanout(spec, &mut e);
+    reconnect::check(spec, &mut e);
     if e.0.is_empty() { Ok(()) } else { Err(e.0) }
 }
 

@@ -9,6 +9,7 @@ use super::pinger::{
     Pinger, Reply, answer_due, cutoff, may_send, poll_answer, send_ping, settle_ping,
 };
 use super::read::{ReplyPace, account, converse, count_unsolicited, heard_meanwhile};
+use super::reconnect::come_back;
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use super::write::{write_drop, write_reading};
@@ -301,9 +302,10 @@ fn at(ctx: &WorkerState, ms: u32) -> Instant {
     ctx.start + Duration::from_millis(u64::from(ms))
 }
 /// A held connection from its open: kept alive while the rest open ([`keep_until`]), then
-/// its measured hold and its close. The stream stays in this task's state, borrowed by each
-/// phase in turn: moved into `behavior::run` it would be stored twice (rust-lang/rust#62958).
-/// Not an `async fn`, for the same reason.
+/// its measured hold and its close; dropped, it comes back as the cell's policy says
+/// ([`come_back`]) and holds again, until the deadline. The stream stays in this task's
+/// state, borrowed by each phase in turn: moved into `behavior::run` it would be stored twice
+/// (rust-lang/rust#62958). Not an `async fn`, for the same reason.
 #[allow(clippy::manual_async_fn)] // deliberately not an async fn: see above
 pub(super) fn held(
     mut ws: Ws,
@@ -331,14 +333,27 @@ pub(super) fn held(
         .await;
         let ctx = serving.measured().await;
         let ctx = &*ctx;
-        let began = ms_since(ctx.start);
-        let ended = match early {
-            Ok(()) => {
-                let beat = beat.due().map_or(NEVER, |t| since(ctx, t));
-                hold(&mut ws, ctx, every, pinger, beat).await
-            }
-            Err(why) => Err(why),
-        };
-        Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;
+        let mut began = ms_since(ctx.start);
+        // Where the hold begins: its heartbeat's schedule, or how it ended before it began.
+        let mut from = early.map(|()| beat.due().map_or(NEVER, |t| since(ctx, t)));
+        loop {
+            let ended = match from {
+                Ok(beat) => hold(&mut ws, ctx, every, pinger, beat).await,
+                Err(why) => Err(why),
+            };
+            Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;
+            let (Err(_), Some(comeback)) = (ended, &ctx.comeback) else {
+                return;
+            };
+            // Down from here (its close done, if it had one to linger for) until it is back.
+            // (No instant kept across `finish`: 16 bytes in every held connection's task.)
+            let Some(back) = Box::pin(come_back(&serving, ctx, comeback, n)).await else {
+                return;
+            };
+            ws = back.ws;
+            began = ms_since(ctx.start);
+            pinger = Pinger::new(ping, serving.message_for(&back.vars), n);
+            from = Ok(NEVER);
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! cell's end.
 
 use super::worker::WorkerState;
+use crate::connect::Dialer;
 use crate::conversation::Out;
 use crate::model::Behavior;
 use std::cell::{OnceCell, RefCell};
@@ -27,13 +28,16 @@ pub struct Serving {
     pub(super) measured: OnceCell<Rc<WorkerState>>,
     pub(super) begun: Notify,
     pub(super) tasks: RefCell<JoinSet<()>>,
+    /// What a dropped connection dials again with (`spec.reconnect`).
+    pub(super) dialer: Arc<Dialer>,
 }
 
 impl Serving {
     /// `early` is the worker's state as it is known before the start, its instants
     /// beyond any cell; `behavior` the cell's (a fanout).
-    pub fn new(early: WorkerState, behavior: Behavior) -> Serving {
+    pub fn new(early: WorkerState, behavior: Behavior, dialer: Arc<Dialer>) -> Serving {
         Serving {
+            dialer,
             common: early.script.shared_message(),
             behavior,
             early,

@@ -6,6 +6,7 @@ use crate::conversation::{Prebuilt, Script};
 use crate::counters::SlotRef;
 use crate::machine::clock::CellClock;
 use crate::model::Cell;
+use crate::model::comeback::Comeback;
 use bytes::BytesMut;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -48,6 +49,9 @@ pub struct WorkerState {
     /// What the worker's connections take turns with (their read and write buffers are the
     /// worker thread's too: wsload-ws's `Spare`).
     pub scratch: Scratch,
+    /// How the cell's held connections come back when dropped (`None`: neither reconnects
+    /// nor disrupts).
+    pub comeback: Option<Arc<Comeback>>,
 }
 
 /// A worker's shared message arena. Borrowed only inside a poll, never across an await.
@@ -119,6 +123,7 @@ impl WorkerState {
             discard: Rc::new(RefCell::new(Measure::default())),
             slot,
             scratch: Scratch::default(),
+            comeback: cell.comeback.clone(),
         }
     }
 

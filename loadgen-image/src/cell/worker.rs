@@ -59,7 +59,11 @@ impl Worker<'_> {
         let serving =
             matches!(cell.behavior, Behavior::Fanout(_) | Behavior::Hold { .. }).then(|| {
                 let early = self.state(Instants::before_start());
-                Rc::new(Serving::new(early, cell.behavior.clone()))
+                Rc::new(Serving::new(
+                    early,
+                    cell.behavior.clone(),
+                    self.dialer.clone(),
+                ))
             });
         let connected = self.connect(start_line, serving.as_ref()).await;
         self.measure(connected, start_line, serving).await

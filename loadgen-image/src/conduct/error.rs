@@ -23,6 +23,9 @@ pub enum RunError {
     Server(#[from] ServerError),
     #[error("spec.target: no url and no server")]
     NoTarget,
+    /// A disruption this process cannot do (the server it would kill is not its own).
+    #[error("spec.disruptions: {0}")]
+    Disruption(String),
     /// A thread, a port or a runtime this machine did not give.
     #[error("{what}: {source}")]
     Io {
@@ -61,9 +64,11 @@ impl RunError {
             | RunError::Server(_)
             | RunError::Io { .. }
             | RunError::Panicked { .. } => EXIT_FAILED,
-            RunError::Setup(_) | RunError::Plan(_) | RunError::Share(_) | RunError::NoTarget => {
-                EXIT_INPUT
-            }
+            RunError::Setup(_)
+            | RunError::Plan(_)
+            | RunError::Share(_)
+            | RunError::NoTarget
+            | RunError::Disruption(_) => EXIT_INPUT,
         }
     }
 }

@@ -59,10 +59,20 @@ pub fn find_binary(explicit: Option<PathBuf>) -> PathBuf {
 
 /// Every replica of a managed server.
 pub struct LocalServers {
-    /// Stopped on drop, together.
-    replicas: Vec<LocalServer>,
+    /// Stopped on drop, together. `None`: killed by a disruption, not started again yet.
+    replicas: Vec<Option<LocalServer>>,
     pub ws_url: String,
     pub metrics_urls: Vec<String>,
+    /// How a replica is started again after a disruption killed it.
+    again: Restart,
+}
+
+/// What starting a replica again takes: the first start's binary, spec and shared address.
+struct Restart {
+    bin: PathBuf,
+    spec: LoadTestSpec,
+    server: ManagedServer,
+    listen: String,
 }
 
 impl LocalServers {
@@ -73,7 +83,7 @@ impl LocalServers {
     ) -> Result<Self, ServerError> {
         let n = server.replicas.max(1);
         let shared = n > 1;
-        let first = LocalServer::start(&bin, spec, server, "127.0.0.1:0", shared)?;
+        let first = LocalServer::start(&bin, spec, server, "127.0.0.1:0", shared, "127.0.0.1:0")?;
         let ws_url = first.ws_url.clone();
         let port = port_of(&ws_url).ok_or_else(|| ServerError::NoPort {
             url: ws_url.clone(),
@@ -81,9 +91,17 @@ impl LocalServers {
         let mut replicas = vec![first];
         let listen = format!("127.0.0.1:{port}");
         for _ in 1..n {
-            replicas.push(LocalServer::start(&bin, spec, server, &listen, true)?);
+            replicas.push(LocalServer::start(
+                &bin,
+                spec,
+                server,
+                &listen,
+                true,
+                "127.0.0.1:0",
+            )?);
         }
         let metrics_urls: Vec<String> = replicas.iter().map(|r| r.metrics_url.clone()).collect();
+        let replicas = replicas.into_iter().map(Some).collect();
         // Said so that Prometheus (or a person with curl) can watch the servers too.
         let note = if shared {
             format!(" x{n} (SO_REUSEPORT)")
@@ -98,7 +116,77 @@ impl LocalServers {
             replicas,
             ws_url,
             metrics_urls,
+            again: Restart {
+                bin,
+                spec: spec.clone(),
+                server: server.clone(),
+                listen,
+            },
         })
+    }
+
+    /// Kills `count` running replicas at once (SIGKILL: a crash, no drain, no close frames),
+    /// the first ones started first. Their indices; the kernel's SO_REUSEPORT group sends
+    /// new connections to the replicas left.
+    pub fn kill(&mut self, count: u32) -> Vec<usize> {
+        let chosen: Vec<usize> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some())
+            .map(|(i, _)| i)
+            .take(count as usize)
+            .collect();
+        // All signalled before any is waited for: killed one by one, the first one's
+        // connections would come back to the next one in time to be dropped again.
+        let mut dead: Vec<LocalServer> = chosen
+            .iter()
+            .filter_map(|&i| self.replicas[i].take())
+            .collect();
+        for r in &mut dead {
+            let _ = r.child.kill();
+        }
+        for mut r in dead {
+            let _ = r.child.wait();
+            // Its drop would signal a pid that may be reused now.
+            std::mem::forget(r);
+        }
+        chosen
+    }
+
+    /// Starts killed replica `i` again on the shared port.
+    /// Must run on a thread that outlives it: `--exit-with-parent` ties a server to the thread
+    /// that spawned it.
+    pub fn restart(&mut self, i: usize) -> Result<(), ServerError> {
+        if self.replicas.get(i).is_some_and(Option::is_none) {
+            let Restart {
+                bin,
+                spec,
+                server,
+                listen,
+            } = &self.again;
+            let reuse = self.replicas.len() > 1;
+            // Its metrics where they were, so that what reads the servers' counters finds it
+            // (counting from zero again: a crash loses what the process counted).
+            let metrics = self
+                .metrics_urls
+                .get(i)
+                .and_then(|u| port_of(u))
+                .map_or_else(|| "127.0.0.1:0".to_string(), |p| format!("127.0.0.1:{p}"));
+            let r = LocalServer::start(bin, spec, server, listen, reuse, &metrics)?;
+            if let Some(url) = self.metrics_urls.get_mut(i) {
+                url.clone_from(&r.metrics_url);
+            }
+            self.replicas[i] = Some(r);
+        }
+        Ok(())
+    }
+
+    /// The replicas killed and not started again.
+    pub fn down(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|i| self.replicas[*i].is_none())
+            .collect()
     }
 }
 
@@ -116,13 +204,14 @@ impl LocalServer {
         server: &ManagedServer,
         listen: &str,
         reuse_port: bool,
+        metrics_listen: &str,
     ) -> Result<LocalServer, ServerError> {
         let mut cmd = Command::new(bin);
         cmd.args([
             "--listen",
             listen,
             "--metrics-listen",
-            "127.0.0.1:0",
+            metrics_listen,
             "--profile",
             server.profile.as_str(),
         ]);
@@ -208,7 +297,7 @@ impl LocalServer {
 impl Drop for LocalServers {
     fn drop(&mut self) {
         // SIGTERM to every replica first, so that their drains overlap.
-        for r in &self.replicas {
+        for r in self.replicas.iter().flatten() {
             r.terminate();
         }
     }

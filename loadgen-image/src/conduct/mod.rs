@@ -2,11 +2,13 @@
 //! or the managed server started here: [`target`], [`local_server`]), whether this process
 //! can open its share ([`capacity`]), who orders its cells ([`gate`]: the conductor here, or
 //! elsewhere over the shard control protocol, [`control`]), the run itself ([`run`]), its
-//! background thread ([`background`]) and the servers' own counters ([`server_metrics`]).
+//! background thread ([`background`]), the servers' own counters ([`server_metrics`]) and
+//! what is done to the managed server meanwhile ([`disrupt`]).
 
 pub mod background;
 pub mod capacity;
 pub mod control;
+pub mod disrupt;
 pub mod error;
 pub mod gate;
 pub mod local_server;

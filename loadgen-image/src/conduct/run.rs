@@ -7,6 +7,7 @@ use crate::cell::Workers;
 use crate::cell::rendezvous::Meeting;
 use crate::conduct::background::spawn_background;
 use crate::conduct::capacity;
+use crate::conduct::disrupt::{self, Disruptor};
 use crate::conduct::gate::{Gate, LocalGate};
 use crate::conduct::local_server::LocalServers;
 use crate::conduct::server_metrics::Counter;
@@ -23,7 +24,7 @@ use crate::observe::exposition::{Endpoint, Labels, LiveMetrics};
 use crate::observe::progress::Outline;
 use crate::observe::sampler::Sampler;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use wsload_report::Part;
 use wsload_report::measure::ConnectError;
 use wsload_report::report::{CellResult, RunResult, ShardInfo};
@@ -85,8 +86,10 @@ pub struct Prepared {
     workers: Workers,
     /// Takes each cell's timeline.
     sampler: Arc<Sampler>,
+    /// Stopped before the servers (fields drop in order): it may be restarting one.
+    _disruptor: Option<Disruptor>,
     /// Dropped with the run: stops the managed servers.
-    _local: Option<LocalServers>,
+    _local: Option<Arc<Mutex<LocalServers>>>,
 }
 
 pub fn prepare(
@@ -103,6 +106,22 @@ pub fn prepare(
         local,
     } = target(lt, opts)?;
     let dialer = Arc::new(Dialer::new(spec, &url)?);
+    let local = local.map(|l| Arc::new(Mutex::new(l)));
+    let disruptor = match (&local, spec.disruptions.is_empty()) {
+        (_, true) => None,
+        (Some(servers), false) => disrupt::spawn(
+            &spec.disruptions,
+            spec.connections.len(),
+            servers.clone(),
+            instruments.counters.clone(),
+        )
+        .map_err(|e| RunError::io("cannot start the disruptions' thread", e))?,
+        (None, false) => {
+            return Err(RunError::Disruption(format!(
+                "this process does not run the managed server it would kill (the target is {url}); run the LoadTest with `wsload run` and no --target-url"
+            )));
+        }
+    };
     Ok(Prepared {
         plan,
         url,
@@ -113,6 +132,7 @@ pub fn prepare(
             counters: instruments.counters.clone(),
         },
         sampler: instruments.sampler.clone(),
+        _disruptor: disruptor,
         _local: local,
     })
 }

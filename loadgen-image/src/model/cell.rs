@@ -43,6 +43,9 @@ pub struct Cell {
     /// The conversation as this cell holds it (`Script::for_cell`): its measured message in
     /// the cell's format and size.
     pub script: Arc<Script>,
+    /// How its held connections come back when dropped, and the windows of their figures;
+    /// `None` when the spec neither reconnects nor disrupts.
+    pub comeback: Option<Arc<super::comeback::Comeback>>,
 }
 
 /// A planned cell plus what the report says of it.

@@ -4,6 +4,7 @@
 
 pub mod behavior;
 pub mod cell;
+pub mod comeback;
 pub mod options;
 pub mod plan;
 pub mod schedule;

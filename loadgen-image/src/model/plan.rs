@@ -285,6 +285,7 @@ fn cell(spec: &LoadTestSpec, shard: Shard, shape: Shape, script: &Script) -> Pla
             write_timeout: spec.write_timeout.get(),
             script: Arc::new(script.for_cell(behavior.times_each(), encoding, size as usize)),
             behavior,
+            comeback: super::comeback::Comeback::of(spec).map(Arc::new),
         },
         total_connections: connections,
         size,

@@ -102,6 +102,16 @@ impl Collector for LiveMetrics {
                 "Messages sent that expect an answer (pings, paced echoes).",
                 snap.expected,
             ),
+            (
+                "wsload_reconnect_attempts",
+                "Reconnect attempts begun after a drop (spec.reconnect).",
+                c.reconnects().0,
+            ),
+            (
+                "wsload_reconnects",
+                "Dropped connections opened again (also counted in wsload_connections_opened).",
+                c.reconnects().1,
+            ),
         ] {
             family::counters(e, name, help, [(base, v)])?;
         }

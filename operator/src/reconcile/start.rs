@@ -82,6 +82,15 @@ impl View<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
+        if !spec.disruptions.is_empty() {
+            // Refused whole rather than run without them: a test of a deploy that deploys
+            // nothing would pass for one that survived it.
+            let why = "spec.disruptions: the operator does not delete server pods yet; run this LoadTest with `wsload run FILE`, or remove disruptions";
+            self.mark_failed(Reason::InvalidSpec, why.to_string());
+            self.enter(Phase::Failed, why.to_string());
+            self.st.completion_time = Some(Time(self.now));
+            return Ok(Action::await_change());
+        }
         if self.refused_by_outdated_crd().await? || self.refused_by_pod_security().await? {
             return Ok(Action::await_change());
         }

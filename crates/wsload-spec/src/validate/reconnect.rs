@@ -1,0 +1,235 @@
+//! `spec.reconnect` and `spec.disruptions`: a policy's values that mean something for it, and
+//! disruptions that can be done to this target within the measured phase.
+
+use super::Errors;
+use crate::reconnect::{MAX_DISRUPTIONS, ReconnectPolicy};
+use crate::spec::{LoadTestSpec, Scenario};
+
+pub(super) fn check(spec: &LoadTestSpec, e: &mut Errors) {
+    policy(spec, e);
+    disruptions(spec, e);
+}
+
+fn policy(spec: &LoadTestSpec, e: &mut Errors) {
+    let r = &spec.reconnect;
+    let p = r.policy;
+    let set = [
+        ("delay", r.delay.is_some()),
+        ("maxDelay", r.max_delay.is_some()),
+        ("jitter", r.jitter.is_some()),
+        ("delays", !r.delays.is_empty()),
+        ("maxAttempts", r.max_attempts.is_some()),
+    ];
+    // Which fields each policy reads: any other one set is a mistake the user should hear of.
+    let reads: &[&str] = match p {
+        ReconnectPolicy::None => &[],
+        ReconnectPolicy::Immediate => &["maxAttempts"],
+        ReconnectPolicy::Fixed => &["delay", "jitter", "maxAttempts"],
+        ReconnectPolicy::Exponential => &["delay", "maxDelay", "jitter", "maxAttempts"],
+        ReconnectPolicy::Steps => &["delays", "maxAttempts"],
+        ReconnectPolicy::Socketio | ReconnectPolicy::Signalr | ReconnectPolicy::Centrifuge => &[],
+    };
+    for (field, is_set) in set {
+        if !is_set || reads.contains(&field) {
+            continue;
+        }
+        let why = match p {
+            ReconnectPolicy::None => {
+                "no reconnect policy is named, so nothing reads it; set reconnect.policy (e.g. exponential)".to_string()
+            }
+            p if p.is_preset() => format!(
+                "the {} policy is that client library's defaults and sets every delay itself; remove it, or name policy exponential, fixed or steps",
+                p.as_str()
+            ),
+            p => format!("the {} policy does not read it; remove it", p.as_str()),
+        };
+        e.add(format!("reconnect.{field}"), why);
+    }
+    if p == ReconnectPolicy::Steps && r.delays.is_empty() {
+        e.add(
+            "reconnect.delays",
+            "the steps policy needs its delays, e.g. [0s, 2s, 10s, 30s]",
+        );
+    }
+    if let (Some(d), Some(m)) = (r.delay, r.max_delay)
+        && m < d
+    {
+        e.add(
+            "reconnect.maxDelay",
+            format!(
+                "{} is below reconnect.delay ({}); raise it or lower delay",
+                humantime::format_duration(m.get()),
+                humantime::format_duration(d.get())
+            ),
+        );
+    }
+    if r.enabled() && spec.scenario != Scenario::SustainedHold {
+        e.add(
+            "reconnect.policy",
+            format!(
+                "only sustainedHold's connections reconnect in this version (the scenario is {}); use scenario sustainedHold, or policy none",
+                spec.scenario.as_str()
+            ),
+        );
+    }
+}
+
+fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
+    let list = &spec.disruptions;
+    if list.is_empty() {
+        return;
+    }
+    if list.len() > MAX_DISRUPTIONS {
+        e.add(
+            "disruptions",
+            format!("{} disruptions; at most {MAX_DISRUPTIONS}", list.len()),
+        );
+    }
+    if spec.scenario != Scenario::SustainedHold {
+        e.add(
+            "disruptions",
+            format!(
+                "disruptions happen during a hold (scenario sustainedHold), not in {}",
+                spec.scenario.as_str()
+            ),
+        );
+    }
+    let duration = spec.duration.get();
+    let mut last = None;
+    for (i, d) in list.iter().enumerate() {
+        let field = format!("disruptions[{i}]");
+        if d.at.get() >= duration {
+            e.add(
+                format!("{field}.at"),
+                format!(
+                    "{} is not within the measured phase ({}); make it earlier or the duration longer",
+                    humantime::format_duration(d.at.get()),
+                    humantime::format_duration(duration)
+                ),
+            );
+        }
+        if last.is_some_and(|l| d.at < l) {
+            e.add(
+                format!("{field}.at"),
+                "disruptions are listed in the order they happen; move this one up",
+            );
+        }
+        last = Some(d.at);
+        let Some(kill) = &d.kill else {
+            e.add(&field, "says nothing to do; give it kill: {replicas: 1}");
+            continue;
+        };
+        match &spec.target.server {
+            None => e.add(
+                format!("{field}.kill"),
+                "only the managed server's replicas can be killed (target.server); an external target.url is not wsload's to kill",
+            ),
+            Some(s) if kill.replicas >= s.replicas.max(1) && kill.restart_after.is_none() => e.add(
+                format!("{field}.kill.replicas"),
+                format!(
+                    "{} of {} replicas killed for good leaves nothing to reconnect to; kill fewer, run more (target.server.replicas) or give restartAfter",
+                    kill.replicas,
+                    s.replicas.max(1)
+                ),
+            ),
+            Some(s) if kill.replicas > s.replicas.max(1) => e.add(
+                format!("{field}.kill.replicas"),
+                format!(
+                    "{} replicas killed, but the server runs {}",
+                    kill.replicas,
+                    s.replicas.max(1)
+                ),
+            ),
+            Some(_) => {}
+        }
+        if kill.replicas == 0 {
+            e.add(format!("{field}.kill.replicas"), "must be at least 1");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::LoadTest;
+
+    /// Every error of a hold against three managed replicas with `extra` in its spec.
+    fn refused(extra: &str) -> String {
+        let doc = format!(
+            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t}}\nspec:\n  target: {{server: {{replicas: 3}}}}\n  scenario: sustainedHold\n  duration: 10s\n{extra}"
+        );
+        match LoadTest::from_yaml(&doc, "t.yaml") {
+            Ok(_) => panic!("accepted:\n{doc}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_policy_and_its_disruptions_are_accepted_as_written() {
+        let doc = "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: t}\nspec:\n  target: {server: {replicas: 3}}\n  scenario: sustainedHold\n  duration: 10s\n  reconnect: {policy: exponential, delay: 100ms, maxDelay: 5s, jitter: decorrelated, maxAttempts: 10}\n  disruptions:\n    - {at: 2s, kill: {replicas: 1}}\n    - {at: 5s, kill: {replicas: 3, restartAfter: 1s}}\n";
+        let lt = LoadTest::from_yaml(doc, "t.yaml").expect("valid");
+        assert_eq!(lt.spec.disruptions.len(), 2);
+        assert_eq!(
+            lt.spec.reconnect.describe(),
+            "exponential (100ms..5s doubling, decorrelated jitter, at most 10 attempts)"
+        );
+    }
+
+    #[test]
+    fn fields_a_policy_does_not_read_are_named() {
+        let e = refused("  reconnect: {policy: socketio, delay: 1s}\n");
+        assert!(
+            e.contains(
+                "spec.reconnect.delay: the socketio policy is that client library's defaults"
+            ),
+            "{e}"
+        );
+        let e = refused("  reconnect: {jitter: full}\n");
+        assert!(
+            e.contains("spec.reconnect.jitter: no reconnect policy is named"),
+            "{e}"
+        );
+        let e = refused("  reconnect: {policy: steps}\n");
+        assert!(
+            e.contains("spec.reconnect.delays: the steps policy needs its delays"),
+            "{e}"
+        );
+        let e = refused("  reconnect: {policy: exponential, delay: 2s, maxDelay: 1s}\n");
+        assert!(
+            e.contains("spec.reconnect.maxDelay: 1s is below reconnect.delay (2s)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn disruptions_that_cannot_happen_are_refused_with_their_fix() {
+        let e = refused("  disruptions: [{at: 10s, kill: {}}]\n");
+        assert!(
+            e.contains("spec.disruptions[0].at: 10s is not within the measured phase (10s)"),
+            "{e}"
+        );
+        let e = refused("  disruptions: [{at: 1s, kill: {replicas: 3}}]\n");
+        assert!(
+            e.contains("spec.disruptions[0].kill.replicas: 3 of 3 replicas killed for good leaves nothing to reconnect to"),
+            "{e}"
+        );
+        let e = refused("  disruptions: [{at: 5s, kill: {}}, {at: 1s, kill: {}}]\n");
+        assert!(
+            e.contains("spec.disruptions[1].at: disruptions are listed in the order they happen"),
+            "{e}"
+        );
+        let e = refused("  disruptions: [{at: 1s}]\n");
+        assert!(e.contains("spec.disruptions[0]: says nothing to do"), "{e}");
+        let doc = "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: t}\nspec:\n  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: throughput\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, kill: {}}]\n";
+        let e = LoadTest::from_yaml(doc, "t.yaml")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        for want in [
+            "spec.reconnect.policy: only sustainedHold's connections reconnect",
+            "spec.disruptions: disruptions happen during a hold",
+            "spec.disruptions[0].kill: only the managed server's replicas can be killed",
+        ] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+}

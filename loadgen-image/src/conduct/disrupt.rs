@@ -1,0 +1,159 @@
+//! `spec.disruptions` on one machine: at each disruption's instant of every cell's measured
+//! phase, the managed server's replicas are killed (SIGKILL, as a crash), and started again
+//! `restartAfter` later, or before the next cell. On a thread of its own, off the workers'
+//! and the sampler's: a kill waits for the process to be reaped, a restart for its address.
+
+use crate::conduct::local_server::LocalServers;
+use crate::counters::Counters;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use wsload_spec::reconnect::Disruption;
+
+/// The thread that disrupts; stopped (and joined) when dropped, before the servers stop.
+pub struct Disruptor {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Disruptor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// How often the thread looks at the run's course for a measured phase's start: the
+/// disruption itself is timed from that start, not from when it was seen.
+const LOOK: Duration = Duration::from_millis(5);
+
+/// One thing to do at an instant: kill `count` replicas, or start replica `i` again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Act {
+    Kill {
+        count: u32,
+        restart_after: Option<Duration>,
+    },
+    Restart(usize),
+}
+
+/// Starts the thread that runs `disruptions` on `servers` in every one of the run's `cells`
+/// `counters` reports; `None` when there are none.
+pub fn spawn(
+    disruptions: &[Disruption],
+    cells: usize,
+    servers: Arc<Mutex<LocalServers>>,
+    counters: Arc<Counters>,
+) -> std::io::Result<Option<Disruptor>> {
+    let plan: Vec<(Duration, Act)> = disruptions
+        .iter()
+        .filter_map(|d| {
+            let kill = d.kill.as_ref()?;
+            Some((
+                d.at.get(),
+                Act::Kill {
+                    count: kill.replicas,
+                    restart_after: kill.restart_after.map(|r| r.get()),
+                },
+            ))
+        })
+        .collect();
+    if plan.is_empty() {
+        return Ok(None);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("wsload-disrupt".into())
+        .spawn(move || run(&plan, cells, &servers, &counters, &stopped))?;
+    Ok(Some(Disruptor {
+        stop,
+        handle: Some(handle),
+    }))
+}
+
+fn lock(servers: &Mutex<LocalServers>) -> std::sync::MutexGuard<'_, LocalServers> {
+    servers.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn run(
+    plan: &[(Duration, Act)],
+    cells: usize,
+    servers: &Mutex<LocalServers>,
+    counters: &Counters,
+    stop: &AtomicBool,
+) {
+    let mut done: Option<usize> = None;
+    let mut pending: Vec<(Instant, Act)> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let course = counters.course();
+        let cell = course.cell.as_ref().map(|p| p.index);
+        if course.ended {
+            pending.clear();
+            // The next cell begins with every replica: what a cell killed for good is its own.
+            // After the last one nothing is started (the run's end would wait for it).
+            if cell.is_some_and(|i| i + 1 < cells) {
+                restart_all(servers);
+            }
+        } else if let (Some(i), Some(from)) = (cell, course.measured_from)
+            && done != Some(i)
+        {
+            done = Some(i);
+            pending = plan.iter().map(|(at, act)| (from + *at, *act)).collect();
+        }
+        let now = Instant::now();
+        pending.sort_by_key(|(t, _)| *t);
+        while let Some(&(t, act)) = pending.first()
+            && t <= now
+        {
+            pending.remove(0);
+            match act {
+                Act::Kill {
+                    count,
+                    restart_after,
+                } => {
+                    let killed = lock(servers).kill(count);
+                    let late = now.saturating_duration_since(t);
+                    tracing::info!(
+                        ?killed,
+                        late_ms = late.as_millis(),
+                        "disruption: replicas killed"
+                    );
+                    crate::observe::terminal::eprintln_above!(
+                        "disruption: killed server replica{} {killed:?} ({} ms after its instant)",
+                        if killed.len() == 1 { "" } else { "s" },
+                        late.as_millis()
+                    );
+                    if let Some(after) = restart_after {
+                        pending.extend(killed.into_iter().map(|i| (t + after, Act::Restart(i))));
+                    }
+                }
+                Act::Restart(i) => match lock(servers).restart(i) {
+                    Ok(()) => tracing::info!(replica = i, "disruption: replica started again"),
+                    Err(e) => {
+                        crate::observe::terminal::eprintln_above!(
+                            "disruption: replica {i} did not start again: {e}"
+                        );
+                    }
+                },
+            }
+        }
+        let wake = pending
+            .first()
+            .map_or(now + LOOK, |(t, _)| (*t).min(now + LOOK));
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+fn restart_all(servers: &Mutex<LocalServers>) {
+    let mut s = lock(servers);
+    for i in s.down() {
+        if let Err(e) = s.restart(i) {
+            crate::observe::terminal::eprintln_above!(
+                "disruption: replica {i} did not start again: {e}"
+            );
+        }
+    }
+}

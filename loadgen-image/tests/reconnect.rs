@@ -1,0 +1,124 @@
+//! Reconnect storms on one machine: managed server replicas killed mid-hold (SIGKILL, as a
+//! crash) and the held connections they dropped brought back by the LoadTest's policy, every
+//! figure counted in the disruption's window.
+
+mod common;
+
+use common::{only, run, spec};
+use wsload::measure::ConnectError;
+
+/// Three replicas, `conns` held connections, one replica killed 1 s in with `kill`, and
+/// `reconnect` as the policy.
+fn storm(name: &str, conns: u32, reconnect: &str, kill: &str) -> wsload::report::RunResult {
+    run(&spec(
+        name,
+        &format!(
+            "  target: {{server: {{replicas: 3}}}}\n  scenario: sustainedHold\n  connections: [{conns}]\n  duration: 4s\n  warmup: 0s\n  ping: {{interval: 500ms, timeout: 1s}}\n  reconnect: {reconnect}\n  disruptions:\n    - at: 1s\n      kill: {kill}\n"
+        ),
+    ))
+}
+
+#[test]
+fn a_killed_replica_drops_its_share_and_every_connection_comes_back() {
+    let r = storm(
+        "storm-back",
+        300,
+        "{policy: exponential, delay: 50ms, maxDelay: 400ms, jitter: full}",
+        "{replicas: 1}",
+    );
+    let c = only(&r);
+    let n = &c.measure.counts;
+    let rc = c.measure.reconnect.as_ref().expect("reconnect figures");
+    assert_eq!(rc.storms.len(), 2, "{rc:?}");
+    let (before, kill) = (&rc.storms[0], &rc.storms[1]);
+    assert_eq!(kill.what, "kill 1 replica at 1s");
+    assert_eq!(before.dropped, 0, "nothing dropped before the kill: {rc:?}");
+    // The kernel spreads connections over the three replicas by their ports' hash: the
+    // killed one held some, not all.
+    assert!(
+        (20..=200).contains(&kill.dropped),
+        "a third or so of 300 dropped: {rc:?}"
+    );
+    assert_eq!(n.dropped_total(), kill.dropped, "{n:?}");
+    assert_eq!(kill.reconnected, kill.dropped, "every one back: {rc:?}");
+    assert_eq!(kill.never_back(), 0);
+    assert_eq!(kill.downtime.len(), kill.reconnected);
+    assert_eq!(kill.handshake.len(), kill.reconnected);
+    assert!(kill.attempts >= kill.reconnected, "{rc:?}");
+    // Back within the policy's waits (at most 400 ms each, 3 s left), not at the deadline.
+    assert!(kill.last_back_ms < 2_500, "{rc:?}");
+    assert!(kill.downtime.max() < 2.5, "{rc:?}");
+    assert_eq!(rc.attempts.iter().sum::<u64>(), kill.attempts);
+    assert_eq!(rc.returns.iter().sum::<u64>(), kill.reconnected);
+    // Nothing before the kill: the series begin at the measured phase.
+    assert!(rc.attempts[..10].iter().all(|n| *n == 0), "{rc:?}");
+    // Back and held to the end: healthy at the deadline.
+    assert_eq!((n.connected, n.survived), (300, 300), "{n:?}");
+    let text = r.render();
+    assert!(
+        text.contains(&format!(
+            "kill 1 replica at 1s: {} dropped, {} back (all within",
+            kill.dropped, kill.reconnected
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_a_policy_the_dropped_stay_down() {
+    let r = storm("storm-down", 150, "{policy: none}", "{replicas: 1}");
+    let c = only(&r);
+    let n = &c.measure.counts;
+    let rc = c
+        .measure
+        .reconnect
+        .as_ref()
+        .expect("drops are counted by window");
+    let kill = &rc.storms[1];
+    assert!(kill.dropped > 0, "{rc:?}");
+    assert_eq!(
+        (kill.reconnected, kill.attempts, kill.never_back()),
+        (0, 0, kill.dropped)
+    );
+    assert_eq!(n.survived + kill.dropped, 150, "{n:?}");
+}
+
+#[test]
+fn a_policy_that_runs_out_of_attempts_gives_up_counting_each_refusal() {
+    // Every replica killed, back only after the cell: each dropped connection tries twice,
+    // is refused twice, and gives up.
+    let r = storm(
+        "storm-give-up",
+        60,
+        "{policy: steps, delays: [0s, 100ms], maxAttempts: 2}",
+        "{replicas: 3, restartAfter: 10s}",
+    );
+    let c = only(&r);
+    let rc = c.measure.reconnect.as_ref().expect("figures");
+    let kill = &rc.storms[1];
+    assert_eq!(kill.dropped, 60, "{rc:?}");
+    assert_eq!(
+        (kill.attempts, kill.reconnected, kill.gave_up),
+        (120, 0, 60),
+        "{rc:?}"
+    );
+    // Refused by the port no one listens on; an attempt the instant after the kill may
+    // still reach a listener its dying process has not closed yet, and be cut there.
+    assert_eq!(kill.failed.values().sum::<u64>(), 120, "{rc:?}");
+    assert!(
+        kill.failed
+            .keys()
+            .all(|k| matches!(k, ConnectError::Refused | ConnectError::ClosedEarly)),
+        "{rc:?}"
+    );
+    assert!(
+        kill.failed.get(&ConnectError::Refused) > Some(&60),
+        "{rc:?}"
+    );
+    assert_eq!(c.measure.counts.survived, 0);
+    let text = r.render();
+    assert!(
+        text.contains("60 never back, 60 after the policy's last attempt"),
+        "{text}"
+    );
+}
