@@ -3,7 +3,7 @@
 #
 # A reconnect storm measured twice, side by side: bench/reconnect/storm.yaml (10,000 held
 # connections over 4 managed server replicas, one killed 10 s in) with exponential backoff
-# and full jitter as written, then with no backoff (`reconnect: {policy: immediate}`). For
+# and full jitter (1 s doubling to 30 s) as written, then with no backoff (`reconnect: {policy: immediate}`). For
 # each it prints the report's reconnect lines and one summary line:
 #   policy=P dropped=N back=N never_back=N attempts=N peak_attempts_per_s=N all_back_ms=N
 #   handshake_p99_ms=X first_handshake_p99_ms=Y downtime_p99_ms=Z

@@ -24,7 +24,7 @@ pub const FAIL_REASONS: [ConnectError; 12] = [
     ConnectError::CaptureMissed,
     ConnectError::Other,
 ];
-pub const DROP_REASONS: [Dropped; 8] = [
+pub const DROP_REASONS: [Dropped; 9] = [
     Dropped::ServerClose,
     Dropped::Reset,
     Dropped::Error,
@@ -33,6 +33,7 @@ pub const DROP_REASONS: [Dropped; 8] = [
     Dropped::MessageTooBig,
     Dropped::ServerNotReading,
     Dropped::ReplyLoop,
+    Dropped::Disrupted,
 ];
 
 #[repr(align(128))]

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{only, run, spec};
-use wsload::measure::ConnectError;
+use wsload::measure::{ConnectError, Dropped};
 
 /// Three replicas, `conns` held connections, one replica killed 1 s in with `kill`, and
 /// `reconnect` as the policy.
@@ -121,4 +121,55 @@ fn a_policy_that_runs_out_of_attempts_gives_up_counting_each_refusal() {
         text.contains("60 never back, 60 after the policy's last attempt"),
         "{text}"
     );
+}
+
+#[test]
+fn a_rolling_restart_drops_every_connection_with_1001_and_all_come_back() {
+    let r = run(&spec(
+        "storm-roll",
+        "  target: {server: {replicas: 3}}\n  scenario: sustainedHold\n  connections: [150]\n  duration: 5s\n  warmup: 0s\n  ping: {interval: 500ms, timeout: 1s}\n  reconnect: {policy: exponential, delay: 50ms, maxDelay: 400ms, jitter: full}\n  disruptions:\n    - at: 1s\n      restart: {}\n",
+    ));
+    let c = only(&r);
+    let n = &c.measure.counts;
+    let rc = c.measure.reconnect.as_ref().expect("figures");
+    let roll = &rc.storms[1];
+    assert_eq!(roll.what, "rolling restart at 1s");
+    // Every replica restarted: every connection dropped once at least (one that came back to
+    // a replica restarted later dropped again), each by the server's 1001.
+    assert!(roll.dropped >= 150, "{rc:?}");
+    assert_eq!(n.dropped_total(), roll.dropped, "{n:?}");
+    assert_eq!(
+        n.close_codes.get("1001").copied(),
+        Some(roll.dropped),
+        "{n:?}"
+    );
+    assert_eq!(roll.reconnected, roll.dropped, "{rc:?}");
+    assert_eq!((n.connected, n.survived), (150, 150), "{n:?}");
+}
+
+#[test]
+fn a_close_disruption_drops_exactly_the_share_it_picks_and_they_come_back() {
+    let r = run(&spec(
+        "storm-close",
+        "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [200]\n  duration: 3s\n  warmup: 0s\n  ping: {interval: 500ms, timeout: 1s}\n  reconnect: {policy: immediate}\n  disruptions:\n    - at: 1s\n      close: {share: 50%}\n",
+    ));
+    let c = only(&r);
+    let n = &c.measure.counts;
+    let rc = c.measure.reconnect.as_ref().expect("figures");
+    let close = &rc.storms[1];
+    assert_eq!(close.what, "close 50% at 1s");
+    // The connections the draw picks, by their numbers (0..200 in one process).
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    let picked = (0..200).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    assert!((70..=130).contains(&picked), "{picked}");
+    assert_eq!(close.dropped, picked, "{rc:?}");
+    assert_eq!(
+        n.dropped.get(&Dropped::Disrupted).copied(),
+        Some(picked),
+        "{n:?}"
+    );
+    assert_eq!(close.reconnected, picked, "{rc:?}");
+    assert_eq!((n.connected, n.survived), (200, 200), "{n:?}");
 }

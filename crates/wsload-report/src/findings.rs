@@ -336,6 +336,9 @@ fn drop_meaning(why: Dropped) -> &'static str {
         Dropped::ServerNotReading => {
             "the server stopped reading: writes made no progress for writeTimeout"
         }
+        Dropped::Disrupted => {
+            "wsload dropped connections itself, without a closing handshake, for a close disruption (spec.disruptions)"
+        }
         Dropped::ReplyLoop => {
             "the server answered each automatic reply with the message that triggers it again (a runaway exchange, past 1000 replies a second): the client closed with 1008; check the reply rule named in the evidence against what the server sends back"
         }

@@ -83,6 +83,9 @@ pub enum Dropped {
     /// answers each reply with the message that triggers it again (a runaway exchange). The
     /// reply rule (its index and `when`) is the evidence; the client sent close 1008.
     ReplyLoop,
+    /// wsload closed it abruptly (no close frame) for a `close` disruption
+    /// (`spec.disruptions`): a client that vanished.
+    Disrupted,
 }
 
 /// How long a healthy connection's closing handshake may take at its cell's end (our close
@@ -109,6 +112,7 @@ impl Dropped {
             Dropped::MessageTooBig => "message_too_big",
             Dropped::ServerNotReading => "server_not_reading",
             Dropped::ReplyLoop => "reply_loop",
+            Dropped::Disrupted => "disrupted",
         }
     }
 }
@@ -384,6 +388,12 @@ impl Counts {
     }
     pub fn dropped_total(&self) -> u64 {
         self.dropped.values().sum()
+    }
+    /// Connections that failed to open or dropped, those wsload dropped itself for a `close`
+    /// disruption left out: the `errors` figure's count.
+    pub fn errors_total(&self) -> u64 {
+        let ours = self.dropped.get(&Dropped::Disrupted).copied().unwrap_or(0);
+        self.failed_total() + self.dropped_total().saturating_sub(ours)
     }
 
     pub fn add(&mut self, o: &Counts) {

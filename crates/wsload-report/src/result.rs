@@ -114,8 +114,9 @@ impl CellResult {
             received_per_sec: rate(c.received),
             bytes_sent_per_sec: rate(c.bytes_sent),
             connect_rate: per(c.connected, self.connect_secs),
-            // A connection the server refused after the upgrade, or dropped later, failed too.
-            errors: frac(c.failed_total() + c.dropped_total(), c.attempted),
+            // A connection the server refused after the upgrade, or dropped later, failed too
+            // (not one wsload dropped itself for a close disruption).
+            errors: frac(c.errors_total(), c.attempted),
             loss: frac(c.lost, c.expected),
             survival: frac(c.survived, c.connected),
             delivery: self.server_received.map(|s| frac(s, c.sent_with_warmup)),

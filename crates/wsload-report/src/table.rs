@@ -49,7 +49,7 @@ fn handshakes(cells: &[CellResult]) -> Table {
     Table::of(head, cells, |c| {
         let f = &c.figures;
         // Connections the server closed right after the upgrade (over its cap) failed too.
-        let failed = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        let failed = c.measure.counts.errors_total();
         vec![
             c.label.clone(),
             format!("{}/s", num(f.connect_rate)),
@@ -113,7 +113,7 @@ fn throughput(cells: &[CellResult]) -> Table {
             (Some(s), Some(d)) => format!("{} ({:.2}%)", num(s as f64), d * 100.0),
             _ => "-".into(),
         };
-        let errors = c.measure.counts.failed_total() + c.measure.counts.dropped_total();
+        let errors = c.measure.counts.errors_total();
         // Too short a window for a rate (see MIN_RATE_SECS): none shown.
         let rates = c.measured_secs >= crate::result::MIN_RATE_SECS;
         let rate = |text: String| if rates { text } else { "-".into() };

@@ -261,6 +261,44 @@ pub struct Disruption {
     /// Kill server replicas at once (locally SIGKILL of managed `wsload-server` processes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill: Option<KillSpec>,
+    /// Restart every replica of the managed server, one at a time, as a deploy does:
+    /// locally SIGTERM (the server closes its connections with 1001 and exits), then the
+    /// replica started again on its ports and ready before the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartSpec>,
+    /// Drop a share of the held connections from the client side, abruptly (no close frame):
+    /// clients that vanish at once, against any server, the user's own included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close: Option<CloseSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloseSpec {
+    /// Which share of the held connections, `25%` or `0.25`: each connection is in it or not
+    /// by a draw of its number, so about that share.
+    pub share: crate::units::Percent,
+}
+
+impl CloseSpec {
+    /// Whether connection `conn` is in the share closed by disruption number `index`: a draw
+    /// of both (splitmix64), so each disruption picks its own share.
+    pub fn picks(&self, conn: u64, index: usize) -> bool {
+        let mut z = conn ^ ((index as u64) << 40) ^ 0x9E37_79B9_7F4A_7C15;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64) < self.share.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartSpec {
+    /// How long after a replica is ready again the next one is restarted (a Deployment's
+    /// `minReadySeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Dur>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -280,10 +318,28 @@ fn one() -> u32 {
     1
 }
 
+/// Whether any of `disruptions` acts on the server's processes (a kill, a restart): only the
+/// process that runs the managed server can, and what they counted goes with them.
+pub fn on_server(disruptions: &[Disruption]) -> bool {
+    disruptions
+        .iter()
+        .any(|d| d.kill.is_some() || d.restart.is_some())
+}
+
 impl Disruption {
     /// How the disruption reads in a report: `kill 1 replica at 5s`.
     pub fn describe(&self) -> String {
         let at = humantime::format_duration(self.at.get());
+        if let Some(c) = &self.close {
+            return format!("close {:.0}% at {at}", c.share.0 * 100.0);
+        }
+        if let Some(r) = &self.restart {
+            let pause = r
+                .pause
+                .map(|p| format!(", {} apart", humantime::format_duration(p.get())))
+                .unwrap_or_default();
+            return format!("rolling restart at {at}{pause}");
+        }
         match &self.kill {
             Some(k) => {
                 let s = if k.replicas == 1 { "" } else { "s" };

@@ -51,7 +51,6 @@ pub(super) fn hold<'a>(
         // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
         // due first. Both are kept as milliseconds from the phase's start: this is the state
         // of every held connection, and an `Instant` is 16 bytes.
-        let every_beat = ctx.script.heartbeat().map(|b| b.0);
         let now = Instant::now();
         // Every connection's first ping a share of the interval in (its number's among the
         // process's connections): begun at one instant, 300,000 held connections pinging
@@ -66,12 +65,18 @@ pub(super) fn hold<'a>(
                 every.map_or(ctx.deadline, |e| (now + e.mul_f64(phase)).min(ctx.deadline)),
             )
         };
-        let mut next_beat = match (every_beat, beat) {
+        let mut next_beat = match (beat_every(ctx), beat) {
             (None, _) => NEVER,
             (Some(e), NEVER) => since(ctx, now + e),
             (Some(_), kept) => kept,
         };
-        let mut timer = std::pin::pin!(tokio::time::sleep_until(at(ctx, next_ping.min(next_beat))));
+        // A `close` disruption that picks this connection (spec.disruptions): the third thing
+        // the timer wakes for.
+        let next_close = close_due(ctx, pinger.conn(), now);
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(at(
+            ctx,
+            next_ping.min(next_beat).min(next_close)
+        )));
         loop {
             // Idle: whatever arrives answers nothing (no ping is out), until the timer fires;
             // a socket that is never empty must not postpone it, so the clock is read after
@@ -103,10 +108,14 @@ pub(super) fn hold<'a>(
             if now >= ctx.deadline {
                 return Ok(());
             }
+            if now >= at(ctx, next_close) {
+                // Dropped as a client that vanished: no close frame, the socket just closed.
+                return Err(Dropped::Disrupted);
+            }
             // (No binding of the interval here, nor below: its storage would last across the
             // await, in every held connection's state.)
-            if now >= at(ctx, next_beat) && every_beat.is_some() {
-                next_beat = every_beat.map_or(NEVER, |e| since(ctx, now + e));
+            if now >= at(ctx, next_beat) && beat_every(ctx).is_some() {
+                next_beat = beat_every(ctx).map_or(NEVER, |e| since(ctx, now + e));
                 Box::pin(send_beat(ws, ctx, &mut pinger)).await?;
             }
             if every.is_some() && now >= at(ctx, next_ping) && !may_send(ctx, now) {
@@ -115,7 +124,7 @@ pub(super) fn hold<'a>(
             } else if every.is_some() && now >= at(ctx, next_ping) {
                 let (id, sent_at) = send_ping(ws, ctx, &mut pinger, Instant::now()).await?;
                 if pinger.awaits(ctx) {
-                    let reply = match every_beat {
+                    let reply = match beat_every(ctx) {
                         None => {
                             timer
                                 .as_mut()
@@ -134,7 +143,7 @@ pub(super) fn hold<'a>(
                                 &mut pinger,
                                 Sent { id, at: sent_at },
                                 timer.as_mut(),
-                                every_beat,
+                                beat_every(ctx),
                                 &mut next_beat,
                             ))
                             .await
@@ -145,7 +154,9 @@ pub(super) fn hold<'a>(
                 let due = every.map_or(ctx.deadline, |e| (Instant::now() + e).min(ctx.deadline));
                 next_ping = since(ctx, due);
             }
-            timer.as_mut().reset(at(ctx, next_ping.min(next_beat)));
+            timer
+                .as_mut()
+                .reset(at(ctx, next_ping.min(next_beat).min(next_close)));
         }
     }
 }
@@ -285,6 +296,24 @@ pub(super) fn keep_until<'a>(
         })
         .await
     }
+}
+
+/// How often the conversation's heartbeat goes out, if it has one: read from the script
+/// where needed rather than kept (16 bytes in every held connection's task).
+fn beat_every(ctx: &WorkerState) -> Option<Duration> {
+    ctx.script.heartbeat().map(|b| b.0)
+}
+
+/// When connection `conn` is next closed by a `close` disruption at or after `now`, as
+/// `since` counts; `NEVER` when none picks it.
+fn close_due(ctx: &WorkerState, conn: u64, now: Instant) -> u32 {
+    let Some(comeback) = &ctx.comeback else {
+        return NEVER;
+    };
+    let from = now.saturating_duration_since(ctx.measure_from);
+    comeback
+        .next_close(conn, from)
+        .map_or(NEVER, |d| since(ctx, ctx.measure_from + d))
 }
 
 /// A hold's "not scheduled" (see `since`).

@@ -29,7 +29,8 @@ impl Drop for Disruptor {
 /// disruption itself is timed from that start, not from when it was seen.
 const LOOK: Duration = Duration::from_millis(5);
 
-/// One thing to do at an instant: kill `count` replicas, or start replica `i` again.
+/// One thing to do at an instant: kill `count` replicas, start replica `i` again, or
+/// restart every replica in turn.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Act {
     Kill {
@@ -37,6 +38,9 @@ enum Act {
         restart_after: Option<Duration>,
     },
     Restart(usize),
+    Roll {
+        pause: Duration,
+    },
 }
 
 /// Starts the thread that runs `disruptions` on `servers` in every one of the run's `cells`
@@ -50,6 +54,10 @@ pub fn spawn(
     let plan: Vec<(Duration, Act)> = disruptions
         .iter()
         .filter_map(|d| {
+            if let Some(r) = &d.restart {
+                let pause = r.pause.map(|p| p.get()).unwrap_or_default();
+                return Some((d.at.get(), Act::Roll { pause }));
+            }
             let kill = d.kill.as_ref()?;
             Some((
                 d.at.get(),
@@ -130,6 +138,7 @@ fn run(
                         pending.extend(killed.into_iter().map(|i| (t + after, Act::Restart(i))));
                     }
                 }
+                Act::Roll { pause } => roll(servers, pause, stop),
                 Act::Restart(i) => match lock(servers).restart(i) {
                     Ok(()) => tracing::info!(replica = i, "disruption: replica started again"),
                     Err(e) => {
@@ -145,6 +154,34 @@ fn run(
             .map_or(now + LOOK, |(t, _)| (*t).min(now + LOOK));
         std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
+}
+
+/// A rolling restart: each replica in turn stopped as a deploy stops it, started again on its
+/// ports and ready (it announced its addresses), then `pause`, then the next. The lock is
+/// taken per replica, not for the whole roll.
+fn roll(servers: &Mutex<LocalServers>, pause: Duration, stop: &AtomicBool) {
+    let began = Instant::now();
+    let n = lock(servers).count();
+    for i in 0..n {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut s = lock(servers);
+        s.stop(i);
+        if let Err(e) = s.restart(i) {
+            crate::observe::terminal::eprintln_above!(
+                "disruption: replica {i} did not start again in the rolling restart: {e}"
+            );
+        }
+        drop(s);
+        if i + 1 < n {
+            std::thread::sleep(pause);
+        }
+    }
+    crate::observe::terminal::eprintln_above!(
+        "disruption: rolling restart of {n} replicas done in {} ms",
+        began.elapsed().as_millis()
+    );
 }
 
 fn restart_all(servers: &Mutex<LocalServers>) {

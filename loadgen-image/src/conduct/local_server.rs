@@ -182,6 +182,18 @@ impl LocalServers {
         Ok(())
     }
 
+    /// Stops replica `i` as a deploy does (SIGTERM: the server closes its connections with
+    /// 1001 and exits; killed if it has not within 5 s), to be started again.
+    pub fn stop(&mut self, i: usize) {
+        // Its drop is that stop.
+        drop(self.replicas.get_mut(i).and_then(Option::take));
+    }
+
+    /// How many replicas the server runs, down ones included.
+    pub fn count(&self) -> usize {
+        self.replicas.len()
+    }
+
     /// The replicas killed and not started again.
     pub fn down(&self) -> Vec<usize> {
         (0..self.replicas.len())

@@ -107,7 +107,9 @@ pub fn prepare(
     } = target(lt, opts)?;
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     let local = local.map(|l| Arc::new(Mutex::new(l)));
-    let disruptor = match (&local, spec.disruptions.is_empty()) {
+    // A `close` is the connections' own; a kill or a restart needs the server's processes.
+    let on_server = wsload_spec::reconnect::on_server(&spec.disruptions);
+    let disruptor = match (&local, !on_server) {
         (_, true) => None,
         (Some(servers), false) => disrupt::spawn(
             &spec.disruptions,
@@ -287,13 +289,22 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult, RunError> {
     // The whole test in this process reads the servers itself; a shard of several never
     // judges delivery (its conductor does, over every shard).
     let whole = opts.shard.is_none_or(|s| s.count == 1);
-    let counters = if whole {
+    // A killed or restarted replica takes what it counted with it: its counters would make
+    // the servers look short, and its replacement's look idle.
+    let server_disrupted = wsload_spec::reconnect::on_server(&lt.spec.disruptions);
+    let counters = if whole && !server_disrupted {
         prepared.counters()
     } else {
         Vec::new()
     };
     let mut gate = LocalGate::new(&lt.spec, counters, opts.start_at_unix_ms);
     let (mut result, error) = measure(lt, opts, &prepared, &mut gate);
+    if server_disrupted && whole {
+        result.notes.push(
+            "the servers' counters are not read: a kill or restart disruption ends replica processes, and what a process counted goes with it"
+                .into(),
+        );
+    }
     drop(prepared);
     drop(background);
     if let Some(path) = &opts.plot {

@@ -136,7 +136,7 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult, Flee
         )
         .map_err(RunError::from)?;
     }
-    if !spec.disruptions.is_empty() {
+    if wsload_spec::reconnect::on_server(&spec.disruptions) {
         // The shards' conductor releases cells on its own clock; disruptions are timed from a
         // measured phase's start inside the one process that runs the server (issue 40).
         return Err(RunError::Disruption(format!(

@@ -1,9 +1,10 @@
 //! What a cell's held connections do when dropped (`spec.reconnect`), and the windows their
 //! figures fall in (one before any disruption, then one per `spec.disruptions` entry).
 
+use std::time::Duration;
 use wsload_report::reconnect::Reconnects;
 use wsload_spec::LoadTestSpec;
-use wsload_spec::reconnect::{Backoff, Jitter};
+use wsload_spec::reconnect::{Backoff, CloseSpec, Jitter};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comeback {
@@ -13,6 +14,8 @@ pub struct Comeback {
     pub policy: String,
     /// Each disruption's instant (ms into the measured phase) and what it does.
     pub windows: Vec<(u64, String)>,
+    /// The `close` disruptions: when (into the measured phase), their index, their share.
+    pub closes: Vec<(Duration, usize, CloseSpec)>,
 }
 
 impl Comeback {
@@ -30,11 +33,27 @@ impl Comeback {
                 (ms, d.describe())
             })
             .collect();
+        let closes = spec
+            .disruptions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| Some((d.at.get(), i, d.close.clone()?)))
+            .collect();
         Some(Comeback {
             backoff,
             policy: spec.reconnect.describe(),
             windows,
+            closes,
         })
+    }
+
+    /// When connection `conn` is next closed by a `close` disruption at or after `from`
+    /// (both into the measured phase), if ever.
+    pub fn next_close(&self, conn: u64, from: Duration) -> Option<Duration> {
+        self.closes
+            .iter()
+            .find(|(at, i, c)| *at >= from && c.picks(conn, *i))
+            .map(|(at, _, _)| *at)
     }
 
     /// Empty figures with this cell's windows.

@@ -82,10 +82,10 @@ impl View<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
-        if !spec.disruptions.is_empty() {
+        if wsload_spec::reconnect::on_server(&spec.disruptions) {
             // Refused whole rather than run without them: a test of a deploy that deploys
             // nothing would pass for one that survived it.
-            let why = "spec.disruptions: the operator does not delete server pods yet; run this LoadTest with `wsload run FILE`, or remove disruptions";
+            let why = "spec.disruptions: the operator does not kill or restart server pods yet; run this LoadTest with `wsload run FILE`, or keep only close disruptions";
             self.mark_failed(Reason::InvalidSpec, why.to_string());
             self.enter(Phase::Failed, why.to_string());
             self.st.completion_time = Some(Time(self.now));

@@ -115,8 +115,39 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
             );
         }
         last = Some(d.at);
+        let actions = [d.kill.is_some(), d.restart.is_some(), d.close.is_some()];
+        match actions.iter().filter(|a| **a).count() {
+            0 => {
+                e.add(
+                    &field,
+                    "says nothing to do; give it kill: {replicas: 1}, restart: {} or close: {share: 25%}",
+                );
+                continue;
+            }
+            1 => {}
+            _ => {
+                e.add(
+                    &field,
+                    "kill, restart and close are separate disruptions; give each its own entry",
+                );
+                continue;
+            }
+        }
+        if let Some(c) = &d.close
+            && c.share.0 <= 0.0
+        {
+            e.add(
+                format!("{field}.close.share"),
+                "closes no connection; give a share above 0%, e.g. 25%",
+            );
+        }
+        if d.restart.is_some() && spec.target.server.is_none() {
+            e.add(
+                format!("{field}.restart"),
+                "only the managed server (target.server) can be restarted; an external target.url is not wsload's to restart (close: {share: 100%} drops every connection from the client side)",
+            );
+        }
         let Some(kill) = &d.kill else {
-            e.add(&field, "says nothing to do; give it kill: {replicas: 1}");
             continue;
         };
         match &spec.target.server {
@@ -219,6 +250,16 @@ mod tests {
         );
         let e = refused("  disruptions: [{at: 1s}]\n");
         assert!(e.contains("spec.disruptions[0]: says nothing to do"), "{e}");
+        let e = refused("  disruptions: [{at: 1s, kill: {}, restart: {}}]\n");
+        assert!(
+            e.contains("spec.disruptions[0]: kill, restart and close are separate disruptions"),
+            "{e}"
+        );
+        let e = refused("  disruptions: [{at: 1s, close: {share: 0%}}]\n");
+        assert!(
+            e.contains("spec.disruptions[0].close.share: closes no connection"),
+            "{e}"
+        );
         let doc = "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: t}\nspec:\n  target: {url: \"ws://127.0.0.1:9/\"}\n  scenario: throughput\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, kill: {}}]\n";
         let e = LoadTest::from_yaml(doc, "t.yaml")
             .err()
