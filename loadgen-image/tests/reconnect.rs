@@ -149,15 +149,28 @@ fn a_rolling_restart_drops_every_connection_with_1001_and_all_come_back() {
 
 #[test]
 fn a_close_disruption_drops_exactly_the_share_it_picks_and_they_come_back() {
+    close_share("1s");
+}
+
+/// At the measured phase's first instant too: every hold begins a moment after it, and
+/// still every connection the draw picks is closed.
+#[test]
+fn a_close_at_the_phase_start_still_drops_its_whole_share() {
+    close_share("0s");
+}
+
+fn close_share(at: &str) {
     let r = run(&spec(
-        "storm-close",
-        "  target: {server: {}}\n  scenario: sustainedHold\n  connections: [200]\n  duration: 3s\n  warmup: 0s\n  ping: {interval: 500ms, timeout: 1s}\n  reconnect: {policy: immediate}\n  disruptions:\n    - at: 1s\n      close: {share: 50%}\n",
+        &format!("storm-close-{}", at.trim_end_matches('s')),
+        &format!(
+            "  target: {{server: {{}}}}\n  scenario: sustainedHold\n  connections: [200]\n  duration: 3s\n  warmup: 0s\n  ping: {{interval: 500ms, timeout: 1s}}\n  reconnect: {{policy: immediate}}\n  disruptions:\n    - at: {at}\n      close: {{share: 50%}}\n"
+        ),
     ));
     let c = only(&r);
     let n = &c.measure.counts;
     let rc = c.measure.reconnect.as_ref().expect("figures");
     let close = &rc.storms[1];
-    assert_eq!(close.what, "close 50% at 1s");
+    assert_eq!(close.what, format!("close 50% at {at}"));
     // The connections the draw picks, by their numbers (0..200 in one process).
     let share = wsload_spec::reconnect::CloseSpec {
         share: wsload_spec::Percent(0.5),
@@ -172,4 +185,32 @@ fn a_close_disruption_drops_exactly_the_share_it_picks_and_they_come_back() {
     );
     assert_eq!(close.reconnected, picked, "{rc:?}");
     assert_eq!((n.connected, n.survived), (200, 200), "{n:?}");
+}
+
+/// Each tier begins with every replica: the one killed for good in the first is started again
+/// before the second dials, so the second's kill leaves one to come back to.
+#[test]
+fn every_tier_begins_with_every_replica() {
+    let r = run(&spec(
+        "storm-tiers",
+        "  target: {server: {replicas: 2}}\n  scenario: sustainedHold\n  connections: [60, 90]\n  duration: 2s\n  warmup: 0s\n  ping: {interval: 500ms, timeout: 1s}\n  reconnect: {policy: immediate}\n  disruptions:\n    - at: 1s\n      kill: {replicas: 1}\n",
+    ));
+    assert_eq!(r.cells.len(), 2);
+    for c in &r.cells {
+        let rc = c.measure.reconnect.as_ref().expect("figures");
+        let kill = &rc.storms[1];
+        assert!(kill.dropped > 0, "[{}] {rc:?}", c.label);
+        assert_eq!(
+            (kill.reconnected, kill.never_back()),
+            (kill.dropped, 0),
+            "[{}] {rc:?}",
+            c.label
+        );
+        assert_eq!(
+            c.measure.counts.survived,
+            u64::from(c.connections),
+            "[{}]",
+            c.label
+        );
+    }
 }

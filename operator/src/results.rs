@@ -7,7 +7,7 @@ use wsload_report::{CellResult, Figures, Percentiles as ReportPercentiles, RunRe
 use wsload_spec::LoadTestSpec;
 use wsload_spec::status::{
     FanoutTier, LoadTestStatus, MAX_FINDING_BYTES, MAX_FINDINGS, MAX_LISTED, MAX_REASON_BYTES,
-    Percentiles, ThresholdResult, TierFigures, Verdict,
+    Percentiles, ReconnectTier, ThresholdResult, TierFigures, Verdict,
 };
 
 /// What the shards' results add up to.
@@ -297,7 +297,29 @@ fn tier(c: &CellResult) -> TierFigures {
         loss: (counts.expected > 0).then_some(f.loss),
         delivery: f.delivery,
         fanout: f.fanout.as_ref().map(fanout_tier),
+        reconnect: c.measure.reconnect.as_ref().map(reconnect_tier),
     }
+}
+
+/// A tier's reconnect figures for status: every window summed, the histograms merged.
+fn reconnect_tier(r: &wsload_report::reconnect::Reconnects) -> ReconnectTier {
+    let mut downtime = wsload_report::hist::Hist::new();
+    let mut t = ReconnectTier::default();
+    let mut all_back: Option<u64> = None;
+    for (i, s) in r.storms.iter().enumerate() {
+        t.dropped += s.dropped;
+        t.never_back += s.never_back();
+        t.peak_attempts_per_second = t
+            .peak_attempts_per_second
+            .max(r.peak_attempts(s.from_ms, r.window_end(i)));
+        downtime.add(&s.downtime);
+        if s.reconnected > 0 && s.never_back() == 0 {
+            all_back = Some(all_back.unwrap_or(0).max(s.last_back_ms));
+        }
+    }
+    t.downtime_p99 = (!downtime.is_empty()).then(|| downtime.percentile(99.0) * 1e3);
+    t.all_back_after = all_back.map(|v| v as f64);
+    t
 }
 
 /// A fan-out tier's figures for status: rates, completeness and latency, no per-topic lists.
@@ -358,6 +380,47 @@ mod tests {
         let echo = tier(&shard(0, 10, 1, 1).cells[0]);
         assert!(echo.fanout.is_none());
         assert!(serde_json::to_string(&echo).is_ok_and(|j| !j.contains("fanout")));
+    }
+
+    #[test]
+    fn a_tier_that_reconnected_shows_it_in_status_over_every_window_and_shard() {
+        use std::time::Duration;
+        let windows = [(5_000, "kill 1 replica at 5s".to_string())];
+        let shard_with = |index: u32, back_ms: u64| {
+            let mut r = shard(index, 10, 1, 1);
+            let mut rc =
+                wsload_report::reconnect::Reconnects::new("immediate".into(), false, &windows);
+            for i in 0..50 {
+                rc.dropped(1);
+                rc.attempt(1, 5_000 + i);
+                rc.failed(1, wsload_report::measure::ConnectError::Refused);
+                rc.attempt(1, 5_100 + i);
+                rc.back(
+                    1,
+                    back_ms,
+                    Duration::from_millis(back_ms - 5_000),
+                    Duration::from_millis(2),
+                );
+            }
+            // One that never came back, dropped before the kill.
+            rc.dropped(0);
+            r.cells[0].measure.reconnect = Some(rc);
+            r
+        };
+        let (a, b) = (shard_with(0, 5_200), shard_with(1, 5_900));
+        let merged = merge(&[(0, &a), (1, &b)]).expect("merge");
+        let t = tier(&merged.cells[0]).reconnect.expect("reconnect figures");
+        assert_eq!((t.dropped, t.never_back), (102, 2));
+        // 2 x 50 attempts begun within 100 ms of each other: 1,000 a second at the peak.
+        assert_eq!(t.peak_attempts_per_second, 1_000);
+        // The window of the kill: all back 900 ms after it; the one before it never was.
+        assert_eq!(t.all_back_after, Some(900.0));
+        let p99 = t.downtime_p99.expect("downtime");
+        assert!((895.0..=905.0).contains(&p99), "{t:?}");
+        let json = serde_json::to_value(tier(&merged.cells[0])).expect("json");
+        assert_eq!(json["reconnect"]["neverBack"], 2);
+        assert_eq!(json["reconnect"]["peakAttemptsPerSecond"], 1_000);
+        assert!(tier(&shard(0, 10, 1, 1).cells[0]).reconnect.is_none());
     }
 
     #[test]
@@ -714,7 +777,25 @@ mod tests {
                 p50: Some(1.234),
                 p99: Some(3.456),
             }),
+            // A tier reconnects or fans out, never both (validation: reconnect and disruptions
+            // need sustainedHold): the larger of the two is the worst case.
+            reconnect: None,
         };
+        let reconnecting = ReconnectTier {
+            dropped: 100_000_000,
+            never_back: 1,
+            peak_attempts_per_second: 1_000_000_000,
+            downtime_p99: Some(12_345.678),
+            all_back_after: Some(123_456.0),
+        };
+        let (reconnect_bytes, fanout_bytes) = (
+            serde_json::to_vec(&reconnecting).expect("json").len(),
+            serde_json::to_vec(&tier.fanout).expect("json").len(),
+        );
+        assert!(
+            reconnect_bytes <= fanout_bytes,
+            "a reconnecting tier's figures ({reconnect_bytes} bytes) outgrew a fan-out's ({fanout_bytes}): status is sized by the fan-out"
+        );
         let mut tiers = vec![tier; cells];
         let mut checks = vec![
             ThresholdResult {

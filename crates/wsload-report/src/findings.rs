@@ -420,7 +420,12 @@ pub fn server_short(c: &CellResult) -> Option<Finding> {
 /// held is the server's cap (refused, or closed right after the upgrade).
 pub fn connection_cap(c: &CellResult) -> Option<Finding> {
     let counts = &c.measure.counts;
-    let failed = counts.failed_total() + counts.dropped_total();
+    // A cell whose connections came back after drops held what survived, not what never
+    // dropped; and wsload's own closes are no cap.
+    if c.measure.reconnect.is_some() {
+        return None;
+    }
+    let failed = counts.errors_total();
     let held = counts.connected.saturating_sub(counts.dropped_total());
     if failed == 0 || held >= counts.attempted {
         return None;

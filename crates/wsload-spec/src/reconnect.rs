@@ -161,7 +161,7 @@ impl Backoff {
                     Jitter::Equal => grown / 2 + (grown / 2).mul_f64(random),
                     Jitter::Decorrelated => {
                         // AWS's "decorrelated jitter": between the base and three times the
-                        // last wait, capped; the first wait is the base.
+                        // last wait (the base before the first), capped.
                         let upper = last.max(*first).saturating_mul(3);
                         let span = upper.saturating_sub(*first);
                         (*first + span.mul_f64(random)).min(*max)

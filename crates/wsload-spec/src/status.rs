@@ -363,6 +363,32 @@ pub struct TierFigures {
     /// The fanout scenario's deliveries (the merged result has them per topic).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fanout: Option<FanoutTier>,
+    /// How dropped connections came back (`spec.reconnect`, `spec.disruptions`), over all
+    /// of the tier's windows (the merged result has them per disruption).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<ReconnectTier>,
+}
+
+/// A tier's reconnect figures, as `kubectl get lt -o yaml` shows them: what a reader asks
+/// first (the attempts by reason and the handshakes are in the merged result; status stays
+/// within etcd's request limit at the largest spec).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReconnectTier {
+    /// Connections dropped in the measured phase.
+    pub dropped: u64,
+    /// Of those, not back by the tier's end (the others came back).
+    pub never_back: u64,
+    /// The attempts' peak rate: the busiest 100 ms's, per second.
+    pub peak_attempts_per_second: u64,
+    /// 99th percentile of the returned connections' time down (drop to return), ms; unset
+    /// when none returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub downtime_p99: Option<f64>,
+    /// From a disruption to the last of its connections back, ms, the longest over the
+    /// disruptions whose connections all came back; unset when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all_back_after: Option<f64>,
 }
 
 /// A fanout tier's deliveries, as `kubectl get lt -o yaml` shows them.

@@ -9,7 +9,7 @@ use super::pinger::{
     Pinger, Reply, answer_due, cutoff, may_send, poll_answer, send_ping, settle_ping,
 };
 use super::read::{ReplyPace, account, converse, count_unsolicited, heard_meanwhile};
-use super::reconnect::come_back;
+use super::reconnect::{come_back, shut};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use super::write::{write_drop, write_reading};
@@ -40,12 +40,16 @@ use wsload_report::measure::Dropped;
 /// in (a gap of up to two intervals, past a server's deadline: Engine.IO 3 closed connections
 /// that took long to open). `NEVER`: an interval in. (Milliseconds, not an `Instant`: this is
 /// the state of every held connection.)
+///
+/// `resumed`: the connection came back after a drop: a `close` disruption picks it only at
+/// instants after now. Otherwise every close of the phase does, however late the hold began.
 pub(super) fn hold<'a>(
     ws: &'a mut Ws,
     ctx: &'a WorkerState,
     every: Option<Duration>,
     mut pinger: Pinger,
     beat: u32,
+    resumed: bool,
 ) -> impl std::future::Future<Output = Result<(), Dropped>> + 'a {
     async move {
         // The conversation's heartbeat shares the pings' timer, which wakes for whichever is
@@ -72,7 +76,7 @@ pub(super) fn hold<'a>(
         };
         // A `close` disruption that picks this connection (spec.disruptions): the third thing
         // the timer wakes for.
-        let next_close = close_due(ctx, pinger.conn(), now);
+        let next_close = close_due(ctx, pinger.conn(), if resumed { now } else { ctx.start });
         let mut timer = std::pin::pin!(tokio::time::sleep_until(at(
             ctx,
             next_ping.min(next_beat).min(next_close)
@@ -304,13 +308,13 @@ fn beat_every(ctx: &WorkerState) -> Option<Duration> {
     ctx.script.heartbeat().map(|b| b.0)
 }
 
-/// When connection `conn` is next closed by a `close` disruption at or after `now`, as
+/// When connection `conn` is next closed by a `close` disruption at or after `from`, as
 /// `since` counts; `NEVER` when none picks it.
-fn close_due(ctx: &WorkerState, conn: u64, now: Instant) -> u32 {
+fn close_due(ctx: &WorkerState, conn: u64, from: Instant) -> u32 {
     let Some(comeback) = &ctx.comeback else {
         return NEVER;
     };
-    let from = now.saturating_duration_since(ctx.measure_from);
+    let from = from.saturating_duration_since(ctx.measure_from);
     comeback
         .next_close(conn, from)
         .map_or(NEVER, |d| since(ctx, ctx.measure_from + d))
@@ -365,15 +369,17 @@ pub(super) fn held(
         let mut began = ms_since(ctx.start);
         // Where the hold begins: its heartbeat's schedule, or how it ended before it began.
         let mut from = early.map(|()| beat.due().map_or(NEVER, |t| since(ctx, t)));
+        let mut resumed = false;
         loop {
             let ended = match from {
-                Ok(beat) => hold(&mut ws, ctx, every, pinger, beat).await,
+                Ok(beat) => hold(&mut ws, ctx, every, pinger, beat, resumed).await,
                 Err(why) => Err(why),
             };
             Box::pin(finish(&mut ws, ctx, &serving.behavior, ended, began)).await;
             let (Err(_), Some(comeback)) = (ended, &ctx.comeback) else {
                 return;
             };
+            shut(&ws);
             // Down from here (its close done, if it had one to linger for) until it is back.
             // (No instant kept across `finish`: 16 bytes in every held connection's task.)
             let Some(back) = Box::pin(come_back(&serving, ctx, comeback, n)).await else {
@@ -383,6 +389,7 @@ pub(super) fn held(
             began = ms_since(ctx.start);
             pinger = Pinger::new(ping, serving.message_for(&back.vars), n);
             from = Ok(NEVER);
+            resumed = true;
         }
     }
 }

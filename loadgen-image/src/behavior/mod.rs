@@ -109,6 +109,7 @@ pub fn run(
                     *every,
                     Pinger::new(*ping, message, n),
                     hold::NEVER,
+                    false,
                 )
                 .await
             }

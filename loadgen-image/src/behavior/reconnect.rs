@@ -16,6 +16,19 @@ pub(super) struct Back {
     pub vars: Vec<bytes::Bytes>,
 }
 
+/// Ends a dropped connection's socket now (FIN both ways), before its policy's wait: kept
+/// open until the new one replaced it, the server would see the client linger through the
+/// backoff and its new connection open beside the old. The descriptor goes when `ws` does.
+pub(super) fn shut(ws: &Ws) {
+    use std::os::fd::AsRawFd;
+    let fd = match ws.get_ref() {
+        wsload_ws::Io::Plain(t) => t.as_raw_fd(),
+        wsload_ws::Io::Tls(t) => t.get_ref().0.as_raw_fd(),
+    };
+    // Already shut by the peer, or reset: nothing left to end.
+    let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+}
+
 /// Milliseconds from the measured phase's start to `t` (0 before it).
 fn into_phase(ctx: &WorkerState, t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(ctx.measure_from).as_millis()).unwrap_or(u64::MAX)

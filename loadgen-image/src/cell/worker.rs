@@ -51,6 +51,11 @@ struct Connected {
 impl Worker<'_> {
     pub(super) async fn run(self, start_line: &StartLine) -> WorkerOut {
         let cell = self.cell;
+        // Every window of a cell that reconnects or disrupts is in its result, those in which
+        // nothing dropped too.
+        if let Some(c) = &cell.comeback {
+            self.stats.borrow_mut().reconnect = Some(c.figures());
+        }
         // A fanout's and a hold's connections are served from their open (see `Serving`): a
         // subscriber must read what is published before the start, and a held connection
         // must answer the server and keep alive while the rest open (minutes at hundreds of

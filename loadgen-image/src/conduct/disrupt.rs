@@ -43,11 +43,10 @@ enum Act {
     },
 }
 
-/// Starts the thread that runs `disruptions` on `servers` in every one of the run's `cells`
-/// `counters` reports; `None` when there are none.
+/// Starts the thread that runs `disruptions` on `servers` in every cell `counters` reports;
+/// `None` when there are none.
 pub fn spawn(
     disruptions: &[Disruption],
-    cells: usize,
     servers: Arc<Mutex<LocalServers>>,
     counters: Arc<Counters>,
 ) -> std::io::Result<Option<Disruptor>> {
@@ -75,7 +74,7 @@ pub fn spawn(
     let stopped = stop.clone();
     let handle = std::thread::Builder::new()
         .name("wsload-disrupt".into())
-        .spawn(move || run(&plan, cells, &servers, &counters, &stopped))?;
+        .spawn(move || run(&plan, &servers, &counters, &stopped))?;
     Ok(Some(Disruptor {
         stop,
         handle: Some(handle),
@@ -88,7 +87,6 @@ fn lock(servers: &Mutex<LocalServers>) -> std::sync::MutexGuard<'_, LocalServers
 
 fn run(
     plan: &[(Duration, Act)],
-    cells: usize,
     servers: &Mutex<LocalServers>,
     counters: &Counters,
     stop: &AtomicBool,
@@ -98,14 +96,12 @@ fn run(
     while !stop.load(Ordering::Relaxed) {
         let course = counters.course();
         let cell = course.cell.as_ref().map(|p| p.index);
-        if course.ended {
+        if course.ended || cell != done {
+            // What a cell scheduled is its own: nothing of it runs into the next (whose
+            // replicas the run started again before it began: `restart_all`).
             pending.clear();
-            // The next cell begins with every replica: what a cell killed for good is its own.
-            // After the last one nothing is started (the run's end would wait for it).
-            if cell.is_some_and(|i| i + 1 < cells) {
-                restart_all(servers);
-            }
-        } else if let (Some(i), Some(from)) = (cell, course.measured_from)
+        }
+        if let (false, Some(i), Some(from)) = (course.ended, cell, course.measured_from)
             && done != Some(i)
         {
             done = Some(i);
@@ -138,7 +134,12 @@ fn run(
                         pending.extend(killed.into_iter().map(|i| (t + after, Act::Restart(i))));
                     }
                 }
-                Act::Roll { pause } => roll(servers, pause, stop),
+                Act::Roll { pause } => roll(servers, pause, &|| {
+                    let c = counters.course();
+                    stop.load(Ordering::Relaxed)
+                        || c.ended
+                        || c.cell.as_ref().map(|p| p.index) != done
+                }),
                 Act::Restart(i) => match lock(servers).restart(i) {
                     Ok(()) => tracing::info!(replica = i, "disruption: replica started again"),
                     Err(e) => {
@@ -157,13 +158,17 @@ fn run(
 }
 
 /// A rolling restart: each replica in turn stopped as a deploy stops it, started again on its
-/// ports and ready (it announced its addresses), then `pause`, then the next. The lock is
-/// taken per replica, not for the whole roll.
-fn roll(servers: &Mutex<LocalServers>, pause: Duration, stop: &AtomicBool) {
+/// ports and ready (it announced its addresses), then `pause`, then the next; given up when
+/// `over` says the cell (or the run) ended, so that a roll longer than its cell never reaches
+/// into the next or holds the run's end. The lock is taken per replica, not for the roll.
+fn roll(servers: &Mutex<LocalServers>, pause: Duration, over: &dyn Fn() -> bool) {
     let began = Instant::now();
     let n = lock(servers).count();
     for i in 0..n {
-        if stop.load(Ordering::Relaxed) {
+        if over() {
+            crate::observe::terminal::eprintln_above!(
+                "disruption: rolling restart cut at replica {i} of {n}: the cell ended"
+            );
             return;
         }
         let mut s = lock(servers);
@@ -174,8 +179,9 @@ fn roll(servers: &Mutex<LocalServers>, pause: Duration, stop: &AtomicBool) {
             );
         }
         drop(s);
-        if i + 1 < n {
-            std::thread::sleep(pause);
+        let resume = Instant::now() + pause;
+        while i + 1 < n && Instant::now() < resume && !over() {
+            std::thread::sleep(LOOK.min(resume.saturating_duration_since(Instant::now())));
         }
     }
     crate::observe::terminal::eprintln_above!(
@@ -184,7 +190,9 @@ fn roll(servers: &Mutex<LocalServers>, pause: Duration, stop: &AtomicBool) {
     );
 }
 
-fn restart_all(servers: &Mutex<LocalServers>) {
+/// Starts every replica a disruption left down, on the caller's thread: the run's, before a
+/// cell (the servers it starts live as long as it does: `--exit-with-parent`).
+pub fn restart_all(servers: &Mutex<LocalServers>) {
     let mut s = lock(servers);
     for i in s.down() {
         if let Err(e) = s.restart(i) {

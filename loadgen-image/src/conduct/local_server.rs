@@ -173,7 +173,12 @@ impl LocalServers {
                 .get(i)
                 .and_then(|u| port_of(u))
                 .map_or_else(|| "127.0.0.1:0".to_string(), |p| format!("127.0.0.1:{p}"));
-            let r = LocalServer::start(bin, spec, server, listen, reuse, &metrics)?;
+            // That port was an ephemeral one: while the replica was down a dial may have
+            // taken it as its source port. Then anywhere.
+            let r = match LocalServer::start(bin, spec, server, listen, reuse, &metrics) {
+                Ok(r) => r,
+                Err(_) => LocalServer::start(bin, spec, server, listen, reuse, "127.0.0.1:0")?,
+            };
             if let Some(url) = self.metrics_urls.get_mut(i) {
                 url.clone_from(&r.metrics_url);
             }

@@ -89,7 +89,7 @@ pub struct Prepared {
     /// Stopped before the servers (fields drop in order): it may be restarting one.
     _disruptor: Option<Disruptor>,
     /// Dropped with the run: stops the managed servers.
-    _local: Option<Arc<Mutex<LocalServers>>>,
+    local: Option<Arc<Mutex<LocalServers>>>,
 }
 
 pub fn prepare(
@@ -113,7 +113,6 @@ pub fn prepare(
         (_, true) => None,
         (Some(servers), false) => disrupt::spawn(
             &spec.disruptions,
-            spec.connections.len(),
             servers.clone(),
             instruments.counters.clone(),
         )
@@ -135,7 +134,7 @@ pub fn prepare(
         },
         sampler: instruments.sampler.clone(),
         _disruptor: disruptor,
-        _local: local,
+        local,
     })
 }
 
@@ -167,6 +166,11 @@ impl Prepared {
         let mut done: Option<usize> = None;
         let mut began = None;
         while let Some(key) = gate.next(done.map(|i| &mut result.cells[i])) {
+            if let (Some(_), Some(local)) = (done, &self.local) {
+                // A disruption of the cell before may have left replicas down: each cell
+                // begins with every one (started here, before its first dial).
+                disrupt::restart_all(local);
+            }
             let planned = self.plan.keyed(&key);
             let started = unix_micros();
             began.get_or_insert(started);

@@ -96,6 +96,17 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
     }
     let duration = spec.duration.get();
     let mut last = None;
+    // Replicas killed with no restart, over the entries so far: each tier runs them all.
+    let mut down_for_good = 0u32;
+    if crate::reconnect::on_server(list) && spec.shards > 1 {
+        e.add(
+            "disruptions",
+            format!(
+                "kill and restart run with shards: 1 in this version (shards: {}): one process runs the managed server and times them; close runs with any number",
+                spec.shards
+            ),
+        );
+    }
     for (i, d) in list.iter().enumerate() {
         let field = format!("disruptions[{i}]");
         if d.at.get() >= duration {
@@ -112,6 +123,11 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
             e.add(
                 format!("{field}.at"),
                 "disruptions are listed in the order they happen; move this one up",
+            );
+        } else if last == Some(d.at) {
+            e.add(
+                format!("{field}.at"),
+                "two disruptions at one instant would share one window of the figures; give them different instants (or kill more replicas in one)",
             );
         }
         last = Some(d.at);
@@ -155,14 +171,19 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
                 format!("{field}.kill"),
                 "only the managed server's replicas can be killed (target.server); an external target.url is not wsload's to kill",
             ),
-            Some(s) if kill.replicas >= s.replicas.max(1) && kill.restart_after.is_none() => e.add(
-                format!("{field}.kill.replicas"),
-                format!(
-                    "{} of {} replicas killed for good leaves nothing to reconnect to; kill fewer, run more (target.server.replicas) or give restartAfter",
-                    kill.replicas,
-                    s.replicas.max(1)
-                ),
-            ),
+            Some(s)
+                if kill.restart_after.is_none()
+                    && down_for_good + kill.replicas >= s.replicas.max(1) =>
+            {
+                e.add(
+                    format!("{field}.kill.replicas"),
+                    format!(
+                        "{} of {} replicas killed for good (this kill and those before it in the tier) leaves nothing to reconnect to; kill fewer, run more (target.server.replicas) or give restartAfter",
+                        down_for_good + kill.replicas,
+                        s.replicas.max(1)
+                    ),
+                )
+            }
             Some(s) if kill.replicas > s.replicas.max(1) => e.add(
                 format!("{field}.kill.replicas"),
                 format!(
@@ -172,6 +193,9 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
                 ),
             ),
             Some(_) => {}
+        }
+        if kill.restart_after.is_none() {
+            down_for_good += kill.replicas;
         }
         if kill.replicas == 0 {
             e.add(format!("{field}.kill.replicas"), "must be at least 1");
@@ -240,7 +264,9 @@ mod tests {
         );
         let e = refused("  disruptions: [{at: 1s, kill: {replicas: 3}}]\n");
         assert!(
-            e.contains("spec.disruptions[0].kill.replicas: 3 of 3 replicas killed for good leaves nothing to reconnect to"),
+            e.contains(
+                "spec.disruptions[0].kill.replicas: 3 of 3 replicas killed for good (this kill"
+            ),
             "{e}"
         );
         let e = refused("  disruptions: [{at: 5s, kill: {}}, {at: 1s, kill: {}}]\n");
@@ -250,6 +276,23 @@ mod tests {
         );
         let e = refused("  disruptions: [{at: 1s}]\n");
         assert!(e.contains("spec.disruptions[0]: says nothing to do"), "{e}");
+        let e = refused("  disruptions: [{at: 1s, kill: {replicas: 2}}, {at: 2s, kill: {}}]\n");
+        assert!(
+            e.contains("spec.disruptions[1].kill.replicas: 3 of 3 replicas killed for good (this kill and those before it"),
+            "{e}"
+        );
+        let e = refused("  disruptions: [{at: 1s, kill: {}}, {at: 1s, close: {share: 5%}}]\n");
+        assert!(
+            e.contains("spec.disruptions[1].at: two disruptions at one instant"),
+            "{e}"
+        );
+        let e = refused("  shards: 2\n  disruptions: [{at: 1s, restart: {}}]\n");
+        assert!(
+            e.contains(
+                "spec.disruptions: kill and restart run with shards: 1 in this version (shards: 2)"
+            ),
+            "{e}"
+        );
         let e = refused("  disruptions: [{at: 1s, kill: {}, restart: {}}]\n");
         assert!(
             e.contains("spec.disruptions[0]: kill, restart and close are separate disruptions"),
