@@ -281,6 +281,45 @@ jq -e '.cells[0].counts.fanout as $f
 	{ diagnose fanout; fail "LoadTest fanout: the merged result's deliveries are not publishes x subscribers ($OUT/fanout.summary.json)"; }
 timed "fanout run"
 
+# --- a reconnect storm from the client side, over 2 shards -----------------------------------
+# 200 held connections over 2 shards; 2 s in wsload itself drops about half of them (a close
+# disruption: no close frame) and each comes back by its backoff: the tier's status says how
+# many dropped, that none stayed down, the attempts' peak and how long until all were back.
+# A kill disruption is refused whole (the operator does not delete server pods yet), never
+# run without it.
+step "LoadTest reconnect: 200 held over 2 shards, half dropped by wsload 2 s in, all back"
+kubectl -n "$TEST_NS" delete loadtest reconnect --ignore-not-found --wait=true >/dev/null
+jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" '{
+	apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "reconnect"},
+	spec: ({
+		target: {server: {}}, scenario: "sustainedHold", connections: [200],
+		duration: "5s", warmup: "0s", shards: 2, ping: {interval: "1s", timeout: "2s"},
+		reconnect: {policy: "exponential", delay: "100ms", maxDelay: "1s", jitter: "full"},
+		disruptions: [{at: "2s", close: {share: "50%"}}],
+		thresholds: ["survival >= 99%"]
+	} + if $one == "1" then {loadgen: {spread: "none", separateFromServer: false}} else {} end)
+}' | kubectl -n "$TEST_NS" apply -f -
+wait_phase reconnect Running 180
+wait_done reconnect
+expect reconnect Succeeded - Pass
+jq '.status.tiers[0].reconnect' "$OUT/reconnect.json"
+jq -e '.status.tiers[0].reconnect | .dropped > 50 and .dropped < 150 and .neverBack == 0
+	and .peakAttemptsPerSecond > 0 and .allBackAfter != null and .downtimeP99 > 0' "$OUT/reconnect.json" >/dev/null ||
+	{ diagnose reconnect; fail "LoadTest reconnect: status lacks a tier whose ~100 dropped connections all came back ($OUT/reconnect.json)"; }
+stored reconnect 0 1
+kubectl -n "$TEST_NS" delete loadtest killed --ignore-not-found --wait=true >/dev/null
+jq -n '{apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "killed"},
+	spec: {target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [10],
+		reconnect: {policy: "immediate"}, disruptions: [{at: "1s", kill: {replicas: 1}}]}}' |
+	kubectl -n "$TEST_NS" apply -f -
+wait_done killed 60
+expect killed Failed InvalidSpec -
+jq -e '.status.message | contains("does not kill or restart server pods yet")' "$OUT/killed.json" >/dev/null ||
+	{ diagnose killed; fail "LoadTest killed: its message does not say why the kill is refused"; }
+[[ -z "$(kubectl -n "$TEST_NS" get pods -l wsload.dev/loadtest=killed -o name)" ]] ||
+	fail "LoadTest killed: pods were created for a test refused whole"
+timed "reconnect run"
+
 # --- Prometheus -----------------------------------------------------------------------------
 # promql QUERY: the result vector, through the API server's service proxy (no port-forward,
 # the same on kind and on a bare node).
