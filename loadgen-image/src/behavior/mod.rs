@@ -198,6 +198,7 @@ mod tests {
             slot,
             scratch: Default::default(),
             comeback: None,
+            slowest_ping: Default::default(),
         });
         let ping = PingCfg {
             kind: PingKind::App,

@@ -52,6 +52,9 @@ pub struct WorkerState {
     /// How the cell's held connections come back when dropped (`None`: neither reconnects
     /// nor disrupts).
     pub comeback: Option<Arc<Comeback>>,
+    /// The slowest answer to a ping the worker's connections have had in this phase: what a
+    /// ping sent near the deadline must expect to wait (`pinger::may_send`).
+    pub slowest_ping: std::cell::Cell<Duration>,
 }
 
 /// A worker's shared message arena. Borrowed only inside a poll, never across an await.
@@ -124,6 +127,7 @@ impl WorkerState {
             slot,
             scratch: Scratch::default(),
             comeback: cell.comeback.clone(),
+            slowest_ping: std::cell::Cell::new(Duration::ZERO),
         }
     }
 
