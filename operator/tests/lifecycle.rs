@@ -475,14 +475,10 @@ async fn a_shard_restarted_after_release_is_detected() {
 async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() {
     let e = env("lt-resume").await;
     let op = operator(&e, None);
-    create(
-        &e,
-        "resume",
-        "  target: {server: {}}\n  scenario: throughput\n  connections: [6, 10]\n  duration: 2s\n  window: 2\n  shards: 2\n",
-    )
-    .await;
     // Tests beside it, one finished and one running: the new operator reconciles all of them
-    // at once while its pod cache fills, and each must wake when the cache is ready.
+    // at once while its pod cache fills, and each must wake when the cache is ready. The
+    // finished one first: created after `resume` and waited for, it let `resume` run to its
+    // end unseen on a loaded machine (CI: `resume` Succeeded while `done` still ran).
     create(
         &e,
         "done",
@@ -493,6 +489,12 @@ async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() 
         wait_finished(&e, "done").await.phase,
         Some(Phase::Succeeded)
     );
+    create(
+        &e,
+        "resume",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [6, 10]\n  duration: 2s\n  window: 2\n  shards: 2\n",
+    )
+    .await;
     create(
         &e,
         "beside",
