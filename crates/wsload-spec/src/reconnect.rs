@@ -284,12 +284,21 @@ impl CloseSpec {
     /// Whether connection `conn` is in the share closed by disruption number `index`: a draw
     /// of both (splitmix64), so each disruption picks its own share.
     pub fn picks(&self, conn: u64, index: usize) -> bool {
-        let mut z = conn ^ ((index as u64) << 40) ^ 0x9E37_79B9_7F4A_7C15;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        ((z >> 11) as f64 / (1u64 << 53) as f64) < self.share.0
+        unit_draw(conn ^ ((index as u64) << 40) ^ GOLDEN) < self.share.0
     }
+}
+
+/// splitmix64's increment: a connection's jitter draws step by it.
+pub const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A uniform draw in [0, 1) from `z` (splitmix64's finalizer, its top 53 bits): what a
+/// close picks by and what a reconnecting connection's jitter draws, nothing shared between
+/// connections.
+pub fn unit_draw(mut z: u64) -> f64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]

@@ -162,19 +162,24 @@ mod tests {
     use wsload_spec::PingKind;
     use wsload_ws::{Io, Ws};
 
+    /// A client connection over loopback, its address and the server's side (kept open).
+    async fn connected() -> (Ws, std::net::SocketAddr, tokio::net::TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let (c, s) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
+        let server = s.expect("accept").0;
+        (Ws::new(Io::Plain(c.expect("connect")), 1024), addr, server)
+    }
+
     /// A held connection's task is its `run` future plus 104 bytes of tokio's task header and
     /// trailer, rounded up to 128 bytes (tokio 1.54 on x86_64): 640 bytes since holds ping
     /// without a select! and a ping future of their own (1.2 KB in two allocations before),
     /// most of an idle connection's memory; 768 since the conversation (see below).
     #[tokio::test]
     async fn a_held_connection_stays_small() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let (c, s) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
-        let _server = s.expect("accept");
-        let ws = Ws::new(Io::Plain(c.expect("connect")), 1024);
+        let (ws, _, _server) = connected().await;
         let slot = Arc::new(crate::counters::Counters::new(1)).slot_ref(0);
         let now = Instant::now();
         let c = wsload_spec::builtin::conversation(wsload_spec::Protocol::Echo).expect("parses");
@@ -236,13 +241,7 @@ mod tests {
     /// reconnection's state is boxed, paid only by a connection that drops.
     #[tokio::test]
     async fn a_served_held_connection_stays_small() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let (c, s) = tokio::join!(tokio::net::TcpStream::connect(addr), l.accept());
-        let _server = s.expect("accept");
-        let ws = Ws::new(Io::Plain(c.expect("connect")), 1024);
+        let (ws, addr, _server) = connected().await;
         let spec = wsload_spec::fixtures::spec(&format!(
             "  target: {{url: \"ws://{addr}/\"}}\n  scenario: sustainedHold\n  reconnect: {{policy: immediate}}\n"
         ));

@@ -9,6 +9,7 @@ use crate::model::comeback::Comeback;
 use std::time::Duration;
 use tokio::time::Instant;
 use wsload_report::measure::ConnectError;
+use wsload_spec::reconnect::{GOLDEN, unit_draw};
 
 /// A connection open again, with what its steps on open captured.
 pub(super) struct Back {
@@ -132,15 +133,11 @@ struct Jitter(u64);
 
 impl Jitter {
     fn new(seed: u64) -> Jitter {
-        Jitter(seed ^ 0x9E37_79B9_7F4A_7C15)
+        Jitter(seed ^ GOLDEN)
     }
     fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        self.0 = self.0.wrapping_add(GOLDEN);
+        unit_draw(self.0)
     }
 }
 
