@@ -7,6 +7,7 @@ use crate::frame::{self, OP_BINARY, OP_CLOSE, OP_CONT, OP_PING, OP_PONG, OP_TEXT
 use crate::handshake::{self, Head};
 use crate::io::Io;
 use crate::limits::Limits;
+use crate::mask;
 use crate::message::{Fragments, close_frame, close_payload, data_message, is_utf8};
 use crate::spare::Spare;
 use crate::split::{Cursor, Packet, Split, unescape};
@@ -377,7 +378,7 @@ impl Ws {
         if self.wr.is_empty() {
             self.take_spare_write();
         }
-        frame::encode(&mut self.wr, true, opcode, payload, Some(rand::random()));
+        frame::encode(&mut self.wr, true, opcode, payload, Some(mask::fresh_key()));
     }
 
     /// Queues a data message's frame: text if `text`, else binary.

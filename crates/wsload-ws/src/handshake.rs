@@ -224,7 +224,8 @@ pub fn parse_head(head: &[u8]) -> Result<Head, HandshakeError> {
 /// A fresh `Sec-WebSocket-Key`: 16 random bytes in base64 (24 characters).
 pub fn new_key() -> [u8; 24] {
     const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let r: [u8; 16] = rand::random();
+    // One 128-bit draw: an array of bytes would be sampled a 32-bit word per byte.
+    let r = rand::random::<u128>().to_ne_bytes();
     let mut out = [b'='; 24];
     for (i, c) in r.chunks(3).enumerate() {
         let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];

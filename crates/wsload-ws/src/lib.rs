@@ -13,7 +13,8 @@
 //!   it is reused once the messages read from it are gone;
 //! - each outgoing frame is written straight into a write buffer, also the thread's: header,
 //!   payload copied once, masked in place with a fresh random key per frame (RFC 6455 5.3, from
-//!   the same thread-local CSPRNG tungstenite uses); `flush` writes the buffer in one call;
+//!   the same thread-local CSPRNG tungstenite uses, drawn 64 keys at a time); `flush` writes
+//!   the buffer in one call;
 //! - so a connection with nothing buffered owns no buffer at all: an idle connection is its
 //!   socket, this struct and its task;
 //! - counting loops ([`Ws::poll_recv`]) count every complete data frame buffered without building

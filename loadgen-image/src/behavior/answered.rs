@@ -22,6 +22,11 @@ impl Answered {
     /// come so late that they are counted as copies, never twice).
     #[inline]
     pub(super) fn first(&mut self, seq: u64) -> bool {
+        // In turn with nothing answered ahead (nearly always): no 128-bit shift.
+        if self.above == 0 && seq.checked_sub(1) == Some(self.floor) {
+            self.floor = seq;
+            return true;
+        }
         if seq <= self.floor {
             return false;
         }

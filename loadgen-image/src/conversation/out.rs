@@ -407,14 +407,35 @@ impl Out {
     /// a UUID, the pad's filler; a captured value up to the next literal). `Some(seq)` with
     /// the `${seq}` it carries (`None` inside when the template has none), `None` if it is
     /// not one.
+    #[inline]
     pub fn echoed_seq(&self, text: bool, data: &[u8]) -> Option<Option<u64>> {
         if text != self.is_text() {
             return None;
         }
-        let render = |seq, size| self.rendered(seq, size);
-        if let Some(seq) = self.seq_echo.as_ref().and_then(|f| f.seq(data, render)) {
+        if let Some(seq) = self.short_seq(data) {
             return Some(Some(seq));
         }
+        self.walk_echo(data)
+    }
+
+    /// The `${seq}` of `data` read the short way (see [`SeqEcho`]) when this message is one
+    /// it reads and `data` is its echo; `None` leaves the answer to [`Out::echoed_seq`]. The
+    /// frame's kind is the caller's to check.
+    #[inline]
+    pub fn short_seq(&self, data: &[u8]) -> Option<u64> {
+        let render = |seq, size| self.rendered(seq, size);
+        self.seq_echo.as_ref()?.seq(data, render)
+    }
+
+    /// Whether [`Out::short_seq`] reads this message's echoes.
+    pub fn reads_short(&self) -> bool {
+        self.seq_echo.is_some()
+    }
+
+    /// [`Out::echoed_seq`] the long way: the template walked piece by piece. Kept out of the
+    /// counting read's inlined path, which the short way nearly always answers.
+    #[inline(never)]
+    fn walk_echo(&self, data: &[u8]) -> Option<Option<u64>> {
         let mut at = 0;
         let mut seq = None;
         // A `${seq}` in binary narrower than 8 bytes has wrapped; its digits, if the

@@ -3,6 +3,7 @@
 //! which one (by the `${seq}` it carries), or none. Asked of every frame a counting read
 //! takes, so read in place.
 
+use super::out::Out;
 use super::script::{AnswerBy, Script};
 use super::unreadable;
 use wsload_spec::decimal::Wanted;
@@ -52,6 +53,16 @@ impl Script {
             return Incoming::Push(i);
         }
         Incoming::Other
+    }
+
+    /// The measured message, when each server frame of a counting read may first be read
+    /// as its echo the short way ([`Out::short_seq`]): no reply or push rule comes before
+    /// it, its answers are its echoes as written. `None` for any other conversation.
+    pub fn short_echo(&self) -> Option<&Out> {
+        let plain = self.replies.is_empty() && self.pushes.is_empty();
+        let echoed = matches!(self.message.answer, Some(AnswerBy::Echoed { .. }));
+        let out = &self.message.out;
+        (plain && echoed && !self.encoding.transforms() && out.reads_short()).then_some(out)
     }
 
     /// What a server message is to the measured messages outstanding.
