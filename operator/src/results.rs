@@ -661,7 +661,7 @@ mod tests {
     /// below etcd's 1.5 MiB object limit, with room left for the object's spec and metadata.
     #[test]
     fn status_stays_bounded_at_the_largest_spec() {
-        use wsload_spec::status::{CellStatus, Percentiles as P, ShardState};
+        use wsload_spec::status::{CellStatus, DisruptionStatus, Percentiles as P, ShardState};
         let s = spec(&format!(
             "target: {{server: {{}}}}\nscenario: echo\nconnections: [200]\nshards: {}\n",
             wsload_spec::cel::MAX_SHARDS
@@ -708,6 +708,8 @@ mod tests {
                 server_connections: None,
                 started_at_millis: Some(1_764_000_000_124),
                 start_skew_millis: Some(12.345),
+                // Kill and restart disruptions need one shard (validation): sized below.
+                disruptions: Vec::new(),
             })
             .collect();
         for c in st.cells.iter_mut().take(wsload_spec::cel::MAX_TIERS) {
@@ -819,5 +821,39 @@ mod tests {
         let etcd_limit = 1536 * 1024;
         assert!(bytes < etcd_limit - 64 * 1024, "status of {bytes} bytes");
         assert_eq!(st.tiers_omitted as usize, cells - MAX_LISTED);
+
+        // Kill and restart disruptions run with one shard: the most they record is 16 per
+        // cell on the first MAX_MEASURE_CELLS cells, kills of 999 of 1,000 replicas summed
+        // over a cell, and the cell under way's deleted pods' UIDs.
+        let replicas = wsload_spec::cel::MAX_SERVER_REPLICAS;
+        st.shards.truncate(1);
+        let entry = |index: u32, replicas: Vec<u32>| {
+            DisruptionStatus {
+            index,
+            began_at_millis: 1_764_000_060_123,
+            replicas,
+            deleted_pods: Vec::new(),
+            ready_at_millis: Some(1_764_000_060_123),
+            ended_at_millis: Some(1_764_000_060_123),
+            message: "replicas [0, 1, 2] deleted with no grace period 12 ms after the instant; created again and ready 2s 345ms after; the cell ended first".into(),
+        }
+        };
+        for c in st
+            .cells
+            .iter_mut()
+            .take(wsload_spec::status::MAX_MEASURE_CELLS)
+        {
+            c.disruptions = (0..16).map(|i| entry(i, vec![i])).collect();
+            c.disruptions[0].replicas = (0..replicas - 1).collect();
+        }
+        if let Some(last) = st.cells.last_mut() {
+            last.disruptions = (0..16).map(|i| entry(i, vec![i])).collect();
+            last.disruptions[0].replicas = (0..replicas - 1).collect();
+            last.disruptions[0].deleted_pods =
+                vec!["0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into(); replicas as usize - 1];
+        }
+        let bytes = serde_json::to_vec(&st).expect("json").len();
+        eprintln!("largest status with disruptions: {bytes} bytes");
+        assert!(bytes < etcd_limit - 64 * 1024, "status of {bytes} bytes");
     }
 }

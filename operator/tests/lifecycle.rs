@@ -978,6 +978,121 @@ async fn the_servers_connection_counters_and_their_finding_reach_status() {
     e.kubelet.stop().await;
 }
 
+/// Issue 40 through the operator: a managed server's replica killed mid-hold (its pod deleted
+/// with no grace period at the measure instant plus 1 s, created again 1 s later) and a
+/// rolling restart (each replica's pod deleted as a deploy does, created again and ready,
+/// then the next): the connections come back, the test Succeeds, and status holds what the
+/// operator did and the tier's reconnect figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
+    let e = env("lt-disrupt").await;
+    let op = operator(&e, None);
+    let hold = "  target: {server: {replicas: 2}}
+  scenario: sustainedHold
+  connections: [40]
+  warmup: 0s
+  ping: {interval: 1s, timeout: 2s}
+  reconnect: {policy: exponential, delay: 100ms, maxDelay: 1s, jitter: full}
+  run: {cleanup: keep}
+  thresholds: [\"survival >= 99%\"]
+";
+    create(
+        &e,
+        "kill",
+        &format!("{hold}  duration: 6s\n  disruptions: [{{at: 1s, kill: {{replicas: 1, restartAfter: 1s}}}}]\n"),
+    )
+    .await;
+    let before: Vec<String> = uids(&e, "kill").await;
+    let st = wait_finished(&e, "kill").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.verdict, Some(Verdict::Pass), "{:?}", st.thresholds);
+    let cell = &st.cells[0];
+    let measure = cell
+        .measure_at_millis
+        .expect("a lone shard waited for the measure instant");
+    let [kill] = &cell.disruptions[..] else {
+        panic!("one disruption in status: {:?}", cell.disruptions)
+    };
+    assert_eq!(kill.replicas.len(), 1, "{kill:?}");
+    // On time, within the operator's look-again interval.
+    assert!(
+        (measure + 1000..measure + 1800).contains(&kill.began_at_millis),
+        "began {} ms after the measure instant",
+        kill.began_at_millis as i64 - measure as i64
+    );
+    let ended = kill.ended_at_millis.expect("the replica back");
+    assert!(ended >= kill.began_at_millis + 1000, "{kill:?}");
+    let rc = st.tiers[0].reconnect.as_ref().expect("reconnect figures");
+    eprintln!("kill: {kill:?}\n  {rc:?}");
+    assert!(rc.dropped > 0 && rc.dropped < 40, "{rc:?}");
+    assert_eq!(rc.never_back, 0, "{rc:?}");
+    assert!(
+        rc.all_back_after.is_some() && rc.peak_attempts_per_second > 0,
+        "{rc:?}"
+    );
+    // The killed replica's pod is a new one; the other is the one from before.
+    let after = uids(&e, "kill").await;
+    assert_eq!(
+        after.iter().filter(|u| before.contains(u)).count(),
+        1,
+        "{before:?} {after:?}"
+    );
+    // Its counters went with it: no delivery figure is made up.
+    assert_eq!(cell.server_received, None, "{cell:?}");
+
+    create(
+        &e,
+        "roll",
+        &format!("{hold}  duration: 12s\n  disruptions: [{{at: 1s, restart: {{}}}}]\n"),
+    )
+    .await;
+    let before: Vec<String> = uids(&e, "roll").await;
+    let st = wait_finished(&e, "roll").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    let [roll] = &st.cells[0].disruptions[..] else {
+        panic!("one disruption in status: {:?}", st.cells[0].disruptions)
+    };
+    assert!(roll.ended_at_millis.is_some(), "{roll:?}");
+    assert!(
+        roll.message
+            .starts_with("rolling restart of 2 replicas done"),
+        "{roll:?}"
+    );
+    let rc = st.tiers[0].reconnect.as_ref().expect("reconnect figures");
+    eprintln!("roll: {roll:?}\n  {rc:?}");
+    // A roll drops every connection at least once (one back on the replica restarted later
+    // drops again), and every one comes back.
+    assert!(rc.dropped >= 40, "{rc:?}");
+    assert_eq!(rc.never_back, 0, "{rc:?}");
+    let after = uids(&e, "roll").await;
+    assert!(
+        after.iter().all(|u| !before.contains(u)),
+        "{before:?} {after:?}"
+    );
+    op.abort();
+    e.kubelet.stop().await;
+}
+
+/// The UIDs of test `name`'s server pods, once both are there.
+async fn uids(e: &Env, name: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    for _ in 0..300 {
+        got = Vec::new();
+        for pod in [format!("{name}-server"), format!("{name}-server-1")] {
+            if let Ok(p) = e.pods.get(&pod).await
+                && p.metadata.deletion_timestamp.is_none()
+            {
+                got.extend(p.metadata.uid);
+            }
+        }
+        if got.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got
+}
+
 /// The LoadTest CRD's schema, changed by `edit` and written back (the API server serves the
 /// change at once to a GET, which is what the operator reads).
 async fn edit_crd(client: &kube::Client, edit: impl FnOnce(&mut serde_json::Value)) {

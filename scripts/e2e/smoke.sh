@@ -18,6 +18,9 @@
 #      pod IPs this host cannot reach: WSLOAD_E2E_CONTROL_PROBE), and the test still Succeeds; the token (read from
 #      the Secret smoke-control) is in none of the LoadTest, its Events, the operator's or the
 #      shards' logs
+#   then a reconnect storm from the client side (half of 200 held closed by wsload), a server
+#      replica's pod deleted mid-hold by the operator and created again, and both replicas
+#      rolled: each Succeeded with every dropped connection back and the figures in status
 #   3. Prometheus (Kubernetes pod discovery) scraped the operator, the server and both shards:
 #      their series are queried through the API server's service proxy
 #   --faults, then, on the same install (each a 20 s LoadTest, the fault at ~6 s into the run):
@@ -285,8 +288,6 @@ timed "fanout run"
 # 200 held connections over 2 shards; 2 s in wsload itself drops about half of them (a close
 # disruption: no close frame) and each comes back by its backoff: the tier's status says how
 # many dropped, that none stayed down, the attempts' peak and how long until all were back.
-# A kill disruption is refused whole (the operator does not delete server pods yet), never
-# run without it.
 step "LoadTest reconnect: 200 held over 2 shards, half dropped by wsload 2 s in, all back"
 kubectl -n "$TEST_NS" delete loadtest reconnect --ignore-not-found --wait=true >/dev/null
 jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" '{
@@ -307,17 +308,41 @@ jq -e '.status.tiers[0].reconnect | .dropped > 50 and .dropped < 150 and .neverB
 	and .peakAttemptsPerSecond > 0 and .allBackAfter != null and .downtimeP99 > 0' "$OUT/reconnect.json" >/dev/null ||
 	{ diagnose reconnect; fail "LoadTest reconnect: status lacks a tier whose ~100 dropped connections all came back ($OUT/reconnect.json)"; }
 stored reconnect 0 1
-kubectl -n "$TEST_NS" delete loadtest killed --ignore-not-found --wait=true >/dev/null
-jq -n '{apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "killed"},
-	spec: {target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [10],
-		reconnect: {policy: "immediate"}, disruptions: [{at: "1s", kill: {replicas: 1}}]}}' |
-	kubectl -n "$TEST_NS" apply -f -
-wait_done killed 60
-expect killed Failed InvalidSpec -
-jq -e '.status.message | contains("does not kill or restart server pods yet")' "$OUT/killed.json" >/dev/null ||
-	{ diagnose killed; fail "LoadTest killed: its message does not say why the kill is refused"; }
-[[ -z "$(kubectl -n "$TEST_NS" get pods -l wsload.dev/loadtest=killed -o name)" ]] ||
-	fail "LoadTest killed: pods were created for a test refused whole"
+# --- a server replica killed and the server rolled, by the operator -------------------------
+# A managed server of 2 replicas under 200 held connections: 2 s into the measured phase the
+# operator deletes one replica's pod with no grace period (a crash) and creates it again 2 s
+# later; then, in a second test, it restarts both replicas in turn as a deploy does. Each
+# Succeeds with every dropped connection back; status holds what the operator did.
+step "LoadTest killed: a server pod deleted mid-hold and created again, every connection back"
+disrupted() { # name duration disruption: a 200-connection hold over 2 managed replicas
+	kubectl -n "$TEST_NS" delete loadtest "$1" --ignore-not-found --wait=true >/dev/null
+	jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg name "$1" --arg duration "$2" --argjson d "$3" '{
+		apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: $name},
+		spec: ({
+			target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [200],
+			duration: $duration, warmup: "0s", ping: {interval: "1s", timeout: "2s"},
+			reconnect: {policy: "exponential", delay: "100ms", maxDelay: "1s", jitter: "full"},
+			disruptions: [$d], thresholds: ["survival >= 99%"]
+		} + if $one == "1" then {loadgen: {spread: "none", separateFromServer: false}} else {} end)
+	}' | kubectl -n "$TEST_NS" apply -f -
+	wait_phase "$1" Running 180
+	wait_done "$1"
+	expect "$1" Succeeded - Pass
+	jq '{disruptions: .status.cells[0].disruptions, reconnect: .status.tiers[0].reconnect}' "$OUT/$1.json"
+}
+disrupted killed 12s '{"at": "2s", "kill": {"replicas": 1, "restartAfter": "2s"}}'
+jq -e '(.status.cells[0].disruptions | length == 1 and (.[0].replicas | length) == 1
+		and .[0].endedAtMillis != null
+		and .[0].beganAtMillis >= $m + 2000 and .[0].beganAtMillis < $m + 3000)
+	and (.status.tiers[0].reconnect | .dropped > 0 and .dropped < 200 and .neverBack == 0)' \
+	--argjson m "$(jq '.status.cells[0].measureAtMillis' "$OUT/killed.json")" "$OUT/killed.json" >/dev/null ||
+	{ diagnose killed; fail "LoadTest killed: status lacks a kill begun 2 s in, its replica back, and every dropped connection back ($OUT/killed.json)"; }
+step "LoadTest rolled: both server pods restarted in turn mid-hold, every connection back"
+disrupted rolled 20s '{"at": "1s", "restart": {}}'
+jq -e '(.status.cells[0].disruptions[0] | .endedAtMillis != null
+		and (.message | startswith("rolling restart of 2 replicas done")))
+	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack == 0)' "$OUT/rolled.json" >/dev/null ||
+	{ diagnose rolled; fail "LoadTest rolled: status lacks a finished roll that dropped and brought back every connection ($OUT/rolled.json)"; }
 timed "reconnect run"
 
 # --- Prometheus -----------------------------------------------------------------------------

@@ -163,7 +163,8 @@ pub struct CellStatus {
     /// The instant every shard was told to begin measuring it, Unix milliseconds (the
     /// operator's clock): chosen once every live shard had opened its share, recorded before
     /// any shard hears of it, so an operator restarted meanwhile tells the rest the same one.
-    /// Unset for a cell whose shards do not wait (a fanout's, a lone shard's), and once done
+    /// Unset for a cell whose shards do not wait (a fanout's, a lone shard's unless the
+    /// operator kills or restarts the server: it times them from here), and once done
     /// past the first [`MAX_MEASURE_CELLS`] cells.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measure_at_millis: Option<u64>,
@@ -204,6 +205,40 @@ pub struct CellStatus {
     /// offset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_skew_millis: Option<f64>,
+    /// The disruptions the operator ran on the server's pods in this cell (`spec.disruptions`'
+    /// kills and rolling restarts), each once begun: recorded as it goes, so an operator
+    /// restarted meanwhile carries on from here and never kills twice. Kept once done for the
+    /// first [`MAX_MEASURE_CELLS`] cells, so that status stays bounded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disruptions: Vec<DisruptionStatus>,
+}
+
+/// One of `spec.disruptions` that acts on the server's pods, as the operator ran it in a cell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DisruptionStatus {
+    /// Its position in `spec.disruptions`.
+    pub index: u32,
+    /// When the operator began it, Unix milliseconds (its clock; the cell's
+    /// `measureAtMillis` plus the disruption's `at`, or a little after).
+    pub began_at_millis: u64,
+    /// The server replicas it took down: a kill's, all at once; a rolling restart's, the
+    /// one it is restarting (or restarted last).
+    pub replicas: Vec<u32>,
+    /// The UIDs of the pods it deleted: a replica's pod is back once one with another UID is
+    /// ready. Dropped once the next cell is released, so that status stays bounded.
+    pub deleted_pods: Vec<String>,
+    /// A rolling restart's: when the replica it restarted last was ready again (the pause
+    /// before the next runs from there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready_at_millis: Option<u64>,
+    /// When every replica it took down was ready again, Unix milliseconds; unset while it
+    /// runs, for a kill without `restartAfter`, and for one the cell's end cut short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at_millis: Option<u64>,
+    /// What happened, in words (`replicas [0] deleted; back after 2.1s`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {

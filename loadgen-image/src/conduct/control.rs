@@ -418,7 +418,9 @@ fn run_session(
 ) {
     let shard = opts.shard.unwrap_or(Shard::WHOLE);
     let planned = Plan::new(&lt.spec, shard).map_err(RunError::from);
-    let prepared = match planned.and_then(|plan| run::prepare(lt, opts, instruments, plan)) {
+    let prepared = match planned
+        .and_then(|plan| run::prepare(lt, opts, instruments, plan, run::Disruptions::Conductor))
+    {
         Ok(p) => p,
         Err(e) => {
             control.update(|i| {
@@ -437,8 +439,10 @@ fn run_session(
         first: Conductor::first(&lt.spec),
         index: 0,
         stopped: false,
-        // A lone shard has nobody to wait for.
-        rendezvous: (lt.spec.shards > 1).then(|| control.clone() as Arc<dyn Rendezvous>),
+        // A lone shard has nobody to wait for, unless the operator disrupts the server: it
+        // times the kills and restarts from the instant it gives the shards to measure from.
+        rendezvous: (lt.spec.shards > 1 || wsload_spec::reconnect::on_server(&lt.spec.disruptions))
+            .then(|| control.clone() as Arc<dyn Rendezvous>),
     };
     let (mut result, error) = run::measure(lt, opts, &prepared, &mut gate);
     if gate.stopped {

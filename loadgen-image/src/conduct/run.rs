@@ -92,11 +92,22 @@ pub struct Prepared {
     local: Option<Arc<Mutex<LocalServers>>>,
 }
 
+/// Who runs the disruptions that act on the server's processes (`spec.disruptions`' kills
+/// and restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disruptions {
+    /// This process: it runs the managed server (`wsload run`).
+    Here,
+    /// The conductor (the operator, which deletes the server's pods): a shard only measures.
+    Conductor,
+}
+
 pub fn prepare(
     lt: &LoadTest,
     opts: &Options,
     instruments: &Instruments,
     plan: Plan,
+    disruptor: Disruptions,
 ) -> Result<Prepared, RunError> {
     let spec = &lt.spec;
     capacity::check(spec, plan.shard(), capacity::raise())?;
@@ -108,7 +119,8 @@ pub fn prepare(
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     let local = local.map(|l| Arc::new(Mutex::new(l)));
     // A `close` is the connections' own; a kill or a restart needs the server's processes.
-    let on_server = wsload_spec::reconnect::on_server(&spec.disruptions);
+    let on_server =
+        wsload_spec::reconnect::on_server(&spec.disruptions) && disruptor == Disruptions::Here;
     let disruptor = match (&local, !on_server) {
         (_, true) => None,
         (Some(servers), false) => disrupt::spawn(
@@ -289,7 +301,7 @@ pub fn run(lt: &LoadTest, opts: &Options) -> Result<RunResult, RunError> {
         listener.map(|l| (l, Arc::new(Endpoint::new(&instruments.exposition)))),
         progress,
     )?;
-    let prepared = prepare(lt, opts, &instruments, plan)?;
+    let prepared = prepare(lt, opts, &instruments, plan, Disruptions::Here)?;
     // The whole test in this process reads the servers itself; a shard of several never
     // judges delivery (its conductor does, over every shard).
     let whole = opts.shard.is_none_or(|s| s.count == 1);

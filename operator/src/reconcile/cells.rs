@@ -182,7 +182,16 @@ impl View<'_> {
                 return Some(Duration::from_millis(10));
             }
         }
-        match replay(&self.lt.spec, &self.st.cells).next {
+        let next = replay(&self.lt.spec, &self.st.cells).next;
+        if next.is_some() && self.server_down() {
+            // A disruption left a replica down: the next cell begins with every one ready.
+            self.st.message = Some(format!(
+                "cell {} done; the server replicas a disruption took down are starting again",
+                current.index
+            ));
+            return Some(Duration::from_millis(250));
+        }
+        match next {
             Some(key) => {
                 let delay = u64::try_from(self.ctx.config.cell_delay.as_millis()).unwrap_or(0);
                 let start_at = unix_millis(self) + delay;
@@ -192,6 +201,7 @@ impl View<'_> {
                     key.index, key.label
                 ));
                 let shards = self.count_live();
+                self.forget_disruptions();
                 self.st.cells.push(cell_released(&key, start_at, shards));
                 // Recorded before any shard hears of it: the next reconcile tells them.
                 Some(Duration::from_millis(10))
@@ -269,6 +279,13 @@ impl View<'_> {
         }
     }
 
+    /// Whether the test kills or restarts server replicas: what a deleted pod's process
+    /// counted went with it, and its new one's counters began at zero, so no sum of them is
+    /// the cell's (the shards' own figures stand).
+    pub(super) fn counters_gone(&self) -> bool {
+        wsload_spec::reconnect::on_server(&self.lt.spec.disruptions)
+    }
+
     /// The summed counter when cell `index` began: the baseline plus every earlier cell's
     /// receipt; unknown once one of them is.
     fn counter_before(&self, index: u32) -> Option<u64> {
@@ -293,6 +310,7 @@ impl View<'_> {
         let before = self.topics_before(cell.index)?;
         if u32::try_from(merged.shards).unwrap_or(u32::MAX) < cell.shards
             || self.server_lost().is_some()
+            || self.counters_gone()
         {
             return None;
         }
@@ -310,6 +328,9 @@ impl View<'_> {
         if let Some(why) = self.server_lost() {
             // A lost replica's count is gone with it: no sum can be right.
             tracing::warn!(cell = cell.index, reason = %why, "delivery unknown");
+            return Delivery::Unknown;
+        }
+        if self.counters_gone() {
             return Delivery::Unknown;
         }
         let counter = match ServerCounter::of(&self.lt.spec, &self.world.servers) {

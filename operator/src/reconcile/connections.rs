@@ -117,6 +117,7 @@ impl View<'_> {
     pub(super) async fn cell_connections(&self, cell: &CellStatus) -> Option<ServerConnections> {
         if usize::try_from(cell.index).unwrap_or(usize::MAX) >= MAX_CONNECTION_CELLS
             || self.server_lost().is_some()
+            || self.counters_gone()
         {
             return None;
         }

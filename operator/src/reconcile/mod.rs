@@ -9,6 +9,7 @@ mod clocks;
 mod collect;
 mod conditions;
 mod connections;
+mod disrupt;
 mod fanout;
 mod measure;
 mod reason;

@@ -43,6 +43,10 @@ impl View<'_> {
         let (states, all_answered) = self.poll_shards(&targets).await;
         self.st.start_skew_millis = skew_millis(&self.st.shards);
         let soon = self.conduct(&states, all_answered).await;
+        let soon = match (soon, self.disrupt().await?) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let unfinished: Vec<u32> = self
             .st
             .shards

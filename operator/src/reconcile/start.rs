@@ -82,15 +82,6 @@ impl View<'_> {
             self.st.completion_time = Some(Time(self.now));
             return Ok(Action::await_change());
         }
-        if wsload_spec::reconnect::on_server(&spec.disruptions) {
-            // Refused whole rather than run without them: a test of a deploy that deploys
-            // nothing would pass for one that survived it.
-            let why = "spec.disruptions: the operator does not kill or restart server pods yet; run this LoadTest with `wsload run FILE`, or keep only close disruptions";
-            self.mark_failed(Reason::InvalidSpec, why.to_string());
-            self.enter(Phase::Failed, why.to_string());
-            self.st.completion_time = Some(Time(self.now));
-            return Ok(Action::await_change());
-        }
         if self.refused_by_outdated_crd().await? || self.refused_by_pod_security().await? {
             return Ok(Action::await_change());
         }
@@ -211,10 +202,12 @@ impl View<'_> {
     }
 
     /// The URL the shards dial. One replica: its pod IP, which needs neither DNS nor
-    /// kube-proxy. More: the Service, whose kube-proxy rules spread the shards' connections
-    /// over every replica.
+    /// kube-proxy. More, or one a disruption deletes and creates again (under another IP):
+    /// the Service, whose kube-proxy rules spread the shards' connections over every replica
+    /// ready.
     fn server_url(&self, server: &ManagedServer, service: &Service, ready: &[String]) -> String {
-        let host = if server.replicas.max(1) == 1 {
+        let disrupted = wsload_spec::reconnect::on_server(&self.lt.spec.disruptions);
+        let host = if server.replicas.max(1) == 1 && !disrupted {
             ready.first().cloned().unwrap_or_default()
         } else {
             service
@@ -235,11 +228,16 @@ impl View<'_> {
         format!("ws://{host}:{}{}", server.port, server.path)
     }
 
-    /// The managed server must stay up, every replica of it, while shards start and run.
+    /// The managed server must stay up, every replica of it, while shards start and run; but
+    /// for those a disruption took down (see `disrupt`).
     pub(super) fn server_lost(&self) -> Option<String> {
         let server = self.lt.spec.target.server.as_ref()?;
         let test = self.test();
+        let disrupted = self.disrupted_replicas();
         (0..server.replicas.max(1)).find_map(|r| {
+            if disrupted.contains(&r) {
+                return None;
+            }
             let pod = names::server_replica(&test, r);
             match self.world.servers.get(&r).map(pods::health) {
                 None => Some(format!("server pod {pod} deleted")),

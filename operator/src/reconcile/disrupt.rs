@@ -1,0 +1,367 @@
+//! `spec.disruptions` that act on the managed server's pods. At each one's offset from a
+//! cell's measure instant (`measureAtMillis`: whenever the server is disrupted the shards wait
+//! for it, a lone shard too), a kill deletes the pods of the first `replicas` ready replicas
+//! at once and with no grace period (the kubelet's SIGKILL, as a crash) and, `restartAfter`
+//! later, creates them again; a rolling restart deletes one replica's pod as a deploy does
+//! (its grace period: wsload-server closes its connections with 1001 and drains), creates it
+//! again, waits for it ready and `pause`, then the next. What each did is in the cell's status
+//! (`disruptions`) before the reconcile ends, so an operator restarted later carries on from
+//! there and never deletes a replica twice. Replicas a disruption took down are not lost
+//! (`server_lost`); once the cell is done every replica is created again, and the next cell
+//! is released only once all are ready (`server_down`).
+
+use super::cells::unix_millis;
+use super::view::{View, humantime};
+use crate::names::{self, MANAGER};
+use crate::pods::{self, PodHealth};
+use crate::{Result, builders};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use wsload_spec::reconnect::{Disruption, on_server};
+use wsload_spec::status::{DisruptionStatus, MAX_MEASURE_CELLS};
+
+/// How soon to look again while a deleted replica's pod goes or its new one starts.
+const LOOK: Duration = Duration::from_millis(250);
+
+impl View<'_> {
+    /// Runs the server disruptions of the cell under way that are due, carries on those
+    /// begun, and once the cell is done creates again every replica they left down. How soon
+    /// to look again; `None` when nothing is due.
+    pub(super) async fn disrupt(&mut self) -> Result<Option<Duration>> {
+        let spec = &self.lt.spec;
+        if spec.target.server.is_none() || !on_server(&spec.disruptions) {
+            return Ok(None);
+        }
+        let Some(cell) = self.st.cells.last() else {
+            return Ok(None);
+        };
+        if cell.done {
+            self.cut_short();
+            return self.restore().await;
+        }
+        let Some(measure_at) = cell.measure_at_millis else {
+            return Ok(None);
+        };
+        let now = unix_millis(self);
+        let mut soon: Option<Duration> = None;
+        let disruptions = spec.disruptions.clone();
+        for (i, d) in disruptions.iter().enumerate() {
+            if d.kill.is_none() && d.restart.is_none() {
+                continue;
+            }
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            let at = measure_at.saturating_add(millis(d.at.get()));
+            let next = match self.entry(index).cloned() {
+                None if now < at => Some(Duration::from_millis(at - now)),
+                None => {
+                    self.begin_disruption(index, d, now - at).await?;
+                    Some(LOOK)
+                }
+                Some(e) if e.ended_at_millis.is_none() => self.carry_on(e, d, now).await?,
+                Some(_) => None,
+            };
+            soon = match (soon, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(soon)
+    }
+
+    /// The replicas a disruption of the last cell took down: not lost while it runs, nor
+    /// until they are all created again before the next cell. (A rolling restart's replicas
+    /// before the one it restarts are back: lost again is lost.)
+    pub(super) fn disrupted_replicas(&self) -> BTreeSet<u32> {
+        self.st
+            .cells
+            .last()
+            .map(|c| {
+                c.disruptions
+                    .iter()
+                    .flat_map(|e| e.replicas.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether a replica of the managed server is not ready, or is still a pod a disruption
+    /// deleted: the next cell waits for it.
+    pub(super) fn server_down(&self) -> bool {
+        let Some(server) = &self.lt.spec.target.server else {
+            return false;
+        };
+        if !on_server(&self.lt.spec.disruptions) {
+            return false;
+        }
+        let deleted = self.deleted_pods();
+        (0..server.replicas.max(1)).any(|r| !self.back(r, &deleted))
+    }
+
+    fn entry(&self, index: u32) -> Option<&DisruptionStatus> {
+        self.st
+            .cells
+            .last()?
+            .disruptions
+            .iter()
+            .find(|e| e.index == index)
+    }
+
+    fn entry_mut(&mut self, index: u32) -> Option<&mut DisruptionStatus> {
+        self.st
+            .cells
+            .last_mut()?
+            .disruptions
+            .iter_mut()
+            .find(|e| e.index == index)
+    }
+
+    /// The UIDs of every pod the last cell's disruptions deleted.
+    fn deleted_pods(&self) -> BTreeSet<String> {
+        self.st
+            .cells
+            .last()
+            .map(|c| {
+                c.disruptions
+                    .iter()
+                    .flat_map(|e| e.deleted_pods.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether replica `r` is up: a ready pod that is none of those deleted.
+    fn back(&self, r: u32, deleted: &BTreeSet<String>) -> bool {
+        self.world.servers.get(&r).is_some_and(|pod| {
+            matches!(pods::health(pod), PodHealth::Ready { .. })
+                && pod
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .is_none_or(|u| !deleted.contains(u))
+        })
+    }
+
+    /// Begins disruption `index`, `late` milliseconds after its instant.
+    async fn begin_disruption(&mut self, index: u32, d: &Disruption, late: u64) -> Result<()> {
+        let now = unix_millis(self);
+        let mut entry = DisruptionStatus {
+            index,
+            began_at_millis: now,
+            ..Default::default()
+        };
+        if let Some(kill) = &d.kill {
+            let ready: Vec<(u32, Pod)> = self
+                .world
+                .servers
+                .iter()
+                .filter(|(_, p)| matches!(pods::health(p), PodHealth::Ready { .. }))
+                .take(kill.replicas as usize)
+                .map(|(r, p)| (*r, p.clone()))
+                .collect();
+            // All deleted before any is waited for, as a crash of several takes them at once.
+            for (r, pod) in &ready {
+                self.delete_replica(*r, pod, Some(0)).await?;
+                entry.replicas.push(*r);
+                entry.deleted_pods.extend(pod.metadata.uid.clone());
+            }
+            entry.message = format!(
+                "replicas {:?} deleted with no grace period {late} ms after the instant",
+                entry.replicas
+            );
+            tracing::info!(disruption = index, replicas = ?entry.replicas, late_ms = late, "disruption: server replicas killed");
+        } else {
+            let pod = self.world.servers.get(&0).cloned();
+            if let Some(pod) = &pod {
+                self.delete_replica(0, pod, None).await?;
+                entry.deleted_pods.extend(pod.metadata.uid.clone());
+            }
+            entry.replicas.push(0);
+            entry.message = format!("rolling restart began {late} ms after the instant");
+            tracing::info!(
+                disruption = index,
+                late_ms = late,
+                "disruption: rolling restart began"
+            );
+        }
+        if let Some(c) = self.st.cells.last_mut() {
+            c.disruptions.push(entry);
+        }
+        Ok(())
+    }
+
+    /// The next step of a disruption under way; how soon to look again.
+    async fn carry_on(
+        &mut self,
+        e: DisruptionStatus,
+        d: &Disruption,
+        now: u64,
+    ) -> Result<Option<Duration>> {
+        let deleted: BTreeSet<String> = e.deleted_pods.iter().cloned().collect();
+        if let Some(kill) = &d.kill {
+            // Without `restartAfter` the replicas stay down for the rest of the cell.
+            let Some(after) = kill.restart_after else {
+                return Ok(None);
+            };
+            let due = e.began_at_millis.saturating_add(millis(after.get()));
+            if now < due {
+                return Ok(Some(Duration::from_millis(due - now)));
+            }
+            if !self.recreate(&e.replicas, &deleted).await? {
+                return Ok(Some(LOOK));
+            }
+            if let Some(entry) = self.entry_mut(e.index) {
+                entry.ended_at_millis = Some(now);
+                entry.message.push_str(&format!(
+                    "; created again and ready {} after",
+                    humantime(Duration::from_millis(now - e.began_at_millis))
+                ));
+            }
+            return Ok(None);
+        }
+        let Some(restart) = &d.restart else {
+            return Ok(None);
+        };
+        let replicas = self
+            .lt
+            .spec
+            .target
+            .server
+            .as_ref()
+            .map_or(1, |s| s.replicas.max(1));
+        let r = e.replicas.last().copied().unwrap_or(0);
+        if !self.recreate(&[r], &deleted).await? {
+            return Ok(Some(LOOK));
+        }
+        let ready_at = e.ready_at_millis.unwrap_or(now);
+        if r + 1 >= replicas {
+            if let Some(entry) = self.entry_mut(e.index) {
+                entry.ready_at_millis = Some(ready_at);
+                entry.ended_at_millis = Some(now);
+                entry.message = format!(
+                    "rolling restart of {replicas} replicas done in {}",
+                    humantime(Duration::from_millis(now - e.began_at_millis))
+                );
+            }
+            tracing::info!(disruption = e.index, "disruption: rolling restart done");
+            return Ok(None);
+        }
+        let resume = ready_at.saturating_add(restart.pause.map_or(0, |p| millis(p.get())));
+        if now < resume {
+            if let Some(entry) = self.entry_mut(e.index) {
+                entry.ready_at_millis = Some(ready_at);
+            }
+            return Ok(Some(Duration::from_millis(resume - now)));
+        }
+        let next = r + 1;
+        let pod = self.world.servers.get(&next).cloned();
+        if let Some(pod) = &pod {
+            self.delete_replica(next, pod, None).await?;
+        }
+        if let Some(entry) = self.entry_mut(e.index) {
+            entry.replicas = vec![next];
+            entry
+                .deleted_pods
+                .extend(pod.and_then(|p| p.metadata.uid.clone()));
+            entry.ready_at_millis = None;
+        }
+        Ok(Some(LOOK))
+    }
+
+    /// The cell ended with a disruption still under way: said, and nothing more of it runs
+    /// (its replicas are created again before the next cell).
+    fn cut_short(&mut self) {
+        let Some(cell) = self.st.cells.last_mut() else {
+            return;
+        };
+        for e in cell
+            .disruptions
+            .iter_mut()
+            .filter(|e| e.ended_at_millis.is_none())
+        {
+            if !e.message.ends_with("the cell ended first") {
+                e.message.push_str("; the cell ended first");
+            }
+        }
+    }
+
+    /// Every replica created again and ready after the last cell's disruptions: how soon to
+    /// look again while one is not.
+    async fn restore(&mut self) -> Result<Option<Duration>> {
+        let Some(server) = &self.lt.spec.target.server else {
+            return Ok(None);
+        };
+        let all: Vec<u32> = (0..server.replicas.max(1)).collect();
+        let deleted = self.deleted_pods();
+        Ok((!self.recreate(&all, &deleted).await?).then_some(LOOK))
+    }
+
+    /// Forgets the deleted pods of every cell before the one released now, and the
+    /// disruptions of those past the first [`MAX_MEASURE_CELLS`]: status stays bounded.
+    pub(super) fn forget_disruptions(&mut self) {
+        for c in &mut self.st.cells {
+            if usize::try_from(c.index).unwrap_or(usize::MAX) >= MAX_MEASURE_CELLS {
+                c.disruptions.clear();
+            }
+            for e in &mut c.disruptions {
+                e.deleted_pods.clear();
+            }
+        }
+    }
+
+    /// Creates again each of `replicas` whose pod is gone; whether all are back (ready, and
+    /// none of the `deleted` pods).
+    async fn recreate(&self, replicas: &[u32], deleted: &BTreeSet<String>) -> Result<bool> {
+        let Some(server) = &self.lt.spec.target.server else {
+            return Ok(true);
+        };
+        let test = self.test();
+        let pp = PatchParams::apply(MANAGER).force();
+        let mut all = true;
+        for &r in replicas {
+            if self.back(r, deleted) {
+                continue;
+            }
+            all = false;
+            // Gone from the cache: its name is free (a pod still terminating keeps it).
+            if !self.world.servers.contains_key(&r) {
+                let pod = builders::server_pod(self.lt, server, r);
+                self.apis
+                    .pods
+                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
+                    .await?;
+                tracing::info!(replica = r, "disruption: server replica created again");
+            }
+        }
+        Ok(all)
+    }
+
+    /// Deletes replica `r`'s pod, with `grace` seconds (`None`: the pod's own period).
+    async fn delete_replica(&self, r: u32, pod: &Pod, grace: Option<u32>) -> Result<()> {
+        let name = names::server_replica(&self.test(), r);
+        let dp = DeleteParams {
+            grace_period_seconds: grace,
+            // This pod and no later one of the same name.
+            preconditions: pod
+                .metadata
+                .uid
+                .clone()
+                .map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+            ..Default::default()
+        };
+        match self.apis.pods.delete(&name, &dp).await {
+            Ok(_) => Ok(()),
+            // Gone already, or already another: nothing of this one to delete.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
