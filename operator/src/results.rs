@@ -823,8 +823,9 @@ mod tests {
         assert_eq!(st.tiers_omitted as usize, cells - MAX_LISTED);
 
         // Kill and restart disruptions run with one shard: the most they record is 16 per
-        // cell on the first MAX_MEASURE_CELLS cells, kills of 999 of 1,000 replicas summed
-        // over a cell, and the cell under way's deleted pods' UIDs.
+        // cell on the first MAX_MEASURE_CELLS cells, 16 replicas each once the cell is done
+        // (reconcile::disrupt), and in the cell under way the replicas held down and their
+        // pods' UIDs: at most every replica but one, as a kill picks only replicas up.
         let replicas = wsload_spec::cel::MAX_SERVER_REPLICAS;
         st.shards.truncate(1);
         let entry = |index: u32, replicas: Vec<u32>| {
@@ -843,8 +844,7 @@ mod tests {
             .iter_mut()
             .take(wsload_spec::status::MAX_MEASURE_CELLS)
         {
-            c.disruptions = (0..16).map(|i| entry(i, vec![i])).collect();
-            c.disruptions[0].replicas = (0..replicas - 1).collect();
+            c.disruptions = (0..16).map(|i| entry(i, (0..16).collect())).collect();
         }
         if let Some(last) = st.cells.last_mut() {
             last.disruptions = (0..16).map(|i| entry(i, vec![i])).collect();

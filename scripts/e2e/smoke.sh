@@ -309,18 +309,18 @@ jq -e '.status.tiers[0].reconnect | .dropped > 50 and .dropped < 150 and .neverB
 	{ diagnose reconnect; fail "LoadTest reconnect: status lacks a tier whose ~100 dropped connections all came back ($OUT/reconnect.json)"; }
 stored reconnect 0 1
 # --- a server replica killed and the server rolled, by the operator -------------------------
-# A managed server of 2 replicas under 200 held connections: 2 s into the measured phase the
-# operator deletes one replica's pod with no grace period (a crash) and creates it again 2 s
+# A managed server of 2 replicas under 200 held connections: 2 s into the measured phase (after
+# a 1 s warm-up) the operator deletes one replica's pod with no grace period and creates it again 2 s
 # later; then, in a second test, it restarts both replicas in turn as a deploy does. Each
 # Succeeds with every dropped connection back; status holds what the operator did.
 step "LoadTest killed: a server pod deleted mid-hold and created again, every connection back"
-disrupted() { # name duration disruption: a 200-connection hold over 2 managed replicas
+disrupted() { # name warmup duration disruption: a 200-connection hold over 2 managed replicas
 	kubectl -n "$TEST_NS" delete loadtest "$1" --ignore-not-found --wait=true >/dev/null
-	jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg name "$1" --arg duration "$2" --argjson d "$3" '{
+	jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg name "$1" --arg warmup "$2" --arg duration "$3" --argjson d "$4" '{
 		apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: $name},
 		spec: ({
 			target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [200],
-			duration: $duration, warmup: "0s", ping: {interval: "1s", timeout: "2s"},
+			duration: $duration, warmup: $warmup, ping: {interval: "1s", timeout: "2s"},
 			reconnect: {policy: "exponential", delay: "100ms", maxDelay: "1s", jitter: "full"},
 			disruptions: [$d], thresholds: ["survival >= 99%"]
 		} + if $one == "1" then {loadgen: {spread: "none", separateFromServer: false}} else {} end)
@@ -330,15 +330,15 @@ disrupted() { # name duration disruption: a 200-connection hold over 2 managed r
 	expect "$1" Succeeded - Pass
 	jq '{disruptions: .status.cells[0].disruptions, reconnect: .status.tiers[0].reconnect}' "$OUT/$1.json"
 }
-disrupted killed 12s '{"at": "2s", "kill": {"replicas": 1, "restartAfter": "2s"}}'
+disrupted killed 1s 12s '{"at": "2s", "kill": {"replicas": 1, "restartAfter": "2s"}}'
 jq -e '(.status.cells[0].disruptions | length == 1 and (.[0].replicas | length) == 1
 		and .[0].endedAtMillis != null
-		and .[0].beganAtMillis >= $m + 2000 and .[0].beganAtMillis < $m + 3000)
+		and .[0].beganAtMillis >= $m + 3000 and .[0].beganAtMillis < $m + 4000)
 	and (.status.tiers[0].reconnect | .dropped > 0 and .dropped < 200 and .neverBack == 0)' \
 	--argjson m "$(jq '.status.cells[0].measureAtMillis' "$OUT/killed.json")" "$OUT/killed.json" >/dev/null ||
 	{ diagnose killed; fail "LoadTest killed: status lacks a kill begun 2 s in, its replica back, and every dropped connection back ($OUT/killed.json)"; }
 step "LoadTest rolled: both server pods restarted in turn mid-hold, every connection back"
-disrupted rolled 20s '{"at": "1s", "restart": {}}'
+disrupted rolled 0s 20s '{"at": "1s", "restart": {}}'
 jq -e '(.status.cells[0].disruptions[0] | .endedAtMillis != null
 		and (.message | startswith("rolling restart of 2 replicas done")))
 	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack == 0)' "$OUT/rolled.json" >/dev/null ||

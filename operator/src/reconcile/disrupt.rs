@@ -1,21 +1,24 @@
 //! `spec.disruptions` that act on the managed server's pods. At each one's offset from a
-//! cell's measure instant (`measureAtMillis`: whenever the server is disrupted the shards wait
-//! for it, a lone shard too), a kill deletes the pods of the first `replicas` ready replicas
-//! at once and with no grace period (the kubelet's SIGKILL, as a crash) and, `restartAfter`
-//! later, creates them again; a rolling restart deletes one replica's pod as a deploy does
-//! (its grace period: wsload-server closes its connections with 1001 and drains), creates it
-//! again, waits for it ready and `pause`, then the next. What each did is in the cell's status
-//! (`disruptions`) before the reconcile ends, so an operator restarted later carries on from
-//! there and never deletes a replica twice. Replicas a disruption took down are not lost
-//! (`server_lost`); once the cell is done every replica is created again, and the next cell
-//! is released only once all are ready (`server_down`).
+//! cell's measured phase (`measureAtMillis` plus the warm-up: whenever the server is disrupted
+//! the shards wait for that instant, a lone shard too), a kill deletes the pods of the first
+//! `replicas` ready replicas at once with no grace period (the API object goes at once, the
+//! endpoints with it; the kubelet stops the container as it stops any, so the server may
+//! still close what it holds) and, `restartAfter` later, creates them again; a rolling
+//! restart deletes one replica's pod as a deploy does (its grace period: wsload-server closes
+//! its connections with 1001 and drains), creates it again, waits for it ready and `pause`,
+//! then the next. Each step is in the cell's status (`disruptions`) before its pods are
+//! deleted, so an operator restarted later carries on from there and never deletes a replica
+//! twice. Replicas a disruption holds down are not lost (`server_lost`); once the cell is done
+//! every replica is created again, and the next cell is released only once all are ready
+//! (`server_down`).
 
-use super::cells::unix_millis;
+use super::cells::replay;
 use super::view::{View, humantime};
 use crate::names::{self, MANAGER};
 use crate::pods::{self, PodHealth};
 use crate::{Result, builders};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -24,6 +27,10 @@ use wsload_spec::status::{DisruptionStatus, MAX_MEASURE_CELLS};
 
 /// How soon to look again while a deleted replica's pod goes or its new one starts.
 const LOOK: Duration = Duration::from_millis(250);
+
+/// The replicas a done cell's disruption keeps listed in status: a kill of hundreds would
+/// otherwise list them all in every cell.
+const MAX_KEPT_REPLICAS: usize = 16;
 
 impl View<'_> {
     /// Runs the server disruptions of the cell under way that are due, carries on those
@@ -39,12 +46,19 @@ impl View<'_> {
         };
         if cell.done {
             self.cut_short();
+            // After the last cell nothing is measured: its replicas stay as they are.
+            if replay(spec, &self.st.cells).next.is_none() {
+                return Ok(None);
+            }
             return self.restore().await;
         }
         let Some(measure_at) = cell.measure_at_millis else {
             return Ok(None);
         };
-        let now = unix_millis(self);
+        // The measured phase begins the warm-up after the measure instant: `at` counts from
+        // there, as the shards' reconnect windows do.
+        let measure_at = measure_at.saturating_add(millis(spec.warmup.get()));
+        let now = clock_millis();
         let mut soon: Option<Duration> = None;
         let disruptions = spec.disruptions.clone();
         for (i, d) in disruptions.iter().enumerate() {
@@ -70,20 +84,26 @@ impl View<'_> {
         Ok(soon)
     }
 
-    /// The replicas a disruption of the last cell took down: not lost while it runs, nor
-    /// until they are all created again before the next cell. (A rolling restart's replicas
-    /// before the one it restarts are back: lost again is lost.)
-    pub(super) fn disrupted_replicas(&self) -> BTreeSet<u32> {
-        self.st
-            .cells
-            .last()
-            .map(|c| {
-                c.disruptions
-                    .iter()
-                    .flat_map(|e| e.replicas.clone())
-                    .collect()
+    /// Whether replica `r`'s state is a disruption's doing, not a loss: its pod gone, or one
+    /// a disruption of the last cell deleted, while that disruption is under way (or its cell
+    /// done and the replica not yet created again). A pod created again that fails is lost,
+    /// as is a replica a finished disruption left.
+    pub(super) fn disrupted(&self, r: u32, pod: Option<&Pod>) -> bool {
+        let Some(cell) = self.st.cells.last() else {
+            return false;
+        };
+        let holding = cell
+            .disruptions
+            .iter()
+            .filter(|e| e.ended_at_millis.is_none() || cell.done)
+            .any(|e| e.replicas.contains(&r));
+        holding
+            && pod.is_none_or(|p| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| cell.disruptions.iter().any(|e| e.deleted_pods.contains(u)))
             })
-            .unwrap_or_default()
     }
 
     /// Whether a replica of the managed server is not ready, or is still a pod a disruption
@@ -145,48 +165,53 @@ impl View<'_> {
 
     /// Begins disruption `index`, `late` milliseconds after its instant.
     async fn begin_disruption(&mut self, index: u32, d: &Disruption, late: u64) -> Result<()> {
-        let now = unix_millis(self);
         let mut entry = DisruptionStatus {
             index,
-            began_at_millis: now,
+            began_at_millis: clock_millis(),
             ..Default::default()
         };
-        if let Some(kill) = &d.kill {
-            let ready: Vec<(u32, Pod)> = self
+        let deleted = self.deleted_pods();
+        let (chosen, grace): (Vec<(u32, Pod)>, _) = if let Some(kill) = &d.kill {
+            // Ready, and none a disruption deleted (the cache may still show one).
+            let ready = self
                 .world
                 .servers
                 .iter()
-                .filter(|(_, p)| matches!(pods::health(p), PodHealth::Ready { .. }))
+                .filter(|(r, _)| self.back(**r, &deleted))
                 .take(kill.replicas as usize)
                 .map(|(r, p)| (*r, p.clone()))
                 .collect();
-            // All deleted before any is waited for, as a crash of several takes them at once.
-            for (r, pod) in &ready {
-                self.delete_replica(*r, pod, Some(0)).await?;
-                entry.replicas.push(*r);
-                entry.deleted_pods.extend(pod.metadata.uid.clone());
-            }
-            entry.message = format!(
+            (ready, Some(0))
+        } else {
+            let first = self.world.servers.get(&0).cloned();
+            (first.into_iter().map(|p| (0, p)).collect(), None)
+        };
+        entry.replicas = if d.restart.is_some() {
+            vec![0]
+        } else {
+            chosen.iter().map(|(r, _)| *r).collect()
+        };
+        entry.deleted_pods = chosen
+            .iter()
+            .filter_map(|(_, p)| p.metadata.uid.clone())
+            .collect();
+        entry.message = if d.kill.is_some() {
+            format!(
                 "replicas {:?} deleted with no grace period {late} ms after the instant",
                 entry.replicas
-            );
-            tracing::info!(disruption = index, replicas = ?entry.replicas, late_ms = late, "disruption: server replicas killed");
+            )
         } else {
-            let pod = self.world.servers.get(&0).cloned();
-            if let Some(pod) = &pod {
-                self.delete_replica(0, pod, None).await?;
-                entry.deleted_pods.extend(pod.metadata.uid.clone());
-            }
-            entry.replicas.push(0);
-            entry.message = format!("rolling restart began {late} ms after the instant");
-            tracing::info!(
-                disruption = index,
-                late_ms = late,
-                "disruption: rolling restart began"
-            );
-        }
+            format!("rolling restart began {late} ms after the instant")
+        };
+        tracing::info!(disruption = index, replicas = ?entry.replicas, late_ms = late, "disruption began");
+        // In status before any pod goes: whatever fails below, the next reconcile knows
+        // these replicas are this disruption's and deletes none of them again.
         if let Some(c) = self.st.cells.last_mut() {
             c.disruptions.push(entry);
+        }
+        // All deleted before any is waited for, as a crash of several takes them at once.
+        for (r, pod) in &chosen {
+            self.delete_replica(*r, pod, grace).await?;
         }
         Ok(())
     }
@@ -213,9 +238,10 @@ impl View<'_> {
             }
             if let Some(entry) = self.entry_mut(e.index) {
                 entry.ended_at_millis = Some(now);
+                entry.deleted_pods.clear();
                 entry.message.push_str(&format!(
                     "; created again and ready {} after",
-                    humantime(Duration::from_millis(now - e.began_at_millis))
+                    humantime(Duration::from_millis(now.saturating_sub(e.began_at_millis)))
                 ));
             }
             return Ok(None);
@@ -239,9 +265,10 @@ impl View<'_> {
             if let Some(entry) = self.entry_mut(e.index) {
                 entry.ready_at_millis = Some(ready_at);
                 entry.ended_at_millis = Some(now);
+                entry.deleted_pods.clear();
                 entry.message = format!(
                     "rolling restart of {replicas} replicas done in {}",
-                    humantime(Duration::from_millis(now - e.began_at_millis))
+                    humantime(Duration::from_millis(now.saturating_sub(e.began_at_millis)))
                 );
             }
             tracing::info!(disruption = e.index, "disruption: rolling restart done");
@@ -256,15 +283,14 @@ impl View<'_> {
         }
         let next = r + 1;
         let pod = self.world.servers.get(&next).cloned();
-        if let Some(pod) = &pod {
-            self.delete_replica(next, pod, None).await?;
-        }
         if let Some(entry) = self.entry_mut(e.index) {
             entry.replicas = vec![next];
-            entry
-                .deleted_pods
-                .extend(pod.and_then(|p| p.metadata.uid.clone()));
+            // The replicas restarted before are back: their pods are theirs again.
+            entry.deleted_pods = pod.iter().filter_map(|p| p.metadata.uid.clone()).collect();
             entry.ready_at_millis = None;
+        }
+        if let Some(pod) = &pod {
+            self.delete_replica(next, pod, None).await?;
         }
         Ok(Some(LOOK))
     }
@@ -272,6 +298,7 @@ impl View<'_> {
     /// The cell ended with a disruption still under way: said, and nothing more of it runs
     /// (its replicas are created again before the next cell).
     fn cut_short(&mut self) {
+        let spec = &self.lt.spec;
         let Some(cell) = self.st.cells.last_mut() else {
             return;
         };
@@ -280,8 +307,19 @@ impl View<'_> {
             .iter_mut()
             .filter(|e| e.ended_at_millis.is_none())
         {
-            if !e.message.ends_with("the cell ended first") {
-                e.message.push_str("; the cell ended first");
+            // A kill without `restartAfter` was meant to last the cell.
+            let for_good = spec
+                .disruptions
+                .get(e.index as usize)
+                .and_then(|d| d.kill.as_ref())
+                .is_some_and(|k| k.restart_after.is_none());
+            let note = if for_good {
+                "; down for the rest of the cell"
+            } else {
+                "; the cell ended first"
+            };
+            if !e.message.ends_with(note) {
+                e.message.push_str(note);
             }
         }
     }
@@ -297,10 +335,15 @@ impl View<'_> {
         Ok((!self.recreate(&all, &deleted).await?).then_some(LOOK))
     }
 
-    /// Forgets the deleted pods of every cell before the one released now, and the
-    /// disruptions of those past the first [`MAX_MEASURE_CELLS`]: status stays bounded.
+    /// Forgets the deleted pods of every cell before the one released now, all but the first
+    /// [`MAX_KEPT_REPLICAS`] replicas of each disruption there (its message names them), and
+    /// the disruptions of cells past the first [`MAX_MEASURE_CELLS`]: status stays bounded.
     pub(super) fn forget_disruptions(&mut self) {
+        self.cut_short();
         for c in &mut self.st.cells {
+            for e in &mut c.disruptions {
+                e.replicas.truncate(MAX_KEPT_REPLICAS);
+            }
             if usize::try_from(c.index).unwrap_or(usize::MAX) >= MAX_MEASURE_CELLS {
                 c.disruptions.clear();
             }
@@ -360,6 +403,12 @@ impl View<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The operator's clock now, Unix milliseconds: a reconcile's own instant (`View::now`) was
+/// read before it polled the shards, which takes a while.
+fn clock_millis() -> u64 {
+    u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }
 
 fn millis(d: Duration) -> u64 {

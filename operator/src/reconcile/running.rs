@@ -43,7 +43,15 @@ impl View<'_> {
         let (states, all_answered) = self.poll_shards(&targets).await;
         self.st.start_skew_millis = skew_millis(&self.st.shards);
         let soon = self.conduct(&states, all_answered).await;
-        let soon = match (soon, self.disrupt().await?) {
+        let disrupting = match self.disrupt().await {
+            Ok(soon) => soon,
+            // Retried soon; the run's deadline below still holds.
+            Err(e) => {
+                tracing::warn!(error = %e, "disruption step failed; retrying");
+                Some(Duration::from_secs(1))
+            }
+        };
+        let soon = match (soon, disrupting) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

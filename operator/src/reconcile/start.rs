@@ -233,9 +233,8 @@ impl View<'_> {
     pub(super) fn server_lost(&self) -> Option<String> {
         let server = self.lt.spec.target.server.as_ref()?;
         let test = self.test();
-        let disrupted = self.disrupted_replicas();
         (0..server.replicas.max(1)).find_map(|r| {
-            if disrupted.contains(&r) {
+            if self.disrupted(r, self.world.servers.get(&r)) {
                 return None;
             }
             let pod = names::server_replica(&test, r);
