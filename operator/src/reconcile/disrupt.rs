@@ -14,12 +14,12 @@
 
 use super::cells::replay;
 use super::view::{View, humantime};
-use crate::names::{self, MANAGER};
+use crate::Result;
+use crate::names;
 use crate::pods::{self, PodHealth};
-use crate::{Result, builders};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use wsload_spec::reconnect::{Disruption, on_server};
@@ -359,8 +359,6 @@ impl View<'_> {
         let Some(server) = &self.lt.spec.target.server else {
             return Ok(true);
         };
-        let test = self.test();
-        let pp = PatchParams::apply(MANAGER).force();
         let mut all = true;
         for &r in replicas {
             if self.back(r, deleted) {
@@ -369,11 +367,7 @@ impl View<'_> {
             all = false;
             // Gone from the cache: its name is free (a pod still terminating keeps it).
             if !self.world.servers.contains_key(&r) {
-                let pod = builders::server_pod(self.lt, server, r);
-                self.apis
-                    .pods
-                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
-                    .await?;
+                self.apply_server_replica(server, r).await?;
                 tracing::info!(replica = r, "disruption: server replica created again");
             }
         }

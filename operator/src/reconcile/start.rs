@@ -134,22 +134,33 @@ impl View<'_> {
     /// Applies the server's missing replica pods and its Service; the Service as applied.
     async fn apply_server(&self, server: &ManagedServer) -> Result<Service> {
         let pp = PatchParams::apply(MANAGER).force();
-        let test = self.test();
         for r in 0..server.replicas.max(1) {
             if !self.world.servers.contains_key(&r) {
-                let pod = builders::server_pod(self.lt, server, r);
-                self.apis
-                    .pods
-                    .patch(&names::server_replica(&test, r), &pp, &Patch::Apply(&pod))
-                    .await?;
+                self.apply_server_replica(server, r).await?;
             }
         }
         let service = builders::server_service(self.lt, server);
         Ok(self
             .apis
             .services
-            .patch(&names::server(&test), &pp, &Patch::Apply(&service))
+            .patch(&names::server(&self.test()), &pp, &Patch::Apply(&service))
             .await?)
+    }
+
+    /// Applies replica `r`'s pod: creates it when its name is free (at the start, and again
+    /// after a disruption deleted it).
+    pub(super) async fn apply_server_replica(&self, server: &ManagedServer, r: u32) -> Result<()> {
+        let pp = PatchParams::apply(MANAGER).force();
+        let pod = builders::server_pod(self.lt, server, r);
+        self.apis
+            .pods
+            .patch(
+                &names::server_replica(&self.test(), r),
+                &pp,
+                &Patch::Apply(&pod),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Each server replica's pod as the view holds it; `Err` with the cause when one ended
