@@ -653,7 +653,7 @@ async fn finished_tests_delete_their_pods_and_expire_after_their_ttl() {
     create(
         &e,
         "ttl",
-        "  target: {server: {}}\n  scenario: pingLatency\n  connections: [4]\n  ping: {count: 5}\n  run: {ttlAfterFinished: 3s}\n",
+        "  target: {server: {}}\n  scenario: pingLatency\n  connections: [4]\n  ping: {count: 5}\n  run: {ttlAfterFinished: 10s}\n",
     )
     .await;
     let st = wait_finished(&e, "ttl").await;
