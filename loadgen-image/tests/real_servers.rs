@@ -393,6 +393,62 @@ fn socketio_rooms_deliver_every_publish_to_every_member() {
     passed(&status);
 }
 
+/// The Socket.IO rooms preset with half its subscribers dropped 2 s in (a `close`) and back
+/// 500 ms later: each runs Engine.IO's open and joins its room again (the server counts every
+/// join), and what the room published meanwhile is missing for exactly those subscribers:
+/// every missing delivery is one of their gaps, the others missed nothing. A server the
+/// fanout's reconnects were not written with.
+#[test]
+fn socketio_rooms_rejoined_after_a_drop_miss_only_what_was_published_meanwhile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("socketio", &["--tick-ms", "0"]);
+    let dir = Scratch::new("socketio-fanout-close");
+    let yaml = preset("socketio-fanout", "127.0.0.1:3000", &server)
+        .replace("connections: [200]", "connections: [40]")
+        .replace("duration: 20s", "duration: 6s")
+        .replace(
+            "  scenario: fanout\n",
+            "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
+        );
+    let (status, result) = run(&dir, &yaml);
+    let cell = only(&result);
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let rc = &cell["reconnect"];
+    let close = &rc["storms"][1];
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(close["what"], "close 50% at 2s", "{rc}");
+    assert_eq!(
+        (n(close, "dropped"), n(close, "reconnected")),
+        (picked, picked),
+        "{rc}"
+    );
+    // 25 publishes a second to each room, away 500 ms: every one missed about 12.
+    assert_eq!(n(close, "gapped"), picked, "{rc}");
+    let gaps = n(close, "gaps");
+    assert!((picked * 8..=picked * 20).contains(&gaps), "{rc}");
+    assert_eq!(n(rc, "gapsUndropped"), 0, "{rc}");
+    let mut missing = 0;
+    for t in cell["counts"]["fanout"]["topics"]
+        .as_array()
+        .expect("rooms")
+    {
+        missing += n(t, "published") * n(t, "subscribers") - n(t, "delivered");
+        in_order_once(t);
+    }
+    assert_eq!(
+        missing, gaps,
+        "every missing delivery is a dropped subscriber's gap"
+    );
+    // Every subscriber joined its room, and each one dropped joined it again.
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "joined"), 40 + picked, "{stats}");
+    assert_eq!(count(cell, "survived"), 44);
+    passed(&status);
+}
+
 /// SockJS frames messages its own way: `o` on open, then messages as `a["...",...]`, a JSON
 /// array of strings, each split into a message of its own. The preset as shipped, against the
 /// server with no ticks and its connection check after 700 ms quiet: between two chats' answers

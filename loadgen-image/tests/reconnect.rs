@@ -214,3 +214,86 @@ fn every_tier_begins_with_every_replica() {
         );
     }
 }
+
+/// A fanout's subscribers dropped by a `close` and back 300 ms later, subscribed again: what
+/// was published while they were away is missing for exactly them, every missing delivery of
+/// the window is one of their gaps, and the subscribers never dropped missed nothing.
+#[test]
+fn a_fanouts_dropped_subscribers_miss_what_was_published_meanwhile_and_only_they_do() {
+    let subscribers = 60u64;
+    let r = run(&spec(
+        "storm-fanout-close",
+        "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  connections: [60]\n  duration: 3s\n  warmup: 300ms\n  fanout: {topics: 2, drain: 1s}\n  rate: {messagesPerSecond: 200}\n  reconnect: {policy: fixed, delay: 300ms}\n  disruptions:\n    - at: 1s\n      close: {share: 50%}\n",
+    ));
+    let c = only(&r);
+    let rc = c.measure.reconnect.as_ref().expect("figures");
+    let close = &rc.storms[1];
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    // A fanout's closes pick among its subscribers (0..60), never its publishers.
+    let picked = (0..subscribers)
+        .filter(|conn| share.picks(*conn, 0))
+        .count() as u64;
+    assert!((15..=45).contains(&picked), "{picked}");
+    assert_eq!(
+        (close.dropped, close.reconnected),
+        (picked, picked),
+        "{rc:?}"
+    );
+    assert_eq!(rc.storms[0].dropped, 0, "{rc:?}");
+    // 100 publishes a second per topic, away 300 ms and more: every one of them missed some.
+    assert_eq!(close.gapped, picked, "{rc:?}");
+    assert!(close.gaps >= picked * 20, "{rc:?}");
+    let most = (close.downtime.max() * 100.0).ceil() as u64 + 1;
+    assert!(close.gaps <= picked * most, "{rc:?}");
+    assert_eq!(rc.gaps_undropped, 0, "{rc:?}");
+    let f = c.measure.counts.fanout.as_ref().expect("a fanout tally");
+    let t = f.totals(f.by_server);
+    assert!(t.publishes > 500, "{t:?}");
+    // Every delivery the window missed is one of theirs, counted once.
+    assert_eq!(t.missing, close.gaps, "{t:?} {rc:?}");
+    assert_eq!((t.duplicates, t.too_late), (0, 0), "{t:?}");
+    assert_eq!(f.publishers_failed, 0);
+    let text = r.render();
+    assert!(
+        text.contains(&format!(
+            "fan-out gaps {} (after {picked} of its drops)",
+            close.gaps
+        )),
+        "{text}"
+    );
+    assert!(text.contains("subscribers never dropped: 0 gaps"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{} of the gaps are what subscribers missed while dropped and coming back",
+            close.gaps
+        )),
+        "{text}"
+    );
+}
+
+/// The fanout's only replica killed and started again: subscribers and publishers all
+/// dropped, all back, the publishers publishing what fell due while they were down, the
+/// subscribers reading on; every gap is a dropped subscriber's.
+#[test]
+fn a_fanouts_killed_server_drops_everyone_and_all_come_back_reading() {
+    let r = run(&spec(
+        "storm-fanout-kill",
+        "  target: {server: {profile: pubsub}}\n  scenario: fanout\n  connections: [40]\n  duration: 4s\n  warmup: 300ms\n  fanout: {topics: 2, drain: 1s}\n  rate: {messagesPerSecond: 200}\n  reconnect: {policy: exponential, delay: 100ms, maxDelay: 400ms, jitter: full}\n  disruptions:\n    - at: 1s\n      kill: {replicas: 1, restartAfter: 300ms}\n",
+    ));
+    let c = only(&r);
+    let rc = c.measure.reconnect.as_ref().expect("figures");
+    let kill = &rc.storms[1];
+    // 40 subscribers and 2 publishers.
+    assert_eq!((kill.dropped, kill.reconnected), (42, 42), "{rc:?}");
+    assert_eq!(rc.gaps_undropped, 0, "{rc:?}");
+    let f = c.measure.counts.fanout.as_ref().expect("a fanout tally");
+    assert_eq!(f.publishers_failed, 0, "{f:?}");
+    let t = f.totals(f.by_server);
+    // Back for the last 2.5 s of the window at 100 a second per topic: most of it delivered.
+    assert!(t.delivered * 2 > t.expected, "{t:?}");
+    assert!(t.missing >= kill.gaps, "{t:?} {rc:?}");
+    let n = &c.measure.counts;
+    assert_eq!((n.connected, n.survived), (42, 42), "{n:?}");
+}

@@ -638,6 +638,35 @@ mod tests {
         }
         // On each of the cell's three charts over time, none of the other cell's.
         assert_eq!(page.matches(">kill 1 replica at 4s</text>").count(), 3);
+        // Not a fanout: no gaps to show.
+        assert!(
+            !page.contains("Missed by its dropped subscribers"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn a_fanouts_reconnects_show_what_its_dropped_subscribers_missed() {
+        let mut r = crate::fixtures::fanout();
+        let mut rc = crate::reconnect::Reconnects::new(
+            "fixed (every 300ms)".into(),
+            false,
+            &[(1_000, "close 50% at 1s".into())],
+        );
+        for _ in 0..17 {
+            rc.dropped(1);
+            rc.gaps(Some(1), 31);
+        }
+        rc.gaps(None, 0);
+        r.cells[0].measure.reconnect = Some(rc);
+        let page = html(&r);
+        for part in [
+            "<th>Missed by its dropped subscribers</th>",
+            "<td>fan-out gaps 527 (after 17 of its drops)</td>",
+            "subscribers never dropped missed 0 (gaps in their deliveries).",
+        ] {
+            assert!(page.contains(part), "{part} missing");
+        }
     }
 
     #[test]

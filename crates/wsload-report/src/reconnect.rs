@@ -27,6 +27,10 @@ pub struct Reconnects {
     /// Connections back in each [`BUCKET_MS`] of the measured phase, up to the last one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub returns: Vec<u64>,
+    /// In a fanout: the window's sequence numbers missing between deliveries of subscribers
+    /// that never dropped (gaps no disruption explains; 0 on a server that loses nothing).
+    #[serde(default)]
+    pub gaps_undropped: u64,
 }
 
 /// The drops of one window, and how they came back.
@@ -61,6 +65,14 @@ pub struct Storm {
     /// cell's first connections' (`hists.connect`).
     #[serde(default, skip_serializing_if = "Hist::is_empty")]
     pub handshake: Hist,
+    /// In a fanout: the measured window's sequence numbers the subscribers dropped in this
+    /// window missed between their deliveries, from their drop until their next (what was
+    /// published while they were away, and lost to them).
+    #[serde(default)]
+    pub gaps: u64,
+    /// Of the window's drops of subscribers, those followed by such a gap.
+    #[serde(default)]
+    pub gapped: u64,
 }
 
 impl Storm {
@@ -129,6 +141,18 @@ impl Reconnects {
         }
     }
 
+    /// A subscriber's `gaps` in its deliveries since its drop in `window` (`None`: since
+    /// its start, never dropped before).
+    pub fn gaps(&mut self, window: Option<usize>, gaps: u64) {
+        match window.and_then(|w| self.storms.get_mut(w)) {
+            Some(s) => {
+                s.gaps += gaps;
+                s.gapped += u64::from(gaps > 0);
+            }
+            None => self.gaps_undropped += gaps,
+        }
+    }
+
     pub fn gave_up(&mut self, window: usize) {
         if let Some(s) = self.storms.get_mut(window) {
             s.gave_up += 1;
@@ -159,7 +183,10 @@ impl Reconnects {
             mine.last_back_ms = mine.last_back_ms.max(theirs.last_back_ms);
             mine.downtime.add(&theirs.downtime);
             mine.handshake.add(&theirs.handshake);
+            mine.gaps += theirs.gaps;
+            mine.gapped += theirs.gapped;
         }
+        self.gaps_undropped += o.gaps_undropped;
         add_series(&mut self.attempts, &o.attempts);
         add_series(&mut self.returns, &o.returns);
     }
@@ -247,6 +274,9 @@ mod tests {
             Duration::from_millis(4),
         );
         b.gave_up(1);
+        a.gaps(Some(1), 7);
+        b.gaps(Some(1), 0);
+        b.gaps(None, 2);
         a.add(&b);
         let s = &a.storms[1];
         assert_eq!(
@@ -260,6 +290,7 @@ mod tests {
             (3, 2, 1, 3, 1)
         );
         assert_eq!(s.failed.get(&ConnectError::Refused), Some(&1));
+        assert_eq!((s.gaps, s.gapped, a.gaps_undropped), (7, 1, 2));
         assert_eq!(s.last_back_ms, 1_150);
         assert_eq!((s.downtime.len(), s.handshake.len()), (2, 2));
         // 5,010 and 5,300 ms from a, 6,100 from b: buckets 50, 53 and 61 of 100 ms.

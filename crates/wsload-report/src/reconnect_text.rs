@@ -13,17 +13,24 @@ pub fn lines(c: &CellResult) -> Vec<String> {
     };
     let mut out = vec![format!("reconnect [{}]: policy {}", c.label, r.policy)];
     let first = c.measure.hists.connect.percentile(99.0);
+    let fanout = c.measure.counts.fanout.is_some();
     for (i, s) in r.storms.iter().enumerate() {
         // The window before any disruption says something only when something dropped.
         if s.what.is_empty() && s.dropped == 0 {
             continue;
         }
-        out.push(format!("  {}", window(r, i, s, first)));
+        out.push(format!("  {}", window(r, i, s, first, fanout)));
+    }
+    if fanout {
+        out.push(format!(
+            "  subscribers never dropped: {} gaps",
+            num(r.gaps_undropped as f64)
+        ));
     }
     out
 }
 
-fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64) -> String {
+fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64, fanout: bool) -> String {
     let what = if s.what.is_empty() {
         "before any disruption".to_string()
     } else {
@@ -86,5 +93,17 @@ fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64) -> String {
             ms(first_p99)
         ));
     }
+    if fanout {
+        parts.push(gaps(s));
+    }
     format!("{what}: {}", parts.join("; "))
+}
+
+/// What the window's dropped subscribers missed of what was published while they were away.
+pub fn gaps(s: &Storm) -> String {
+    format!(
+        "fan-out gaps {} (after {} of its drops)",
+        num(s.gaps as f64),
+        num(s.gapped as f64)
+    )
 }

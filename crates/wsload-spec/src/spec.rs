@@ -129,7 +129,7 @@ pub struct LoadTestSpec {
     /// Local addresses connections bind to, beyond one address's ephemeral ports.
     #[serde(default)]
     pub sources: SourcesSpec,
-    /// How dropped connections come back (sustainedHold): off unless a policy is named. See
+    /// How dropped connections come back (sustainedHold, fanout): off unless a policy is named. See
     /// docs/loadtest.md, "Reconnect storms".
     #[serde(default, skip_serializing_if = "is_default_reconnect")]
     pub reconnect: ReconnectSpec,

@@ -424,6 +424,14 @@ pub struct ReconnectTier {
     /// disruptions whose connections all came back; unset when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_back_after: Option<f64>,
+    /// A fanout's deliveries missed by subscribers while they were dropped (gaps between
+    /// what they received before and after), over the disruptions; unset in other scenarios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gaps_of_dropped: Option<u64>,
+    /// A fanout's gaps in the deliveries of subscribers never dropped: what the server lost
+    /// that no disruption explains; unset in other scenarios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gaps_of_undropped: Option<u64>,
 }
 
 /// A fanout tier's deliveries, as `kubectl get lt -o yaml` shows them.

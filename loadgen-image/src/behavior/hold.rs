@@ -13,7 +13,7 @@ use super::reconnect::{come_back, shut};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use super::write::{write_drop, write_reading};
-use crate::connect::Ws;
+use crate::connect::{Role, Ws};
 use crate::conversation::answer::{self, Answer};
 use crate::conversation::{Fill, Out};
 use crate::model::PingCfg;
@@ -382,7 +382,8 @@ pub(super) fn held(
             shut(&ws);
             // Down from here (its close done, if it had one to linger for) until it is back.
             // (No instant kept across `finish`: 16 bytes in every held connection's task.)
-            let Some(back) = Box::pin(come_back(&serving, ctx, comeback, n)).await else {
+            let (_, Some(back)) = Box::pin(come_back(&serving, ctx, comeback, n, &Role::Any)).await
+            else {
                 return;
             };
             ws = back.ws;

@@ -35,15 +35,17 @@ fn into_phase(ctx: &WorkerState, t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(ctx.measure_from).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Connection `n` dropped (now, its close done): counted in its window; then, if the cell's policy
-/// reconnects, attempts on its schedule until one opens (its steps on open run again), the
-/// policy's last attempt fails, or the cell's deadline comes. `None`: it stays down.
+/// Connection `n` dropped (now, its close done): counted in its window, which is returned;
+/// then, if the cell's policy reconnects, attempts on its schedule until one opens as `role`
+/// (its steps on open run again, a subscriber's subscriptions too), the policy's last attempt
+/// fails, or the cell's deadline comes. `None`: it stays down.
 pub(super) async fn come_back(
     serving: &Serving,
     ctx: &WorkerState,
     comeback: &Comeback,
     n: u64,
-) -> Option<Back> {
+    role: &Role,
+) -> (usize, Option<Back>) {
     let dropped_at = Instant::now();
     let window = {
         let mut m = ctx.stats.borrow_mut();
@@ -52,7 +54,9 @@ pub(super) async fn come_back(
         r.dropped(w);
         w
     };
-    let backoff = comeback.backoff.as_ref()?;
+    let Some(backoff) = comeback.backoff.as_ref() else {
+        return (window, None);
+    };
     let record = |f: &mut dyn FnMut(&mut wsload_report::reconnect::Reconnects)| {
         let mut m = ctx.stats.borrow_mut();
         f(m.reconnect.get_or_insert_with(|| comeback.figures()));
@@ -66,13 +70,13 @@ pub(super) async fn come_back(
         attempt += 1;
         if backoff.max_attempts() != 0 && attempt > backoff.max_attempts() {
             record(&mut |r| r.gave_up(window));
-            return None;
+            return (window, None);
         }
         let wait = backoff.delay(attempt, last, rng.next());
         last = wait;
         let at = Instant::now() + wait;
         if at >= ctx.deadline {
-            return None;
+            return (window, None);
         }
         tokio::time::sleep_until(at).await;
         let began = Instant::now();
@@ -80,13 +84,13 @@ pub(super) async fn come_back(
         ctx.slot.reconnect_attempt();
         let dialed = tokio::time::timeout_at(
             ctx.deadline,
-            connect::open(&serving.dialer, &ctx.script, n, &Role::Any),
+            connect::open(&serving.dialer, &ctx.script, n, role),
         )
         .await;
         let now = Instant::now();
         match dialed {
             // Cut short by the cell's end: neither back nor failed.
-            Err(_) => return None,
+            Err(_) => return (window, None),
             Ok(Err(e)) => {
                 tracing::debug!(
                     connection = n,
@@ -108,10 +112,13 @@ pub(super) async fn come_back(
                     )
                 });
                 ctx.slot.reconnected(handshake);
-                return Some(Back {
-                    ws: d.ws,
-                    vars: d.vars,
-                });
+                return (
+                    window,
+                    Some(Back {
+                        ws: d.ws,
+                        vars: d.vars,
+                    }),
+                );
             }
         }
     }

@@ -123,13 +123,25 @@ pub fn incomplete(c: &CellResult, fig: &FanoutFigures, tally: &Fanout) -> Option
             num(dropped as f64),
             reasons.join(", ")
         ));
-        "subscribers did not receive every delivery of the window; some of their connections ended early, and what was published after is missing (see why they ended)"
+        match &c.measure.reconnect {
+            // They came back (spec.reconnect): what they missed while away is in its window.
+            Some(r) if r.storms.iter().any(|s| s.reconnected > 0) => {
+                let away: u64 = r.storms.iter().map(|s| s.gaps).sum();
+                format!(
+                    "subscribers did not receive every delivery of the window; {} of the gaps are what subscribers missed while dropped and coming back (the reconnect figures, per disruption), {} are of subscribers never dropped, the rest of subscribers not back before the window ended or dropped before their first delivery of it",
+                    num(away as f64),
+                    num(r.gaps_undropped as f64)
+                )
+            }
+            _ => "subscribers did not receive every delivery of the window; some of their connections ended early, and what was published after is missing (see why they ended)".to_string(),
+        }
     } else if c.server_topics.is_some() {
         "subscribers did not receive every delivery of the window; the server's own account follows"
+            .to_string()
     } else {
-        "subscribers did not receive every delivery of the window; the server's topic counters (a managed wsload-server's) would tell whether the server dropped them or they were lost on the way"
+        "subscribers did not receive every delivery of the window; the server's topic counters (a managed wsload-server's) would tell whether the server dropped them or they were lost on the way".to_string()
     };
-    finding(Rule::FanoutIncomplete, c, cause, evidence)
+    finding(Rule::FanoutIncomplete, c, &cause, evidence)
 }
 
 /// The server's counters against what the subscribers received: (a) it dropped deliveries for

@@ -25,6 +25,7 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
         escape(&first.policy)
     );
     let n = |v: u64| num(v as f64);
+    let fanout = cells.iter().any(|(c, _)| c.measure.counts.fanout.is_some());
     let rows: Vec<Vec<String>> = cells
         .iter()
         .flat_map(|(c, rc)| {
@@ -44,7 +45,7 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
                     } else {
                         "-".into()
                     };
-                    vec![
+                    let mut row = vec![
                         c.label.clone(),
                         if s.what.is_empty() {
                             "before any".into()
@@ -70,27 +71,48 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
                             ms(s.downtime.max())
                         ),
                         format!("{} ({first_p99})", ms(s.handshake.percentile(99.0))),
-                    ]
+                    ];
+                    if fanout {
+                        row.push(match c.measure.counts.fanout {
+                            Some(_) => crate::reconnect_text::gaps(s),
+                            None => "-".into(),
+                        });
+                    }
+                    row
                 })
         })
         .collect();
-    table(
-        o,
-        &[
-            "Cell",
-            "Disruption",
-            "Dropped",
-            "Back",
-            "Never back",
-            "Gave up",
-            "Attempts",
-            "Peak attempts/s",
-            "Failed attempts",
-            "All back within",
-            "Downtime p50 / p99 / max",
-            "Reconnect handshake p99 (first connections')",
-        ],
-        &rows,
-    );
+    let mut head = vec![
+        "Cell",
+        "Disruption",
+        "Dropped",
+        "Back",
+        "Never back",
+        "Gave up",
+        "Attempts",
+        "Peak attempts/s",
+        "Failed attempts",
+        "All back within",
+        "Downtime p50 / p99 / max",
+        "Reconnect handshake p99 (first connections')",
+    ];
+    if fanout {
+        head.push("Missed by its dropped subscribers");
+    }
+    table(o, &head, &rows);
+    if fanout {
+        // The gaps no disruption explains: what a server lost on its own.
+        for (c, rc) in cells
+            .iter()
+            .filter(|(c, _)| c.measure.counts.fanout.is_some())
+        {
+            let _ = write!(
+                o,
+                "<p>{}: subscribers never dropped missed {} (gaps in their deliveries).</p>",
+                escape(&c.label),
+                n(rc.gaps_undropped)
+            );
+        }
+    }
     o.push_str("</section>");
 }

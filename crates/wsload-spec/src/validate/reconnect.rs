@@ -2,6 +2,7 @@
 //! disruptions that can be done to this target within the measured phase.
 
 use super::Errors;
+use crate::fanout::Publisher;
 use crate::reconnect::{MAX_DISRUPTIONS, ReconnectPolicy};
 use crate::spec::{LoadTestSpec, Scenario};
 
@@ -63,15 +64,21 @@ fn policy(spec: &LoadTestSpec, e: &mut Errors) {
             ),
         );
     }
-    if r.enabled() && spec.scenario != Scenario::SustainedHold {
+    if r.enabled() && !reconnects(spec.scenario) {
         e.add(
             "reconnect.policy",
             format!(
-                "only sustainedHold's connections reconnect in this version (the scenario is {}); use scenario sustainedHold, or policy none",
+                "only sustainedHold's and fanout's connections reconnect in this version (the scenario is {}); use one of them, or policy none",
                 spec.scenario.as_str()
             ),
         );
     }
+}
+
+/// The scenarios whose connections stay open for the measured phase, and so can be dropped
+/// and come back.
+fn reconnects(s: Scenario) -> bool {
+    matches!(s, Scenario::SustainedHold | Scenario::Fanout)
 }
 
 fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
@@ -85,11 +92,11 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
             format!("{} disruptions; at most {MAX_DISRUPTIONS}", list.len()),
         );
     }
-    if spec.scenario != Scenario::SustainedHold {
+    if !reconnects(spec.scenario) {
         e.add(
             "disruptions",
             format!(
-                "disruptions happen during a hold (scenario sustainedHold), not in {}",
+                "disruptions happen during a hold (scenario sustainedHold) or a fanout, not in {}",
                 spec.scenario.as_str()
             ),
         );
@@ -155,6 +162,14 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
             e.add(
                 format!("{field}.close.share"),
                 "closes no connection; give a share above 0%, e.g. 25%",
+            );
+        }
+        let ticker =
+            spec.scenario == Scenario::Fanout && spec.fanout.publisher == Publisher::Server;
+        if ticker && (d.kill.is_some() || d.restart.is_some()) {
+            e.add(
+                &field,
+                "a replica started again numbers its ticker's publishes from 1 again (fanout.publisher: server), so its subscribers' deliveries could not be followed across it; use fanout.publisher: wsload, or a close disruption",
             );
         }
         if d.restart.is_some() && spec.target.server.is_none() {
@@ -309,11 +324,37 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         for want in [
-            "spec.reconnect.policy: only sustainedHold's connections reconnect",
+            "spec.reconnect.policy: only sustainedHold's and fanout's connections reconnect",
             "spec.disruptions: disruptions happen during a hold",
             "spec.disruptions[0].kill: only the managed server's replicas can be killed",
         ] {
             assert!(e.contains(want), "{want}: {e}");
         }
+    }
+
+    #[test]
+    fn a_fanout_reconnects_and_is_disrupted_but_not_its_tickers_replicas() {
+        let fanout = |extra: &str| {
+            format!(
+                "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t}}\nspec:\n  target: {{server: {{profile: pubsub}}}}\n  scenario: fanout\n  duration: 10s\n  reconnect: {{policy: immediate}}\n{extra}"
+            )
+        };
+        let doc = fanout(
+            "  disruptions: [{at: 2s, close: {share: 25%}}, {at: 5s, kill: {replicas: 1, restartAfter: 1s}}]\n",
+        );
+        let lt = LoadTest::from_yaml(&doc, "t.yaml").expect("valid");
+        assert_eq!(lt.spec.disruptions.len(), 2);
+        let doc = fanout(
+            "  fanout: {publisher: server}\n  disruptions: [{at: 2s, close: {share: 25%}}, {at: 5s, restart: {}}]\n",
+        );
+        let e = LoadTest::from_yaml(&doc, "t.yaml")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("spec.disruptions[1]: a replica started again numbers its ticker's publishes from 1 again"),
+            "{e}"
+        );
+        assert!(!e.contains("spec.disruptions[0]"), "{e}");
     }
 }

@@ -23,6 +23,7 @@ pub mod window;
 use super::beat::Beat;
 use super::end::finish;
 use super::read::{read, read_ready};
+use super::reconnect::{come_back, shut};
 use super::serving::Serving;
 use super::worker::{WorkerState, ms_since};
 use super::write::write_reading;
@@ -69,7 +70,9 @@ pub fn publisher_opened(m: &mut Measure, ok: bool) {
 
 /// Connection `n`'s task in a fanout cell: served from its open until the measured phase
 /// begins, its measured phase ([`Part::run`]), then its close, counted as `behavior::run`
-/// counts the others'.
+/// counts the others'. Dropped, it comes back as the cell's policy says ([`come_back`]),
+/// subscribed again, and goes on where it was: a subscriber's sequences and a publisher's
+/// schedule are kept, so what a subscriber missed meanwhile shows as its gaps.
 #[allow(clippy::manual_async_fn)] // as behavior::run: the arguments are stored once
 pub(super) fn task(
     mut ws: Ws,
@@ -89,14 +92,54 @@ pub(super) fn task(
         let early = Box::pin(part.serve(&mut ws, &serving, plan, n, &mut beat)).await;
         let ctx = serving.measured().await;
         let ctx = &*ctx;
-        let began = ms_since(ctx.start);
-        let ended = match early {
-            Ok(()) => Box::pin(part.run(&mut ws, ctx, plan, &message, &mut beat)).await,
-            Err(why) => Err(why),
-        };
-        part.settle(ctx, plan, ended);
-        Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+        let mut began = ms_since(ctx.start);
+        let mut from = early;
+        // Where a `close` disruption may pick it from: the phase's start, or its return.
+        let mut resumed = ctx.measure_from;
+        loop {
+            let ended = match from {
+                Ok(()) => {
+                    let close = close_at(ctx, &part, n, resumed);
+                    Box::pin(part.run(&mut ws, ctx, plan, &message, &mut beat, close)).await
+                }
+                Err(why) => Err(why),
+            };
+            Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+            let (Err(_), Some(comeback)) = (ended, &ctx.comeback) else {
+                part.settle(ctx, plan, ended);
+                return;
+            };
+            shut(&ws);
+            let role = part.role(plan);
+            let (window, back) = Box::pin(come_back(&serving, ctx, comeback, n, &role)).await;
+            part.dropped(ctx, window);
+            let Some(back) = back else {
+                part.settle(ctx, plan, ended);
+                return;
+            };
+            ws = back.ws;
+            began = ms_since(ctx.start);
+            resumed = tokio::time::Instant::now();
+            from = Ok(());
+        }
     }
+}
+
+/// When a `close` disruption at or after `from` drops subscriber `n`, if one picks it. A
+/// fanout's closes pick among its subscribers: a publisher dropped would leave a gap in
+/// every subscriber of its topic, and the figures are of the ones dropped.
+fn close_at(
+    ctx: &WorkerState,
+    part: &Part,
+    n: u64,
+    from: tokio::time::Instant,
+) -> Option<tokio::time::Instant> {
+    let Part::Subscriber(_) = part else {
+        return None;
+    };
+    let after = from.saturating_duration_since(ctx.measure_from);
+    let at = ctx.comeback.as_ref()?.next_close(n, after)?;
+    Some(ctx.measure_from + at)
 }
 
 /// A connection's part in the fanout.
@@ -174,7 +217,24 @@ impl Part {
         }
     }
 
-    /// The measured phase: a subscriber's or a publisher's.
+    /// How it opens: subscribed to its topics, or as its topic's publisher.
+    fn role(&self, plan: &FanoutPlan) -> Role {
+        let name = |t: u32| bytes::Bytes::from(plan.spec.topic_name(t));
+        match self {
+            Part::Subscriber(sub) => Role::Subscriber(sub.topics().map(name).collect()),
+            Part::Publisher(p) => Role::Publisher(name(p.topic())),
+        }
+    }
+
+    /// Dropped in reconnect window `window`.
+    fn dropped(&mut self, ctx: &WorkerState, window: usize) {
+        if let Part::Subscriber(sub) = self {
+            sub.dropped(ctx, window);
+        }
+    }
+
+    /// The measured phase: a subscriber's (until `close`, if a disruption picks it) or a
+    /// publisher's.
     async fn run(
         &mut self,
         ws: &mut Ws,
@@ -182,16 +242,17 @@ impl Part {
         plan: &FanoutPlan,
         message: &Out,
         beat: &mut Beat,
+        close: Option<tokio::time::Instant>,
     ) -> Result<(), Dropped> {
         let window = Window::of(ctx);
         match self {
-            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window, beat).await,
+            Part::Subscriber(sub) => sub.receive(ws, ctx, plan, &window, beat, close).await,
             Part::Publisher(p) => p.publish(ws, ctx, plan, &window, message, beat).await,
         }
     }
 
     /// Adds what the connection counted to its worker's figures.
-    fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan, ended: Result<(), Dropped>) {
+    fn settle(&mut self, ctx: &WorkerState, plan: &FanoutPlan, ended: Result<(), Dropped>) {
         match self {
             Part::Subscriber(sub) => sub.settle(ctx, plan),
             Part::Publisher(p) => {

@@ -24,6 +24,10 @@ pub(super) struct Publisher {
     in_window: u64,
     /// How fast the connection's automatic replies go.
     pace: ReplyPace,
+    /// Its schedule's next publish, once it began (`Some(None)`: none left): kept across a
+    /// drop, so a publisher back from one publishes what fell due meanwhile, late and
+    /// stamped with when it was due.
+    next: Option<Option<Instant>>,
 }
 
 impl Publisher {
@@ -36,7 +40,12 @@ impl Publisher {
             seq: 0,
             in_window: 0,
             pace: ReplyPace::default(),
+            next: None,
         }
+    }
+
+    pub(super) fn topic(&self) -> u32 {
+        self.topic
     }
 
     /// Publishes on the topic's schedule until the window's end: each message carries the
@@ -55,7 +64,7 @@ impl Publisher {
             .schedule
             .for_connection(u64::from(self.topic), plan.spec.topics);
         let origin = ctx.start;
-        let mut due = schedule.first(origin);
+        let mut due = *self.next.get_or_insert_with(|| schedule.first(origin));
         let (conn, mut pace) = (self.conn, self.pace);
         let mut on_read = |ws: &mut Ws, m: &Message| heard(ws, ctx, conn, &mut pace, m);
         loop {
@@ -71,11 +80,14 @@ impl Publisher {
                 && t <= now
                 && burst < 1024
             {
-                self.seq += 1;
+                // Numbered only once written: one lost with a drop is published again, under
+                // its number, when the publisher is back (a number never published would be
+                // a gap in every subscriber's deliveries).
+                let seq = self.seq + 1;
                 let at = ctx.start_on_conductor_us + micros(t.saturating_duration_since(origin));
                 let fill = Fill {
                     conn,
-                    seq: self.seq,
+                    seq,
                     size: ctx.size,
                 };
                 let msg = message.message_at(
@@ -85,12 +97,14 @@ impl Publisher {
                 );
                 let len = data_len(&msg).unwrap_or(0);
                 write_reading(ws, ctx, Some(msg), false, None, &mut on_read).await?;
+                self.seq = seq;
                 ctx.sent(t, 1, len);
                 if window.holds(at) {
                     self.in_window += 1;
                 }
                 burst += 1;
                 due = schedule.next(origin, t, ctx.deadline);
+                self.next = Some(due);
             }
             if burst > 0 {
                 write_reading(ws, ctx, None, true, None, &mut on_read).await?;

@@ -40,6 +40,10 @@ pub(super) struct Subscriber {
     memo: [Memo; 2],
     /// How fast the connection's automatic replies go.
     pace: ReplyPace,
+    /// The window of its last drop (`spec.reconnect`), whose figures its gaps since go to.
+    dropped_in: Option<usize>,
+    /// Its streams' gaps already given to a window.
+    gaps_told: u64,
 }
 
 impl Subscriber {
@@ -62,11 +66,41 @@ impl Subscriber {
             before_publish: 0,
             memo: Default::default(),
             pace: ReplyPace::default(),
+            dropped_in: None,
+            gaps_told: 0,
         }
     }
 
+    /// Its topics, in the order it subscribes to them.
+    pub(super) fn topics(&self) -> impl Iterator<Item = u32> + '_ {
+        self.streams.iter().map(|s| s.topic)
+    }
+
+    /// Dropped in `window`: its gaps so far go to its previous drop's window (or to those of
+    /// subscribers never dropped), the ones from here on to this one's. A subscriber reads
+    /// nothing while down, so its gap across the drop shows with its first delivery after.
+    pub(super) fn dropped(&mut self, ctx: &WorkerState, window: usize) {
+        self.tell_gaps(ctx);
+        self.dropped_in = Some(window);
+    }
+
+    fn tell_gaps(&mut self, ctx: &WorkerState) {
+        let Some(comeback) = &ctx.comeback else {
+            return;
+        };
+        let total: u64 = self.streams.iter().map(|s| s.seq.counts().missing).sum();
+        // A late delivery fills a gap counted before: never told twice, never taken back.
+        let new = total.saturating_sub(self.gaps_told);
+        self.gaps_told = self.gaps_told.max(total);
+        let mut m = ctx.stats.borrow_mut();
+        m.reconnect
+            .get_or_insert_with(|| comeback.figures())
+            .gaps(self.dropped_in, new);
+    }
+
     /// Reads until the window's end plus the drain, whatever the server sends, sending the
-    /// conversation's heartbeat when due.
+    /// conversation's heartbeat when due; dropped at `close` (a `close` disruption that
+    /// picks it) as a client that vanished.
     pub(super) async fn receive(
         &mut self,
         ws: &mut Ws,
@@ -74,17 +108,25 @@ impl Subscriber {
         plan: &FanoutPlan,
         window: &Window,
         beat: &mut Beat,
+        close: Option<Instant>,
     ) -> Result<(), Dropped> {
         let until = ctx.deadline + plan.drain;
+        // Reading stops at whichever comes first.
+        let stop = close.map_or(until, |c| c.min(until));
         loop {
-            if Instant::now() >= until {
-                return Ok(());
+            let now = Instant::now();
+            if now >= stop {
+                return if now >= until {
+                    Ok(())
+                } else {
+                    Err(Dropped::Disrupted)
+                };
             }
             if let Some(m) = beat.take(ctx, self.conn) {
                 let mut heard = |ws: &mut Ws, m: &Message| self.take(ws, ctx, plan, window, m);
                 write_reading(ws, ctx, Some(m), true, Some(until), &mut heard).await?;
             }
-            let msg = match tokio::time::timeout_at(beat.wake(until), read(ws, ctx)).await {
+            let msg = match tokio::time::timeout_at(beat.wake(stop), read(ws, ctx)).await {
                 Err(_) => continue,
                 Ok(r) => r?,
             };
@@ -92,7 +134,7 @@ impl Subscriber {
             // What else is buffered, without a timer per message; taking turns with the
             // worker's other connections (a socket that is never empty must not leave them
             // unread: they would all fall behind but this one).
-            while Instant::now() < until
+            while Instant::now() < stop
                 && let Some(r) = read_ready(ws, ctx)
             {
                 self.take(ws, ctx, plan, window, &r?)?;
@@ -222,7 +264,8 @@ impl Subscriber {
     }
 
     /// Adds what this subscriber counted to its worker's figures.
-    pub(super) fn settle(&self, ctx: &WorkerState, plan: &FanoutPlan) {
+    pub(super) fn settle(&mut self, ctx: &WorkerState, plan: &FanoutPlan) {
+        self.tell_gaps(ctx);
         let mut m = ctx.stats.borrow_mut();
         let f = tally(&mut m, plan);
         f.outside += self.outside;
