@@ -183,13 +183,24 @@ pub fn server_account(
     let unreceived = s.delivered.saturating_sub(received);
     // A few still in flight when the counters were read are not a finding.
     if unreceived > (s.delivered / 10_000).max(1) {
+        let dropped = c.measure.counts.dropped_total();
+        let cause = if dropped > 0 {
+            // A connection that drops takes what was written to it and not yet read along.
+            format!(
+                "the server counted {} deliveries that no subscriber received: {} connections dropped during the cell, and what the server had written to them and they had not read went with them (or it was lost on the way, or counted and never sent)",
+                num(unreceived as f64),
+                num(dropped as f64)
+            )
+        } else {
+            format!(
+                "the server counted {} deliveries that no subscriber received: lost between the server's write and the subscriber's read (a proxy, the network), or the server counts what it never sent (wsload-server's --test-drop-every does so on purpose)",
+                num(unreceived as f64)
+            )
+        };
         out.extend(finding(
             Rule::FanoutServer,
             c,
-            &format!(
-                "the server counted {} deliveries that no subscriber received: lost between the server's write and the subscriber's read (a proxy, the network), or the server counts what it never sent (wsload-server's --test-drop-every does so on purpose)",
-                num(unreceived as f64)
-            ),
+            &cause,
             format!(
                 "server delivered {}; subscribers received {} ({} of the window, {} duplicates, {} outside it)",
                 num(s.delivered as f64),
@@ -422,6 +433,16 @@ mod tests {
             found.contains(&"finding [100]: the server counted 100 deliveries that no subscriber received: lost between the server's write and the subscriber's read (a proxy, the network), or the server counts what it never sent (wsload-server's --test-drop-every does so on purpose) (server delivered 100.1K; subscribers received 100.0K (100.0K of the window, 2 duplicates, 40 outside it))".to_string()),
             "{found:#?}"
         );
+        // Subscribers dropped meanwhile: what was in flight to them went with them.
+        for _ in 0..3 {
+            r.cells[0].measure.counts.drop(Dropped::Disrupted);
+        }
+        let found = text(&cell(&r.cells[0]));
+        assert!(
+            found.iter().any(|f| f.contains("the server counted 100 deliveries that no subscriber received: 3 connections dropped during the cell, and what the server had written to them and they had not read went with them")),
+            "{found:#?}"
+        );
+        r.cells[0].measure.counts.dropped.clear();
         let c = &mut r.cells[0];
         let s = c.server_topics.as_mut().expect("server");
         // (a) dropped for slow consumers, and the rest received: no "lie".
