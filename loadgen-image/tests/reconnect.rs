@@ -245,7 +245,9 @@ fn a_fanouts_dropped_subscribers_miss_what_was_published_meanwhile_and_only_they
     // 100 publishes a second per topic, away 300 ms and more: every one of them missed some.
     assert_eq!(close.gapped, picked, "{rc:?}");
     assert!(close.gaps >= picked * 20, "{rc:?}");
-    let most = (close.downtime.max() * 100.0).ceil() as u64 + 1;
+    // At most the longest time away's publishes each, with room for those in flight at
+    // the close and for the subscription taking effect.
+    let most = (close.downtime.max() * 100.0).ceil() as u64 + 10;
     assert!(close.gaps <= picked * most, "{rc:?}");
     assert_eq!(rc.gaps_undropped, 0, "{rc:?}");
     let f = c.measure.counts.fanout.as_ref().expect("a fanout tally");
@@ -263,7 +265,7 @@ fn a_fanouts_dropped_subscribers_miss_what_was_published_meanwhile_and_only_they
         )),
         "{text}"
     );
-    assert!(text.contains("subscribers never dropped: 0 gaps"), "{text}");
+    assert!(text.contains("gaps no drop explains: 0"), "{text}");
     assert!(
         text.contains(&format!(
             "{} of the gaps are what subscribers missed while dropped and coming back",

@@ -663,7 +663,7 @@ mod tests {
         for part in [
             "<th>Missed by its dropped subscribers</th>",
             "<td>fan-out gaps 527 (after 17 of its drops)</td>",
-            "subscribers never dropped missed 0 (gaps in their deliveries).",
+            "gaps no drop explains (in subscribers' deliveries before any drop of theirs): 0.",
         ] {
             assert!(page.contains(part), "{part} missing");
         }

@@ -28,7 +28,7 @@ pub struct Reconnects {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub returns: Vec<u64>,
     /// In a fanout: the window's sequence numbers missing between deliveries of subscribers
-    /// that never dropped (gaps no disruption explains; 0 on a server that loses nothing).
+    /// before any drop of theirs (gaps no drop explains; 0 on a server that loses nothing).
     #[serde(default)]
     pub gaps_undropped: u64,
 }

@@ -23,7 +23,7 @@ pub fn lines(c: &CellResult) -> Vec<String> {
     }
     if fanout {
         out.push(format!(
-            "  subscribers never dropped: {} gaps",
+            "  gaps no drop explains: {}",
             num(r.gaps_undropped as f64)
         ));
     }

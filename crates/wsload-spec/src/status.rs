@@ -428,7 +428,7 @@ pub struct ReconnectTier {
     /// what they received before and after), over the disruptions; unset in other scenarios.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps_of_dropped: Option<u64>,
-    /// A fanout's gaps in the deliveries of subscribers never dropped: what the server lost
+    /// A fanout's gaps no drop explains (subscribers' before any drop of theirs): what the server lost
     /// that no disruption explains; unset in other scenarios.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps_of_undropped: Option<u64>,

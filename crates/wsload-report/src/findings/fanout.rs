@@ -128,7 +128,7 @@ pub fn incomplete(c: &CellResult, fig: &FanoutFigures, tally: &Fanout) -> Option
             Some(r) if r.storms.iter().any(|s| s.reconnected > 0) => {
                 let away: u64 = r.storms.iter().map(|s| s.gaps).sum();
                 format!(
-                    "subscribers did not receive every delivery of the window; {} of the gaps are what subscribers missed while dropped and coming back (the reconnect figures, per disruption), {} are of subscribers never dropped, the rest of subscribers not back before the window ended or dropped before their first delivery of it",
+                    "subscribers did not receive every delivery of the window; {} of the gaps are what subscribers missed while dropped and coming back (the reconnect figures, per disruption), {} no drop explains (subscribers' before any drop of theirs), the rest of subscribers not back before the window ended or dropped before their first delivery of it",
                     num(away as f64),
                     num(r.gaps_undropped as f64)
                 )

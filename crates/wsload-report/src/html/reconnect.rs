@@ -108,7 +108,7 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
         {
             let _ = write!(
                 o,
-                "<p>{}: subscribers never dropped missed {} (gaps in their deliveries).</p>",
+                "<p>{}: gaps no drop explains (in subscribers' deliveries before any drop of theirs): {}.</p>",
                 escape(&c.label),
                 n(rc.gaps_undropped)
             );

@@ -64,6 +64,19 @@ fn policy(spec: &LoadTestSpec, e: &mut Errors) {
             ),
         );
     }
+    let replicas = spec.target.server.as_ref().map_or(1, |s| s.replicas);
+    if r.enabled()
+        && spec.scenario == Scenario::Fanout
+        && spec.fanout.publisher == Publisher::Server
+        && replicas > 1
+    {
+        e.add(
+            "reconnect.policy",
+            format!(
+                "a subscriber back may reach another of the {replicas} replicas, whose ticker numbers its publishes from its own start (fanout.publisher: server), so its deliveries could not be followed across the drop; use target.server.replicas: 1, or fanout.publisher: wsload"
+            ),
+        );
+    }
     if r.enabled() && !reconnects(spec.scenario) {
         e.add(
             "reconnect.policy",
@@ -356,5 +369,16 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("spec.disruptions[0]"), "{e}");
+        let doc = "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {name: t}\nspec:\n  target: {server: {profile: pubsub, replicas: 2}}\n  scenario: fanout\n  fanout: {publisher: server}\n  reconnect: {policy: immediate}\n";
+        let e = LoadTest::from_yaml(doc, "t.yaml")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains(
+                "spec.reconnect.policy: a subscriber back may reach another of the 2 replicas"
+            ),
+            "{e}"
+        );
     }
 }

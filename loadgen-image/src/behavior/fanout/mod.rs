@@ -79,7 +79,7 @@ pub(super) fn task(
     n: u64,
     serving: Rc<Serving>,
     behavior: Behavior,
-    message: Arc<Out>,
+    mut message: Arc<Out>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
         // Serving::open gives a hold's connections `held`.
@@ -105,10 +105,16 @@ pub(super) fn task(
                 Err(why) => Err(why),
             };
             Box::pin(finish(&mut ws, ctx, &behavior, ended, began)).await;
+            // A drop in the drain (a subscriber reads past the deadline) is past every
+            // window: no reconnect to count it in.
             let (Err(_), Some(comeback)) = (ended, &ctx.comeback) else {
                 part.settle(ctx, plan, ended);
                 return;
             };
+            if tokio::time::Instant::now() >= ctx.deadline {
+                part.settle(ctx, plan, ended);
+                return;
+            }
             shut(&ws);
             let role = part.role(plan);
             let (window, back) = Box::pin(come_back(&serving, ctx, comeback, n, &role)).await;
@@ -118,6 +124,8 @@ pub(super) fn task(
                 return;
             };
             ws = back.ws;
+            // What its steps on open captured this time: a publisher's message may carry it.
+            message = serving.message_for(&back.vars);
             began = ms_since(ctx.start);
             resumed = tokio::time::Instant::now();
             from = Ok(());

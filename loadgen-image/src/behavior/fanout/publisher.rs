@@ -75,19 +75,23 @@ impl Publisher {
             if let Some(m) = beat.take(ctx, conn) {
                 write_reading(ws, ctx, Some(m), true, None, &mut on_read).await?;
             }
+            // A burst is kept only once flushed: queued messages reach the socket at the
+            // flush, where a drop shows, so one that fails takes the whole burst back and the
+            // publisher, back, publishes it again under the same numbers (a number never
+            // published would be a gap in every subscriber's deliveries). A burst cut by a
+            // drop part-way may so reach a subscriber twice: counted as duplicates.
+            let kept = (self.seq, self.next, self.in_window);
             let mut burst = 0u32;
+            let mut wrote = Ok(());
             while let Some(t) = due
                 && t <= now
                 && burst < 1024
             {
-                // Numbered only once written: one lost with a drop is published again, under
-                // its number, when the publisher is back (a number never published would be
-                // a gap in every subscriber's deliveries).
-                let seq = self.seq + 1;
+                self.seq += 1;
                 let at = ctx.start_on_conductor_us + micros(t.saturating_duration_since(origin));
                 let fill = Fill {
                     conn,
-                    seq,
+                    seq: self.seq,
                     size: ctx.size,
                 };
                 let msg = message.message_at(
@@ -96,8 +100,10 @@ impl Publisher {
                     &SendTime::from_micros(at),
                 );
                 let len = data_len(&msg).unwrap_or(0);
-                write_reading(ws, ctx, Some(msg), false, None, &mut on_read).await?;
-                self.seq = seq;
+                wrote = write_reading(ws, ctx, Some(msg), false, None, &mut on_read).await;
+                if wrote.is_err() {
+                    break;
+                }
                 ctx.sent(t, 1, len);
                 if window.holds(at) {
                     self.in_window += 1;
@@ -106,8 +112,12 @@ impl Publisher {
                 due = schedule.next(origin, t, ctx.deadline);
                 self.next = Some(due);
             }
-            if burst > 0 {
-                write_reading(ws, ctx, None, true, None, &mut on_read).await?;
+            if wrote.is_ok() && burst > 0 {
+                wrote = write_reading(ws, ctx, None, true, None, &mut on_read).await;
+            }
+            if let Err(why) = wrote {
+                (self.seq, self.next, self.in_window) = kept;
+                return Err(why);
             }
             let wake = beat.wake(due.map_or(ctx.deadline, |t| t.min(ctx.deadline)));
             tokio::select! {

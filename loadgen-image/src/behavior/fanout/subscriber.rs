@@ -77,7 +77,7 @@ impl Subscriber {
     }
 
     /// Dropped in `window`: its gaps so far go to its previous drop's window (or to those of
-    /// subscribers never dropped), the ones from here on to this one's. A subscriber reads
+    /// the gaps no drop explains), the ones from here on to this one's. A subscriber reads
     /// nothing while down, so its gap across the drop shows with its first delivery after.
     pub(super) fn dropped(&mut self, ctx: &WorkerState, window: usize) {
         self.tell_gaps(ctx);
