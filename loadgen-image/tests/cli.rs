@@ -919,6 +919,38 @@ fn run_plot_without_the_feature_is_refused_before_the_run() {
     assert!(!png.exists());
 }
 
+/// Kills with several shards are the operator's (it times them from the shards' common
+/// measure instant): `validate` accepts the file, for a cluster; `wsload run` refuses it
+/// before any server or shard starts, saying where it runs and what runs here.
+#[test]
+fn kills_with_several_shards_are_the_clusters_and_refused_here_before_the_run() {
+    let dir = Scratch::new("shard-kill");
+    let spec = dir.file(
+        "kill.yaml",
+        &loadtest(
+            "shard-kill",
+            "  target: {server: {replicas: 2}}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  shards: 2\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, kill: {replicas: 1}}]\n",
+        ),
+    );
+    let path = spec.to_str().expect("utf-8 path");
+    let o = wsload(&["validate", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = dir.path("result.json");
+    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("spec.disruptions: kill and restart with shards: 2 run in a cluster"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("managed wsload-server on"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}
+
 /// Every live process below `pid`: children of each of its threads, recursively.
 fn descendants(pid: u32) -> Vec<(u32, String)> {
     let mut found = Vec::new();

@@ -1041,20 +1041,30 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
     // Its counters went with it: no delivery figure is made up.
     assert_eq!(cell.server_received, None, "{cell:?}");
 
+    // Over two shards: the operator times it from their common measure instant.
     create(
         &e,
         "roll",
         &format!(
-            "{hold}  warmup: 0s\n  duration: 12s\n  disruptions: [{{at: 1s, restart: {{}}}}]\n"
+            "{hold}  shards: 2\n  warmup: 0s\n  duration: 12s\n  disruptions: [{{at: 1s, restart: {{}}}}]\n"
         ),
     )
     .await;
     let before: Vec<String> = uids(&e, "roll").await;
     let st = wait_finished(&e, "roll").await;
     assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    assert_eq!(st.cells[0].shards, 2, "{:?}", st.cells[0]);
+    let measure = st.cells[0]
+        .measure_at_millis
+        .expect("the shards met at a measure instant");
     let [roll] = &st.cells[0].disruptions[..] else {
         panic!("one disruption in status: {:?}", st.cells[0].disruptions)
     };
+    assert!(
+        (measure + 1000..measure + 1800).contains(&roll.began_at_millis),
+        "began {} ms after the measure instant",
+        roll.began_at_millis as i64 - measure as i64
+    );
     assert!(roll.ended_at_millis.is_some(), "{roll:?}");
     assert!(
         roll.message

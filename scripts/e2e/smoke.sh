@@ -314,12 +314,12 @@ stored reconnect 0 1
 # later; then, in a second test, it restarts both replicas in turn as a deploy does. Each
 # Succeeds with every dropped connection back; status holds what the operator did.
 step "LoadTest killed: a server pod deleted mid-hold and created again, every connection back"
-disrupted() { # name warmup duration disruption: a 200-connection hold over 2 managed replicas
+disrupted() { # name warmup duration disruption [shards]: a 200-connection hold over 2 managed replicas
 	kubectl -n "$TEST_NS" delete loadtest "$1" --ignore-not-found --wait=true >/dev/null
-	jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg name "$1" --arg warmup "$2" --arg duration "$3" --argjson d "$4" '{
+	jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg name "$1" --arg warmup "$2" --arg duration "$3" --argjson d "$4" --argjson shards "${5:-1}" '{
 		apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: $name},
 		spec: ({
-			target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [200],
+			target: {server: {replicas: 2}}, scenario: "sustainedHold", connections: [200], shards: $shards,
 			duration: $duration, warmup: $warmup, ping: {interval: "1s", timeout: "2s"},
 			reconnect: {policy: "exponential", delay: "100ms", maxDelay: "1s", jitter: "full"},
 			disruptions: [$d], thresholds: ["survival >= 99%"]
@@ -337,9 +337,10 @@ jq -e '(.status.cells[0].disruptions | length == 1 and (.[0].replicas | length) 
 	and (.status.tiers[0].reconnect | .dropped > 0 and .dropped < 200 and .neverBack == 0)' \
 	--argjson m "$(jq '.status.cells[0].measureAtMillis' "$OUT/killed.json")" "$OUT/killed.json" >/dev/null ||
 	{ diagnose killed; fail "LoadTest killed: status lacks a kill begun 2 s in, its replica back, and every dropped connection back ($OUT/killed.json)"; }
-step "LoadTest rolled: both server pods restarted in turn mid-hold, every connection back"
-disrupted rolled 0s 20s '{"at": "1s", "restart": {}}'
-jq -e '(.status.cells[0].disruptions[0] | .endedAtMillis != null
+step "LoadTest rolled: both server pods restarted in turn mid-hold over 2 shards, every connection back"
+disrupted rolled 0s 20s '{"at": "1s", "restart": {}}' 2
+jq -e '(.status.cells[0].shards == 2)
+	and (.status.cells[0].disruptions[0] | .endedAtMillis != null
 		and (.message | startswith("rolling restart of 2 replicas done")))
 	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack == 0)' "$OUT/rolled.json" >/dev/null ||
 	{ diagnose rolled; fail "LoadTest rolled: status lacks a finished roll that dropped and brought back every connection ($OUT/rolled.json)"; }

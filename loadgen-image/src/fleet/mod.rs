@@ -137,10 +137,11 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult, Flee
         .map_err(RunError::from)?;
     }
     if wsload_spec::reconnect::on_server(&spec.disruptions) {
-        // The shards' conductor releases cells on its own clock; disruptions are timed from a
-        // measured phase's start inside the one process that runs the server (issue 40).
+        // This conductor releases cells on its own clock; locally disruptions are timed from
+        // a measured phase's start inside the one process that runs the server (issue 40).
+        // The operator times them from every shard's measure instant.
         return Err(RunError::Disruption(format!(
-            "run on one machine with shards: 1 in this version (shards: {})",
+            "kill and restart with shards: {} run in a cluster (the operator times them from the shards' common measure instant); on one machine use shards: 1, one process with the same load",
             spec.shards
         ))
         .into());
