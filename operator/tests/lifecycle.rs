@@ -999,7 +999,9 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
     create(
         &e,
         "kill",
-        &format!("{hold}  warmup: 1s\n  duration: 6s\n  disruptions: [{{at: 1s, kill: {{replicas: 1, restartAfter: 1s}}}}]\n"),
+        // 12 s: the pod created again 1 s after the kill has 9 s to be ready within the cell
+        // (on a loaded 2-core machine the test kubelet took 8 s to start it).
+        &format!("{hold}  warmup: 1s\n  duration: 12s\n  disruptions: [{{at: 1s, kill: {{replicas: 1, restartAfter: 1s}}}}]\n"),
     )
     .await;
     let before: Vec<String> = uids(&e, "kill").await;
