@@ -713,7 +713,7 @@ fn mqtt_packets_are_read_whole_from_aedes_frames() {
     held_through(cell, 1000, 59.0);
     let stats = server.stats();
     assert_eq!(stat(&stats, "clients"), 1000, "{stats}");
-    assert_eq!(stat(&stats, "errors"), 0, "{stats}");
+    no_mqtt_errors_but_writes_to_closing_sockets(&stats);
     // Every QoS 1 PUBLISH acknowledged by its packet id, the broker's count the same.
     let sent = count(cell, "sent");
     assert!(sent >= 1000 * 55, "a PUBLISH a second each: {sent}");
@@ -726,6 +726,23 @@ fn mqtt_packets_are_read_whole_from_aedes_frames() {
     assert!(pongs >= 1000 * 11, "PINGRESPs: {pongs}");
     assert!(pongs <= stat(&stats, "pings"), "{pongs} > {stats}");
     passed(&status);
+}
+
+/// aedes counts as a client error a write it made to a WebSocket already closing: a PUBLISH
+/// it routed to a subscriber whose close frame had just arrived (seen once in 1,010 closes
+/// on a loaded machine), its race, not a packet of ours. Any other error (a packet it could
+/// not parse, a keep-alive missed) fails.
+fn no_mqtt_errors_but_writes_to_closing_sockets(stats: &serde_json::Value) {
+    let kinds = stats["errorKinds"].as_object().expect("errors by kind");
+    let mut counted = 0;
+    for (kind, n) in kinds {
+        assert!(
+            kind.starts_with("WebSocket is not open: readyState 2"),
+            "{kind}: {stats}"
+        );
+        counted += n.as_u64().expect("a count");
+    }
+    assert_eq!(counted, stat(stats, "errors"), "{stats}");
 }
 
 /// The fan-out counterpart: 1,000 subscribers over 10 topics a minute, every connection's
@@ -758,7 +775,7 @@ fn mqtt_subscribers_receive_every_publish_of_their_topic() {
     assert_eq!(server.settle(read, |s| stat(s, "routed")), read);
     let stats = server.stats();
     assert_eq!(stat(&stats, "subscriptions"), 1000, "{stats}");
-    assert_eq!(stat(&stats, "errors"), 0, "{stats}");
+    no_mqtt_errors_but_writes_to_closing_sockets(&stats);
     // A PINGREQ every 5 s from all 1,010 connections, each answered.
     assert!(stat(&stats, "pings") >= 1010 * 5, "{stats}");
     assert!(pushes(cell) >= 1000 * 5, "PINGRESPs: {}", pushes(cell));

@@ -7,7 +7,7 @@
 // the preset's `split: {packets: ...}` is for. /stats: clients connected and disconnected,
 // PUBLISHes received from clients by QoS, the deliveries those owe by the broker's
 // subscription table (`routed`: the subscribers of the PUBLISH's topic, exact topic names
-// only, no wildcards), SUBSCRIBEs, PINGREQs, client errors.
+// only, no wildcards), SUBSCRIBEs, PINGREQs, client errors (and by their message).
 //
 // usage: node mqtt.js [--host H] [--port N]
 'use strict';
@@ -24,6 +24,7 @@ const stats = {
   subscriptions: 0, // topics subscribed to, over all SUBSCRIBEs
   pings: 0, // PINGREQs
   errors: 0, // client errors (a malformed packet ends its connection)
+  errorKinds: {}, // errors by message, so a test tells a malformed packet from a reset
 };
 
 async function main() {
@@ -50,7 +51,11 @@ async function main() {
     }
   });
   broker.on('unsubscribe', (topics, client) => topics.forEach((t) => unsubscribe(t, client.id)));
-  broker.on('clientError', () => stats.errors++);
+  broker.on('clientError', (client, err) => {
+    stats.errors++;
+    const kind = (err && (err.code || err.message)) || 'unknown';
+    stats.errorKinds[kind] = (stats.errorKinds[kind] || 0) + 1;
+  });
   broker.on('ping', () => stats.pings++);
   broker.on('publish', (packet, client) => {
     // The broker's own $SYS messages have no client.
