@@ -430,6 +430,9 @@ fn socketio_rooms_rejoined_after_a_drop_miss_only_what_was_published_meanwhile()
     let gaps = n(close, "gaps");
     assert!((picked * 8..=picked * 20).contains(&gaps), "{rc}");
     assert_eq!(n(rc, "gapsUndropped"), 0, "{rc}");
+    // Subscribed anew, not resumed: nothing counted recovered; each fed again.
+    assert!(close["recovered"].is_null(), "{rc}");
+    assert!(close["unfed"].is_null(), "{rc}");
     let mut missing = 0;
     for t in cell["counts"]["fanout"]["topics"]
         .as_array()
@@ -447,6 +450,129 @@ fn socketio_rooms_rejoined_after_a_drop_miss_only_what_was_published_meanwhile()
     assert_eq!(stat(&stats, "joined"), 40 + picked, "{stats}");
     assert_eq!(count(cell, "survived"), 44);
     passed(&status);
+}
+
+/// The same drop against Socket.IO's connection-state recovery (`--recovery-ms`): each
+/// subscriber captures its session id (`pid`) on open and the offset each event carries as
+/// its last argument, and back, resumes with `40{"pid":...,"offset":...}` instead of joining
+/// again. The server gives it its room back and replays what it missed before its connect
+/// answer: every delivery published while it was away is read (recovered), none is lost.
+#[test]
+fn socketio_recovery_replays_to_a_resumed_subscriber_what_it_missed_while_away() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("socketio", &["--tick-ms", "0", "--recovery-ms", "30000"]);
+    let dir = Scratch::new("socketio-fanout-resume");
+    let yaml = resuming(
+        &preset("socketio-fanout", "127.0.0.1:3000", &server)
+            .replace("connections: [200]", "connections: [40]")
+            .replace("duration: 20s", "duration: 6s")
+            .replace(
+                "  scenario: fanout\n",
+                "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
+            ),
+    );
+    let (status, result) = run(&dir, &yaml);
+    let cell = only(&result);
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let rc = &cell["reconnect"];
+    let close = &rc["storms"][1];
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(
+        (n(close, "dropped"), n(close, "reconnected")),
+        (picked, picked),
+        "{rc}"
+    );
+    // Away 500 ms at 25 publishes a second: about 12 each, all replayed, none lost.
+    let recovered = n(close, "recovered");
+    assert!((picked * 8..=picked * 20).contains(&recovered), "{rc}");
+    assert_eq!((n(close, "gaps"), n(close, "gapped")), (0, 0), "{rc}");
+    assert!(close["unfed"].is_null(), "{rc}");
+    assert_eq!(n(rc, "gapsUndropped"), 0, "{rc}");
+    for t in cell["counts"]["fanout"]["topics"]
+        .as_array()
+        .expect("rooms")
+    {
+        assert_eq!(
+            n(t, "published") * n(t, "subscribers"),
+            n(t, "delivered"),
+            "{t}"
+        );
+        in_order_once(t);
+    }
+    // The server recovered each one's session (its room given back: no join again).
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "recovered"), picked, "{stats}");
+    assert_eq!(stat(&stats, "joined"), 40, "{stats}");
+    passed(&status);
+}
+
+/// The same resuming subscribers against a server that forgot their sessions (kept 300 ms,
+/// they are away 500): it takes the `40{"pid":...}` for a new socket, in no room. Nothing is
+/// counted recovered, and each dropped subscriber reads nothing from its drop on: what it
+/// missed is the room's deliveries it never read, not gaps between deliveries.
+#[test]
+fn socketio_sessions_forgotten_leave_resumed_subscribers_in_no_room() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = TestServer::start("socketio", &["--tick-ms", "0", "--recovery-ms", "300"]);
+    let dir = Scratch::new("socketio-fanout-resume-refused");
+    let yaml = resuming(
+        &preset("socketio-fanout", "127.0.0.1:3000", &server)
+            .replace("connections: [200]", "connections: [40]")
+            .replace("duration: 20s", "duration: 6s")
+            .replace(
+                "  scenario: fanout\n",
+                "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
+            ),
+    );
+    let (_, result) = run(&dir, &yaml);
+    let cell = only(&result);
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let rc = &cell["reconnect"];
+    let close = &rc["storms"][1];
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(n(close, "reconnected"), picked, "{rc}");
+    assert!(close["recovered"].is_null(), "{rc}");
+    assert_eq!((n(close, "gaps"), n(rc, "gapsUndropped")), (0, 0), "{rc}");
+    // Each dropped subscriber's room published about 4 s (100 publishes) after its drop.
+    let mut missing = 0;
+    for t in cell["counts"]["fanout"]["topics"]
+        .as_array()
+        .expect("rooms")
+    {
+        missing += n(t, "published") * n(t, "subscribers") - n(t, "delivered");
+    }
+    assert!(
+        (picked * 90..=picked * 110).contains(&missing),
+        "{missing}: {rc}"
+    );
+    // Each of them back, and fed nothing since.
+    assert_eq!(n(close, "unfed"), picked, "{rc}");
+    let stats = server.stats();
+    assert_eq!(stat(&stats, "recovered"), 0, "{stats}");
+    assert_eq!(stat(&stats, "joined"), 40, "{stats}");
+}
+
+/// The socketio-fanout preset made to resume through Socket.IO's connection-state recovery.
+fn resuming(yaml: &str) -> String {
+    let open = "      - name: namespace-connected\n        expect: {prefix: \"40\"}\n";
+    let delivery = "      topic: {json: \"1.room\"}\n";
+    assert!(yaml.contains(open) && yaml.contains(delivery), "{yaml}");
+    yaml.replace(
+        open,
+        &format!("{open}        capture: {{pid: {{json: pid}}}}\n"),
+    )
+    .replace(
+        delivery,
+        &format!(
+            "{delivery}      resumeFrom: {{json: \"2\"}}\n    resume:\n      - name: engineio-open\n        expect: {{prefix: \"0\"}}\n      - name: namespace-resume\n        send: {{text: '40{{\"pid\":\"${{pid}}\",\"offset\":\"${{resumeFrom}}\"}}'}}\n      - name: namespace-resumed\n        expect: {{prefix: \"40\"}}\n        capture: {{pid: {{json: pid}}}}\n"
+        ),
+    )
 }
 
 /// SockJS frames messages its own way: `o` on open, then messages as `a["...",...]`, a JSON

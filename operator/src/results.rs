@@ -327,6 +327,8 @@ fn reconnect_tier(r: &wsload_report::reconnect::Reconnects, fanout: bool) -> Rec
     if fanout {
         t.gaps_of_dropped = Some(r.storms.iter().map(|s| s.gaps).sum());
         t.gaps_of_undropped = Some(r.gaps_undropped);
+        let recovered: u64 = r.storms.iter().map(|s| s.recovered).sum();
+        t.recovered = (recovered > 0).then_some(recovered);
     }
     t
 }
@@ -797,6 +799,7 @@ mod tests {
                 all_back_after: Some(123_456.0),
                 gaps_of_dropped: Some(123_456_789_012),
                 gaps_of_undropped: Some(123_456_789_012),
+                recovered: Some(123_456_789_012),
             }),
         };
         let mut tiers = vec![tier; cells];

@@ -16,7 +16,12 @@
 // by whichever worker takes the request, sums every worker's; `delivered` is null there, as a
 // worker sees only its own members of a room.
 //
-// usage: node socketio.js [--host H] [--port N] [--tick-ms MS] [--workers N]
+// With --recovery-ms MS (MS > 0) it turns on Socket.IO's connection-state recovery: every event
+// broadcast to a room carries its offset as its last argument, and a client back within MS
+// of its drop that sends `40{"pid":...,"offset":...}` is given its rooms again and every event
+// of them it missed since that offset (`recovered` counts those sockets).
+//
+// usage: node socketio.js [--host H] [--port N] [--tick-ms MS] [--workers N] [--recovery-ms MS]
 'use strict';
 
 const cluster = require('cluster');
@@ -25,6 +30,7 @@ const { option, intOption, statsServer, listen } = require('./serve');
 
 const tickMs = intOption('tick-ms', 100);
 const workers = intOption('workers', 1);
+const recoveryMs = intOption('recovery-ms', 0);
 if (workers > 1 && cluster.isPrimary) {
   primary();
   return;
@@ -38,6 +44,7 @@ const stats = {
   socketio: 0, // Socket.IO (namespace "/") connections ever made
   socketioOpen: 0,
   joined: 0,
+  recovered: 0, // sockets given their rooms and missed events again (--recovery-ms)
   chats: 0,
   published: 0, // "publish" events broadcast
   delivered: 0, // their deliveries: the room's members at each publish, summed
@@ -50,6 +57,9 @@ const io = new Server(httpServer, {
   pingInterval: 5000,
   pingTimeout: 3000,
   serveClient: false,
+  ...(recoveryMs > 0
+    ? { connectionStateRecovery: { maxDisconnectionDuration: recoveryMs, skipMiddlewares: true } }
+    : {}),
   ...(clustered ? { adapter: require('@socket.io/cluster-adapter').createAdapter() } : {}),
 });
 
@@ -63,6 +73,7 @@ const rooms = new Set();
 io.on('connection', (socket) => {
   stats.socketio++;
   stats.socketioOpen++;
+  if (socket.recovered) stats.recovered++;
   socket.on('join', (room, ack) => {
     const name = String(room);
     socket.join(name);

@@ -73,6 +73,21 @@ pub struct Storm {
     /// Of the window's drops of subscribers, those followed by such a gap.
     #[serde(default)]
     pub gapped: u64,
+    /// In a fanout whose subscribers resume (`conversation.resume`): deliveries of the
+    /// measured window they read back whose publish instant fell while they were away, from
+    /// their drop to their return (what the server replayed; set against `gaps`, what it
+    /// did not).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recovered: u64,
+    /// In a fanout: subscribers back from a drop in this window that read no delivery of the
+    /// measured window after their return (subscribed by nothing: a session the server
+    /// forgot, a subscription it refused without a word).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unfed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Storm {
@@ -153,6 +168,21 @@ impl Reconnects {
         }
     }
 
+    /// `n` deliveries a subscriber dropped in `window` read back, published while it was
+    /// away.
+    pub fn recovered(&mut self, window: usize, n: u64) {
+        if let Some(s) = self.storms.get_mut(window) {
+            s.recovered += n;
+        }
+    }
+
+    /// A subscriber back from a drop in `window` that read nothing of the window since.
+    pub fn unfed(&mut self, window: usize) {
+        if let Some(s) = self.storms.get_mut(window) {
+            s.unfed += 1;
+        }
+    }
+
     pub fn gave_up(&mut self, window: usize) {
         if let Some(s) = self.storms.get_mut(window) {
             s.gave_up += 1;
@@ -185,6 +215,8 @@ impl Reconnects {
             mine.handshake.add(&theirs.handshake);
             mine.gaps += theirs.gaps;
             mine.gapped += theirs.gapped;
+            mine.recovered += theirs.recovered;
+            mine.unfed += theirs.unfed;
         }
         self.gaps_undropped += o.gaps_undropped;
         add_series(&mut self.attempts, &o.attempts);
@@ -277,6 +309,8 @@ mod tests {
         a.gaps(Some(1), 7);
         b.gaps(Some(1), 0);
         b.gaps(None, 2);
+        b.recovered(1, 5);
+        b.unfed(1);
         a.add(&b);
         let s = &a.storms[1];
         assert_eq!(
@@ -291,6 +325,7 @@ mod tests {
         );
         assert_eq!(s.failed.get(&ConnectError::Refused), Some(&1));
         assert_eq!((s.gaps, s.gapped, a.gaps_undropped), (7, 1, 2));
+        assert_eq!((s.recovered, s.unfed), (5, 1));
         assert_eq!(s.last_back_ms, 1_150);
         assert_eq!((s.downtime.len(), s.handshake.len()), (2, 2));
         // 5,010 and 5,300 ms from a, 6,100 from b: buckets 50, 53 and 61 of 100 ms.

@@ -100,10 +100,20 @@ fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64, fanout: bool) -> 
 }
 
 /// What the window's dropped subscribers missed of what was published while they were away.
+/// With subscribers that resume, what the server replayed of it beside.
 pub fn gaps(s: &Storm) -> String {
-    format!(
+    let lost = format!(
         "fan-out gaps {} (after {} of its drops)",
         num(s.gaps as f64),
         num(s.gapped as f64)
-    )
+    );
+    let lost = if s.unfed == 0 {
+        lost
+    } else {
+        format!("{lost}; {} back read nothing after", num(s.unfed as f64))
+    };
+    if s.recovered == 0 {
+        return lost;
+    }
+    format!("{} recovered, {lost}", num(s.recovered as f64))
 }

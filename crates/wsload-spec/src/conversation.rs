@@ -21,6 +21,9 @@ pub const MAX_TEMPLATE_LEN: usize = 16 * 1024;
 pub const MAX_PUSH_RULES: usize = 8;
 /// Longest step or push rule name.
 pub const MAX_NAME_LEN: usize = 64;
+/// The variable under which `resume` knows the position a subscriber's last delivery
+/// carried (`delivery.resumeFrom`).
+pub const RESUME_FROM_VAR: &str = "resumeFrom";
 
 /// What each connection says and expects, in the protocol of the server under test.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -73,6 +76,18 @@ pub struct Conversation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_STEPS))]
     pub subscribe: Vec<Step>,
+    /// A fanout subscriber's steps when it comes back (`spec.reconnect`), instead of `open`
+    /// and `subscribe`: a protocol that resumes a session is asked to (Socket.IO's
+    /// connection-state recovery: `40{"pid":"${pid}","offset":"${resumeFrom}"}`). Its variables
+    /// are its previous connection's captures (a step here may capture them anew) and
+    /// `${resumeFrom}`, the position its last delivery carried (`delivery.resumeFrom`). What
+    /// the server sends while they run is read as the subscriber's (a replay of what it
+    /// missed), and deliveries published while it was away are counted `recovered`. A
+    /// subscriber with no position yet (no delivery read), and a publisher, open and
+    /// subscribe as the first time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STEPS))]
+    pub resume: Vec<Step>,
     /// The fanout scenario's deliveries: which server messages are a topic's messages, and
     /// where each carries its sequence number, its publish instant and its topic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,6 +187,10 @@ pub struct Delivery {
     /// Where it carries its topic's name: needed when a subscriber has several topics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<Capture>,
+    /// Where it carries the position a subscriber back resumes from (Socket.IO's offset, its
+    /// event's last argument: `{json: "2"}`): `${resumeFrom}` in `resume`, the last one read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<Capture>,
 }
 
 fn is_default_unit(u: &TimeUnit) -> bool {

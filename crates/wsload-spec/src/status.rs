@@ -432,6 +432,10 @@ pub struct ReconnectTier {
     /// that no disruption explains; unset in other scenarios.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps_of_undropped: Option<u64>,
+    /// A fanout's deliveries its subscribers read back, resumed, that were published while they
+    /// were dropped (what the server replayed: `conversation.resume`); unset when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<u64>,
 }
 
 /// A fanout tier's deliveries, as `kubectl get lt -o yaml` shows them.

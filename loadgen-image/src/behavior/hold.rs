@@ -382,7 +382,8 @@ pub(super) fn held(
             shut(&ws);
             // Down from here (its close done, if it had one to linger for) until it is back.
             // (No instant kept across `finish`: 16 bytes in every held connection's task.)
-            let (_, Some(back)) = Box::pin(come_back(&serving, ctx, comeback, n, &Role::Any)).await
+            let (_, Some(back)) =
+                Box::pin(come_back(&serving, ctx, comeback, n, &Role::Any, None)).await
             else {
                 return;
             };

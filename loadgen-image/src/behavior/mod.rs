@@ -72,7 +72,13 @@ pub fn serve(serving: &Rc<Serving>, ws: Ws, n: u64, vars: &[bytes::Bytes]) {
             serving.spawn(hold::held(ws, n, serving.clone(), *every, *ping, message));
         }
         behavior => {
-            let task = fanout::task(ws, n, serving.clone(), behavior.clone(), message);
+            // Kept only when a subscriber back may resume with them.
+            let vars = if serving.early.script.resume.is_empty() {
+                Vec::new()
+            } else {
+                vars.to_vec()
+            };
+            let task = fanout::task(ws, n, serving.clone(), behavior.clone(), message, vars);
             serving.spawn(task);
         }
     }

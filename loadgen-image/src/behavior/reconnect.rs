@@ -15,6 +15,8 @@ use wsload_spec::reconnect::{GOLDEN, unit_draw};
 pub(super) struct Back {
     pub ws: Ws,
     pub vars: Vec<bytes::Bytes>,
+    /// Deliveries its steps read past (a replay), for its subscriber to read first.
+    pub early: Vec<tokio_tungstenite::tungstenite::Message>,
 }
 
 /// Ends a dropped connection's socket now (FIN both ways), before its policy's wait: kept
@@ -37,14 +39,16 @@ fn into_phase(ctx: &WorkerState, t: Instant) -> u64 {
 
 /// Connection `n` dropped (now, its close done): counted in its window, which is returned;
 /// then, if the cell's policy reconnects, attempts on its schedule until one opens as `role`
-/// (its steps on open run again, a subscriber's subscriptions too), the policy's last attempt
-/// fails, or the cell's deadline comes. `None`: it stays down.
+/// (its steps on open run again, a subscriber's subscriptions too; or, given `resume`'s
+/// variables, the conversation's `resume` steps), the policy's last attempt fails, or the
+/// cell's deadline comes. `None`: it stays down.
 pub(super) async fn come_back(
     serving: &Serving,
     ctx: &WorkerState,
     comeback: &Comeback,
     n: u64,
     role: &Role,
+    resume: Option<&[bytes::Bytes]>,
 ) -> (usize, Option<Back>) {
     let dropped_at = Instant::now();
     let window = {
@@ -84,7 +88,13 @@ pub(super) async fn come_back(
         ctx.slot.reconnect_attempt();
         let dialed = tokio::time::timeout_at(
             ctx.deadline,
-            connect::open(&serving.dialer, &ctx.script, n, role),
+            connect::reopen(
+                &serving.dialer,
+                &ctx.script,
+                n,
+                role,
+                resume.map(<[bytes::Bytes]>::to_vec),
+            ),
         )
         .await;
         let now = Instant::now();
@@ -117,6 +127,7 @@ pub(super) async fn come_back(
                     Some(Back {
                         ws: d.ws,
                         vars: d.vars,
+                        early: d.early,
                     }),
                 );
             }

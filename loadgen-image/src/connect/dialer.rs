@@ -43,6 +43,9 @@ pub struct Dialed {
     pub vars: Vec<bytes::Bytes>,
     /// Automatic replies sent during the steps on open.
     pub replies: u64,
+    /// Deliveries the steps read past on a connection back (see `connect::reopen`), for its
+    /// subscriber to read first.
+    pub early: Vec<tokio_tungstenite::tungstenite::Message>,
 }
 
 /// Everything needed to open connections to one target, prepared once per run: where, from
@@ -175,6 +178,7 @@ impl Dialer {
             negotiated,
             vars: Vec::new(),
             replies: 0,
+            early: Vec::new(),
         })
     }
 

@@ -15,5 +15,5 @@ pub mod tls;
 pub use dialer::{Dialed, Dialer};
 pub use error::SetupError;
 pub use failure::{DialError, io_error};
-pub use open::{NEGOTIATED, Role, open};
+pub use open::{NEGOTIATED, Role, open, reopen};
 pub use wsload_ws::Ws;

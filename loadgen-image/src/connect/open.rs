@@ -34,12 +34,58 @@ pub async fn open(
     n: u64,
     role: &Role,
 ) -> Result<Dialed, DialError> {
+    let mut dialed = dial(dialer, script, n).await?;
+    greet(script, n, role, &mut dialed, false).await?;
+    Ok(dialed)
+}
+
+/// Opens connection `n` again after its drop. With `resume` (the variables of a subscriber
+/// that has a position to resume from, `${resumeFrom}` among them) it runs the conversation's
+/// `resume` steps; otherwise those on open and its subscriptions, as [`open`]. What the
+/// server delivers while they run (a replay, a topic already subscribed again) is kept in
+/// `early` for the subscriber, up to [`EARLY_MAX_BYTES`].
+pub async fn reopen(
+    dialer: &Dialer,
+    script: &Script,
+    n: u64,
+    role: &Role,
+    resume: Option<Vec<bytes::Bytes>>,
+) -> Result<Dialed, DialError> {
+    let mut dialed = dial(dialer, script, n).await?;
+    match resume {
+        Some(vars) if !script.resume.is_empty() && vars.len() == script.var_count() => {
+            dialed.vars = vars;
+            let began = Instant::now();
+            steps(script, &script.resume, n, &mut dialed, true).await?;
+            dialed.ready = Some(began.elapsed());
+        }
+        _ => greet(script, n, role, &mut dialed, true).await?,
+    }
+    Ok(dialed)
+}
+
+/// Most bytes of deliveries a connection back keeps while its steps run: a replay longer is
+/// read past from there, and shows as its subscriber's gaps.
+pub const EARLY_MAX_BYTES: usize = 4 << 20;
+
+async fn dial(dialer: &Dialer, script: &Script, n: u64) -> Result<Dialed, DialError> {
     let mut dialed = dialer.dial(n).await?;
     if let Some(split) = &script.split {
         // Before the steps on open: what they expect may come packed too.
         dialed.ws.split_messages(split.clone());
     }
     dialed.vars = vec![bytes::Bytes::new(); script.var_count()];
+    Ok(dialed)
+}
+
+/// The steps on open, then a subscriber's subscriptions, with its topics known.
+async fn greet(
+    script: &Script,
+    n: u64,
+    role: &Role,
+    dialed: &mut Dialed,
+    keep: bool,
+) -> Result<(), DialError> {
     let topics: &[bytes::Bytes] = match role {
         Role::Any => &[],
         Role::Publisher(topic) => std::slice::from_ref(topic),
@@ -52,25 +98,33 @@ pub async fn open(
     }
     let subscribing = matches!(role, Role::Subscriber(_)) && !script.subscribe.is_empty();
     if script.open.is_empty() && !subscribing {
-        return Ok(dialed);
+        return Ok(());
     }
     let began = Instant::now();
-    steps(script, &script.open, n, &mut dialed).await?;
+    steps(script, &script.open, n, dialed, keep).await?;
     if subscribing {
         for topic in topics {
             dialed.vars[0] = topic.clone();
-            steps(script, &script.subscribe, n, &mut dialed).await?;
+            steps(script, &script.subscribe, n, dialed, keep).await?;
         }
     }
     dialed.ready = Some(began.elapsed());
-    Ok(dialed)
+    Ok(())
 }
 
 /// Steps of the conversation, in order: a send is written out; an expect reads until a
 /// message matches (answering what the replies answer, skipping the rest) and captures
-/// its values. A miss is `expect_timeout`, by step, with the last message seen.
-async fn steps(script: &Script, steps: &[Step], n: u64, d: &mut Dialed) -> Result<(), DialError> {
+/// its values. A miss is `expect_timeout`, by step, with the last message seen. With `keep`,
+/// the deliveries read past are kept in `d.early`.
+async fn steps(
+    script: &Script,
+    steps: &[Step],
+    n: u64,
+    d: &mut Dialed,
+    keep: bool,
+) -> Result<(), DialError> {
     let mut arena = bytes::BytesMut::new();
+    let mut kept = d.early.iter().map(|m| m.len()).sum::<usize>();
     for (i, step) in steps.iter().enumerate() {
         let fill = Fill {
             conn: n,
@@ -117,6 +171,22 @@ async fn steps(script: &Script, steps: &[Step], n: u64, d: &mut Dialed) -> Resul
                     };
                     if matcher.matches(text, &data) {
                         break data;
+                    }
+                    if keep
+                        && kept + data.len() <= EARLY_MAX_BYTES
+                        && let Some(rule) = script.delivery()
+                        && rule.is_delivery(text, &data)
+                    {
+                        kept += data.len();
+                        d.early.push(if text {
+                            match tokio_tungstenite::tungstenite::Utf8Bytes::try_from(data) {
+                                Ok(t) => Message::Text(t),
+                                Err(_) => continue,
+                            }
+                        } else {
+                            Message::Binary(data)
+                        });
+                        continue;
                     }
                     if let Incoming::Reply(r) = script.incoming(text, &data)
                         && let Some((t, answer)) = script.reply(r, &mut arena, &fill)

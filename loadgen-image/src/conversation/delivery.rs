@@ -16,6 +16,7 @@ pub struct DeliveryRule {
     sequence: Extractor,
     published_at: Option<(Extractor, TimeUnit)>,
     topic: Option<Extractor>,
+    resume_from: Option<Extractor>,
 }
 
 /// What a delivery carries.
@@ -74,7 +75,28 @@ impl DeliveryRule {
                 .map(|c| x("publishedAt", c).map(|e| (e, d.published_at_unit)))
                 .transpose()?,
             topic: d.topic.as_ref().map(|c| x("topic", c)).transpose()?,
+            resume_from: d
+                .resume_from
+                .as_ref()
+                .map(|c| x("resumeFrom", c))
+                .transpose()?,
         })
+    }
+
+    /// Whether `data` is a delivery, readable or not (off the hot path: no memo kept).
+    pub fn is_delivery(&self, text: bool, data: &[u8]) -> bool {
+        !matches!(self.read(text, data, &mut Default::default()), Delivery::No)
+    }
+
+    /// Whether deliveries carry a position a subscriber back resumes from.
+    pub fn has_position(&self) -> bool {
+        self.resume_from.is_some()
+    }
+
+    /// The position a delivery carries (`delivery.resumeFrom`), read on its own: only a
+    /// subscriber that may resume asks, once a delivery.
+    pub fn position<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        self.resume_from.as_ref().and_then(|x| x.extract(data))
     }
 
     /// What `data` is to a subscriber. `memo` remembers where the fields were in the last
@@ -144,6 +166,7 @@ mod tests {
             published_at: Some(json("ts")),
             published_at_unit: unit,
             topic: None,
+            resume_from: None,
         })
         .expect("compiles")
     }

@@ -22,6 +22,11 @@ pub struct Script {
     pub open: Vec<Step>,
     /// A fanout subscriber's steps, once per topic (`${topic}` its name).
     pub subscribe: Vec<Step>,
+    /// A fanout subscriber's steps when it comes back with a position, instead of those two.
+    pub resume: Vec<Step>,
+    /// The variable `resume` knows the position as (`${resumeFrom}`), when deliveries carry
+    /// one.
+    pub resume_from: Option<usize>,
     /// How a fanout subscriber reads a delivery.
     pub(super) delivery: Option<DeliveryRule>,
     pub(super) replies: Vec<ReplyRule>,
@@ -183,6 +188,7 @@ fn seq_field(out: &Out) -> Option<Extractor> {
 
 /// The name under which a fanout's connection knows its topic (`${topic}`), variable 0.
 pub const TOPIC_VAR: &str = "topic";
+use wsload_spec::conversation::RESUME_FROM_VAR;
 
 /// Steps of `list` (`open`, `subscribe`), in order; captures are added to `vars`.
 fn compile_steps(
@@ -205,8 +211,15 @@ fn compile_steps(
                             source,
                         },
                     )?;
-                    vars.push(name.clone());
-                    captures.push((vars.len() - 1, x));
+                    // A name captured before (by `open`, for `resume`) is taken anew.
+                    let at = match vars.iter().position(|v| v == name) {
+                        Some(at) => at,
+                        None => {
+                            vars.push(name.clone());
+                            vars.len() - 1
+                        }
+                    };
+                    captures.push((at, x));
                 }
                 Action::Expect {
                     matcher,
@@ -260,13 +273,21 @@ impl Script {
         let open = compile_steps("open", &c.open, &mut vars)?;
         let subscribe = compile_steps("subscribe", &c.subscribe, &mut vars)?;
         let delivery = c.delivery.as_ref().map(DeliveryRule::compile).transpose()?;
-        Self::compile_rest(c, open, subscribe, delivery, vars)
+        let resume_from = delivery
+            .as_ref()
+            .is_some_and(DeliveryRule::has_position)
+            .then(|| {
+                vars.push(RESUME_FROM_VAR.to_string());
+                vars.len() - 1
+            });
+        let resume = compile_steps("resume", &c.resume, &mut vars)?;
+        Self::compile_rest(c, [open, subscribe, resume], resume_from, delivery, vars)
     }
 
     fn compile_rest(
         c: &Conversation,
-        open: Vec<Step>,
-        subscribe: Vec<Step>,
+        [open, subscribe, resume]: [Vec<Step>; 3],
+        resume_from: Option<usize>,
         delivery: Option<DeliveryRule>,
         vars: Vec<String>,
     ) -> Result<Script, ScriptError> {
@@ -321,6 +342,8 @@ impl Script {
         Ok(Script {
             open,
             subscribe,
+            resume,
+            resume_from,
             delivery,
             replies,
             heartbeat,

@@ -472,3 +472,41 @@ fn the_echo_messages_are_read_the_short_way_and_anything_else_is_left_to_the_wal
             .for_cell(true, Encoding::of(Format::Json, 6), 64);
     assert!(ping.shared_message().expect("shared").seq_echo.is_none());
 }
+
+#[test]
+fn a_resume_takes_open_s_variables_anew_and_knows_the_position_after_them() {
+    let yaml = r#"  target: {url: 'ws://127.0.0.1:1/'}
+  scenario: fanout
+  reconnect: {policy: immediate}
+  conversation:
+    open:
+      - {name: connected, expect: {prefix: '40'}, capture: {pid: {json: pid}}}
+    resume:
+      - {name: resume, send: {text: '40{"pid":"${pid}","offset":"${resumeFrom}"}'}}
+      - {name: resumed, expect: {prefix: '40'}, capture: {pid: {json: pid}}}
+    message:
+      text: '42["publish",{"room":"${topic}","seq":${seq},"ts":${sendTime}}]'
+    delivery:
+      match: {prefix: '42'}
+      sequence: {json: '1.seq'}
+      resumeFrom: {json: '2'}
+"#;
+    let lt = LoadTest::from_spec_yaml(yaml, "t").expect("valid");
+    let s =
+        Script::compile(lt.spec.conversation.as_ref().expect("conversation")).expect("compiles");
+    // topic, pid, resumeFrom: the resume's capture of pid is open's variable, taken anew.
+    assert_eq!(s.var_count(), 3);
+    assert_eq!(
+        (s.var_name(1), s.resume_from.map(|i| s.var_name(i))),
+        ("pid", Some("resumeFrom"))
+    );
+    let Action::Expect { captures, .. } = &s.resume[1].action else {
+        panic!("resume[1] expects");
+    };
+    assert_eq!(captures.iter().map(|(v, _)| *v).collect::<Vec<_>>(), [1]);
+    let rule = s.delivery().expect("a delivery rule");
+    let event = br#"42["publish",{"room":"t0","seq":3,"ts":1},"KX3-7"]"#;
+    assert_eq!(rule.position(event), Some(&b"KX3-7"[..]));
+    assert!(rule.is_delivery(true, event));
+    assert!(!rule.is_delivery(true, br#"40{"sid":"a","pid":"b"}"#));
+}

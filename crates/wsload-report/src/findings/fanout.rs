@@ -127,8 +127,17 @@ pub fn incomplete(c: &CellResult, fig: &FanoutFigures, tally: &Fanout) -> Option
             // They came back (spec.reconnect): what they missed while away is in its window.
             Some(r) if r.storms.iter().any(|s| s.reconnected > 0) => {
                 let away: u64 = r.storms.iter().map(|s| s.gaps).sum();
+                let unfed: u64 = r.storms.iter().map(|s| s.unfed).sum();
+                let rest = if unfed > 0 {
+                    format!(
+                        "; {} subscribers came back and read nothing after (the server did not subscribe them again: a resumed session it forgot, a subscription refused without a word)",
+                        num(unfed as f64)
+                    )
+                } else {
+                    String::new()
+                };
                 format!(
-                    "subscribers did not receive every delivery of the window; {} of the gaps are what subscribers missed while dropped and coming back (the reconnect figures, per disruption), {} no drop explains (subscribers' before any drop of theirs), the rest of subscribers not back before the window ended or dropped before their first delivery of it",
+                    "subscribers did not receive every delivery of the window; {} of the gaps are what subscribers missed while dropped and coming back (the reconnect figures, per disruption), {} no drop explains (subscribers' before any drop of theirs), the rest of subscribers not back before the window ended, back but fed nothing, or dropped before their first delivery of it{rest}",
                     num(away as f64),
                     num(r.gaps_undropped as f64)
                 )

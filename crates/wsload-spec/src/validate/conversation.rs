@@ -8,7 +8,8 @@ use super::Errors;
 use crate::cel;
 use crate::conversation::{
     Capture, Conversation, MAX_LENGTH_AT, MAX_NAME_LEN, MAX_PUSH_RULES, MAX_SPLIT_LEN, MAX_STEPS,
-    MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, PushRule, Reply, Split, Step,
+    MAX_TEMPLATE_LEN, Match, MeasuredMessage, Payload, PushRule, RESUME_FROM_VAR, Reply, Split,
+    Step,
 };
 use crate::matching::{Extractor, Matcher};
 use crate::spec::{Format, LoadTestSpec, Protocol};
@@ -53,12 +54,17 @@ pub(super) fn conversation(spec: &LoadTestSpec, e: &mut Errors) {
             prefix,
             e,
         );
-        for (name, x) in [("publishedAt", &d.published_at), ("topic", &d.topic)] {
+        for (name, x) in [
+            ("publishedAt", &d.published_at),
+            ("topic", &d.topic),
+            ("resumeFrom", &d.resume_from),
+        ] {
             if let Some(x) = x {
                 extractor(&format!("{FIELD}.delivery.{name}"), x, prefix, e);
             }
         }
     }
+    resume(spec, c, &vars, e);
     replies(&c.replies, &vars, e);
     if let Some(hb) = &c.heartbeat {
         if hb.every.get().is_zero() {
@@ -141,6 +147,7 @@ fn counts(c: &Conversation, e: &mut Errors) {
         ("open", c.open.len()),
         ("replies", c.replies.len()),
         ("subscribe", c.subscribe.len()),
+        ("resume", c.resume.len()),
     ] {
         if n > MAX_STEPS {
             e.add(
@@ -183,9 +190,66 @@ fn split(s: &Split, e: &mut Errors) {
     }
 }
 
+/// `resume`: a fanout subscriber's, back after a drop its policy brings it back from; its
+/// templates know what `open` and `subscribe` captured and `${resumeFrom}` (with
+/// `delivery.resumeFrom`), and its captures may take those names anew.
+fn resume(spec: &LoadTestSpec, c: &Conversation, vars: &[String], e: &mut Errors) {
+    let from = c.delivery.as_ref().and_then(|d| d.resume_from.as_ref());
+    if c.resume.is_empty() {
+        if from.is_some() {
+            e.add(
+                format!("{FIELD}.delivery.resumeFrom"),
+                "no step sends it: add conversation.resume, the steps a subscriber back runs with ${resumeFrom}, or remove it",
+            );
+        }
+        return;
+    }
+    if spec.scenario.profile().motion != crate::scenario::Motion::Fanout {
+        e.add(
+            format!("{FIELD}.resume"),
+            "a subscriber back resumes where its deliveries stopped, in the fanout scenario only; remove it (a connection back runs open again)",
+        );
+    }
+    if spec.reconnect.policy == crate::reconnect::ReconnectPolicy::None {
+        e.add(
+            format!("{FIELD}.resume"),
+            "no connection comes back without a reconnect policy; set reconnect.policy (e.g. exponential), or remove resume",
+        );
+    }
+    let mut known = vars.to_vec();
+    if from.is_some() {
+        known.push(RESUME_FROM_VAR.to_string());
+    }
+    // A capture here refreshes a variable of `open`'s (a session id the server gives anew):
+    // checked as a new name would be, against the built-in ones only.
+    let renewed: Vec<String> = known
+        .iter()
+        .filter(|v| c.resume.iter().any(|s| s.capture.contains_key(v.as_str())))
+        .cloned()
+        .collect();
+    known.retain(|v| !renewed.contains(v));
+    let mut before = known.clone();
+    before.extend(renewed);
+    let _ = steps_knowing("resume", &c.resume, known, &before, e);
+}
+
 /// The steps of `list` (`open`, `subscribe`), in order, knowing `vars` before them; returns
 /// those and the variables they capture.
-fn steps(list: &str, steps: &[Step], mut vars: Vec<String>, e: &mut Errors) -> Vec<String> {
+fn steps(list: &str, steps: &[Step], vars: Vec<String>, e: &mut Errors) -> Vec<String> {
+    let templates = vars.clone();
+    steps_knowing(list, steps, vars, &templates, e)
+}
+
+/// As [`steps`]; `vars` are the names a capture may not take, `templates` those the first
+/// step's templates know.
+fn steps_knowing(
+    list: &str,
+    steps: &[Step],
+    mut vars: Vec<String>,
+    templates: &[String],
+    e: &mut Errors,
+) -> Vec<String> {
+    let mut known: Vec<String> = templates.to_vec();
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, step) in steps.iter().enumerate() {
         let at = format!("{FIELD}.{list}[{i}]");
@@ -216,7 +280,7 @@ fn steps(list: &str, steps: &[Step], mut vars: Vec<String>, e: &mut Errors) -> V
                 "set send (a message to send) or expect (a message to wait for)",
             ),
             (Some(send), None) => {
-                payload(&format!("{at}.send"), send, &vars, e);
+                payload(&format!("{at}.send"), send, &known, e);
             }
             (None, Some(expect)) => {
                 matcher(&format!("{at}.expect"), expect, e);
@@ -247,6 +311,12 @@ fn steps(list: &str, steps: &[Step], mut vars: Vec<String>, e: &mut Errors) -> V
         }
         // Only later steps see them: a value is known once its message has been received.
         vars.extend(step.capture.keys().cloned());
+        known.extend(
+            step.capture
+                .keys()
+                .filter(|k| !templates.contains(k))
+                .cloned(),
+        );
     }
     vars
 }

@@ -80,6 +80,7 @@ pub(super) fn task(
     serving: Rc<Serving>,
     behavior: Behavior,
     mut message: Arc<Out>,
+    mut vars: Vec<bytes::Bytes>,
 ) -> impl std::future::Future<Output = ()> {
     async move {
         // Serving::open gives a hold's connections `held`.
@@ -87,6 +88,12 @@ pub(super) fn task(
             return;
         };
         let mut part = Part::of(plan, n);
+        if let Part::Subscriber(sub) = &mut part
+            && !vars.is_empty()
+            && serving.early.script.resume_from.is_some()
+        {
+            sub.keep_position();
+        }
         // One heartbeat schedule over the connection's life, before and in the window.
         let mut beat = Beat::start(&serving.early);
         let early = Box::pin(part.serve(&mut ws, &serving, plan, n, &mut beat)).await;
@@ -116,8 +123,18 @@ pub(super) fn task(
                 return;
             }
             shut(&ws);
+            let down = crate::machine::clock::conductor_micros();
             let role = part.role(plan);
-            let (window, back) = Box::pin(come_back(&serving, ctx, comeback, n, &role)).await;
+            let resume = part.resume_with(&ctx.script, &vars);
+            let (window, back) = Box::pin(come_back(
+                &serving,
+                ctx,
+                comeback,
+                n,
+                &role,
+                resume.as_deref(),
+            ))
+            .await;
             part.dropped(ctx, window);
             let Some(back) = back else {
                 part.settle(ctx, plan, ended);
@@ -126,9 +143,13 @@ pub(super) fn task(
             ws = back.ws;
             // What its steps on open captured this time: a publisher's message may carry it.
             message = serving.message_for(&back.vars);
+            if !vars.is_empty() {
+                vars = back.vars;
+            }
             began = ms_since(ctx.start);
             resumed = tokio::time::Instant::now();
-            from = Ok(());
+            let away = (resume.is_some(), down, window);
+            from = part.back(&mut ws, ctx, plan, away, &back.early);
         }
     }
 }
@@ -232,6 +253,40 @@ impl Part {
             Part::Subscriber(sub) => Role::Subscriber(sub.topics().map(name).collect()),
             Part::Publisher(p) => Role::Publisher(name(p.topic())),
         }
+    }
+
+    /// The variables its `resume` steps start from, when it comes back resuming: a
+    /// subscriber's, with a position to resume from if its deliveries carry one.
+    fn resume_with(
+        &self,
+        script: &crate::conversation::Script,
+        vars: &[bytes::Bytes],
+    ) -> Option<Vec<bytes::Bytes>> {
+        match self {
+            Part::Subscriber(sub) if !script.resume.is_empty() => sub.resume_with(script, vars),
+            _ => None,
+        }
+    }
+
+    /// Back after its drop at `down` (conductor microseconds) in window `window`, resumed or
+    /// not: a subscriber reads first what its steps read past.
+    fn back(
+        &mut self,
+        ws: &mut Ws,
+        ctx: &WorkerState,
+        plan: &FanoutPlan,
+        away: (bool, u64, usize),
+        early: &[Message],
+    ) -> Result<(), Dropped> {
+        let Part::Subscriber(sub) = self else {
+            return Ok(());
+        };
+        sub.back(away);
+        let measured = Window::of(ctx);
+        for m in early {
+            sub.take(ws, ctx, plan, &measured, m)?;
+        }
+        Ok(())
     }
 
     /// Dropped in reconnect window `window`.

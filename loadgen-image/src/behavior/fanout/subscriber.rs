@@ -44,6 +44,15 @@ pub(super) struct Subscriber {
     dropped_in: Option<usize>,
     /// Its streams' gaps already given to a window.
     gaps_told: u64,
+    /// The position its last delivery carried, kept when it may resume from it
+    /// (`conversation.resume`, `delivery.resumeFrom`).
+    position: Option<Vec<u8>>,
+    /// Since its last return, when it resumed: when it was away (conductor microseconds,
+    /// from its drop to its return) and the drop's window, where what it reads published
+    /// meanwhile is counted `recovered`.
+    away: Option<(u64, u64, usize)>,
+    /// Back from a drop in this window, and no delivery of the measured window read since.
+    unfed: Option<usize>,
 }
 
 impl Subscriber {
@@ -68,7 +77,53 @@ impl Subscriber {
             pace: ReplyPace::default(),
             dropped_in: None,
             gaps_told: 0,
+            position: None,
+            away: None,
+            unfed: None,
         }
+    }
+
+    /// Keeps the position each delivery carries from here on: its conversation resumes.
+    pub(super) fn keep_position(&mut self) {
+        self.position = Some(Vec::new());
+    }
+
+    /// The variables its `resume` steps start from: `vars`, and the position it last read
+    /// where deliveries carry one. `None` (open and subscribe anew) when they do and it has
+    /// read none yet.
+    pub(super) fn resume_with(
+        &self,
+        script: &crate::conversation::Script,
+        vars: &[bytes::Bytes],
+    ) -> Option<Vec<bytes::Bytes>> {
+        let mut vars = vars.to_vec();
+        if let Some(i) = script.resume_from {
+            let position = self.position.as_ref().filter(|p| !p.is_empty())?;
+            *vars.get_mut(i)? = bytes::Bytes::copy_from_slice(position);
+        }
+        Some(vars)
+    }
+
+    /// Back after its drop at `down` (conductor microseconds) in window `window`, `resumed`
+    /// or subscribed anew. Only a subscriber that resumed counts what it recovers: one
+    /// subscribed anew may read live the last publish before its return (sent after its
+    /// subscription), which is no replay.
+    pub(super) fn back(&mut self, (resumed, down, window): (bool, u64, usize)) {
+        self.away = resumed.then(|| (down, clock::conductor_micros(), window));
+        self.unfed = Some(window);
+    }
+
+    /// Back and fed nothing of the window since: told to its drop's window, at its next drop
+    /// or its end.
+    fn tell_unfed(&mut self, ctx: &WorkerState) {
+        let (Some(window), Some(comeback)) = (self.unfed.take(), &ctx.comeback) else {
+            return;
+        };
+        ctx.stats
+            .borrow_mut()
+            .reconnect
+            .get_or_insert_with(|| comeback.figures())
+            .unfed(window);
     }
 
     /// Its topics, in the order it subscribes to them.
@@ -81,6 +136,7 @@ impl Subscriber {
     /// nothing while down, so its gap across the drop shows with its first delivery after.
     pub(super) fn dropped(&mut self, ctx: &WorkerState, window: usize) {
         self.tell_gaps(ctx);
+        self.tell_unfed(ctx);
         self.dropped_in = Some(window);
     }
 
@@ -161,7 +217,15 @@ impl Subscriber {
             return Ok(());
         };
         let d = match rule.read(text, data, &mut self.memo) {
-            Delivery::Yes(d) => d,
+            Delivery::Yes(d) => {
+                if let Some(p) = &mut self.position
+                    && let Some(at) = rule.position(data)
+                {
+                    p.clear();
+                    p.extend_from_slice(at);
+                }
+                d
+            }
             Delivery::Unreadable => {
                 self.unreadable += 1;
                 ctx.unreadable(NumberField::Sequence, || {
@@ -247,7 +311,18 @@ impl Subscriber {
             stream.first.min(d.seq)
         };
         stream.last = stream.last.max(d.seq);
+        self.unfed = None;
         let mut m = ctx.stats.borrow_mut();
+        // Published while it was away, read since: only a server that replays what it missed
+        // delivers it (or a publisher later than the subscriber's downtime: see the docs).
+        if let (Some((from, until, w)), Some(at), Some(comeback)) =
+            (self.away, published_us, &ctx.comeback)
+            && (from..until).contains(&at)
+        {
+            m.reconnect
+                .get_or_insert_with(|| comeback.figures())
+                .recovered(w, 1);
+        }
         m.counts.received += 1;
         m.counts.bytes_received += len;
         ctx.slot.received(1, len);
@@ -266,6 +341,7 @@ impl Subscriber {
     /// Adds what this subscriber counted to its worker's figures.
     pub(super) fn settle(&mut self, ctx: &WorkerState, plan: &FanoutPlan) {
         self.tell_gaps(ctx);
+        self.tell_unfed(ctx);
         let mut m = ctx.stats.borrow_mut();
         let f = tally(&mut m, plan);
         f.outside += self.outside;

@@ -408,3 +408,73 @@ fn an_mqtt_conversation_is_accepted_and_its_binary_fields_checked() {
         "{e:?}"
     );
 }
+
+/// A fanout's Socket.IO subscribers, with `extra` after the scenario and `resume` as given.
+fn resuming(extra: &str, delivery: &str, resume: &str) -> Vec<String> {
+    errors_of(&format!(
+        r#"  target: {{url: 'ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket'}}
+  scenario: fanout
+{extra}  conversation:
+    open:
+      - {{name: connected, expect: {{prefix: '40'}}, capture: {{pid: {{json: pid}}}}}}
+    subscribe:
+      - {{name: join, send: {{text: '42["join","${{topic}}"]'}}}}
+    message:
+      text: '42["publish",{{"room":"${{topic}}","seq":${{seq}},"ts":${{sendTime}}}}]'
+    delivery:
+      match: {{prefix: '42'}}
+      sequence: {{json: '1.seq'}}
+{delivery}{resume}"#
+    ))
+}
+
+const RESUME: &str = r#"    resume:
+      - {name: resume, send: {text: '40{"pid":"${pid}","offset":"${resumeFrom}"}'}}
+      - {name: resumed, expect: {prefix: '40'}, capture: {pid: {json: pid}}}
+"#;
+const RESUME_FROM: &str = "      resumeFrom: {json: '2'}\n";
+const RECONNECT: &str = "  reconnect: {policy: fixed, delay: 500ms}\n";
+
+#[test]
+fn a_resume_knows_open_s_captures_and_the_position_and_may_capture_them_anew() {
+    assert_eq!(
+        resuming(RECONNECT, RESUME_FROM, RESUME),
+        Vec::<String>::new()
+    );
+    // Without delivery.resumeFrom, ${resumeFrom} is no variable.
+    let e = resuming(RECONNECT, "", RESUME);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("conversation.resume[0].send.text") && e[0].contains("resumeFrom"),
+        "{e:#?}"
+    );
+}
+
+#[test]
+fn a_resume_needs_a_reconnect_policy_and_a_position_needs_a_resume() {
+    let e = resuming("", RESUME_FROM, RESUME);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("conversation.resume") && e[0].contains("set reconnect.policy"),
+        "{e:#?}"
+    );
+    let e = resuming(RECONNECT, RESUME_FROM, "");
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].contains("conversation.delivery.resumeFrom")
+            && e[0].contains("add conversation.resume"),
+        "{e:#?}"
+    );
+}
+
+#[test]
+fn a_resume_outside_a_fanout_is_refused() {
+    let e = errors(&format!(
+        "{SOCKET_IO}    resume:\n      - {{name: resume, send: {{text: '40'}}}}\n"
+    ));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("conversation.resume") && e.contains("fanout scenario only")),
+        "{e:#?}"
+    );
+}
