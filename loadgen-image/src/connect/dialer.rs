@@ -45,7 +45,7 @@ pub struct Dialed {
     pub replies: u64,
     /// Deliveries the steps read past on a connection back (see `connect::reopen`), for its
     /// subscriber to read first.
-    pub early: Vec<tokio_tungstenite::tungstenite::Message>,
+    pub early: super::open::Early,
 }
 
 /// Everything needed to open connections to one target, prepared once per run: where, from
@@ -178,7 +178,7 @@ impl Dialer {
             negotiated,
             vars: Vec::new(),
             replies: 0,
-            early: Vec::new(),
+            early: Default::default(),
         })
     }
 

@@ -67,6 +67,43 @@ pub async fn reopen(
 /// Most bytes of deliveries a connection back keeps while its steps run: a replay longer is
 /// read past from there, and shows as its subscriber's gaps.
 pub const EARLY_MAX_BYTES: usize = 4 << 20;
+/// Most bytes all the connections of the process keep so at once (a herd of subscribers
+/// resuming into long replays): past it, what they read past is not kept either.
+pub const EARLY_PROCESS_MAX_BYTES: usize = 256 << 20;
+
+/// What the process keeps now of [`EARLY_PROCESS_MAX_BYTES`].
+static EARLY_KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Deliveries a connection's steps read past, kept for its subscriber; their bytes count
+/// against the process's budget until they are dropped.
+#[derive(Debug, Default)]
+pub struct Early {
+    pub msgs: Vec<Message>,
+    bytes: usize,
+}
+
+impl Early {
+    /// Keeps `m` (`len` bytes) if both budgets allow.
+    fn keep(&mut self, m: Message, len: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.bytes + len > EARLY_MAX_BYTES {
+            return false;
+        }
+        if EARLY_KEPT.fetch_add(len, Relaxed) + len > EARLY_PROCESS_MAX_BYTES {
+            EARLY_KEPT.fetch_sub(len, Relaxed);
+            return false;
+        }
+        self.bytes += len;
+        self.msgs.push(m);
+        true
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        EARLY_KEPT.fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 async fn dial(dialer: &Dialer, script: &Script, n: u64) -> Result<Dialed, DialError> {
     let mut dialed = dialer.dial(n).await?;
@@ -124,7 +161,6 @@ async fn steps(
     keep: bool,
 ) -> Result<(), DialError> {
     let mut arena = bytes::BytesMut::new();
-    let mut kept = d.early.iter().map(|m| m.len()).sum::<usize>();
     for (i, step) in steps.iter().enumerate() {
         let fill = Fill {
             conn: n,
@@ -173,19 +209,20 @@ async fn steps(
                         break data;
                     }
                     if keep
-                        && kept + data.len() <= EARLY_MAX_BYTES
                         && let Some(rule) = script.delivery()
                         && rule.is_delivery(text, &data)
                     {
-                        kept += data.len();
-                        d.early.push(if text {
+                        let len = data.len();
+                        let m = if text {
                             match tokio_tungstenite::tungstenite::Utf8Bytes::try_from(data) {
                                 Ok(t) => Message::Text(t),
                                 Err(_) => continue,
                             }
                         } else {
                             Message::Binary(data)
-                        });
+                        };
+                        // Past the budgets it is read past, as a first open's is.
+                        d.early.keep(m, len);
                         continue;
                     }
                     if let Incoming::Reply(r) = script.incoming(text, &data)

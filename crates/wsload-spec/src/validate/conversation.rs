@@ -218,6 +218,12 @@ fn resume(spec: &LoadTestSpec, c: &Conversation, vars: &[String], e: &mut Errors
     }
     let mut known = vars.to_vec();
     if from.is_some() {
+        if known.iter().any(|v| v == RESUME_FROM_VAR) {
+            e.add(
+                format!("{FIELD}.delivery.resumeFrom"),
+                format!("a step on open or subscribe captures {RESUME_FROM_VAR:?} too, the name of the position resume knows; name that capture otherwise"),
+            );
+        }
         known.push(RESUME_FROM_VAR.to_string());
     }
     // A capture here refreshes a variable of `open`'s (a session id the server gives anew):

@@ -276,14 +276,14 @@ impl Part {
         ctx: &WorkerState,
         plan: &FanoutPlan,
         away: (bool, u64, usize),
-        early: &[Message],
+        early: &crate::connect::open::Early,
     ) -> Result<(), Dropped> {
         let Part::Subscriber(sub) = self else {
             return Ok(());
         };
         sub.back(away);
         let measured = Window::of(ctx);
-        for m in early {
+        for m in &early.msgs {
             sub.take(ws, ctx, plan, &measured, m)?;
         }
         Ok(())

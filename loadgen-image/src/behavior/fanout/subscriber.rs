@@ -44,9 +44,10 @@ pub(super) struct Subscriber {
     dropped_in: Option<usize>,
     /// Its streams' gaps already given to a window.
     gaps_told: u64,
-    /// The position its last delivery carried, kept when it may resume from it
-    /// (`conversation.resume`, `delivery.resumeFrom`).
-    position: Option<Vec<u8>>,
+    /// Its last delivery, kept when it may resume from the position it carries
+    /// (`conversation.resume`, `delivery.resumeFrom`): read there only at a drop, not at
+    /// every delivery (the message is shared, not copied).
+    position: Option<Option<Message>>,
     /// Since its last return, when it resumed: when it was away (conductor microseconds,
     /// from its drop to its return) and the drop's window, where what it reads published
     /// meanwhile is counted `recovered`.
@@ -85,7 +86,7 @@ impl Subscriber {
 
     /// Keeps the position each delivery carries from here on: its conversation resumes.
     pub(super) fn keep_position(&mut self) {
-        self.position = Some(Vec::new());
+        self.position = Some(None);
     }
 
     /// The variables its `resume` steps start from: `vars`, and the position it last read
@@ -98,7 +99,9 @@ impl Subscriber {
     ) -> Option<Vec<bytes::Bytes>> {
         let mut vars = vars.to_vec();
         if let Some(i) = script.resume_from {
-            let position = self.position.as_ref().filter(|p| !p.is_empty())?;
+            let last = self.position.as_ref()?.as_ref()?;
+            let (_, data) = data_of(last)?;
+            let position = script.delivery()?.position(data)?;
             *vars.get_mut(i)? = bytes::Bytes::copy_from_slice(position);
         }
         Some(vars)
@@ -218,12 +221,12 @@ impl Subscriber {
         };
         let d = match rule.read(text, data, &mut self.memo) {
             Delivery::Yes(d) => {
-                if let Some(p) = &mut self.position
-                    && let Some(at) = rule.position(data)
-                {
-                    p.clear();
-                    p.extend_from_slice(at);
+                if let Some(last) = &mut self.position {
+                    *last = Some(msg.clone());
                 }
+                // Fed since its return, in the window or not (a return after its topic's
+                // last publish of the window is no server's fault).
+                self.unfed = None;
                 d
             }
             Delivery::Unreadable => {
@@ -311,7 +314,6 @@ impl Subscriber {
             stream.first.min(d.seq)
         };
         stream.last = stream.last.max(d.seq);
-        self.unfed = None;
         let mut m = ctx.stats.borrow_mut();
         // Published while it was away, read since: only a server that replays what it missed
         // delivers it (or a publisher later than the subscriber's downtime: see the docs).

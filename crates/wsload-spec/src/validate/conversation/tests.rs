@@ -411,7 +411,11 @@ fn an_mqtt_conversation_is_accepted_and_its_binary_fields_checked() {
 
 /// A fanout's Socket.IO subscribers, with `extra` after the scenario and `resume` as given.
 fn resuming(extra: &str, delivery: &str, resume: &str) -> Vec<String> {
-    errors_of(&format!(
+    errors_of(&resuming_yaml(extra, delivery, resume))
+}
+
+fn resuming_yaml(extra: &str, delivery: &str, resume: &str) -> String {
+    format!(
         r#"  target: {{url: 'ws://127.0.0.1:3000/socket.io/?EIO=4&transport=websocket'}}
   scenario: fanout
 {extra}  conversation:
@@ -425,7 +429,7 @@ fn resuming(extra: &str, delivery: &str, resume: &str) -> Vec<String> {
       match: {{prefix: '42'}}
       sequence: {{json: '1.seq'}}
 {delivery}{resume}"#
-    ))
+    )
 }
 
 const RESUME: &str = r#"    resume:
@@ -456,6 +460,18 @@ fn a_resume_needs_a_reconnect_policy_and_a_position_needs_a_resume() {
     assert_eq!(e.len(), 1, "{e:#?}");
     assert!(
         e[0].contains("conversation.resume") && e[0].contains("set reconnect.policy"),
+        "{e:#?}"
+    );
+    // A capture on open of that name would be the position's.
+    let e = errors_of(&resuming_yaml(RECONNECT, RESUME_FROM, RESUME).replacen(
+        "capture: {pid: {json: pid}}",
+        "capture: {resumeFrom: {json: pid}}",
+        1,
+    ));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("conversation.delivery.resumeFrom")
+                && e.contains("name that capture otherwise")),
         "{e:#?}"
     );
     let e = resuming(RECONNECT, RESUME_FROM, "");
