@@ -54,6 +54,20 @@ fn a_killed_replica_drops_its_share_and_every_connection_comes_back() {
     assert!(rc.attempts[..10].iter().all(|n| *n == 0), "{rc:?}");
     // Back and held to the end: healthy at the deadline.
     assert_eq!((n.connected, n.survived), (300, 300), "{n:?}");
+    // The replicas' own counters, read while the cell ran: the two left admitted every
+    // reconnection, and hold every connection at the end; the killed one is down.
+    assert_eq!(
+        rc.server_accepts.iter().sum::<u64>(),
+        kill.reconnected,
+        "{rc:?}"
+    );
+    assert_eq!(rc.replicas_held.len(), 3, "{rc:?}");
+    assert_eq!(rc.replicas_held.iter().filter(|h| h.is_none()).count(), 1);
+    assert_eq!(
+        rc.replicas_held.iter().flatten().sum::<u64>(),
+        300,
+        "{rc:?}"
+    );
     let text = r.render();
     assert!(
         text.contains(&format!(
@@ -61,6 +75,43 @@ fn a_killed_replica_drops_its_share_and_every_connection_comes_back() {
             kill.dropped, kill.reconnected
         )),
         "{text}"
+    );
+    assert!(text.contains(", the replicas admitting at most "), "{text}");
+    assert!(text.contains("- (down)"), "{text}");
+}
+
+/// A replica killed and started again 300 ms later, its connections back within 50 ms: they
+/// all reconnected to the two left, and stay there. At the window's end it holds none of its
+/// share, and the finding says so.
+#[test]
+fn a_replica_started_again_after_its_connections_came_back_never_takes_its_share_back() {
+    let r = storm(
+        "storm-share",
+        300,
+        "{policy: fixed, delay: 50ms}",
+        "{replicas: 1, restartAfter: 300ms}",
+    );
+    let c = only(&r);
+    let rc = c.measure.reconnect.as_ref().expect("reconnect figures");
+    let kill = &rc.storms[1];
+    assert_eq!(kill.reconnected, kill.dropped, "{rc:?}");
+    assert!(kill.last_back_ms < 300, "back before the restart: {rc:?}");
+    let held: Vec<u64> = rc.replicas_held.iter().flatten().copied().collect();
+    assert_eq!(held.len(), 3, "all three up at the end: {rc:?}");
+    assert_eq!(held.iter().sum::<u64>(), 300, "{rc:?}");
+    assert_eq!(held.iter().min(), Some(&0), "{rc:?}");
+    let findings = wsload_report::findings(&r);
+    let share: Vec<_> = findings
+        .iter()
+        .filter(|f| f.rule == wsload_report::Rule::ShareNotTakenBack)
+        .collect();
+    assert_eq!(share.len(), 1, "{findings:?}");
+    assert!(
+        share[0]
+            .evidence
+            .contains(" held 0 of 300 connections at the window's end, an even share 100"),
+        "{}",
+        share[0].evidence
     );
 }
 

@@ -86,6 +86,9 @@ pub enum Rule {
     ReconnectHerd,
     /// Dropped connections not back by the cell's end.
     NeverBack,
+    /// A replica that came back held far less than its share at the window's end: the
+    /// connections it dropped stayed on the others.
+    ShareNotTakenBack,
 }
 
 impl std::fmt::Display for Finding {

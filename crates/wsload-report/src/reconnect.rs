@@ -31,6 +31,16 @@ pub struct Reconnects {
     /// before any drop of theirs (gaps no drop explains; 0 on a server that loses nothing).
     #[serde(default)]
     pub gaps_undropped: u64,
+    /// Connections the managed server's replicas admitted in each [`BUCKET_MS`] of the
+    /// measured phase, all replicas summed, read from their own counters while the cell ran
+    /// (`wsload run` with kills or restarts): what the attempts met. Empty when not read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_accepts: Vec<u64>,
+    /// The connections each managed replica held at the measured window's end, by its own
+    /// gauge (its last reading before the end), in replica order; `None` for one down then.
+    /// Empty when not read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas_held: Vec<Option<u64>>,
 }
 
 /// The drops of one window, and how they came back.
@@ -221,6 +231,18 @@ impl Reconnects {
         self.gaps_undropped += o.gaps_undropped;
         add_series(&mut self.attempts, &o.attempts);
         add_series(&mut self.returns, &o.returns);
+        add_series(&mut self.server_accepts, &o.server_accepts);
+        // The replicas are the run's, read by one process: the same figures, not parts.
+        if self.replicas_held.is_empty() {
+            self.replicas_held.clone_from(&o.replicas_held);
+        }
+    }
+
+    /// The replicas' admissions' peak rate from `from_ms` to `to_ms`, per second; `None`
+    /// when they were not read.
+    pub fn peak_server_accepts(&self, from_ms: u64, to_ms: u64) -> Option<u64> {
+        (!self.server_accepts.is_empty())
+            .then(|| peak(&self.server_accepts, from_ms, to_ms) * (1000 / BUCKET_MS))
     }
 
     /// The attempts' peak rate from `from_ms` to `to_ms` (ms into the phase), per second:
@@ -244,6 +266,17 @@ impl Reconnects {
 pub const BUCKET_MS: u64 = 100;
 /// The most entries a series holds (a day): later ones count in the last.
 const MAX_BUCKETS: usize = 864_000;
+
+/// Adds `n` to the entry of `ms` into the phase.
+pub fn add_at(series: &mut Vec<u64>, ms: u64, n: u64) {
+    let i = usize::try_from(ms / BUCKET_MS)
+        .unwrap_or(MAX_BUCKETS)
+        .min(MAX_BUCKETS);
+    if series.len() <= i {
+        series.resize(i + 1, 0);
+    }
+    series[i] += n;
+}
 
 fn bump(series: &mut Vec<u64>, ms: u64) {
     let i = usize::try_from(ms / BUCKET_MS)

@@ -27,7 +27,23 @@ pub fn lines(c: &CellResult) -> Vec<String> {
             num(r.gaps_undropped as f64)
         ));
     }
+    if r.replicas_held.len() > 1 {
+        out.push(format!("  {}", held(r)));
+    }
     out
+}
+
+/// What each replica held at the window's end.
+pub fn held(r: &Reconnects) -> String {
+    let each: Vec<String> = r
+        .replicas_held
+        .iter()
+        .map(|n| n.map_or_else(|| "- (down)".to_string(), |n| num(n as f64)))
+        .collect();
+    format!(
+        "replicas at the window's end held {} connections",
+        each.join(", ")
+    )
 }
 
 fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64, fanout: bool) -> String {
@@ -80,8 +96,12 @@ fn window(r: &Reconnects, i: usize, s: &Storm, first_p99: f64, fanout: bool) -> 
         } else {
             format!(", failed: {}", failed.join(", "))
         };
+        let accepted = match r.peak_server_accepts(s.from_ms, r.window_end(i)) {
+            Some(peak) => format!(", the replicas admitting at most {}/s", num(peak as f64)),
+            None => String::new(),
+        };
         parts.push(format!(
-            "{} attempts (peak {}/s over 100 ms){failed}",
+            "{} attempts (peak {}/s over 100 ms{accepted}){failed}",
             num(s.attempts as f64),
             num(r.peak_attempts(s.from_ms, r.window_end(i)) as f64)
         ));

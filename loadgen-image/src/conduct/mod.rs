@@ -12,6 +12,7 @@ pub mod disrupt;
 pub mod error;
 pub mod gate;
 pub mod local_server;
+pub mod replica_watch;
 pub mod run;
 pub mod server_metrics;
 pub mod target;

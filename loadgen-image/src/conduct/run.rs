@@ -10,6 +10,7 @@ use crate::conduct::capacity;
 use crate::conduct::disrupt::{self, Disruptor};
 use crate::conduct::gate::{Gate, LocalGate};
 use crate::conduct::local_server::LocalServers;
+use crate::conduct::replica_watch::ReplicaWatch;
 use crate::conduct::server_metrics::Counter;
 use crate::conduct::target::{Target, server_counters, target};
 use crate::connect::Dialer;
@@ -88,6 +89,8 @@ pub struct Prepared {
     sampler: Arc<Sampler>,
     /// Stopped before the servers (fields drop in order): it may be restarting one.
     _disruptor: Option<Disruptor>,
+    /// Reads the managed replicas while a disrupted cell runs; stopped before the servers.
+    watch: Option<ReplicaWatch>,
     /// Dropped with the run: stops the managed servers.
     local: Option<Arc<Mutex<LocalServers>>>,
 }
@@ -135,6 +138,13 @@ pub fn prepare(
             )));
         }
     };
+    let watch = match (&local, on_server) {
+        (Some(servers), true) => Some(
+            ReplicaWatch::spawn(servers.clone(), instruments.counters.clone())
+                .map_err(|e| RunError::io("cannot start the replicas' reading thread", e))?,
+        ),
+        _ => None,
+    };
     Ok(Prepared {
         plan,
         url,
@@ -146,6 +156,7 @@ pub fn prepare(
         },
         sampler: instruments.sampler.clone(),
         _disruptor: disruptor,
+        watch,
         local,
     })
 }
@@ -188,6 +199,9 @@ impl Prepared {
             began.get_or_insert(started);
             let meeting = gate.meeting(key.index);
             let mut cell = run_cell(self, &planned, result.cells.len(), meeting);
+            if let (Some(watch), Some(r)) = (&self.watch, cell.measure.reconnect.as_mut()) {
+                watch.into_figures(result.cells.len(), planned.cell.duration, r);
+            }
             // A cell's start is its measured phase's: what the shards' skew is read from. The
             // shards open their shares at their own pace and meet before measuring, so their
             // releases' spread says nothing of the figures. A cell that never measured keeps

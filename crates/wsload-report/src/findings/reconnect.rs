@@ -25,7 +25,53 @@ pub fn cell(c: &CellResult) -> Vec<Finding> {
         out.extend(herd(c, r, i, s));
         out.extend(never_back(c, s));
     }
+    out.extend(share_not_taken_back(c, r));
     out
+}
+
+/// A replica holding less than this part of an even share at the window's end never took
+/// its share back.
+const SHARE_TAKEN_BACK: f64 = 0.5;
+
+/// After a disruption that dropped connections, a replica holds far less than an even share
+/// at the window's end: long-lived connections do not move back to a replica that returns.
+fn share_not_taken_back(c: &CellResult, r: &Reconnects) -> Option<Finding> {
+    // The replicas up at the end: one still down took nothing back, and says so elsewhere.
+    let up: Vec<(usize, u64)> = r
+        .replicas_held
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((i, (*n)?)))
+        .collect();
+    let dropped: u64 = r.storms.iter().skip(1).map(|s| s.dropped).sum();
+    if up.len() < 2 || dropped == 0 {
+        return None;
+    }
+    let total: u64 = up.iter().map(|(_, n)| n).sum();
+    let even = total as f64 / up.len() as f64;
+    let short: Vec<String> = up
+        .iter()
+        .filter(|(_, n)| (*n as f64) < even * SHARE_TAKEN_BACK)
+        .map(|(i, n)| format!("replica {i} held {}", num(*n as f64)))
+        .collect();
+    if short.is_empty() {
+        return None;
+    }
+    finding(
+        Rule::ShareNotTakenBack,
+        c,
+        "a replica never took its share of connections back: those it dropped reconnected to the replicas left and stayed there (long-lived connections do not rebalance); the server closing a share of its connections after a replica returns, or clients reconnecting over time, spreads them again",
+        format!(
+            "{} of {} connections at the window's end, an even share {}; held by each: {}",
+            short.join(", "),
+            num(total as f64),
+            num(even.round()),
+            up.iter()
+                .map(|(_, n)| num(*n as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
 }
 
 fn what(s: &Storm) -> String {
@@ -148,6 +194,45 @@ mod tests {
             r.back(1, attempt_ms(i) + 5, Duration::from_millis(50), handshake);
         }
         r
+    }
+
+    #[test]
+    fn a_replica_back_with_few_connections_at_the_end_never_took_its_share_back() {
+        let mut r = storm(true, |i| 10_000 + i, Duration::from_millis(2));
+        r.replicas_held = vec![Some(480), Some(490), Some(30)];
+        let f = super::cell(&cell(r.clone()));
+        let share: Vec<_> = f
+            .iter()
+            .filter(|f| f.rule == Rule::ShareNotTakenBack)
+            .collect();
+        assert_eq!(share.len(), 1, "{f:?}");
+        assert!(
+            share[0].evidence.starts_with(
+                "replica 2 held 30 of 1000 connections at the window's end, an even share 333"
+            ),
+            "{}",
+            share[0].evidence
+        );
+        // Spread within half an even share, or read from one replica only: nothing to say.
+        r.replicas_held = vec![Some(400), Some(430), Some(170)];
+        assert!(
+            !super::cell(&cell(r.clone()))
+                .iter()
+                .any(|f| f.rule == Rule::ShareNotTakenBack)
+        );
+        // A replica still down is not one that came back.
+        r.replicas_held = vec![Some(500), Some(500), None];
+        assert!(
+            !super::cell(&cell(r.clone()))
+                .iter()
+                .any(|f| f.rule == Rule::ShareNotTakenBack)
+        );
+        r.replicas_held = vec![Some(1000)];
+        assert!(
+            !super::cell(&cell(r))
+                .iter()
+                .any(|f| f.rule == Rule::ShareNotTakenBack)
+        );
     }
 
     #[test]

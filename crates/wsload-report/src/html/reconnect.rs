@@ -57,7 +57,14 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
                         n(s.never_back()),
                         n(s.gave_up),
                         n(s.attempts),
-                        n(rc.peak_attempts(s.from_ms, rc.window_end(i))),
+                        match rc.peak_server_accepts(s.from_ms, rc.window_end(i)) {
+                            Some(admitted) => format!(
+                                "{} (replicas admitting {})",
+                                n(rc.peak_attempts(s.from_ms, rc.window_end(i))),
+                                n(admitted)
+                            ),
+                            None => n(rc.peak_attempts(s.from_ms, rc.window_end(i))),
+                        },
                         if failed.is_empty() {
                             "-".into()
                         } else {
@@ -113,6 +120,14 @@ pub(super) fn storms(o: &mut String, r: &RunResult) {
                 n(rc.gaps_undropped)
             );
         }
+    }
+    for (c, rc) in cells.iter().filter(|(_, rc)| rc.replicas_held.len() > 1) {
+        let _ = write!(
+            o,
+            "<p>{}: {}.</p>",
+            escape(&c.label),
+            escape(&crate::reconnect_text::held(rc))
+        );
     }
     o.push_str("</section>");
 }
