@@ -951,6 +951,30 @@ fn kills_with_several_shards_are_the_clusters_and_refused_here_before_the_run() 
     assert!(!out.exists());
 }
 
+#[test]
+fn a_deployment_rolled_is_the_clusters_and_refused_here_before_the_run() {
+    let dir = Scratch::new("deployment-roll");
+    let spec = dir.file(
+        "roll.yaml",
+        &loadtest(
+            "deployment-roll",
+            "  target: {url: 'ws://127.0.0.1:9/'}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, restart: {deployment: chat}}]\n",
+        ),
+    );
+    let path = spec.to_str().expect("utf-8 path");
+    let o = wsload(&["validate", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = dir.path("result.json");
+    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("spec.disruptions: entry 0 rolls deployment chat (restart.deployment): the operator does that through the Kubernetes API"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}
+
 /// Every live process below `pid`: children of each of its threads, recursively.
 fn descendants(pid: u32) -> Vec<(u32, String)> {
     let mut found = Vec::new();

@@ -839,6 +839,7 @@ mod tests {
             replicas,
             deleted_pods: Vec::new(),
             ready_at_millis: Some(1_764_000_060_123),
+            generation: Some(1_764_000_060_123),
             ended_at_millis: Some(1_764_000_060_123),
             message: "replicas [0, 1, 2] deleted with no grace period 12 ms after the instant; created again and ready 2s 345ms after; the cell ended first".into(),
         }

@@ -674,10 +674,8 @@ async fn finished_tests_delete_their_pods_and_expire_after_their_ttl() {
     e.kubelet.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_external_target_is_used_as_given() {
-    let e = env("lt-ext").await;
-    // An "external" server: a pod the test makes itself, outside any LoadTest.
+/// An "external" server: a pod the test makes itself, outside any LoadTest; its IP once ready.
+async fn external_server(e: &Env) -> String {
     let server: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "external"},
@@ -698,7 +696,13 @@ async fn an_external_target_is_used_as_given() {
     })
     .await
     .expect("pod");
-    let ip = ready.status.and_then(|s| s.pod_ip).expect("ip");
+    ready.status.and_then(|s| s.pod_ip).expect("ip")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_target_is_used_as_given() {
+    let e = env("lt-ext").await;
+    let ip = external_server(&e).await;
     let op = operator(&e, None);
     create(
         &e,
@@ -1089,6 +1093,120 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
 }
 
 /// The UIDs of test `name`'s server pods, once both are there.
+/// The user's own Deployment behind an external URL, rolled mid-hold: the operator sets
+/// `wsload.dev/restartedAt` on its pod template and waits for the roll to be done. This
+/// cluster runs no Deployment controller, so the test plays it: once the template changed,
+/// it reports every replica of the new generation updated and available. A Deployment that
+/// does not exist fails the test as `DisruptionFailed`, what was measured kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_deployment_is_rolled_and_its_rollout_awaited() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let e = env("lt-rollout").await;
+    let ip = external_server(&e).await;
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    let chat: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "chat"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "chat"}},
+            "template": {"metadata": {"labels": {"app": "chat"}},
+                "spec": {"containers": [{"name": "c", "image": "chat:1"}]}}}
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &chat)
+        .await
+        .expect("create");
+    // The Deployment controller's part: the new template rolled out as soon as it is there.
+    let controller = {
+        let deployments = deployments.clone();
+        tokio::spawn(async move {
+            let rolled = wait_for(&deployments, "chat", "its template annotated", LONG, |d| {
+                d.and_then(|d| {
+                    d.spec
+                        .as_ref()?
+                        .template
+                        .metadata
+                        .as_ref()?
+                        .annotations
+                        .clone()
+                })
+                .is_some_and(|a| a.contains_key("wsload.dev/restartedAt"))
+            })
+            .await
+            .expect("deployment");
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let generation = rolled.metadata.generation;
+            let status = serde_json::json!({"status": {"observedGeneration": generation,
+                "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}});
+            deployments
+                .patch_status("chat", &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .expect("status");
+            generation
+        })
+    };
+    let op = operator(&e, None);
+    let hold = format!(
+        "  target: {{url: \"ws://{ip}:8080/\"}}\n  scenario: sustainedHold\n  connections: [10]\n  warmup: 0s\n  duration: 5s\n  ping: {{interval: 1s, timeout: 2s}}\n  reconnect: {{policy: immediate}}\n"
+    );
+    create(
+        &e,
+        "roll",
+        &format!("{hold}  disruptions: [{{at: 1s, restart: {{deployment: chat}}}}]\n"),
+    )
+    .await;
+    let st = wait_finished(&e, "roll").await;
+    assert_eq!(st.phase, Some(Phase::Succeeded), "{st:#?}");
+    let generation = controller.await.expect("the controller's part");
+    let [roll] = &st.cells[0].disruptions[..] else {
+        panic!("one disruption in status: {:?}", st.cells[0].disruptions)
+    };
+    assert_eq!(roll.generation, generation, "{roll:?}");
+    assert!(roll.ended_at_millis.is_some(), "{roll:?}");
+    assert!(
+        roll.message
+            .starts_with("deployment chat rolled (wsload.dev/restartedAt set on its pod template)")
+            && roll
+                .message
+                .contains("; its 2 replicas updated and available "),
+        "{roll:?}"
+    );
+    // The roll's instant is a time, as kubectl rollout restart writes its own.
+    let after = deployments.get("chat").await.expect("get");
+    let stamp = after.spec.and_then(|s| {
+        s.template
+            .metadata?
+            .annotations?
+            .get("wsload.dev/restartedAt")
+            .cloned()
+    });
+    assert!(
+        stamp.is_some_and(|t| t.parse::<k8s_openapi::jiff::Timestamp>().is_ok()),
+        "{:?}",
+        deployments.get("chat").await.ok().and_then(|d| d.spec)
+    );
+
+    create(
+        &e,
+        "missing",
+        &format!("{hold}  disruptions: [{{at: 1s, restart: {{deployment: chad}}}}]\n"),
+    )
+    .await;
+    let st = wait_finished(&e, "missing").await;
+    assert_eq!(st.phase, Some(Phase::Failed), "{st:#?}");
+    assert_eq!(st.reason.as_deref(), Some("DisruptionFailed"), "{st:#?}");
+    let message = st.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("spec.disruptions[0].restart.deployment: no Deployment chad in namespace"),
+        "{message}"
+    );
+    // What was measured is kept: the hold's figures are in status.
+    assert_eq!(st.cells.len(), 1, "{st:#?}");
+    assert!(st.tiers[0].connections > 0, "{:?}", st.tiers);
+    op.abort();
+    e.kubelet.stop().await;
+}
+
 async fn uids(e: &Env, name: &str) -> Vec<String> {
     let mut got = Vec::new();
     for _ in 0..300 {

@@ -309,6 +309,21 @@ def main():
               f"{case}: the CRD rule must name loadtests.wsload.dev only: {crd_rules}")
     check(got == want, f"{case}: operator rules differ from the least-privilege set: extra {sorted(got - want)}, missing {sorted(want - got)}")
 
+    # Deployments rolled (restart: {deployment}) only where rbac.rollDeployments names, and
+    # only read and patched there.
+    rolls = [o for o in by_kind.get("Role", []) if o["metadata"]["name"] == f"{FULL}-roll-deployments"]
+    if case == "full":
+        check([r["metadata"].get("namespace") for r in rolls] == [WATCH],
+              f"{case}: roll-deployments Roles {[r['metadata'] for r in rolls]}, expected one in {WATCH}")
+        for r in rolls:
+            check(r.get("rules") == [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "patch"]}],
+                  f"{case}: roll-deployments rules {r.get('rules')}")
+        binds = [o for o in by_kind.get("RoleBinding", []) if o["metadata"]["name"] == f"{FULL}-roll-deployments"]
+        check(len(binds) == 1 and binds[0].get("subjects") == [{"kind": "ServiceAccount", "name": FULL, "namespace": NAMESPACE}],
+              f"{case}: roll-deployments RoleBinding {binds}")
+    else:
+        check(rolls == [], f"{case}: Deployments may be rolled without rbac.rollDeployments: {rolls}")
+
     # --- install-wide defaults --------------------------------------------------------------
     if case == "full":
         images = ("registry.test:5000/wsload/loadgen:0.1.0-check", f"registry.test:5000/wsload/server:{app_version}")

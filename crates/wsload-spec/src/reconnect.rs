@@ -263,7 +263,8 @@ pub struct Disruption {
     pub kill: Option<KillSpec>,
     /// Restart every replica of the managed server, one at a time, as a deploy does:
     /// locally SIGTERM (the server closes its connections with 1001 and exits), then the
-    /// replica started again on its ports and ready before the next.
+    /// replica started again on its ports and ready before the next. With `deployment`, in a
+    /// cluster: the user's own Deployment rolled as `kubectl rollout restart` rolls it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartSpec>,
     /// Drop a share of the held connections from the client side, abruptly (no close frame):
@@ -308,6 +309,14 @@ pub struct RestartSpec {
     /// `minReadySeconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<Dur>,
+    /// The user's own Deployment, in the LoadTest's namespace, that serves `target.url`:
+    /// the operator annotates its pod template (`wsload.dev/restartedAt`, as `kubectl
+    /// rollout restart` does) and the Deployment's own strategy rolls it; done once every
+    /// replica is updated and available. Needs the chart's `rollDeployments` to name the
+    /// namespace (the operator may patch Deployments only there); a cluster's only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub deployment: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -343,6 +352,9 @@ impl Disruption {
             return format!("close {:.0}% at {at}", c.share.0 * 100.0);
         }
         if let Some(r) = &self.restart {
+            if let Some(name) = &r.deployment {
+                return format!("rollout restart of deployment {name} at {at}");
+            }
             let pause = r
                 .pause
                 .map(|p| format!(", {} apart", humantime::format_duration(p.get())))

@@ -232,6 +232,11 @@ pub struct DisruptionStatus {
     /// before the next runs from there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready_at_millis: Option<u64>,
+    /// A Deployment roll's (`restart.deployment`): the Deployment's generation its patch
+    /// made; the roll is done once the Deployment has observed it and every replica is
+    /// updated and available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// When every replica it took down was ready again, Unix milliseconds; unset while it
     /// runs, for a kill without `restartAfter`, and for one the cell's end cut short.
     #[serde(skip_serializing_if = "Option::is_none")]

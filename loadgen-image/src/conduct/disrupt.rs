@@ -81,6 +81,17 @@ pub fn spawn(
     }))
 }
 
+/// Why `wsload run` cannot run these disruptions, if it cannot (said after `spec.disruptions`):
+/// a Deployment rolled through the Kubernetes API is the operator's.
+pub fn cluster_only(disruptions: &[Disruption]) -> Option<String> {
+    disruptions.iter().enumerate().find_map(|(i, d)| {
+        let name = d.restart.as_ref()?.deployment.as_ref()?;
+        Some(format!(
+            "entry {i} rolls deployment {name} (restart.deployment): the operator does that through the Kubernetes API, in a cluster (kubectl apply -f the same file); wsload run has no cluster to roll it in"
+        ))
+    })
+}
+
 fn lock(servers: &Mutex<LocalServers>) -> std::sync::MutexGuard<'_, LocalServers> {
     servers.lock().unwrap_or_else(PoisonError::into_inner)
 }

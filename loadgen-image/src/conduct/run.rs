@@ -119,6 +119,11 @@ pub fn prepare(
         metrics_urls,
         local,
     } = target(lt, opts)?;
+    if disruptor == Disruptions::Here
+        && let Some(why) = disrupt::cluster_only(&spec.disruptions)
+    {
+        return Err(RunError::Disruption(why));
+    }
     let dialer = Arc::new(Dialer::new(spec, &url)?);
     let local = local.map(|l| Arc::new(Mutex::new(l)));
     // A `close` is the connections' own; a kill or a restart needs the server's processes.

@@ -136,6 +136,9 @@ pub fn run(lt: &LoadTest, file: &Path, opts: &Options) -> Result<RunResult, Flee
         )
         .map_err(RunError::from)?;
     }
+    if let Some(why) = crate::conduct::disrupt::cluster_only(&spec.disruptions) {
+        return Err(RunError::Disruption(why).into());
+    }
     if wsload_spec::reconnect::on_server(&spec.disruptions) {
         // This conductor releases cells on its own clock; locally disruptions are timed from
         // a measured phase's start inside the one process that runs the server (issue 40).

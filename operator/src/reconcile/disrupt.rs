@@ -38,7 +38,8 @@ impl View<'_> {
     /// to look again; `None` when nothing is due.
     pub(super) async fn disrupt(&mut self) -> Result<Option<Duration>> {
         let spec = &self.lt.spec;
-        if spec.target.server.is_none() || !on_server(&spec.disruptions) {
+        // The managed server's kills and restarts, and the user's Deployment rolled.
+        if !on_server(&spec.disruptions) {
             return Ok(None);
         }
         let Some(cell) = self.st.cells.last() else {
@@ -128,7 +129,7 @@ impl View<'_> {
             .find(|e| e.index == index)
     }
 
-    fn entry_mut(&mut self, index: u32) -> Option<&mut DisruptionStatus> {
+    pub(super) fn entry_mut(&mut self, index: u32) -> Option<&mut DisruptionStatus> {
         self.st
             .cells
             .last_mut()?
@@ -165,6 +166,9 @@ impl View<'_> {
 
     /// Begins disruption `index`, `late` milliseconds after its instant.
     async fn begin_disruption(&mut self, index: u32, d: &Disruption, late: u64) -> Result<()> {
+        if let Some(name) = d.restart.as_ref().and_then(|r| r.deployment.clone()) {
+            return self.begin_roll(index, &name, late).await;
+        }
         let mut entry = DisruptionStatus {
             index,
             began_at_millis: clock_millis(),
@@ -223,6 +227,9 @@ impl View<'_> {
         d: &Disruption,
         now: u64,
     ) -> Result<Option<Duration>> {
+        if let Some(name) = d.restart.as_ref().and_then(|r| r.deployment.clone()) {
+            return self.carry_on_roll(e, &name, now).await;
+        }
         let deleted: BTreeSet<String> = e.deleted_pods.iter().cloned().collect();
         if let Some(kill) = &d.kill {
             // Without `restartAfter` the replicas stay down for the rest of the cell.
@@ -401,7 +408,7 @@ impl View<'_> {
 
 /// The operator's clock now, Unix milliseconds: a reconcile's own instant (`View::now`) was
 /// read before it polled the shards, which takes a while.
-fn clock_millis() -> u64 {
+pub(super) fn clock_millis() -> u64 {
     u64::try_from(Timestamp::now().as_millisecond()).unwrap_or(0)
 }
 

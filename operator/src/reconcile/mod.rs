@@ -13,6 +13,7 @@ mod disrupt;
 mod fanout;
 mod measure;
 mod reason;
+mod rollout;
 mod running;
 mod start;
 mod store;
@@ -27,6 +28,7 @@ use crate::metrics::Metrics;
 use crate::names::{self, MANAGER};
 use crate::pod_cache::PodCache;
 use crate::{Error, Result};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -141,6 +143,9 @@ struct Apis {
     pub(super) config_maps: Api<ConfigMap>,
     /// Created only (the control token's): never read.
     pub(super) secrets: Api<Secret>,
+    /// The user's own, rolled by a `restart: {deployment}` disruption: read and patched only,
+    /// where the chart's `rbac.rollDeployments` grants it.
+    pub(super) deployments: Api<Deployment>,
 }
 
 pub async fn reconcile(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<Action> {
@@ -174,6 +179,7 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
         services: Api::namespaced(ctx.client.clone(), &ns),
         config_maps: Api::namespaced(ctx.client.clone(), &ns),
         secrets: Api::namespaced(ctx.client.clone(), &ns),
+        deployments: Api::namespaced(ctx.client.clone(), &ns),
     };
     ctx.pods.ready().await?;
     let written::Fresh { lt, restore } = written::fresh(&ctx, &apis.lts, lt).await?;

@@ -56,6 +56,9 @@ pub(super) enum Reason {
     /// The installed CRD lacks fields this operator writes (an older one left in place by
     /// `helm upgrade`); nothing was created.
     CrdOutdated,
+    /// A disruption could not be done (a Deployment the operator may not patch, or none of
+    /// that name): what was measured is not the test asked for.
+    DisruptionFailed,
     /// `Failed` is `False`: nothing went wrong (yet).
     NoFailure,
     /// `ServerReady`: every replica's pod is ready.
@@ -90,6 +93,7 @@ impl Reason {
             Reason::ResultsUnreadable => "ResultsUnreadable",
             Reason::PodSecurityRefused => "PodSecurityRefused",
             Reason::CrdOutdated => "CrdOutdated",
+            Reason::DisruptionFailed => "DisruptionFailed",
             Reason::NoFailure => "NoFailure",
             Reason::PodReady => "PodReady",
             Reason::AllReady => "AllReady",
@@ -104,7 +108,7 @@ impl Reason {
 mod tests {
     use super::*;
 
-    const FAILURES: [Reason; 16] = [
+    const FAILURES: [Reason; 17] = [
         Reason::InvalidSpec,
         Reason::ServerNotReady,
         Reason::ServerFailed,
@@ -121,6 +125,7 @@ mod tests {
         Reason::ResultsUnreadable,
         Reason::PodSecurityRefused,
         Reason::CrdOutdated,
+        Reason::DisruptionFailed,
     ];
 
     const CONDITIONS: [ConditionType; 6] = [
@@ -188,6 +193,7 @@ mod tests {
                 "ResultsUnreadable",
                 "PodSecurityRefused",
                 "CrdOutdated",
+                "DisruptionFailed",
             ]
         );
         let others = [

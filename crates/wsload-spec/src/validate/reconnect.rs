@@ -11,6 +11,20 @@ pub(super) fn check(spec: &LoadTestSpec, e: &mut Errors) {
     disruptions(spec, e);
 }
 
+/// A Kubernetes object name (DNS-1123 subdomain): dot-separated labels of lowercase letters,
+/// digits and '-', each starting and ending with a letter or digit; at most 253 characters.
+fn is_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 fn policy(spec: &LoadTestSpec, e: &mut Errors) {
     let r = &spec.reconnect;
     let p = r.policy;
@@ -176,11 +190,32 @@ fn disruptions(spec: &LoadTestSpec, e: &mut Errors) {
                 "a replica started again numbers its ticker's publishes from 1 again (fanout.publisher: server), so its subscribers' deliveries could not be followed across it; use fanout.publisher: wsload, or a close disruption",
             );
         }
-        if d.restart.is_some() && spec.target.server.is_none() {
-            e.add(
+        match d.restart.as_ref().map(|r| (r.deployment.as_deref(), r.pause.is_some())) {
+            Some((None, _)) if spec.target.server.is_none() => e.add(
                 format!("{field}.restart"),
-                "only the managed server (target.server) can be restarted; an external target.url is not wsload's to restart (close: {share: 100%} drops every connection from the client side)",
-            );
+                "only the managed server (target.server) can be restarted; roll your own Deployment with restart: {deployment: NAME}, or drop every connection from the client side with close: {share: 100%}",
+            ),
+            Some((Some(name), pause)) => {
+                if spec.target.server.is_some() {
+                    e.add(
+                        format!("{field}.restart.deployment"),
+                        "rolls your own Deployment, the one behind target.url; the managed server (target.server) is restarted with restart: {}",
+                    );
+                }
+                if pause {
+                    e.add(
+                        format!("{field}.restart.pause"),
+                        "the Deployment's own strategy paces its roll (minReadySeconds, maxUnavailable); remove pause",
+                    );
+                }
+                if !is_subdomain(name) {
+                    e.add(
+                        format!("{field}.restart.deployment"),
+                        format!("{name:?} is no Deployment name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"),
+                    );
+                }
+            }
+            _ => {}
         }
         let Some(kill) = &d.kill else {
             continue;
@@ -235,6 +270,50 @@ mod tests {
             Ok(_) => panic!("accepted:\n{doc}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    /// The errors of a hold against `target` with `disruptions` (none: accepted).
+    fn of_target(target: &str, disruptions: &str) -> String {
+        let doc = format!(
+            "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: t}}\nspec:\n  target: {target}\n  scenario: sustainedHold\n  duration: 10s\n  reconnect: {{policy: immediate}}\n  disruptions: {disruptions}\n"
+        );
+        LoadTest::from_yaml(&doc, "t.yaml")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_deployment_rolled_is_the_one_behind_an_external_url_paced_by_itself() {
+        let url = "{url: 'ws://chat.default.svc:8080/ws'}";
+        assert_eq!(
+            of_target(url, "[{at: 2s, restart: {deployment: chat}}]"),
+            ""
+        );
+        let e = of_target(url, "[{at: 2s, restart: {}}]");
+        assert!(
+            e.contains("spec.disruptions[0].restart: only the managed server")
+                && e.contains("restart: {deployment: NAME}"),
+            "{e}"
+        );
+        let e = of_target(
+            "{server: {replicas: 2}}",
+            "[{at: 2s, restart: {deployment: chat}}]",
+        );
+        assert!(
+            e.contains("spec.disruptions[0].restart.deployment: rolls your own Deployment"),
+            "{e}"
+        );
+        let e = of_target(url, "[{at: 2s, restart: {deployment: chat, pause: 1s}}]");
+        assert!(
+            e.contains("spec.disruptions[0].restart.pause: the Deployment's own strategy"),
+            "{e}"
+        );
+        let e = of_target(url, "[{at: 2s, restart: {deployment: Chat_1}}]");
+        assert!(
+            e.contains("spec.disruptions[0].restart.deployment: \"Chat_1\" is no Deployment name"),
+            "{e}"
+        );
     }
 
     #[test]
