@@ -19,8 +19,10 @@
 #      the Secret smoke-control) is in none of the LoadTest, its Events, the operator's or the
 #      shards' logs
 #   then a reconnect storm from the client side (half of 200 held closed by wsload), a server
-#      replica's pod deleted mid-hold by the operator and created again, and both replicas
-#      rolled: each Succeeded with every dropped connection back and the figures in status
+#      replica's pod deleted mid-hold by the operator and created again, both replicas
+#      rolled, and a user's own Deployment (wsload-server behind a Service, reached by URL)
+#      rolled as kubectl rollout restart does (the chart's rbac.rollDeployments): each
+#      Succeeded with every dropped connection back and the figures in status
 #   3. Prometheus (Kubernetes pod discovery) scraped the operator, the server and both shards:
 #      their series are queried through the API server's service proxy
 #   --faults, then, on the same install (each a 20 s LoadTest, the fault at ~6 s into the run):
@@ -112,7 +114,8 @@ echo "PodSecurity admission refuses a privileged pod in $TEST_NS"
 
 step "helm upgrade --install $RELEASE charts/wsload (namespace $NS, Prometheus: $prometheus)"
 args=(upgrade --install "$RELEASE" "$ROOT/charts/wsload" --namespace "$NS" --create-namespace
-	--wait --timeout 5m --set "networkPolicy.namespaces={$TEST_NS}")
+	--wait --timeout 5m --set "networkPolicy.namespaces={$TEST_NS}"
+	--set "rbac.rollDeployments={$TEST_NS}")
 if [[ -n "${WSLOAD_E2E_TAG:-}" ]]; then
 	args+=(--set "image.tag=$WSLOAD_E2E_TAG" --set "loadgen.image.tag=$WSLOAD_E2E_TAG"
 		--set "server.image.tag=$WSLOAD_E2E_TAG")
@@ -347,6 +350,53 @@ jq -e '(.status.cells[0].shards == 2)
 		and (.message | startswith("rolling restart of 2 replicas done")))
 	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack * 10 <= .dropped)' "$OUT/rolled.json" >/dev/null ||
 	{ diagnose rolled; fail "LoadTest rolled: status lacks a finished roll that dropped and brought back every connection ($OUT/rolled.json)"; }
+
+# The user's own server: a Deployment of 2 wsload-server pods behind a Service, as a user runs
+# theirs, reached by URL; 2 s in the operator rolls it as kubectl rollout restart does (the
+# chart grants it that here only: rbac.rollDeployments) and the Deployment controller replaces
+# one pod at a time. Every connection is dropped at least once and comes back through the
+# Service; status says when the rollout was done.
+step "LoadTest rollout: the user's own Deployment rolled mid-hold by the operator, every connection back"
+tag="${WSLOAD_E2E_TAG:-$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$ROOT/charts/wsload/Chart.yaml")}"
+jq -n --arg image "wsload/server:$tag" '{
+	apiVersion: "apps/v1", kind: "Deployment", metadata: {name: "chat"},
+	spec: {replicas: 2, selector: {matchLabels: {app: "chat"}},
+		strategy: {type: "RollingUpdate", rollingUpdate: {maxUnavailable: 1, maxSurge: 0}},
+		template: {metadata: {labels: {app: "chat"}}, spec: {
+			automountServiceAccountToken: false, terminationGracePeriodSeconds: 15,
+			securityContext: {runAsNonRoot: true, seccompProfile: {type: "RuntimeDefault"}},
+			containers: [{name: "server", image: $image, imagePullPolicy: "IfNotPresent",
+				env: [{name: "POD_IP", valueFrom: {fieldRef: {fieldPath: "status.podIP"}}},
+					{name: "WSLOAD_SERVER_LISTEN", value: "$(POD_IP):8080"},
+					{name: "WSLOAD_SERVER_METRICS_LISTEN", value: "$(POD_IP):9090"}],
+				ports: [{name: "ws", containerPort: 8080}],
+				readinessProbe: {httpGet: {path: "/readyz", port: 9090}},
+				securityContext: {runAsNonRoot: true, readOnlyRootFilesystem: true,
+					allowPrivilegeEscalation: false, capabilities: {drop: ["ALL"]}}}]}}}
+}' | kubectl -n "$TEST_NS" apply -f -
+jq -n '{apiVersion: "v1", kind: "Service", metadata: {name: "chat"},
+	spec: {selector: {app: "chat"}, ports: [{name: "ws", port: 8080, targetPort: 8080}]}}' |
+	kubectl -n "$TEST_NS" apply -f -
+kubectl -n "$TEST_NS" rollout status deployment/chat --timeout=120s >/dev/null ||
+	fail "the Deployment chat (the user's server) was not available within 120 s"
+kubectl -n "$TEST_NS" delete loadtest rollout --ignore-not-found --wait=true >/dev/null
+jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg url "ws://chat.$TEST_NS.svc:8080/" '{
+	apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "rollout"},
+	spec: ({
+		target: {url: $url}, scenario: "sustainedHold", connections: [200],
+		duration: "25s", warmup: "0s", ping: {interval: "1s", timeout: "2s"},
+		reconnect: {policy: "exponential", delay: "100ms", maxDelay: "1s", jitter: "full"},
+		disruptions: [{at: "2s", restart: {deployment: "chat"}}], thresholds: ["survival >= 95%"]
+	} + if $one == "1" then {loadgen: {spread: "none"}} else {} end)
+}' | kubectl -n "$TEST_NS" apply -f -
+wait_phase rollout Running 180
+wait_done rollout
+expect rollout Succeeded - Pass
+jq '{disruptions: .status.cells[0].disruptions, reconnect: .status.tiers[0].reconnect}' "$OUT/rollout.json"
+jq -e '(.status.cells[0].disruptions[0] | .endedAtMillis != null and .generation != null
+		and (.message | startswith("deployment chat rolled") and contains("replicas updated and available")))
+	and (.status.tiers[0].reconnect | .dropped >= 150 and .neverBack * 10 <= .dropped)' "$OUT/rollout.json" >/dev/null ||
+	{ diagnose rollout; fail "LoadTest rollout: status lacks a finished rollout of deployment chat that dropped and brought back the connections ($OUT/rollout.json)"; }
 timed "reconnect run"
 
 # --- Prometheus -----------------------------------------------------------------------------
