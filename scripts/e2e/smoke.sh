@@ -380,7 +380,9 @@ jq -n '{apiVersion: "v1", kind: "Service", metadata: {name: "chat"},
 kubectl -n "$TEST_NS" rollout status deployment/chat --timeout=120s >/dev/null ||
 	fail "the Deployment chat (the user's server) was not available within 120 s"
 kubectl -n "$TEST_NS" delete loadtest rollout --ignore-not-found --wait=true >/dev/null
-jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg url "ws://chat.$TEST_NS.svc:8080/" '{
+# By the Service's cluster IP: the bare-process node runs no cluster DNS (kind does).
+chat_ip="$(kubectl -n "$TEST_NS" get service chat -o jsonpath='{.spec.clusterIP}')"
+jq -n --arg one "${WSLOAD_E2E_SINGLE_NODE:-0}" --arg url "ws://$chat_ip:8080/" '{
 	apiVersion: "wsload.dev/v1alpha1", kind: "LoadTest", metadata: {name: "rollout"},
 	spec: ({
 		target: {url: $url}, scenario: "sustainedHold", connections: [200],

@@ -34,8 +34,11 @@ phase_is() {
 	return 1
 }
 wait_phase() { # name phase seconds
-	WAIT_INTERVAL=0.5 wait_until "$3" phase_is "$1" "$2" ||
-		fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
+	WAIT_INTERVAL=0.5 wait_until "$3" phase_is "$1" "$2" && return 0
+	# Ended before it got there: why, as status says it.
+	kubectl -n "$TEST_NS" get loadtest "$1" -o json |
+		jq '.status | {phase, reason, message, shards}' >&2 || true
+	fail "LoadTest $1 not $2 after $3 s (phase '$(phase "$1")')"
 }
 # wait_done NAME [SECONDS]: until Succeeded or Failed (at most SECONDS, default 300); then
 # keeps the status in $OUT/NAME.json.
