@@ -150,6 +150,10 @@ expect_helm_failure "an unknown log format" "/operator/logFormat" \
 	lint --strict "$CHART" --set operator.logFormat=xml
 expect_helm_failure "watchNamespace without rbac.namespaced" "rbac.namespaced=true" \
 	template "$RELEASE" "$CHART" --set watchNamespace=elsewhere
+expect_helm_failure "a Deployment roll granted outside a namespaced install's namespace" "is not the namespace this namespaced install watches" \
+	template "$RELEASE" "$CHART" -n "$NS" --set rbac.namespaced=true --set "rbac.rollDeployments={elsewhere}"
+expect_helm_failure "a Deployment roll granted in an empty namespace" "rbac.rollDeployments[0] is empty" \
+	template "$RELEASE" "$CHART" --set "rbac.rollDeployments[0]="
 expect_helm_failure "a misspelt prometheus key" "scrapeIntervall" \
 	lint --strict "$CHART" --set prometheus.install=true --set prometheus.scrapeIntervall=5s
 expect_helm_failure "a Prometheus retention that is no duration" "/prometheus/retention" \

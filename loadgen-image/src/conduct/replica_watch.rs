@@ -93,8 +93,11 @@ fn run(
     stop: &AtomicBool,
     into: &Mutex<Watched>,
 ) {
-    // Each replica's admissions at its last reading.
+    // Each replica's admissions at its last reading, and that reading's instant (ms into the
+    // phase).
     let mut last: Vec<Option<u64>> = Vec::new();
+    let mut last_at = 0;
+    let mut urls: Vec<String> = Vec::new();
     let mut cell: Option<usize> = None;
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -113,7 +116,11 @@ fn run(
                 cell,
                 ..Watched::default()
             };
-            last = read(servers).iter().map(|r| r.map(|(a, _)| a)).collect();
+            last = read(servers, &mut urls)
+                .iter()
+                .map(|r| r.map(|(a, _)| a))
+                .collect();
+            last_at = 0;
             next = from;
         }
         let now = Instant::now();
@@ -122,8 +129,16 @@ fn run(
             continue;
         }
         next += Duration::from_millis(BUCKET_MS);
-        let at = u64::try_from(now.saturating_duration_since(from).as_millis()).unwrap_or(0);
-        let readings = read(servers);
+        let readings = read(servers, &mut urls);
+        let ms =
+            |t: Instant| u64::try_from(t.saturating_duration_since(from).as_millis()).unwrap_or(0);
+        let at = ms(Instant::now());
+        // Late (a slow replica, a busy machine): the next reading is due 100 ms from now, not
+        // at once to catch up.
+        let done = Instant::now();
+        if next <= done {
+            next = done + Duration::from_millis(BUCKET_MS);
+        }
         last.resize(readings.len(), None);
         let mut admitted = 0;
         let mut held = Vec::with_capacity(readings.len());
@@ -144,18 +159,26 @@ fn run(
             held.push(Some(active));
         }
         let mut w = into.lock().unwrap_or_else(PoisonError::into_inner);
-        add_at(&mut w.accepts, at, admitted);
+        // What was admitted since the last reading, filed at the middle of that interval.
+        add_at(
+            &mut w.accepts,
+            last_at + at.saturating_sub(last_at) / 2,
+            admitted,
+        );
+        last_at = at;
         w.held.push((at, held));
     }
 }
 
 /// Each replica's admissions and held connections now; `None` for one that did not answer.
-fn read(servers: &Mutex<LocalServers>) -> Vec<Option<(u64, u64)>> {
-    let urls = servers
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .metrics_urls
-        .clone();
+/// The replicas' endpoints are `urls`, renewed when the servers are not being stopped or
+/// started (a restart holds their lock for seconds: the readings must go on meanwhile).
+fn read(servers: &Mutex<LocalServers>, urls: &mut Vec<String>) -> Vec<Option<(u64, u64)>> {
+    match servers.try_lock() {
+        Ok(s) => urls.clone_from(&s.metrics_urls),
+        Err(std::sync::TryLockError::Poisoned(p)) => urls.clone_from(&p.into_inner().metrics_urls),
+        Err(std::sync::TryLockError::WouldBlock) => {}
+    }
     let any = BTreeMap::new();
     urls.iter()
         .map(|url| {

@@ -46,6 +46,10 @@ impl View<'_> {
             return Ok(None);
         };
         if cell.done {
+            // A Deployment still rolling is waited for: the next cell must not measure it.
+            if let Some(soon) = self.rolls_left().await? {
+                return Ok(Some(soon));
+            }
             self.cut_short();
             // After the last cell nothing is measured: its replicas stay as they are.
             if replay(spec, &self.st.cells).next.is_none() {
@@ -71,7 +75,10 @@ impl View<'_> {
             let next = match self.entry(index).cloned() {
                 None if now < at => Some(Duration::from_millis(at - now)),
                 None => {
-                    self.begin_disruption(index, d, now - at).await?;
+                    match d.restart.as_ref().and_then(|r| r.deployment.clone()) {
+                        Some(name) => self.begin_roll(index, &name, at, now - at).await?,
+                        None => self.begin_disruption(index, d, now - at).await?,
+                    }
                     Some(LOOK)
                 }
                 Some(e) if e.ended_at_millis.is_none() => self.carry_on(e, d, now).await?,
@@ -110,6 +117,9 @@ impl View<'_> {
     /// Whether a replica of the managed server is not ready, or is still a pod a disruption
     /// deleted: the next cell waits for it.
     pub(super) fn server_down(&self) -> bool {
+        if self.rolling() {
+            return true;
+        }
         let Some(server) = &self.lt.spec.target.server else {
             return false;
         };
@@ -166,9 +176,6 @@ impl View<'_> {
 
     /// Begins disruption `index`, `late` milliseconds after its instant.
     async fn begin_disruption(&mut self, index: u32, d: &Disruption, late: u64) -> Result<()> {
-        if let Some(name) = d.restart.as_ref().and_then(|r| r.deployment.clone()) {
-            return self.begin_roll(index, &name, late).await;
-        }
         let mut entry = DisruptionStatus {
             index,
             began_at_millis: clock_millis(),
