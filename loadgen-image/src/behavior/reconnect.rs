@@ -16,7 +16,7 @@ pub(super) struct Back {
     pub ws: Ws,
     pub vars: Vec<bytes::Bytes>,
     /// Deliveries its steps read past (a replay), for its subscriber to read first.
-    pub early: crate::connect::open::Early,
+    pub early: crate::connect::early::Early,
 }
 
 /// Ends a dropped connection's socket now (FIN both ways), before its policy's wait: kept

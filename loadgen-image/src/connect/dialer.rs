@@ -45,7 +45,7 @@ pub struct Dialed {
     pub replies: u64,
     /// Deliveries the steps read past on a connection back (see `connect::reopen`), for its
     /// subscriber to read first.
-    pub early: super::open::Early,
+    pub early: super::early::Early,
 }
 
 /// Everything needed to open connections to one target, prepared once per run: where, from

@@ -5,6 +5,7 @@
 
 pub mod autobahn;
 pub mod dialer;
+pub mod early;
 pub mod endpoint;
 pub mod error;
 pub mod failure;

@@ -276,7 +276,7 @@ impl Part {
         ctx: &WorkerState,
         plan: &FanoutPlan,
         away: (bool, u64, usize),
-        early: &crate::connect::open::Early,
+        early: &crate::connect::early::Early,
     ) -> Result<(), Dropped> {
         let Part::Subscriber(sub) = self else {
             return Ok(());
