@@ -919,60 +919,43 @@ fn run_plot_without_the_feature_is_refused_before_the_run() {
     assert!(!png.exists());
 }
 
+/// `spec`, valid (`validate` accepts it, for a cluster), refused by `wsload run` with exit 2
+/// before anything is written, saying `says`; what it printed.
+fn refused_here_before_the_run(name: &str, spec: &str, says: &str) -> String {
+    let dir = Scratch::new(name);
+    let file = dir.file(&format!("{name}.yaml"), &loadtest(name, spec));
+    let path = file.to_str().expect("utf-8 path");
+    let o = wsload(&["validate", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = dir.path("result.json");
+    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(says), "{}", stderr(&o));
+    assert!(!out.exists());
+    stderr(&o)
+}
+
 /// Kills with several shards are the operator's (it times them from the shards' common
 /// measure instant): `validate` accepts the file, for a cluster; `wsload run` refuses it
 /// before any server or shard starts, saying where it runs and what runs here.
 #[test]
 fn kills_with_several_shards_are_the_clusters_and_refused_here_before_the_run() {
-    let dir = Scratch::new("shard-kill");
-    let spec = dir.file(
-        "kill.yaml",
-        &loadtest(
-            "shard-kill",
-            "  target: {server: {replicas: 2}}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  shards: 2\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, kill: {replicas: 1}}]\n",
-        ),
+    let said = refused_here_before_the_run(
+        "shard-kill",
+        "  target: {server: {replicas: 2}}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  shards: 2\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, kill: {replicas: 1}}]\n",
+        "spec.disruptions: kill and restart with shards: 2 run in a cluster",
     );
-    let path = spec.to_str().expect("utf-8 path");
-    let o = wsload(&["validate", path]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = dir.path("result.json");
-    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("spec.disruptions: kill and restart with shards: 2 run in a cluster"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(
-        !stderr(&o).contains("managed wsload-server on"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!out.exists());
+    assert!(!said.contains("managed wsload-server on"), "{said}");
 }
 
+/// A Deployment is rolled through the Kubernetes API, by the operator only.
 #[test]
 fn a_deployment_rolled_is_the_clusters_and_refused_here_before_the_run() {
-    let dir = Scratch::new("deployment-roll");
-    let spec = dir.file(
-        "roll.yaml",
-        &loadtest(
-            "deployment-roll",
-            "  target: {url: 'ws://127.0.0.1:9/'}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, restart: {deployment: chat}}]\n",
-        ),
+    refused_here_before_the_run(
+        "deployment-roll",
+        "  target: {url: 'ws://127.0.0.1:9/'}\n  scenario: sustainedHold\n  connections: [20]\n  duration: 2s\n  reconnect: {policy: immediate}\n  disruptions: [{at: 1s, restart: {deployment: chat}}]\n",
+        "spec.disruptions: entry 0 rolls deployment chat (restart.deployment): the operator does that through the Kubernetes API",
     );
-    let path = spec.to_str().expect("utf-8 path");
-    let o = wsload(&["validate", path]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = dir.path("result.json");
-    let o = wsload(&["run", path, "--out", out.to_str().expect("utf-8 path")]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("spec.disruptions: entry 0 rolls deployment chat (restart.deployment): the operator does that through the Kubernetes API"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!out.exists());
 }
 
 /// Every live process below `pid`: children of each of its threads, recursively.

@@ -403,19 +403,10 @@ fn socketio_rooms_rejoined_after_a_drop_miss_only_what_was_published_meanwhile()
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = TestServer::start("socketio", &["--tick-ms", "0"]);
     let dir = Scratch::new("socketio-fanout-close");
-    let yaml = preset("socketio-fanout", "127.0.0.1:3000", &server)
-        .replace("connections: [200]", "connections: [40]")
-        .replace("duration: 20s", "duration: 6s")
-        .replace(
-            "  scenario: fanout\n",
-            "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
-        );
+    let yaml = rooms_half_dropped(&server);
     let (status, result) = run(&dir, &yaml);
     let cell = only(&result);
-    let share = wsload_spec::reconnect::CloseSpec {
-        share: wsload_spec::Percent(0.5),
-    };
-    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let picked = half_of_forty();
     let rc = &cell["reconnect"];
     let close = &rc["storms"][1];
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
@@ -462,21 +453,10 @@ fn socketio_recovery_replays_to_a_resumed_subscriber_what_it_missed_while_away()
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = TestServer::start("socketio", &["--tick-ms", "0", "--recovery-ms", "30000"]);
     let dir = Scratch::new("socketio-fanout-resume");
-    let yaml = resuming(
-        &preset("socketio-fanout", "127.0.0.1:3000", &server)
-            .replace("connections: [200]", "connections: [40]")
-            .replace("duration: 20s", "duration: 6s")
-            .replace(
-                "  scenario: fanout\n",
-                "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
-            ),
-    );
+    let yaml = resuming(&rooms_half_dropped(&server));
     let (status, result) = run(&dir, &yaml);
     let cell = only(&result);
-    let share = wsload_spec::reconnect::CloseSpec {
-        share: wsload_spec::Percent(0.5),
-    };
-    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let picked = half_of_forty();
     let rc = &cell["reconnect"];
     let close = &rc["storms"][1];
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
@@ -518,21 +498,10 @@ fn socketio_sessions_forgotten_leave_resumed_subscribers_in_no_room() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = TestServer::start("socketio", &["--tick-ms", "0", "--recovery-ms", "300"]);
     let dir = Scratch::new("socketio-fanout-resume-refused");
-    let yaml = resuming(
-        &preset("socketio-fanout", "127.0.0.1:3000", &server)
-            .replace("connections: [200]", "connections: [40]")
-            .replace("duration: 20s", "duration: 6s")
-            .replace(
-                "  scenario: fanout\n",
-                "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
-            ),
-    );
+    let yaml = resuming(&rooms_half_dropped(&server));
     let (_, result) = run(&dir, &yaml);
     let cell = only(&result);
-    let share = wsload_spec::reconnect::CloseSpec {
-        share: wsload_spec::Percent(0.5),
-    };
-    let picked = (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64;
+    let picked = half_of_forty();
     let rc = &cell["reconnect"];
     let close = &rc["storms"][1];
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
@@ -556,6 +525,26 @@ fn socketio_sessions_forgotten_leave_resumed_subscribers_in_no_room() {
     let stats = server.stats();
     assert_eq!(stat(&stats, "recovered"), 0, "{stats}");
     assert_eq!(stat(&stats, "joined"), 40, "{stats}");
+}
+
+/// The socketio-fanout preset against `server`, cut to 40 subscribers over 6 s, half of them
+/// dropped from the client side 2 s in and back 500 ms later.
+fn rooms_half_dropped(server: &TestServer) -> String {
+    preset("socketio-fanout", "127.0.0.1:3000", server)
+        .replace("connections: [200]", "connections: [40]")
+        .replace("duration: 20s", "duration: 6s")
+        .replace(
+            "  scenario: fanout\n",
+            "  scenario: fanout\n  reconnect: {policy: fixed, delay: 500ms}\n  disruptions: [{at: 2s, close: {share: 50%}}]\n",
+        )
+}
+
+/// How many of those 40 the 50% close picks (its draw, done here as wsload does it).
+fn half_of_forty() -> u64 {
+    let share = wsload_spec::reconnect::CloseSpec {
+        share: wsload_spec::Percent(0.5),
+    };
+    (0..40u64).filter(|conn| share.picks(*conn, 0)).count() as u64
 }
 
 /// The socketio-fanout preset made to resume through Socket.IO's connection-state recovery.
