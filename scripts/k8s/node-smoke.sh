@@ -119,7 +119,15 @@ kubectl wait --for=condition=Ready pod/server --timeout=120s ||
 ip="$(kubectl get pod server -o jsonpath='{.status.podIP}')"
 [[ "$(curl -fsS --max-time 5 "http://$ip:9090/healthz")" == ok ]] || fail "no /healthz from the server pod at $ip:9090"
 echo "host -> pod $ip:9090/healthz: ok"
-kubectl logs server | grep -q 'listening on' || fail "kubectl logs server shows no 'listening on' ($CLUSTER/kubelet.log)"
+# Read whole, then matched (grep -q closing the pipe early fails it under pipefail), and again
+# for a few seconds: the line may reach the container's log file after the pod is Ready.
+logged=""
+for _ in {1..20}; do
+	logged="$(kubectl logs server 2>/dev/null || true)"
+	[[ "$logged" == *'listening on'* ]] && break
+	sleep 0.5
+done
+[[ "$logged" == *'listening on'* ]] || fail "kubectl logs server shows no 'listening on' ($CLUSTER/kubelet.log)"
 echo "kubectl logs server: ok"
 timed "server pod"
 
