@@ -43,6 +43,11 @@ impl PodCache {
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.store.state()
     }
+
+    /// The store itself, for a task that reads it apart from any reconcile.
+    pub fn store(&self) -> Store<Pod> {
+        self.store.clone()
+    }
 }
 
 #[cfg(test)]

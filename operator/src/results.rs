@@ -317,6 +317,10 @@ fn reconnect_tier(r: &wsload_report::reconnect::Reconnects, fanout: bool) -> Rec
         t.peak_attempts_per_second = t
             .peak_attempts_per_second
             .max(r.peak_attempts(s.from_ms, r.window_end(i)));
+        if !s.what.is_empty() {
+            let accepts = r.peak_server_accepts(s.from_ms, r.window_end(i));
+            t.peak_server_accepts_per_second = t.peak_server_accepts_per_second.max(accepts);
+        }
         downtime.add(&s.downtime);
         if s.reconnected > 0 && s.never_back() == 0 {
             all_back = Some(all_back.unwrap_or(0).max(s.last_back_ms));
@@ -795,6 +799,7 @@ mod tests {
                 dropped: 100_000_000,
                 never_back: 1,
                 peak_attempts_per_second: 1_000_000_000,
+                peak_server_accepts_per_second: Some(1_000_000_000),
                 downtime_p99: Some(12_345.678),
                 all_back_after: Some(123_456.0),
                 gaps_of_dropped: Some(123_456_789_012),

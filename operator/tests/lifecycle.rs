@@ -1037,6 +1037,23 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
         rc.all_back_after.is_some() && rc.peak_attempts_per_second > 0,
         "{rc:?}"
     );
+    // What the attempts met: the replicas read every 100 ms admitted the ones back (the
+    // survivor at least), in the same 100 ms steps as the attempts are counted.
+    let accepts = rc
+        .peak_server_accepts_per_second
+        .expect("the replicas' admissions read");
+    assert!(accepts > 0 && accepts % 10 == 0, "{rc:?}");
+    // The connections it dropped came back to the survivor within a second, before it was
+    // created again: it held none at the end (read every 100 ms, not at the cell's end, when
+    // every connection is closing), and a finding says so.
+    assert!(
+        st.findings
+            .iter()
+            .any(|f| f.contains("a replica never took its share")
+                && f.contains("held 0 of 40 connections")),
+        "{:?}",
+        st.findings
+    );
     // The killed replica's pod is a new one; the other is the one from before.
     let after = uids(&e, "kill").await;
     assert_eq!(
@@ -1083,6 +1100,10 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
     // drops again), and every one comes back.
     assert!(rc.dropped >= 40, "{rc:?}");
     assert_eq!(rc.never_back, 0, "{rc:?}");
+    assert!(
+        rc.peak_server_accepts_per_second.is_some_and(|a| a > 0),
+        "{rc:?}"
+    );
     let after = uids(&e, "roll").await;
     assert!(
         after.iter().all(|u| !before.contains(u)),

@@ -340,15 +340,17 @@ disrupted killed 1s 12s '{"at": "2s", "kill": {"replicas": 1, "restartAfter": "2
 jq -e '(.status.cells[0].disruptions | length == 1 and (.[0].replicas | length) == 1
 		and .[0].endedAtMillis != null
 		and .[0].beganAtMillis >= $m + 3000 and .[0].beganAtMillis < $m + 4000)
-	and (.status.tiers[0].reconnect | .dropped > 0 and .dropped < 200 and .neverBack * 10 <= .dropped)' \
+	and (.status.tiers[0].reconnect | .dropped > 0 and .dropped < 200 and .neverBack * 10 <= .dropped
+		and .peakServerAcceptsPerSecond > 0)' \
 	--argjson m "$(jq '.status.cells[0].measureAtMillis' "$OUT/killed.json")" "$OUT/killed.json" >/dev/null ||
-	{ diagnose killed; fail "LoadTest killed: status lacks a kill begun 2 s in, its replica back, and the dropped connections back ($OUT/killed.json)"; }
+	{ diagnose killed; fail "LoadTest killed: status lacks a kill begun 2 s in, its replica back, the dropped connections back, and the replicas' admissions ($OUT/killed.json)"; }
 step "LoadTest rolled: both server pods restarted in turn mid-hold over 2 shards, every connection back"
 disrupted rolled 0s 20s '{"at": "1s", "restart": {}}' 2
 jq -e '(.status.cells[0].shards == 2)
 	and (.status.cells[0].disruptions[0] | .endedAtMillis != null
 		and (.message | startswith("rolling restart of 2 replicas done")))
-	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack * 10 <= .dropped)' "$OUT/rolled.json" >/dev/null ||
+	and (.status.tiers[0].reconnect | .dropped >= 200 and .neverBack * 10 <= .dropped
+		and .peakServerAcceptsPerSecond > 0)' "$OUT/rolled.json" >/dev/null ||
 	{ diagnose rolled; fail "LoadTest rolled: status lacks a finished roll that dropped and brought back every connection ($OUT/rolled.json)"; }
 
 # The user's own server: a Deployment of 2 wsload-server pods behind a Service, as a user runs

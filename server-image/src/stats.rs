@@ -285,7 +285,7 @@ impl Stats {
     fn encode_connections(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         family::gauge(
             e,
-            "wsload_server_connections_active",
+            metric::CONNECTIONS_ACTIVE,
             "Admitted connections now open.",
             self.active.load(Relaxed),
         )?;

@@ -4,6 +4,8 @@
 
 /// Connections admitted after the WebSocket handshake (a counter; exposed with `_total`).
 pub const CONNECTIONS_ACCEPTED: &str = "wsload_server_connections_accepted";
+/// Admitted connections open now (a gauge).
+pub const CONNECTIONS_ACTIVE: &str = "wsload_server_connections_active";
 /// Connections refused before admission, by [`REASON`] (one of [`rejected`]).
 pub const CONNECTIONS_REJECTED: &str = "wsload_server_connections_rejected";
 /// Admitted connections that ended, by [`REASON`] (one of [`closed`]).

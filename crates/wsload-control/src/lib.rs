@@ -14,6 +14,8 @@
 //! - [`server_topics`]: the reference server's topic counters over a fanout cell.
 //! - [`server_connections`]: each replica's connection counters over a cell.
 //! - [`replicas`]: every server replica's exposition, scraped in turn, for those two.
+//! - [`replica_watch`]: the replicas' admissions every 100 ms of a disrupted cell, and what
+//!   each held at its end.
 //!
 //! Every cell is a barrier: the conductor releases cell k+1 at one instant for all shards
 //! once all finished cell k and the server settled, so "N connections at once" did happen
@@ -27,6 +29,7 @@ pub mod client;
 pub mod clock;
 pub mod endpoint;
 pub mod protocol;
+pub mod replica_watch;
 pub mod replicas;
 pub mod sequence;
 pub mod server_connections;

@@ -421,6 +421,11 @@ pub struct ReconnectTier {
     pub never_back: u64,
     /// The attempts' peak rate: the busiest 100 ms's, per second.
     pub peak_attempts_per_second: u64,
+    /// The managed server's replicas' admissions at their peak, the busiest 100 ms's per
+    /// second, over the disruptions' windows (read from the replicas every 100 ms while the
+    /// operator killed or restarted them): what the attempts met. Unset when not read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_server_accepts_per_second: Option<u64>,
     /// 99th percentile of the returned connections' time down (drop to return), ms; unset
     /// when none returned.
     #[serde(skip_serializing_if = "Option::is_none")]

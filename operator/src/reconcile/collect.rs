@@ -7,6 +7,7 @@ use super::cells;
 use super::connections;
 use super::fanout;
 use super::reason::{ConditionType, Reason};
+use super::replica_watch;
 use super::store::{self, StoreError};
 use super::view::{View, humantime};
 use crate::Result;
@@ -303,9 +304,11 @@ impl View<'_> {
         let topics = cells::topics_per_cell(&self.st.cells);
         let connections = connections::per_cell(&self.st.cells);
         let conductor = cells::replay(&self.lt.spec, &self.st.cells).conductor;
+        let uid = self.lt.uid().unwrap_or_default();
         let summary = merging.finish().and_then(|mut merged| {
             wsload_control::assemble::topics(&mut merged, &topics);
             wsload_control::assemble::connections(&mut merged, &connections);
+            replica_watch::into_figures(self.ctx, &uid, &mut merged);
             results::summarize(&self.lt.spec, merged, &received, &conductor)
         });
         let summary = match summary {

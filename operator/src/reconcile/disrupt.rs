@@ -46,6 +46,7 @@ impl View<'_> {
             return Ok(None);
         };
         if cell.done {
+            self.watch_replicas(0, true);
             // A Deployment still rolling is waited for: the next cell must not measure it.
             if let Some(soon) = self.rolls_left().await? {
                 return Ok(Some(soon));
@@ -63,6 +64,7 @@ impl View<'_> {
         // The measured phase begins the warm-up after the measure instant: `at` counts from
         // there, as the shards' reconnect windows do.
         let measure_at = measure_at.saturating_add(millis(spec.warmup.get()));
+        self.watch_replicas(measure_at, false);
         let now = clock_millis();
         let mut soon: Option<Duration> = None;
         let disruptions = spec.disruptions.clone();

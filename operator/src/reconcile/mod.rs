@@ -13,6 +13,7 @@ mod disrupt;
 mod fanout;
 mod measure;
 mod reason;
+mod replica_watch;
 mod rollout;
 mod running;
 mod start;
@@ -68,6 +69,8 @@ pub struct Context {
     pub connections: connections::Readings,
     /// The resourceVersion of each test's last status write (written.rs).
     pub written: written::Written,
+    /// The managed server's replicas read while a disrupted cell runs (replica_watch.rs).
+    pub watches: replica_watch::Watches,
 }
 
 impl Context {
@@ -91,6 +94,7 @@ impl Context {
             clocks: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            watches: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -170,6 +174,7 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
         connections::forget(&ctx, &uid);
+        replica_watch::forget(&ctx, &uid);
         written::forget(&ctx, &uid);
         return Ok(Action::await_change());
     }
@@ -227,6 +232,7 @@ async fn reconcile_test(lt: Arc<LoadTestResource>, ctx: Arc<Context>) -> Result<
         cells::forget(&ctx, &uid);
         clocks::forget(&ctx, &uid);
         connections::forget(&ctx, &uid);
+        replica_watch::forget(&ctx, &uid);
         // The last write stays known: a finished test read from a cache that lags must not
         // be taken for a running one. Deleting the test forgets it.
     }
