@@ -1228,6 +1228,90 @@ async fn the_users_deployment_is_rolled_and_its_rollout_awaited() {
     e.kubelet.stop().await;
 }
 
+/// An operator whose RBAC does not grant patching Deployments where the user's is (the chart
+/// without `rbac.rollDeployments` naming that namespace): the roll is refused by the API
+/// server, and the test fails as `DisruptionFailed` naming the chart value that grants it,
+/// what was measured kept. The operator acts as a user bound to a Role that grants all it
+/// needs in the namespace but `get` only on Deployments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_the_operator_may_not_patch_fails_the_test_naming_the_chart_value() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let e = env("lt-roll-403").await;
+    let ip = external_server(&e).await;
+    let post = PostParams::default();
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "no-roll"},
+        "rules": [
+            {"apiGroups": ["", "wsload.dev", "events.k8s.io"], "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}
+        ]
+    }))
+    .expect("role");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "no-roll"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-roll"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "wsload-no-roll"}]
+    }))
+    .expect("binding");
+    Api::<Role>::namespaced(e.client.clone(), &e.ns)
+        .create(&post, &role)
+        .await
+        .expect("create the role");
+    Api::<RoleBinding>::namespaced(e.client.clone(), &e.ns)
+        .create(&post, &binding)
+        .await
+        .expect("bind it");
+    let chat: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "chat"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "chat"}},
+            "template": {"metadata": {"labels": {"app": "chat"}},
+                "spec": {"containers": [{"name": "c", "image": "chat:1"}]}}}
+    }))
+    .expect("deployment");
+    let deployments: Api<Deployment> = Api::namespaced(e.client.clone(), &e.ns);
+    deployments.create(&post, &chat).await.expect("create");
+    // As the chart's namespaced install: no cluster-scoped reads.
+    let config = Config {
+        read_cluster_objects: false,
+        ..test_config()
+    };
+    let op = support::run_operator(
+        e.cluster.client_as("wsload-no-roll").await,
+        &e.ns,
+        None,
+        "127.0.0.1:0".parse().expect("addr"),
+        config,
+    );
+    create(
+        &e,
+        "refused",
+        &format!(
+            "  target: {{url: \"ws://{ip}:8080/\"}}\n  scenario: sustainedHold\n  connections: [10]\n  warmup: 0s\n  duration: 4s\n  ping: {{interval: 1s, timeout: 2s}}\n  reconnect: {{policy: immediate}}\n  disruptions: [{{at: 1s, restart: {{deployment: chat}}}}]\n"
+        ),
+    )
+    .await;
+    let st = wait_finished(&e, "refused").await;
+    assert_eq!(st.phase, Some(Phase::Failed), "{st:#?}");
+    assert_eq!(st.reason.as_deref(), Some("DisruptionFailed"), "{st:#?}");
+    let message = st.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "spec.disruptions[0].restart.deployment: the operator may not patch Deployments in namespace {}",
+            e.ns
+        )) && message.contains(&format!("install the chart with rbac.rollDeployments: [{}]", e.ns)),
+        "{message}"
+    );
+    // Nothing was rolled, and what was measured is kept.
+    let after = deployments.get("chat").await.expect("get");
+    assert_eq!(after.metadata.generation, Some(1), "{:?}", after.spec);
+    assert_eq!(st.cells.len(), 1, "{st:#?}");
+    assert!(st.tiers[0].connections > 0, "{:?}", st.tiers);
+    op.abort();
+    e.kubelet.stop().await;
+}
+
 async fn uids(e: &Env, name: &str) -> Vec<String> {
     let mut got = Vec::new();
     for _ in 0..300 {

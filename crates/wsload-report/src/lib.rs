@@ -17,6 +17,7 @@
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
 
 mod chart;
+pub mod connect_error;
 mod escape;
 pub mod fanout;
 pub mod fanout_figures;

@@ -2,8 +2,8 @@
 //! one window before any disruption, then one from each disruption's instant to the next. A
 //! drop belongs to the window it happened in, and so do its attempts and its return.
 
+use crate::connect_error::ConnectError;
 use crate::hist::Hist;
-use crate::measure::ConnectError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -290,6 +290,18 @@ impl Cluster {
         kube::Client::try_from(config).expect("build a kube client")
     }
 
+    /// A client acting as `user` (impersonated by the admin): what RBAC grants that user,
+    /// and no more.
+    pub async fn client_as(&self, user: &str) -> kube::Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("read {}: {e}", self.kubeconfig.display()));
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("load {}: {e}", self.kubeconfig.display()));
+        config.auth_info.impersonate = Some(user.to_string());
+        kube::Client::try_from(config).expect("build a kube client")
+    }
+
     /// Creates a namespace named `<prefix>-<n>`, unique in this cluster, with its `default`
     /// ServiceAccount, and returns its name.
     /// Nothing deletes it: without a controller manager a namespace's deletion never completes,
