@@ -1038,11 +1038,11 @@ async fn server_pods_killed_and_rolled_mid_hold_through_the_operator() {
         "{rc:?}"
     );
     // What the attempts met: the replicas read every 100 ms admitted the ones back (the
-    // survivor at least), in the same 100 ms steps as the attempts are counted.
+    // survivor at least).
     let accepts = rc
         .peak_server_accepts_per_second
         .expect("the replicas' admissions read");
-    assert!(accepts > 0 && accepts % 10 == 0, "{rc:?}");
+    assert!(accepts > 0, "{rc:?}");
     // The connections it dropped came back to the survivor within a second, before it was
     // created again: it held none at the end (read every 100 ms, not at the cell's end, when
     // every connection is closing), and a finding says so.
@@ -1300,7 +1300,8 @@ async fn a_deployment_the_operator_may_not_patch_fails_the_test_naming_the_chart
         message.contains(&format!(
             "spec.disruptions[0].restart.deployment: the operator may not patch Deployments in namespace {}",
             e.ns
-        )) && message.contains(&format!("install the chart with rbac.rollDeployments: [{}]", e.ns)),
+        )) && message.contains("forbidden")
+            && message.contains(&format!("install the chart with rbac.rollDeployments: [{}]", e.ns)),
         "{message}"
     );
     // Nothing was rolled, and what was measured is kept.

@@ -139,9 +139,11 @@ pub const MAX_MEASURE_CELLS: usize = 24;
 pub const MAX_FINDINGS: usize = 10;
 
 /// The longest finding status holds, in bytes (then cut on a character boundary and marked
-/// `...`): a finding's evidence quotes at most a short example of what the server sent, so
-/// only a pathological one is this long.
-pub const MAX_FINDING_BYTES: usize = 1024;
+/// `...`; the merged result has it whole): a finding's evidence quotes at most a short example
+/// of what the server sent, so only a pathological one, or one listing dozens of replicas, is
+/// this long. 768, not 1024: the reconnect tiers' `peakServerAcceptsPerSecond` took what the
+/// status bound had left at the largest spec.
+pub const MAX_FINDING_BYTES: usize = 768;
 
 /// The longest reason a threshold check without a figure holds in status, in bytes (then cut
 /// like a finding; the merged result has it whole): `not measured: 0 pings were sent` fits,

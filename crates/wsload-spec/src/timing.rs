@@ -48,7 +48,7 @@ pub fn expected_duration(spec: &LoadTestSpec) -> Option<Duration> {
     Some(
         cells
             .iter()
-            .map(|&n| connect_time(spec, n) + body(spec))
+            .map(|&n| connect_time(spec, n) + cell_length(spec))
             .sum(),
     )
 }
@@ -74,7 +74,9 @@ fn connect_time(spec: &LoadTestSpec, connections: u32) -> Duration {
 }
 
 /// What one cell does once connected.
-fn body(spec: &LoadTestSpec) -> Duration {
+/// How long one cell lasts from its warm-up's start to its end, its connect phase left out
+/// (0 for a connectionLimit probe: the search decides).
+pub fn cell_length(spec: &LoadTestSpec) -> Duration {
     let warmup = spec.warmup.get();
     let length = spec.scenario.profile().length;
     match length {

@@ -90,12 +90,15 @@ fn run(
             std::thread::sleep(LOOK);
             continue;
         };
+        let ms =
+            |t: Instant| u64::try_from(t.saturating_duration_since(from).as_millis()).unwrap_or(0);
         if cell != Some(i) {
             cell = Some(i);
+            let at = ms(Instant::now());
             let first = read(servers, &mut urls);
             *into.lock().unwrap_or_else(PoisonError::into_inner) = Watched {
                 cell,
-                readings: Readings::starting(&first),
+                readings: Readings::starting(at, &first),
             };
             next = from;
         }
@@ -105,9 +108,10 @@ fn run(
             continue;
         }
         next += Duration::from_millis(BUCKET_MS);
+        // The counters are read from here on: the reading's instant is its start.
+        let at = ms(Instant::now());
         let readings = read(servers, &mut urls);
         let done = Instant::now();
-        let at = u64::try_from(done.saturating_duration_since(from).as_millis()).unwrap_or(0);
         // Late (a slow replica, a busy machine): the next reading is due 100 ms from now, not
         // at once to catch up.
         if next <= done {
@@ -132,7 +136,9 @@ fn read(servers: &Mutex<LocalServers>, urls: &mut Vec<String>) -> Vec<Reading> {
     urls.iter()
         .map(|url| {
             let body = scrape::fetch_blocking(url, SCRAPE_TIMEOUT).ok()?;
-            watch::parse(&body)
+            // A replica started again keeps its metrics port, and nothing in its exposition
+            // tells its process from the one before: a restart shows as its counter going down.
+            watch::parse(&body, 0)
         })
         .collect()
 }

@@ -46,7 +46,7 @@ impl View<'_> {
             return Ok(None);
         };
         if cell.done {
-            self.watch_replicas(0, true);
+            self.watch_replicas(None);
             // A Deployment still rolling is waited for: the next cell must not measure it.
             if let Some(soon) = self.rolls_left().await? {
                 return Ok(Some(soon));
@@ -58,13 +58,15 @@ impl View<'_> {
             }
             return self.restore().await;
         }
-        let Some(measure_at) = cell.measure_at_millis else {
-            return Ok(None);
-        };
         // The measured phase begins the warm-up after the measure instant: `at` counts from
         // there, as the shards' reconnect windows do.
-        let measure_at = measure_at.saturating_add(millis(spec.warmup.get()));
-        self.watch_replicas(measure_at, false);
+        let measured_from = cell
+            .measure_at_millis
+            .map(|m| m.saturating_add(millis(spec.warmup.get())));
+        self.watch_replicas(measured_from);
+        let Some(measure_at) = measured_from else {
+            return Ok(None);
+        };
         let now = clock_millis();
         let mut soon: Option<Duration> = None;
         let disruptions = spec.disruptions.clone();

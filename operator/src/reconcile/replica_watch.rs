@@ -40,8 +40,8 @@ pub type Watches = Mutex<HashMap<String, TestWatch>>;
 pub struct TestWatch {
     /// The task reading the cell under way, and that cell's index.
     running: Option<(u32, tokio::task::AbortHandle)>,
-    /// Each watched cell's readings, by cell index.
-    cells: BTreeMap<u32, Arc<Mutex<Readings>>>,
+    /// Each watched cell's measured phase start (Unix ms) and readings, by cell index.
+    cells: BTreeMap<u32, (u64, Arc<Mutex<Readings>>)>,
 }
 
 impl Drop for TestWatch {
@@ -62,6 +62,10 @@ pub(super) fn forget(ctx: &Context, uid: &str) {
     lock(&ctx.watches).remove(uid);
 }
 
+/// After the cell's planned end, a task still reading stops by itself this much later: a
+/// test deleted mid-cell is never reconciled again to stop it.
+const OUTLIVE: Duration = Duration::from_secs(30);
+
 /// Which test's replicas a task reads.
 struct Replicas {
     namespace: Option<String>,
@@ -72,11 +76,12 @@ struct Replicas {
 }
 
 impl Replicas {
-    /// Each replica's metrics endpoint as the pod cache holds it now; `None` for one with no
-    /// pod or no address (deleted, not scheduled yet).
-    fn urls(&self, pods: &Store<Pod>) -> Vec<Option<String>> {
-        // Each replica's pod, one on its way out giving way to its replacement.
-        let mut by_replica: BTreeMap<u32, (bool, String)> = BTreeMap::new();
+    /// Each replica's metrics endpoint as the pod cache holds it now, with its pod's identity
+    /// (a replica created again is a new pod); `None` for one with no pod or no address
+    /// (deleted, not scheduled yet). A replica's pod has a fixed name: its replacement is
+    /// created only once it is gone.
+    fn endpoints(&self, pods: &Store<Pod>) -> Vec<Option<(u64, String)>> {
+        let mut by_replica: BTreeMap<u32, (u64, String)> = BTreeMap::new();
         for pod in pods.state() {
             let ours = pod.namespace() == self.namespace
                 && pod
@@ -89,30 +94,35 @@ impl Replicas {
             let (true, Some(r), Some(ip)) = (ours, replica, pods::ip(&pod)) else {
                 continue;
             };
-            let leaving = pod.metadata.deletion_timestamp.is_some();
-            if leaving && by_replica.get(&r).is_some_and(|(l, _)| !l) {
-                continue;
-            }
             let host = if ip.contains(':') {
                 format!("[{ip}]")
             } else {
                 ip
             };
-            by_replica.insert(r, (leaving, format!("http://{host}:{}/metrics", self.port)));
+            let instance = identity(pod.metadata.uid.as_deref().unwrap_or_default());
+            let url = format!("http://{host}:{}/metrics", self.port);
+            by_replica.insert(r, (instance, url));
         }
-        (0..self.count)
-            .map(|r| by_replica.remove(&r).map(|(_, url)| url))
-            .collect()
+        (0..self.count).map(|r| by_replica.remove(&r)).collect()
     }
 }
 
+/// A pod's UID as a reading's instance (never 0: that is "unknown").
+fn identity(uid: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    uid.hash(&mut h);
+    h.finish() | 1
+}
+
 /// Every replica read at once.
-async fn read(http: &Client, urls: Vec<Option<String>>) -> Vec<Reading> {
-    let reads = urls.into_iter().map(|url| {
+async fn read(http: &Client, endpoints: Vec<Option<(u64, String)>>) -> Vec<Reading> {
+    let reads = endpoints.into_iter().map(|endpoint| {
         let http = http.clone();
         async move {
-            let body = scrape::fetch(&http, &url?, SCRAPE_TIMEOUT).await.ok()?;
-            watch::parse(&body)
+            let (instance, url) = endpoint?;
+            let body = scrape::fetch(&http, &url, SCRAPE_TIMEOUT).await.ok()?;
+            watch::parse(&body, instance)
         }
     });
     futures_util::stream::iter(reads)
@@ -122,64 +132,71 @@ async fn read(http: &Client, urls: Vec<Option<String>>) -> Vec<Reading> {
 }
 
 /// Reads `replicas` from `from` (Unix ms: the measured phase's start) every [`BUCKET_MS`],
-/// until aborted.
+/// until aborted or `until` (Unix ms).
 async fn run(
     pods: Store<Pod>,
     http: Client,
     replicas: Replicas,
-    from: u64,
+    (from, until): (u64, u64),
     into: Arc<Mutex<Readings>>,
 ) {
     let ms_into = || super::disrupt::clock_millis().saturating_sub(from);
     if let Some(wait) = from.checked_sub(super::disrupt::clock_millis()) {
         tokio::time::sleep(Duration::from_millis(wait)).await;
     }
-    let first = read(&http, replicas.urls(&pods)).await;
-    *lock(&into) = Readings::starting(&first);
+    let at = ms_into();
+    let first = read(&http, replicas.endpoints(&pods)).await;
+    *lock(&into) = Readings::starting(at, &first);
     let mut ticks = tokio::time::interval(Duration::from_millis(BUCKET_MS));
     // Late (a slow replica, a busy operator): the next reading is due a step from now, not at
     // once to catch up.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
-    loop {
+    while super::disrupt::clock_millis() < until {
         ticks.tick().await;
-        let now = read(&http, replicas.urls(&pods)).await;
-        lock(&into).record(ms_into(), &now);
+        // The counters are read from here on: the reading's instant is its start.
+        let at = ms_into();
+        let now = read(&http, replicas.endpoints(&pods)).await;
+        lock(&into).record(at, &now);
     }
 }
 
 impl View<'_> {
-    /// Reads the managed server's replicas while the cell under way is measured, from
-    /// `measured_from` (Unix ms); stops reading once it is done. Only where the operator kills
-    /// or restarts them: the user's Deployment's pods are not the operator's to find.
-    pub(super) fn watch_replicas(&self, measured_from: u64, done: bool) {
+    /// Reads the managed server's replicas while the cell under way is measured from
+    /// `measured_from` (Unix ms; `None`: not known yet, or the cell is done), and stops reading
+    /// a cell no longer under way. Only where the operator kills or restarts them: the user's
+    /// Deployment's pods are not the operator's to find.
+    pub(super) fn watch_replicas(&self, measured_from: Option<u64>) {
         let Some(cell) = self.st.cells.last() else {
             return;
         };
         let uid = self.lt.uid().unwrap_or_default();
         let mut all = lock(&self.ctx.watches);
-        if done {
-            if let Some(w) = all.get_mut(&uid)
-                && let Some((_, task)) = w.running.take()
-            {
-                task.abort();
-            }
-            return;
+        let w = all.entry(uid.clone()).or_default();
+        let current = measured_from.filter(|_| !cell.done);
+        if let Some((index, task)) = &w.running
+            && (*index != cell.index || current.is_none())
+        {
+            task.abort();
+            w.running = None;
         }
+        let Some(from) = current else {
+            return;
+        };
         let Some(server) = &self.lt.spec.target.server else {
             return;
         };
         let ours = self.lt.spec.disruptions.iter().any(|d| {
             d.kill.is_some() || d.restart.as_ref().is_some_and(|r| r.deployment.is_none())
         });
-        let w = all.entry(uid.clone()).or_default();
-        let watched = w.running.as_ref().is_some_and(|(c, _)| *c == cell.index)
-            || w.cells.contains_key(&cell.index);
-        if !ours || watched || super::disrupt::clock_millis() > measured_from + LATE {
+        // Watched already from this very instant (a measure instant never written, chosen
+        // again later, is another).
+        let watched = w.cells.get(&cell.index).is_some_and(|(f, _)| *f == from);
+        if !ours || watched || super::disrupt::clock_millis() > from + LATE {
             return;
         }
         let readings = Arc::new(Mutex::new(Readings::default()));
-        w.cells.insert(cell.index, readings.clone());
+        w.cells.insert(cell.index, (from, readings.clone()));
         let replicas = Replicas {
             namespace: self.lt.namespace(),
             test: self.lt.name_any(),
@@ -187,11 +204,14 @@ impl View<'_> {
             count: server.replicas.max(1),
             port: server.metrics_port,
         };
+        let length = wsload_spec::timing::cell_length(&self.lt.spec)
+            .saturating_sub(self.lt.spec.warmup.get());
+        let until = from + u64::try_from((length + OUTLIVE).as_millis()).unwrap_or(u64::MAX);
         let task = tokio::spawn(run(
             self.ctx.pods.store(),
             self.ctx.http.clone(),
             replicas,
-            measured_from,
+            (from, until),
             readings,
         ));
         if let Some((_, before)) = w.running.replace((cell.index, task.abort_handle())) {
@@ -207,7 +227,7 @@ pub(super) fn into_figures(ctx: &Context, uid: &str, merged: &mut RunResult) {
     let Some(w) = all.get(uid) else {
         return;
     };
-    for (index, readings) in &w.cells {
+    for (index, (_, readings)) in &w.cells {
         let cell = usize::try_from(*index)
             .ok()
             .and_then(|i| merged.cells.get_mut(i));
