@@ -63,6 +63,12 @@ enum Command {
     /// or gzip-compressed JSON); --html writes it as one self-contained HTML page. Exits 1
     /// when its verdict failed, as the run did.
     Report(ReportArgs),
+    /// Compare a result with a baseline, cell by cell and figure by figure (throughput, every
+    /// percentile, drops and losses): Regressed, Improved or Same, each change judged by a
+    /// statistical test at --confidence and counted only from --min-effect. Takes what
+    /// `report` takes. Exits 0 for Same or Improved, 1 for Regressed, 2 for results that cannot
+    /// be compared (other scenarios or cells).
+    Compare(CompareArgs),
     /// Check a LoadTest file and print what it would run.
     Validate(ValidateArgs),
     /// Echo for an Autobahn|Testsuite fuzzingserver, with the load generator's own client:
@@ -141,6 +147,49 @@ struct ReportArgs {
     result: PathBuf,
     #[command(flatten)]
     html: HtmlArg,
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// The baseline's result.
+    base: PathBuf,
+    /// The result to judge against it.
+    new: PathBuf,
+    /// The smallest change that counts, relative to the baseline: `10%` or `0.1`.
+    #[arg(long, default_value = "10%", value_parser = share)]
+    min_effect: f64,
+    /// Two-sided confidence of each figure's test: `99%` or `0.99`.
+    #[arg(long, default_value = "99%", value_parser = confidence)]
+    confidence: f64,
+    /// Also write the comparison as JSON (every figure, its evidence and verdict) here.
+    #[arg(long, value_name = "FILE.json")]
+    json: Option<PathBuf>,
+}
+
+/// `10%` or `0.1`, at least 0.
+fn share(s: &str) -> std::result::Result<f64, String> {
+    let v = match s.trim().strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("{s:?} is not a share: write 10% or 0.1"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: a share is 0% or more"))
+    }
+}
+
+/// A share strictly between 0 and 1.
+fn confidence(s: &str) -> std::result::Result<f64, String> {
+    let v = share(s)?;
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s:?}: a confidence is between 0% and 100%, e.g. 99%"
+        ))
+    }
 }
 
 #[derive(clap::Args)]
@@ -231,6 +280,7 @@ fn main_result(cli: Cli) -> Result<ExitCode> {
         Command::Shard(args) => shard(args),
         Command::Merge(args) => merge(args),
         Command::Report(args) => report(args),
+        Command::Compare(args) => compare(args),
         Command::Validate(args) => validate(args),
         Command::AutobahnClient(args) => autobahn_client(args),
         Command::Sysctl(args) => sysctl(args),
@@ -400,6 +450,48 @@ fn read_result(p: &std::path::Path) -> Result<RunResult> {
 fn report(args: ReportArgs) -> Result<ExitCode> {
     let result = read_result(&args.result)?;
     finish(&result, &None, &args.html)
+}
+
+/// `wsload compare`: a result judged against a baseline's.
+fn compare(args: CompareArgs) -> Result<ExitCode> {
+    use wsload_report::compare::{self, Change, Settings};
+    let (base, new) = (read_result(&args.base)?, read_result(&args.new)?);
+    let settings = Settings {
+        min_effect: args.min_effect,
+        confidence: args.confidence,
+    };
+    let named = |p: &std::path::Path, r: &RunResult| {
+        format!(
+            "{} (test {}, {} cell(s))",
+            p.display(),
+            r.test,
+            r.cells.len()
+        )
+    };
+    let c = compare::compare(&base, &new, &settings).map_err(|e| {
+        Error::invalid(
+            format!("{} against {}", args.new.display(), args.base.display()),
+            e,
+        )
+    })?;
+    println!(
+        "base: {}
+new:  {}
+",
+        named(&args.base, &base),
+        named(&args.new, &new)
+    );
+    print!("{}", compare::text::render(&c));
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&c)
+            .map_err(|e| Error::io(format!("cannot encode {}", path.display()), e))?;
+        std::fs::write(path, json)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    }
+    Ok(match c.verdict {
+        Change::Regressed => ExitCode::from(1),
+        Change::Same | Change::Improved => ExitCode::SUCCESS,
+    })
 }
 
 /// `wsload validate`: the file parsed and checked, and the cells it would run.

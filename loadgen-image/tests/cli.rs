@@ -1044,3 +1044,134 @@ fn a_killed_run_leaves_no_process_behind() {
         assert_eq!(o.status.code(), None, "killed by a signal");
     }
 }
+
+/// An echo server that answers each message `delay` after reading it (pings at once).
+fn echo_after(delay: Duration) -> (String, tokio::runtime::Runtime) {
+    use tokio::io::AsyncWriteExt;
+    use wsload_ws::test_server::{server_frame, upgrade};
+    common::raw_server(move |mut s, _| async move {
+        if upgrade(&mut s).await.is_none() {
+            return;
+        }
+        let mut buf = Vec::new();
+        while let Some(frames) = common::read_frames(&mut s, &mut buf).await {
+            for (op, payload) in frames {
+                let answer = match op {
+                    0x1 | 0x2 => {
+                        tokio::time::sleep(delay).await;
+                        server_frame(op, &payload)
+                    }
+                    0x9 => server_frame(0xA, &payload),
+                    0x8 => {
+                        let _ = s.write_all(&common::close_frame(1000, "")).await;
+                        return;
+                    }
+                    _ => continue,
+                };
+                if s.write_all(&answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Issue 41: `wsload compare` on two real runs of one LoadTest, the second against a server
+/// answering 2 ms later: Regressed, exit 1, naming the round trips; a result against itself
+/// is Same (exit 0); results of other scenarios cannot be compared (exit 2, both named).
+#[test]
+fn compare_finds_an_echo_two_ms_slower_and_refuses_other_scenarios() {
+    let dir = Scratch::new("compare");
+    let mut outs = Vec::new();
+    for (name, delay) in [("base", Duration::ZERO), ("slow", Duration::from_millis(2))] {
+        let (url, rt) = echo_after(delay);
+        let file = dir.file(
+            &format!("{name}.yaml"),
+            &format!(
+                "apiVersion: wsload.dev/v1alpha1\nkind: LoadTest\nmetadata: {{name: cmp}}\nspec:\n  target: {{url: '{url}'}}\n  scenario: pingpong\n  connections: [10]\n  warmup: 0s\n  duration: 3s\n"
+            ),
+        );
+        let out = dir.path(&format!("{name}.json"));
+        let run = wsload(&[
+            "run",
+            &file.to_string_lossy(),
+            "--out",
+            &out.to_string_lossy(),
+            "--threads",
+            "1",
+        ]);
+        assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+        drop(rt);
+        outs.push(out.to_string_lossy().into_owned());
+    }
+    let json = dir.path("comparison.json");
+    let c = wsload(&[
+        "compare",
+        &outs[0],
+        &outs[1],
+        "--json",
+        &json.to_string_lossy(),
+    ]);
+    assert_eq!(c.status.code(), Some(1), "{}", stderr(&c));
+    let text = stdout(&c);
+    let verdict = text.lines().last().unwrap_or_default();
+    assert!(
+        verdict.starts_with("verdict: Regressed (cell 10: ") && verdict.contains("rtt p50"),
+        "{text}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("written")).expect("json");
+    assert_eq!(written["verdict"], "Regressed", "{written}");
+    let p50 = written["cells"][0]["figures"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "rtt p50"))
+        .cloned()
+        .unwrap_or_default();
+    // About 2 ms more than the base's round trip.
+    let (base, new) = (p50["base"].as_f64(), p50["new"].as_f64());
+    assert!(
+        base.zip(new)
+            .is_some_and(|(b, n)| (0.0015..0.006).contains(&(n - b))),
+        "{p50}"
+    );
+    // The 10 connects are too few to test their p90 (one connect beyond it).
+    let connect = written["cells"][0]["figures"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "connect p90"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(connect["verdict"], "Same", "{connect}");
+    assert!(
+        connect["evidence"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("untested: 10 samples")),
+        "{connect}"
+    );
+
+    let same = wsload(&["compare", &outs[0], &outs[0]]);
+    assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));
+    assert!(
+        stdout(&same).ends_with("verdict: Same\n"),
+        "{}",
+        stdout(&same)
+    );
+
+    let mut other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&outs[0]).expect("read")).expect("json");
+    other["scenario"] = serde_json::json!("throughput");
+    let other_path = dir.file("other.json", &other.to_string());
+    let refused = wsload(&["compare", &outs[0], &other_path.to_string_lossy()]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("the scenarios differ: base Pingpong, new Throughput"),
+        "{}",
+        stderr(&refused)
+    );
+    let bad = wsload(&["compare", &outs[0], &outs[1], "--confidence", "100%"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("a confidence is between 0% and 100%"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -9,6 +9,7 @@
 //!   (such a check fails).
 //! - [`findings()`]: known causes the figures show, one line each under the table.
 //! - [`html()`]: the whole result as one self-contained HTML page (tables, charts, spec).
+//! - [`compare`]: two results of one LoadTest, figure by figure: Regressed, Improved or Same.
 //! - [`timeline`]: samples of a cell over time (100 ms steps), recorded from running totals.
 //! - [`stored`]: a result as the operator stores it (gzip-compressed JSON) and read back.
 //! - [`kernel`]: what the kernel's TCP counters and gauges did over a cell, per namespace.
@@ -17,6 +18,7 @@
 //! - [`ms`], [`num`], [`human_rate`], [`in_units`]: the number formats of the tables.
 
 mod chart;
+pub mod compare;
 pub mod connect_error;
 mod escape;
 pub mod fanout;

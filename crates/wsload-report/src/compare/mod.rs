@@ -1,0 +1,365 @@
+//! Two results of one LoadTest compared cell by cell (`wsload compare BASE NEW`): each figure
+//! side by side, its change, and a verdict that is more than a band around the base: a change
+//! counts only when a statistical test puts it beyond the runs' own noise at the confidence
+//! asked for *and* it is at least the minimum effect (with millions of samples a 1% shift is
+//! significant, and irrelevant).
+//!
+//! - [`stats`]: the tests (a percentile's order-statistic interval, Welch's t on 1 s batch
+//!   means of a rate, a two-proportion z-test of a share).
+//! - [`text`]: the comparison as the terminal shows it.
+
+pub mod stats;
+pub mod text;
+
+use crate::hist::Hist;
+use crate::result::{CellResult, RunResult};
+use serde::Serialize;
+
+/// What the user asks of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// The smallest relative change that counts (0.10: 10%).
+    pub min_effect: f64,
+    /// Two-sided confidence of each test (0.99).
+    pub confidence: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            min_effect: 0.10,
+            confidence: 0.99,
+        }
+    }
+}
+
+/// A figure's, a cell's or the run's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Change {
+    Same,
+    Improved,
+    Regressed,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Same => "Same",
+            Change::Improved => "Improved",
+            Change::Regressed => "Regressed",
+        }
+    }
+}
+
+/// What a figure measures, which way is better, and how it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Kind {
+    /// Seconds; lower is better.
+    Latency,
+    /// Per second; higher is better.
+    Rate,
+    /// A share of bad outcomes (0..1); lower is better.
+    Failures,
+}
+
+/// One figure of one cell, in both runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figure {
+    pub name: String,
+    pub kind: Kind,
+    pub base: f64,
+    pub new: f64,
+    /// New against base, relative (0.18: 18% more); `None` from a base of 0.
+    pub change: Option<f64>,
+    pub verdict: Change,
+    /// What the verdict rests on: the test, its statistic or intervals (`intervals 1.18-1.22
+    /// ms against 3.15-3.30 ms`), or why none could be made.
+    pub evidence: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CellComparison {
+    pub label: String,
+    pub figures: Vec<Figure>,
+    pub verdict: Change,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Comparison {
+    pub min_effect: f64,
+    pub confidence: f64,
+    pub cells: Vec<CellComparison>,
+    /// Regressed when any cell is, else Improved when any is, else Same.
+    pub verdict: Change,
+}
+
+/// Why two results cannot be compared.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum Incomparable {
+    #[error("the scenarios differ: base {base}, new {new}")]
+    Scenario { base: String, new: String },
+    #[error(
+        "the cells differ: base has {} ({}), new has {} ({}); compare runs of the same connections, sizes and rates",
+        base.len(), base.join(", "), new.len(), new.join(", ")
+    )]
+    Cells { base: Vec<String>, new: Vec<String> },
+    #[error("{which} measured nothing (no cell): a run that measured nothing is no baseline")]
+    Empty { which: &'static str },
+}
+
+/// Percentiles compared, with the names the tables give them.
+const PERCENTILES: [(f64, &str); 4] =
+    [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")];
+/// A percentile is tested only with at least this many samples beyond it on each side: an
+/// interval's edge otherwise rests on one or two values (the p90 of 10 connections is the
+/// slowest but one).
+const BEYOND: u64 = 10;
+/// A rate's batches: the timeline's steps summed over this long. Steps of 100 ms follow each
+/// other too closely to be independent samples of the rate; seconds are closer to it.
+const BATCH_MS: u32 = 1000;
+
+/// Compares `new` with `base`, cell by cell.
+pub fn compare(
+    base: &RunResult,
+    new: &RunResult,
+    settings: &Settings,
+) -> Result<Comparison, Incomparable> {
+    if base.scenario != new.scenario {
+        return Err(Incomparable::Scenario {
+            base: format!("{:?}", base.scenario),
+            new: format!("{:?}", new.scenario),
+        });
+    }
+    for (which, r) in [("base", base), ("new", new)] {
+        if r.cells.is_empty() {
+            return Err(Incomparable::Empty { which });
+        }
+    }
+    let labels = |r: &RunResult| r.cells.iter().map(|c| c.label.clone()).collect::<Vec<_>>();
+    if labels(base) != labels(new) {
+        return Err(Incomparable::Cells {
+            base: labels(base),
+            new: labels(new),
+        });
+    }
+    let cells: Vec<CellComparison> = base
+        .cells
+        .iter()
+        .zip(&new.cells)
+        .map(|(b, n)| cell(b, n, settings))
+        .collect();
+    let verdict = overall(cells.iter().map(|c| c.verdict));
+    Ok(Comparison {
+        min_effect: settings.min_effect,
+        confidence: settings.confidence,
+        cells,
+        verdict,
+    })
+}
+
+/// Regressed over Improved over Same.
+fn overall(verdicts: impl Iterator<Item = Change>) -> Change {
+    verdicts.max().unwrap_or(Change::Same)
+}
+
+fn cell(b: &CellResult, n: &CellResult, s: &Settings) -> CellComparison {
+    let mut figures = Vec::new();
+    let (bc, nc) = (&b.measure.counts, &n.measure.counts);
+    if bc.received > 0 || nc.received > 0 {
+        figures.push(rate(
+            "received/s",
+            (b.figures.received_per_sec, n.figures.received_per_sec),
+            (&batches(b), &batches(n)),
+            s,
+        ));
+    }
+    let (bh, nh) = (&b.measure.hists, &n.measure.hists);
+    for (name, hb, hn) in [
+        ("rtt", &bh.rtt, &nh.rtt),
+        ("delivery", &bh.fanout, &nh.fanout),
+        ("connect", &bh.connect, &nh.connect),
+    ] {
+        if hb.is_empty() && hn.is_empty() {
+            continue;
+        }
+        for (p, label) in PERCENTILES {
+            figures.push(percentile(&format!("{name} {label}"), hb, hn, p, s));
+        }
+    }
+    if bc.connected > 0 || nc.connected > 0 {
+        let dropped = |c: &crate::measure::Counts| c.connected.saturating_sub(c.survived);
+        figures.push(failures(
+            "dropped",
+            (dropped(bc), bc.connected),
+            (dropped(nc), nc.connected),
+            s,
+        ));
+    }
+    if bc.expected > 0 || nc.expected > 0 {
+        figures.push(failures(
+            "lost",
+            (bc.lost, bc.expected),
+            (nc.lost, nc.expected),
+            s,
+        ));
+    }
+    let verdict = overall(figures.iter().map(|f| f.verdict));
+    CellComparison {
+        label: b.label.clone(),
+        figures,
+        verdict,
+    }
+}
+
+fn relative(base: f64, new: f64) -> Option<f64> {
+    (base != 0.0).then(|| (new - base) / base)
+}
+
+/// Worse when the test says `worse`, better when it says `better`; either only past the
+/// minimum effect (a change from 0 is past any).
+fn judged(change: Option<f64>, worse: bool, better: bool, s: &Settings) -> Change {
+    let big = |c: Option<f64>| c.is_none_or(|c| c.abs() >= s.min_effect);
+    match (worse, better) {
+        (true, _) if big(change) => Change::Regressed,
+        (_, true) if big(change) => Change::Improved,
+        _ => Change::Same,
+    }
+}
+
+/// A percentile of two histograms: changed when their intervals at the confidence asked for
+/// do not overlap.
+fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
+    let (base, new) = (b.percentile(p), n.percentile(p));
+    let change = relative(base, new);
+    if b.is_empty() || n.is_empty() {
+        let empty = if b.is_empty() { "base" } else { "new" };
+        return Figure {
+            name: name.to_string(),
+            kind: Kind::Latency,
+            base,
+            new,
+            change,
+            verdict: if b.is_empty() {
+                Change::Same
+            } else {
+                Change::Regressed
+            },
+            evidence: format!("the {empty} run measured none"),
+        };
+    }
+    let fewest = b.len().min(n.len());
+    if (fewest as f64) * (1.0 - p / 100.0) < BEYOND as f64 {
+        return Figure {
+            name: name.to_string(),
+            kind: Kind::Latency,
+            base,
+            new,
+            change,
+            verdict: Change::Same,
+            evidence: format!(
+                "untested: {fewest} samples leave fewer than {BEYOND} beyond the percentile"
+            ),
+        };
+    }
+    let (bl, bh) = stats::percentile_interval(b, p, s.confidence);
+    let (nl, nh) = stats::percentile_interval(n, p, s.confidence);
+    let verdict = judged(change, nl > bh, nh < bl, s);
+    Figure {
+        name: name.to_string(),
+        kind: Kind::Latency,
+        base,
+        new,
+        change,
+        verdict,
+        evidence: format!(
+            "{:.0}% intervals {}..{} against {}..{}",
+            s.confidence * 100.0,
+            crate::ms(bl),
+            crate::ms(bh),
+            crate::ms(nl),
+            crate::ms(nh)
+        ),
+    }
+}
+
+/// A cell's timeline summed into batches of [`BATCH_MS`], as rates per second; a last batch
+/// shorter than the others left out.
+fn batches(c: &CellResult) -> Vec<f64> {
+    let step = c.timeline_step_ms.max(1);
+    let per = (BATCH_MS / step).max(1) as usize;
+    c.timeline
+        .chunks(per)
+        .filter(|chunk| chunk.len() == per)
+        .map(|chunk| {
+            let sum: u64 = chunk.iter().map(|s| s.received).sum();
+            sum as f64 * 1000.0 / (per as f64 * f64::from(step))
+        })
+        .collect()
+}
+
+/// A rate: changed when Welch's t of the batch means passes the confidence asked for.
+fn rate(name: &str, (base, new): (f64, f64), (b, n): (&[f64], &[f64]), s: &Settings) -> Figure {
+    let change = relative(base, new);
+    let (verdict, evidence) = match stats::welch(b, n) {
+        Some((t, df)) => {
+            let critical = stats::t_quantile(0.5 + s.confidence / 2.0, df.max(1.0));
+            let verdict = judged(change, t < -critical, t > critical, s);
+            let t = if t.is_finite() {
+                format!("{t:.1}")
+            } else {
+                "inf".to_string()
+            };
+            (
+                verdict,
+                format!(
+                    "Welch's t {t} over {} and {} one-second batches (critical {critical:.2})",
+                    b.len(),
+                    n.len()
+                ),
+            )
+        }
+        None => (
+            Change::Same,
+            "untested: fewer than 2 one-second batches on a side".to_string(),
+        ),
+    };
+    Figure {
+        name: name.to_string(),
+        kind: Kind::Rate,
+        base,
+        new,
+        change,
+        verdict,
+        evidence,
+    }
+}
+
+/// A share of failures (`bad` of `all`): changed when the two-proportion z passes the
+/// confidence asked for. The minimum effect applies to the share itself: 0.10% lost against
+/// 0.102% is the same; any loss against none, significant, is not.
+fn failures(name: &str, (bx, bn): (u64, u64), (nx, nn): (u64, u64), s: &Settings) -> Figure {
+    let share = |x: u64, n: u64| if n == 0 { 0.0 } else { x as f64 / n as f64 };
+    let (base, new) = (share(bx, bn), share(nx, nn));
+    let change = relative(base, new);
+    let z = stats::two_proportions(bx, bn, nx, nn);
+    let critical = stats::normal_quantile(0.5 + s.confidence / 2.0);
+    let verdict = judged(change, z > critical, z < -critical, s);
+    Figure {
+        name: name.to_string(),
+        kind: Kind::Failures,
+        base,
+        new,
+        change,
+        verdict,
+        evidence: format!(
+            "two-proportion z {z:.1} ({bx} of {bn} against {nx} of {nn}; critical {critical:.2})"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;
