@@ -155,8 +155,10 @@ struct CompareArgs {
     base: PathBuf,
     /// The result to judge against it.
     new: PathBuf,
-    /// The smallest change that counts, relative to the baseline: `10%` or `0.1`.
-    #[arg(long, default_value = "10%", value_parser = share)]
+    /// The smallest change that counts, relative to the baseline: `25%` or `0.25`. Below
+    /// what two runs of one build differ by on your machines, every comparison is a coin
+    /// toss: bench/compare/pairs.sh measures it.
+    #[arg(long, default_value = "25%", value_parser = share)]
     min_effect: f64,
     /// Two-sided confidence of each figure's test: `99%` or `0.99`.
     #[arg(long, default_value = "99%", value_parser = confidence)]

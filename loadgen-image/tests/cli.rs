@@ -1134,19 +1134,8 @@ fn compare_finds_an_echo_two_ms_slower_and_refuses_other_scenarios() {
             .is_some_and(|(b, n)| (0.0015..0.006).contains(&(n - b))),
         "{p50}"
     );
-    // The 10 connects are too few to test their p90 (one connect beyond it).
-    let connect = written["cells"][0]["figures"]
-        .as_array()
-        .and_then(|f| f.iter().find(|f| f["name"] == "connect p90"))
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(connect["verdict"], "Same", "{connect}");
-    assert!(
-        connect["evidence"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("untested: 10 samples")),
-        "{connect}"
-    );
+    // Connecting is a pingpong's setup, not what it measures: not compared.
+    assert!(!text.contains("connect p"), "{text}");
 
     let same = wsload(&["compare", &outs[0], &outs[0]]);
     assert_eq!(same.status.code(), Some(0), "{}", stderr(&same));

@@ -113,7 +113,7 @@ fn answers_two_ms_later_regress_every_percentile_and_say_so() {
 
 #[test]
 fn a_significant_shift_smaller_than_the_minimum_effect_is_the_same() {
-    // 3% slower over two million samples: far beyond noise, and under 10%.
+    // 3% slower over two million samples: far beyond noise, and under the default 25%.
     let (base, new) = (
         run(1, 2_000_000, 1000.0, 100.0, 10_000.0),
         run(2, 2_000_000, 1030.0, 100.0, 10_000.0),
@@ -140,9 +140,9 @@ fn a_significant_shift_smaller_than_the_minimum_effect_is_the_same() {
 }
 
 #[test]
-fn a_fifth_less_throughput_regresses_and_a_loss_from_none_does() {
+fn a_third_less_throughput_regresses_and_a_loss_from_none_does() {
     let base = run(1, 100_000, 800.0, 200.0, 10_000.0);
-    let mut new = run(2, 100_000, 800.0, 200.0, 8_000.0);
+    let mut new = run(2, 100_000, 800.0, 200.0, 6_500.0);
     new.cells[0].measure.counts.lost = 50;
     new.cells[0].compute();
     let c = compare(&base, &new, &Settings::default()).expect("comparable");
@@ -182,5 +182,32 @@ fn runs_of_other_cells_or_scenarios_are_not_compared() {
     assert_eq!(
         compare(&empty, &base, &Settings::default()).map(|_| ()),
         Err(Incomparable::Empty { which: "base" })
+    );
+}
+
+#[test]
+fn a_percentile_with_few_samples_beyond_it_is_untested() {
+    // 500 round trips: 5 beyond p99, none beyond p99.9; 50 beyond p90.
+    let c = compare(
+        &run(1, 500, 800.0, 200.0, 1_000.0),
+        &run(2, 500, 2800.0, 200.0, 1_000.0),
+        &Settings::default(),
+    )
+    .expect("comparable");
+    for p in ["rtt p99", "rtt p99.9"] {
+        let f = figure(&c, p);
+        assert_eq!(f.verdict, Change::Same, "{f:?}");
+        assert_eq!(
+            f.evidence,
+            "untested: 500 samples leave fewer than 10 beyond the percentile"
+        );
+    }
+    assert_eq!(figure(&c, "rtt p90").verdict, Change::Regressed);
+    // A pingpong's connect times are its setup: not compared.
+    assert!(
+        c.cells[0]
+            .figures
+            .iter()
+            .all(|f| !f.name.starts_with("connect"))
     );
 }
