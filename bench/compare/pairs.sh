@@ -89,7 +89,11 @@ for ((i = 1; i <= pairs; i++)); do
     echo "pair=$i same=$same slow=$slower"
 done
 echo "same: Same ${same_count[Same]}/$pairs (Improved ${same_count[Improved]}, Regressed ${same_count[Regressed]})  slow: Regressed $slow_regressed/$pairs"
-echo "largest change between runs of one server, by figure:"
-jq -rs '[.[].cells[0].figures[] | {name, change: ((.change // 0) | fabs)}]
-    | group_by(.name) | map("  \(.[0].name): \((map(.change) | max) * 1000 | round / 10)%") | .[]' \
-    "$out"/same-*.cmp.json
+echo "largest change between runs of one server, by figure (new: from none):"
+same_files=()
+for ((i = 1; i <= pairs; i++)); do
+    same_files+=("$out/same-$i.cmp.json")
+done
+jq -rs '[.[].cells[0].figures[] | {name, change: (if .change == null then (if .new == .base then 0 else infinite end) else (.change | fabs) end)}]
+    | group_by(.name) | map((map(.change) | max) as $m | "  \(.[0].name): \(if $m == infinite then "new" else "\($m * 1000 | round / 10)%" end)") | .[]' \
+    "${same_files[@]}"

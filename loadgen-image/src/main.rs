@@ -67,7 +67,7 @@ enum Command {
     /// percentile, drops and losses): Regressed, Improved or Same, each change judged by a
     /// statistical test at --confidence and counted only from --min-effect. Takes what
     /// `report` takes. Exits 0 for Same or Improved, 1 for Regressed, 2 for results that cannot
-    /// be compared (other scenarios or cells).
+    /// be compared (other scenarios or cells), 3 for a result that cannot be read.
     Compare(CompareArgs),
     /// Check a LoadTest file and print what it would run.
     Validate(ValidateArgs),
@@ -168,11 +168,21 @@ struct CompareArgs {
     json: Option<PathBuf>,
 }
 
-/// `10%` or `0.1`, at least 0.
+/// `10%` or `0.1`, at least 0. A bare number over 1 is refused: `25` meant as 25% would
+/// read as 2500% and let every regression through.
 fn share(s: &str) -> std::result::Result<f64, String> {
     let v = match s.trim().strip_suffix('%') {
         Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
-        None => s.trim().parse::<f64>(),
+        None => match s.trim().parse::<f64>() {
+            Ok(v) if v > 1.0 => {
+                return Err(format!(
+                    "{s:?} without % would be {}%: write {s}% (or {})",
+                    v * 100.0,
+                    v / 100.0
+                ));
+            }
+            other => other,
+        },
     }
     .map_err(|_| format!("{s:?} is not a share: write 10% or 0.1"))?;
     if v.is_finite() && v >= 0.0 {

@@ -1152,9 +1152,16 @@ fn compare_finds_an_echo_two_ms_slower_and_refuses_other_scenarios() {
     let refused = wsload(&["compare", &outs[0], &other_path.to_string_lossy()]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
-        stderr(&refused).contains("the scenarios differ: base Pingpong, new Throughput"),
+        stderr(&refused).contains("the scenarios differ: base pingpong, new throughput"),
         "{}",
         stderr(&refused)
+    );
+    let bare = wsload(&["compare", &outs[0], &outs[1], "--min-effect", "25"]);
+    assert_eq!(bare.status.code(), Some(2), "{}", stderr(&bare));
+    assert!(
+        stderr(&bare).contains("\"25\" without % would be 2500%: write 25% (or 0.25)"),
+        "{}",
+        stderr(&bare)
     );
     let bad = wsload(&["compare", &outs[0], &outs[1], "--confidence", "100%"]);
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));

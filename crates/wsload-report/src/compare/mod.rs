@@ -12,8 +12,10 @@ pub mod stats;
 pub mod text;
 
 use crate::hist::Hist;
+use crate::measure::Dropped;
 use crate::result::{CellResult, RunResult};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use wsload_spec::Scenario;
 
 /// What the user asks of a comparison.
@@ -110,8 +112,20 @@ pub enum Incomparable {
         base.len(), base.join(", "), new.len(), new.join(", ")
     )]
     Cells { base: Vec<String>, new: Vec<String> },
+    #[error(
+        "cell {label} differs: base {base}, new {new}; compare runs of the same connections, sizes, formats and rates"
+    )]
+    Cell {
+        label: String,
+        base: String,
+        new: String,
+    },
     #[error("{which} measured nothing (no cell): a run that measured nothing is no baseline")]
     Empty { which: &'static str },
+    #[error(
+        "connectionLimit results are not compared yet: their cells are the search's probes, which differ as soon as the limit does; compare their limits (wsload report) or hold the limit found with sustainedHold and compare those"
+    )]
+    Search,
 }
 
 /// Percentiles compared, with the names the tables give them.
@@ -133,9 +147,12 @@ pub fn compare(
 ) -> Result<Comparison, Incomparable> {
     if base.scenario != new.scenario {
         return Err(Incomparable::Scenario {
-            base: format!("{:?}", base.scenario),
-            new: format!("{:?}", new.scenario),
+            base: base.scenario.as_str().to_string(),
+            new: new.scenario.as_str().to_string(),
         });
+    }
+    if base.scenario == Scenario::ConnectionLimit {
+        return Err(Incomparable::Search);
     }
     for (which, r) in [("base", base), ("new", new)] {
         if r.cells.is_empty() {
@@ -149,10 +166,22 @@ pub fn compare(
             new: labels(new),
         });
     }
-    let connects = matches!(
-        base.scenario,
-        Scenario::ConnectionStorm | Scenario::ConnectionLimit
-    );
+    for (b, n) in base.cells.iter().zip(&new.cells) {
+        let shape = |c: &CellResult| {
+            format!(
+                "{} connections, {} B {}, {} msg/s",
+                c.connections, c.size, c.format, c.target_rate
+            )
+        };
+        if shape(b) != shape(n) {
+            return Err(Incomparable::Cell {
+                label: b.label.clone(),
+                base: shape(b),
+                new: shape(n),
+            });
+        }
+    }
+    let connects = base.scenario == Scenario::ConnectionStorm;
     let cells: Vec<CellComparison> = base
         .cells
         .iter()
@@ -180,7 +209,7 @@ fn cell(b: &CellResult, n: &CellResult, connects: bool, s: &Settings) -> CellCom
         figures.push(rate(
             "received/s",
             (b.figures.received_per_sec, n.figures.received_per_sec),
-            (&batches(b), &batches(n)),
+            (batches(b), batches(n)),
             s,
         ));
     }
@@ -204,8 +233,21 @@ fn cell(b: &CellResult, n: &CellResult, connects: bool, s: &Settings) -> CellCom
             figures.push(percentile(&format!("{name} {label}"), hb, hn, p, s));
         }
     }
+    if bc.attempted > 0 || nc.attempted > 0 {
+        let failed = |c: &crate::measure::Counts| c.attempted.saturating_sub(c.connected);
+        figures.push(failures(
+            "not connected",
+            (failed(bc), bc.attempted),
+            (failed(nc), nc.attempted),
+            s,
+        ));
+    }
     if bc.connected > 0 || nc.connected > 0 {
-        let dropped = |c: &crate::measure::Counts| c.connected.saturating_sub(c.survived);
+        // Ended by the server or the network, not by wsload's own disruptions.
+        let dropped = |c: &crate::measure::Counts| {
+            let all: u64 = c.dropped.values().sum();
+            all - c.dropped.get(&Dropped::Disrupted).copied().unwrap_or(0)
+        };
         figures.push(failures(
             "dropped",
             (dropped(bc), bc.connected),
@@ -266,7 +308,9 @@ fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
         };
     }
     let fewest = b.len().min(n.len());
-    if (fewest as f64) * (1.0 - p / 100.0) < BEYOND as f64 {
+    // Samples above the percentile's rank, counted in whole samples.
+    let beyond = fewest - ((fewest as f64 * p / 100.0).ceil() as u64).min(fewest);
+    if beyond < BEYOND {
         return Figure {
             name: name.to_string(),
             kind: Kind::Latency,
@@ -290,8 +334,8 @@ fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
         change,
         verdict,
         evidence: format!(
-            "{:.0}% intervals {}..{} against {}..{}",
-            s.confidence * 100.0,
+            "{} intervals {}..{} against {}..{}",
+            text::percent(s.confidence),
             crate::ms(bl),
             crate::ms(bh),
             crate::ms(nl),
@@ -300,45 +344,59 @@ fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
     }
 }
 
-/// A cell's timeline summed into batches of [`BATCH_MS`], as rates per second; a last batch
-/// shorter than the others left out.
-fn batches(c: &CellResult) -> Vec<f64> {
+/// A cell's timeline summed into batches of [`BATCH_MS`] (or of its step, when coarser), as
+/// rates per second, by each sample's instant (a late sample skips one); a batch its samples
+/// do not cover whole is left out. With the batches' length, ms.
+fn batches(c: &CellResult) -> (Vec<f64>, u32) {
     let step = c.timeline_step_ms.max(1);
-    let per = (BATCH_MS / step).max(1) as usize;
-    c.timeline
-        .chunks(per)
-        .filter(|chunk| chunk.len() == per)
-        .map(|chunk| {
-            let sum: u64 = chunk.iter().map(|s| s.received).sum();
-            sum as f64 * 1000.0 / (per as f64 * f64::from(step))
-        })
-        .collect()
+    let per = (BATCH_MS / step).max(1);
+    let mut sums: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    for sample in &c.timeline {
+        let e = sums.entry(sample.at / per).or_default();
+        e.0 += sample.received;
+        e.1 += 1;
+    }
+    let length = per * step;
+    let rates = sums
+        .values()
+        .filter(|(_, n)| *n == per)
+        .map(|(sum, _)| *sum as f64 * 1000.0 / f64::from(length))
+        .collect();
+    (rates, length)
 }
 
 /// A rate: changed when Welch's t of the batch means passes the confidence asked for.
-fn rate(name: &str, (base, new): (f64, f64), (b, n): (&[f64], &[f64]), s: &Settings) -> Figure {
+fn rate(
+    name: &str,
+    (base, new): (f64, f64),
+    ((b, b_ms), (n, n_ms)): ((Vec<f64>, u32), (Vec<f64>, u32)),
+    s: &Settings,
+) -> Figure {
     let change = relative(base, new);
-    let (verdict, evidence) = match stats::welch(b, n) {
+    let length = |ms: u32| crate::ms(f64::from(ms) / 1e3);
+    let (verdict, evidence) = match stats::welch(&b, &n) {
         Some((t, df)) => {
             let critical = stats::t_quantile(0.5 + s.confidence / 2.0, df.max(1.0));
             let verdict = judged(change, t < -critical, t > critical, s);
-            let t = if t.is_finite() {
-                format!("{t:.1}")
+            let batches = if b_ms == n_ms {
+                format!("{} and {} batches of {}", b.len(), n.len(), length(b_ms))
             } else {
-                "inf".to_string()
+                format!(
+                    "{} batches of {} and {} of {}",
+                    b.len(),
+                    length(b_ms),
+                    n.len(),
+                    length(n_ms)
+                )
             };
             (
                 verdict,
-                format!(
-                    "Welch's t {t} over {} and {} one-second batches (critical {critical:.2})",
-                    b.len(),
-                    n.len()
-                ),
+                format!("Welch's t {t:.1} over {batches} (critical {critical:.2})"),
             )
         }
         None => (
             Change::Same,
-            "untested: fewer than 2 one-second batches on a side".to_string(),
+            "untested: fewer than 2 whole batches on a side".to_string(),
         ),
     };
     Figure {

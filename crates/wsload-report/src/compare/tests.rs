@@ -158,7 +158,10 @@ fn a_third_less_throughput_regresses_and_a_loss_from_none_does() {
     let c = compare(&base, &short, &Settings::default()).expect("comparable");
     let rate = figure(&c, "received/s");
     assert_eq!(rate.verdict, Change::Same);
-    assert!(rate.evidence.starts_with("untested"), "{rate:?}");
+    assert_eq!(
+        rate.evidence,
+        "untested: fewer than 2 whole batches on a side"
+    );
 }
 
 #[test]
@@ -177,6 +180,19 @@ fn runs_of_other_cells_or_scenarios_are_not_compared() {
     fanout.scenario = wsload_spec::Scenario::Fanout;
     let e = compare(&base, &fanout, &Settings::default()).map(|_| ());
     assert!(matches!(e, Err(Incomparable::Scenario { .. })), "{e:?}");
+    let mut bigger = base.clone();
+    bigger.cells[0].size = 4096;
+    let e = compare(&base, &bigger, &Settings::default()).map_err(|e| e.to_string());
+    assert_eq!(
+        e.map(|_| ()),
+        Err("cell 100 differs: base 200 connections, 64 B text, 0 msg/s, new 200 connections, 4096 B text, 0 msg/s; compare runs of the same connections, sizes, formats and rates".to_string())
+    );
+    let mut search = base.clone();
+    search.scenario = wsload_spec::Scenario::ConnectionLimit;
+    assert_eq!(
+        compare(&search, &search, &Settings::default()).map(|_| ()),
+        Err(Incomparable::Search)
+    );
     let mut empty = base.clone();
     empty.cells.clear();
     assert_eq!(
@@ -210,4 +226,41 @@ fn a_percentile_with_few_samples_beyond_it_is_untested() {
             .iter()
             .all(|f| !f.name.starts_with("connect"))
     );
+}
+
+#[test]
+fn connections_refused_or_dropped_by_the_server_regress_and_wsloads_own_drops_do_not() {
+    let base = run(1, 100_000, 800.0, 200.0, 10_000.0);
+    let mut new = run(2, 100_000, 800.0, 200.0, 10_000.0);
+    let counts = &mut new.cells[0].measure.counts;
+    counts.attempted = 10_000;
+    counts.connected = 9_000;
+    counts.dropped.insert(Dropped::Disrupted, 5_000);
+    new.cells[0].compute();
+    let c = compare(&base, &new, &Settings::default()).expect("comparable");
+    assert_eq!(
+        figure(&c, "not connected").verdict,
+        Change::Regressed,
+        "{}",
+        text::render(&c)
+    );
+    assert_eq!(figure(&c, "dropped").new, 0.0);
+    assert_eq!(figure(&c, "dropped").verdict, Change::Same);
+}
+
+#[test]
+fn a_late_sample_does_not_make_a_batch_longer_than_a_second() {
+    let mut r = run(1, 1000, 800.0, 200.0, 10_000.0);
+    // The sample of step 5 went into step 6's (a late tick): the first second has 9 samples.
+    r.cells[0].timeline.retain(|s| s.at != 5);
+    let (rates, ms) = batches(&r.cells[0]);
+    assert_eq!(ms, 1000);
+    assert_eq!(rates.len(), 9, "{rates:?}");
+}
+
+#[test]
+fn shares_and_changes_read_with_the_decimals_they_need() {
+    assert_eq!(text::percent(0.25), "25%");
+    assert_eq!(text::percent(0.999), "99.9%");
+    assert_eq!(text::percent(0.025), "2.5%");
 }

@@ -9,10 +9,10 @@ pub fn render(c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Each figure judged at {:.0}% confidence, a change counted from {}: percentiles by their \
-         order-statistic intervals, rates by Welch's t over one-second batches, shares of failures \
-         by a two-proportion z-test.",
-        c.confidence * 100.0,
+        "Each figure judged at {} confidence, a change counted from {}: percentiles by their \
+         order-statistic intervals (a change when they do not overlap), rates by Welch's t over \
+         one-second batches, shares of failures by a two-proportion z-test.",
+        percent(c.confidence),
         percent(c.min_effect)
     );
     for cell in &c.cells {
@@ -79,16 +79,25 @@ fn value(f: &Figure, v: f64) -> String {
     }
 }
 
-fn percent(v: f64) -> String {
+/// A share as a percentage, with the decimals it needs (`25%`, `2.5%`, `99.9%`).
+pub(super) fn percent(v: f64) -> String {
     let p = v * 100.0;
-    if p >= 10.0 || p == p.round() {
-        format!("{p:.0}%")
+    let text = if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}")
+    } else if (p * 10.0 - (p * 10.0).round()).abs() < 1e-9 || p >= 10.0 {
+        format!("{p:.1}")
     } else {
-        format!("{p:.1}%")
-    }
+        format!("{p:.2}")
+    };
+    format!("{text}%")
 }
 
+/// A change with its sign (`+12%`, `-3.5%`; `0%` for none shown).
 fn signed_percent(v: f64) -> String {
+    let shown = percent(v.abs());
+    if shown.trim_start_matches(['0', '.']) == "%" {
+        return "0%".to_string();
+    }
     let sign = if v >= 0.0 { "+" } else { "-" };
-    format!("{sign}{}", percent(v.abs()))
+    format!("{sign}{shown}")
 }
