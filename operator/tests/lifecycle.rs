@@ -498,11 +498,16 @@ async fn a_restarted_operator_resumes_a_running_test_from_status_and_children() 
     create(
         &e,
         "beside",
-        "  target: {server: {}}\n  scenario: throughput\n  connections: [4]\n  duration: 3s\n",
+        "  target: {server: {}}\n  scenario: throughput\n  connections: [4]\n  duration: 6s\n",
     )
     .await;
-    let before = wait_phase(&e, "resume", Phase::Running).await;
-    wait_phase(&e, "beside", Phase::Running).await;
+    // Both watched at once: waited for one after the other, `beside` (one shard) ran to its
+    // end while `resume`'s two shards started on a loaded machine (CI), and its Running was
+    // never seen.
+    let (before, _) = tokio::join!(
+        wait_phase(&e, "resume", Phase::Running),
+        wait_phase(&e, "beside", Phase::Running)
+    );
     op.abort();
     let _ = op.await;
     // While no operator runs, the shards finish their cell and wait between cells: the next
