@@ -291,49 +291,37 @@ fn judged(change: Option<f64>, worse: bool, better: bool, s: &Settings) -> Chang
 fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
     let (base, new) = (b.percentile(p), n.percentile(p));
     let change = relative(base, new);
-    if b.is_empty() || n.is_empty() {
-        let empty = if b.is_empty() { "base" } else { "new" };
-        return Figure {
-            name: name.to_string(),
-            kind: Kind::Latency,
-            base,
-            new,
-            change,
-            verdict: if b.is_empty() {
-                Change::Same
-            } else {
-                Change::Regressed
-            },
-            evidence: format!("the {empty} run measured none"),
-        };
-    }
-    let fewest = b.len().min(n.len());
-    // Samples above the percentile's rank, counted in whole samples.
-    let beyond = fewest - ((fewest as f64 * p / 100.0).ceil() as u64).min(fewest);
-    if beyond < BEYOND {
-        return Figure {
-            name: name.to_string(),
-            kind: Kind::Latency,
-            base,
-            new,
-            change,
-            verdict: Change::Same,
-            evidence: format!(
-                "untested: {fewest} samples leave fewer than {BEYOND} beyond the percentile"
-            ),
-        };
-    }
-    let (bl, bh) = stats::percentile_interval(b, p, s.confidence);
-    let (nl, nh) = stats::percentile_interval(n, p, s.confidence);
-    let verdict = judged(change, nl > bh, nh < bl, s);
-    Figure {
+    let figure = |verdict, evidence| Figure {
         name: name.to_string(),
         kind: Kind::Latency,
         base,
         new,
         change,
         verdict,
-        evidence: format!(
+        evidence,
+    };
+    if b.is_empty() || n.is_empty() {
+        let (empty, verdict) = if b.is_empty() {
+            ("base", Change::Same)
+        } else {
+            ("new", Change::Regressed)
+        };
+        return figure(verdict, format!("the {empty} run measured none"));
+    }
+    let fewest = b.len().min(n.len());
+    // Samples above the percentile's rank, counted in whole samples.
+    let beyond = fewest - ((fewest as f64 * p / 100.0).ceil() as u64).min(fewest);
+    if beyond < BEYOND {
+        return figure(
+            Change::Same,
+            format!("untested: {fewest} samples leave fewer than {BEYOND} beyond the percentile"),
+        );
+    }
+    let (bl, bh) = stats::percentile_interval(b, p, s.confidence);
+    let (nl, nh) = stats::percentile_interval(n, p, s.confidence);
+    figure(
+        judged(change, nl > bh, nh < bl, s),
+        format!(
             "{} intervals {}..{} against {}..{}",
             text::percent(s.confidence),
             crate::ms(bl),
@@ -341,7 +329,7 @@ fn percentile(name: &str, b: &Hist, n: &Hist, p: f64, s: &Settings) -> Figure {
             crate::ms(nl),
             crate::ms(nh)
         ),
-    }
+    )
 }
 
 /// A cell's timeline summed into batches of [`BATCH_MS`] (or of its step, when coarser), as
